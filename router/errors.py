@@ -1,0 +1,170 @@
+"""One exception hierarchy, translated at the edge by one renderer per API family.
+
+Handlers and middlewares raise `RouterError` subclasses; `render(err, surface)` turns them into
+the surface's own error shape and HTTP status (spec/inference-server-api.md, "Errors").
+Messages never carry absolute paths or keys: `sanitize()` runs on every rendered message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+
+from aiohttp import web
+
+from router.domain import Surface
+
+MAX_MESSAGE_BYTES = 512
+
+# Absolute POSIX paths and Windows drive paths; the file name alone stays (it helps the user).
+_ABS_PATH = re.compile(
+    r"(?<![\w.:/])(?:/[^\s/'\"`]+)+/([^\s/'\"`]*)|[A-Za-z]:\\(?:[^\s\\'\"]+\\)*([^\s\\'\"]*)"
+)
+
+
+class RouterError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.param = param
+        self.headers = dict(headers or {})
+
+
+class BadRequest(RouterError):
+    status, type = 400, "invalid_request_error"
+
+
+class Unauthorized(RouterError):
+    status, type = 401, "authentication_error"
+
+    def __init__(self, message: str = "Invalid API Key", **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+
+
+class Forbidden(RouterError):
+    status, type = 403, "permission_error"
+
+
+class NotFound(RouterError):
+    status, type = 404, "not_found_error"
+
+
+class RouteNotFound(NotFound):
+    def __init__(self, path: str = "") -> None:
+        super().__init__("File Not Found" if not path else f"no route for {path}")
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"model {json.dumps(model)} was not found")
+        self.model = model
+
+
+class MethodNotAllowed(RouterError):
+    status, type = 405, "invalid_request_error"
+
+    def __init__(self, method: str, allow: Iterable[str]) -> None:
+        allowed = sorted(set(allow))
+        super().__init__(
+            f"method {method} is not allowed here; use {', '.join(allowed)}",
+            headers={"Allow": ", ".join(allowed)},
+        )
+        self.allow = allowed
+
+
+class RequestTimeout(RouterError):
+    status, type = 408, "invalid_request_error"
+
+
+class PayloadTooLarge(RouterError):
+    status, type = 413, "invalid_request_error"
+
+
+class UnsupportedMediaType(RouterError):
+    status, type = 415, "invalid_request_error"
+
+
+class HeadersTooLarge(RouterError):
+    status, type = 431, "invalid_request_error"
+
+
+class ClientClosed(RouterError):
+    """Recorded, never sent: the client went away (nginx's 499)."""
+
+    status, type = 499, "client_closed_request"
+
+
+class InternalError(RouterError):
+    status, type = 500, "server_error"
+
+
+class NotImplementedRoute(RouterError):
+    status, type = 501, "not_supported_error"
+
+
+class BadGateway(RouterError):
+    status, type = 502, "upstream_error"
+
+
+class ServiceUnavailable(RouterError):
+    status, type = 503, "unavailable_error"
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        if retry_after is not None:
+            self.headers["Retry-After"] = str(max(1, int(retry_after + 0.999)))
+
+
+class GatewayTimeout(RouterError):
+    status, type = 504, "timeout_error"
+
+
+class LoadFailed(BadGateway):
+    """A backend could not be started or did not become ready."""
+
+    code = "model_load_failed"
+
+
+def sanitize(text: str, secrets: Iterable[str] = ()) -> str:
+    """Drop directories from absolute paths and blank out secrets; cap at 512 bytes."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    text = _ABS_PATH.sub(lambda m: m.group(1) or m.group(2) or "[path]", text)
+    raw = text.encode("utf-8", "replace")
+    if len(raw) > MAX_MESSAGE_BYTES:
+        text = raw[: MAX_MESSAGE_BYTES - 3].decode("utf-8", "ignore") + "..."
+    return text
+
+
+def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> dict:
+    message = sanitize(err.message, secrets)
+    if surface is Surface.OLLAMA:
+        return {"error": message}
+    if surface is Surface.KOBOLD:
+        return {"detail": {"msg": message, "type": err.type}}
+    return {"error": {"message": message, "type": err.type, "param": err.param, "code": err.code}}
+
+
+def render(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> web.Response:
+    """The one place an error becomes an HTTP response."""
+    status = 400 if err.status == 499 else err.status
+    return web.json_response(
+        error_body(err, surface, secrets), status=status, headers=err.headers or None
+    )

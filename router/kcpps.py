@@ -1,0 +1,451 @@
+"""Parse one `.kcpps` file (KoboldCpp's saved launch config) -> `ModelConfig`.
+
+Pure: takes the file's bytes; hashing of referenced model files lives in catalog.py. The one
+filesystem touch is symlink resolution when `file_roots` confine model paths, because a
+confinement check that ignores symlinks confines nothing. The rules are written down in
+docs/kcpps.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from router.domain import BackendMode, Lane, UnloadPolicy, family_for
+
+MAX_KCPPS_BYTES = 1 << 20  # real files are a few KB; anything larger is not a launch config
+MAX_DEPTH = 32
+MAX_PATH_CHARS = 4096
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+# Component key -> the lane it makes servable. Order matters: the first image key names the
+# image ID.
+MAIN_COMPONENTS: Mapping[str, Lane] = {
+    "model_param": Lane.TEXT,
+    "sdmodel": Lane.IMAGE,
+    "sddiffusionmodel": Lane.IMAGE,
+    "whispermodel": Lane.VOICE,
+    "ttsmodel": Lane.VOICE,
+    "embeddingsmodel": Lane.EMBEDDINGS,
+    "musicllm": Lane.MUSIC,
+}
+# Files a main component needs or may use; they never make a lane on their own.
+AUX_COMPONENTS = frozenset(
+    {
+        "mmproj", "draftmodel", "lora",
+        "sdvae", "sdt5xxl", "sdclip1", "sdclip2", "sdlora", "sdupscaler", "sdphotomaker",
+        "sdaudiovae", "sdclipvision", "sdllm", "sdllmvision", "sdcontrolnet",
+        "sdhighnoisediffusionmodel",
+        "ttswavtokenizer", "talkermodel", "code2wavmodel", "whispercpp_vad_model",
+        "musicembeddings", "musicdiffusion", "musicvae",
+    }
+)  # fmt: skip
+LIST_COMPONENTS = frozenset({"lora", "sdlora"})  # KoboldCpp stores these as lists of files
+
+# Keys that would make the backend run something besides the model: refused when set.
+REFUSED_KEYS: Mapping[str, str] = {
+    "onready": "runs a shell command",
+    "mcpfile": "starts MCP tool programs",
+}
+BINARY_KEY = re.compile(r"(binary|binary_path|_bin|executable|_exe|command|cmd)$")
+# Keys the router owns (address, process mode, KoboldCpp's own admin/reload and auth):
+# always removed, because real saves carry them with harmless defaults.
+DROPPED_KEYS = frozenset(
+    {
+        "host", "port", "port_param", "remotetunnel", "ssl", "nocertify", "password",
+        "admin", "admindir", "adminpassword", "adminunloadtimeout", "routermode",
+        "autoswapmode", "baseconfig", "config", "showgui", "launch", "benchmark", "prompt",
+        "cli", "analyze", "exportconfig", "exporttemplate", "testmemory", "unpack", "version",
+    }
+)  # fmt: skip
+# vLLM flags that would move the listener, demand a key the router does not send, or run
+# code shipped with the model.
+REFUSED_SERVE_FLAGS = frozenset({"--host", "--port", "--uds", "--api-key", "--trust-remote-code"})
+URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class KcppsError(ValueError):
+    """A .kcpps file that cannot be served; the message says what is wrong (never a full path)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    id: str  # text ID: the file stem
+    path: Path  # the .kcpps file itself
+    raw: Mapping[str, Any]  # normalized JSON (legacy keys renamed, refused keys removed)
+    backend_mode: BackendMode  # `backend_mode` in the file, else settings `backend.mode`
+    components: Mapping[str, Path]  # component key ("model_param", "sdmodel", ...) -> file
+    lanes: frozenset[Lane]  # capabilities, from which components are present
+    image_id: str | None  # stem + "-" + diffusion model stem, when an image component exists
+    unload_policy: UnloadPolicy = UnloadPolicy.NONE
+    jinja_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    jinja_precedence: Literal["config", "client"] = "config"
+    serve_args: tuple[str, ...] = ()
+    run_embed_separate: bool = False
+    config_sha256: str = ""
+    asset_sha256: Mapping[str, str] = field(default_factory=dict)  # component key -> hex
+    ignored_keys: tuple[str, ...] = ()  # router-owned keys removed from `raw`
+    warnings: tuple[str, ...] = ()  # components present that this backend mode cannot serve
+
+    def model_file(self, lane: Lane) -> Path | None:
+        """The main file a single-purpose backend loads for `lane` (llama_sdcpp / vllm)."""
+        keys = {
+            Lane.TEXT: ("model_param",),
+            Lane.EMBEDDINGS: ("embeddingsmodel", "model_param"),
+            Lane.IMAGE: ("sdmodel", "sddiffusionmodel"),
+            Lane.VOICE: ("whispermodel",),
+            Lane.MUSIC: ("musicllm",),
+        }[lane]
+        for key in keys:
+            if key in self.components:
+                return self.components[key]
+        return None
+
+    def files(self, key: str) -> tuple[Path, ...]:
+        """Every file of a component; list keys (`sdlora`) appear as `sdlora[0]`, `sdlora[1]`."""
+        if key in self.components:
+            return (self.components[key],)
+        found: list[Path] = []
+        while f"{key}[{len(found)}]" in self.components:
+            found.append(self.components[f"{key}[{len(found)}]"])
+        return tuple(found)
+
+
+def parse_kcpps(
+    path: Path, data: bytes, default_mode: BackendMode, file_roots: Sequence[Path] = ()
+) -> ModelConfig:
+    """Validate and normalize one `.kcpps`; raises only `KcppsError`."""
+    config_id = path.stem
+    if not ID_PATTERN.match(config_id):
+        raise KcppsError(
+            "file name must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    raw = _normalize_keys(_load_object(data))
+    _migrate_legacy(raw)
+    ignored = _strip_refused(raw)
+    mode = _backend_mode(raw.get("backend_mode"), default_mode)
+    components = _components(raw, path.parent)
+    _check_roots(components, file_roots)
+    lanes, warnings = _lanes(components, mode)
+    if not lanes:
+        hint = " (" + "; ".join(warnings) + ")" if warnings else ""
+        raise KcppsError("no servable model component: set model_param, sdmodel, "
+                         f"whispermodel, embeddingsmodel or musicllm{hint}")  # fmt: skip
+    return ModelConfig(
+        id=config_id,
+        path=path,
+        raw=raw,
+        backend_mode=mode,
+        components=components,
+        lanes=lanes,
+        image_id=_image_id(config_id, components) if Lane.IMAGE in lanes else None,
+        unload_policy=_unload_policy(raw.get("router_unload_policy")),
+        jinja_kwargs=_jinja_kwargs(raw.get("jinja_kwargs")),
+        jinja_precedence=_precedence(raw.get("router_jinja_kwargs_precedence")),
+        serve_args=_serve_args(raw.get("serve_args")),
+        run_embed_separate=_flag("run_embed_separate", raw.get("run_embed_separate")),
+        config_sha256=hashlib.sha256(data).hexdigest(),
+        ignored_keys=ignored,
+        warnings=warnings,
+    )
+
+
+def _load_object(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_KCPPS_BYTES:
+        raise KcppsError(f"file is larger than {MAX_KCPPS_BYTES} bytes")
+    try:
+        text = data.decode("utf-8-sig")  # Windows editors add a BOM
+    except UnicodeDecodeError:
+        raise KcppsError("file is not valid UTF-8") from None
+    try:
+        obj = json.loads(text, object_pairs_hook=_reject_duplicates)
+    except RecursionError:
+        raise KcppsError(f"JSON nesting deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise KcppsError(f"invalid JSON: {_short(str(exc))}") from None
+    if not isinstance(obj, dict):
+        raise KcppsError("top level must be a JSON object")
+    if not _depth_within(obj, MAX_DEPTH):
+        raise KcppsError(f"JSON nesting deeper than {MAX_DEPTH} levels")
+    return obj
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A repeated key hides one of two settings; json.loads would keep the last silently.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {_short(key)!r}")
+        out[key] = value
+    return out
+
+
+def _depth_within(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return True
+
+
+def _normalize_keys(obj: dict[str, Any]) -> dict[str, Any]:
+    """Flag spellings (`--sd-clip-l`) become argparse dests, so refusals cannot be dodged."""
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = key.lstrip("-").replace("-", "_") if key.startswith("-") else key
+        if name in out:
+            raise KcppsError(f"key {_short(name)!r} is given twice (in two spellings)")
+        out[name] = value
+    return out
+
+
+def _migrate_legacy(raw: dict[str, Any]) -> None:
+    """Rename spellings older KoboldCpp releases saved; the current key wins when both exist."""
+    model = raw.pop("model", None)
+    if not raw.get("model_param"):
+        first = _first_model(model)
+        if first:
+            raw["model_param"] = first
+    for old, new in (("usecublas", "usecuda"), ("blasbatchsize", "batchsize"),
+                     ("sdclipl", "sdclip1"), ("sdclipg", "sdclip2")):  # fmt: skip
+        value = raw.pop(old, None)
+        if new not in raw and value not in (None, "", [], False):
+            raw[new] = value
+    usecuda = raw.get("usecuda")
+    if isinstance(usecuda, list):
+        for word, key, setting in (("lowvram", "lowvram", True), ("nommq", "nommq", True),
+                                   ("rowsplit", "splitmode", "row")):  # fmt: skip
+            if word in usecuda:
+                raw[key] = setting
+    _migrate_sdconfig(raw, raw.pop("sdconfig", None))
+    _migrate_hordeconfig(raw, raw.pop("hordeconfig", None))
+
+
+def _first_model(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, list):
+        return next((v for v in value if isinstance(v, str) and v.strip()), None)
+    if value is None:
+        return None
+    raise KcppsError("model must be a file path or a list of file paths")
+
+
+def _migrate_sdconfig(raw: dict[str, Any], value: Any) -> None:
+    # Old layout: [model file, clamp mode, threads, "quant"|"noquant"].
+    if not value:
+        return
+    if not isinstance(value, list):
+        raise KcppsError("sdconfig must be a list")
+    if not raw.get("sdmodel"):
+        raw["sdmodel"] = value[0]
+    if len(value) > 1:
+        raw["sdclamped"] = 512
+    if len(value) > 2:
+        raw["sdthreads"] = _legacy_int("sdconfig", value[2])
+    if len(value) > 3:
+        raw["sdquant"] = 2 if value[3] == "quant" else 0
+
+
+def _migrate_hordeconfig(raw: dict[str, Any], value: Any) -> None:
+    # Old layout: [model name, gen length, max context, api key, worker name].
+    if not value:
+        return
+    if not isinstance(value, list):
+        raise KcppsError("hordeconfig must be a list")
+    if value[0] == "":
+        return
+    raw["hordemodelname"] = value[0]
+    if len(value) > 1:
+        raw["hordegenlen"] = _legacy_int("hordeconfig", value[1])
+    if len(value) > 2:
+        raw["hordemaxctx"] = _legacy_int("hordeconfig", value[2])
+    if len(value) > 4:
+        raw["hordekey"], raw["hordeworkername"] = value[3], value[4]
+
+
+def _legacy_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise KcppsError(f"{key} holds a non-numeric count")
+    try:
+        return int(value)
+    except (ValueError, OverflowError):
+        raise KcppsError(f"{key} holds a non-numeric count") from None
+
+
+def _strip_refused(raw: dict[str, Any]) -> tuple[str, ...]:
+    """Refuse keys that would run programs; drop router-owned ones. Returns the dropped keys."""
+    dropped = []
+    for key in list(raw):
+        value = raw[key]
+        if key in REFUSED_KEYS or BINARY_KEY.search(key):
+            if _is_set(value):
+                why = REFUSED_KEYS.get(key, "sets a program path")
+                raise KcppsError(f"{key} is not allowed: it {why}; remove it from the file")
+            dropped.append(key)
+            del raw[key]
+        elif key in DROPPED_KEYS:
+            dropped.append(key)
+            del raw[key]
+    return tuple(sorted(dropped))
+
+
+def _is_set(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value.strip())
+    return value not in (None, False, [], {}, 0)
+
+
+def _backend_mode(value: Any, default: BackendMode) -> BackendMode:
+    if value is None or value == "":
+        return default
+    if isinstance(value, str) and value in {m.value for m in BackendMode}:
+        return BackendMode(value)
+    raise KcppsError("backend_mode must be one of " + ", ".join(m.value for m in BackendMode))
+
+
+def _unload_policy(value: Any) -> UnloadPolicy:
+    if value is None or value == "":
+        return UnloadPolicy.NONE
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]  # the one-entry array shape means the same as the bare value
+    if isinstance(value, str) and value in {p.value for p in UnloadPolicy}:
+        return UnloadPolicy(value)
+    raise KcppsError(
+        "router_unload_policy must be one of " + ", ".join(p.value for p in UnloadPolicy)
+    )
+
+
+def _jinja_kwargs(value: Any) -> dict[str, Any]:
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise KcppsError("jinja_kwargs string is not valid JSON") from None
+        if not _depth_within(value, MAX_DEPTH):
+            raise KcppsError(f"jinja_kwargs nesting deeper than {MAX_DEPTH} levels")
+    if not isinstance(value, dict):
+        raise KcppsError("jinja_kwargs must be a JSON object or a string holding one")
+    return value
+
+
+def _precedence(value: Any) -> Literal["config", "client"]:
+    if value is None or value == "" or value == "config":
+        return "config"
+    if value == "client":
+        return "client"
+    raise KcppsError("router_jinja_kwargs_precedence must be config or client")
+
+
+def _serve_args(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise KcppsError("serve_args must be a list of strings")
+    for arg in value:
+        flag = arg.split("=", 1)[0].strip()
+        if flag in REFUSED_SERVE_FLAGS:
+            raise KcppsError(f"serve_args may not contain {flag} (the router owns it)")
+    return tuple(value)
+
+
+def _flag(key: str, value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise KcppsError(f"{key} must be true or false")
+
+
+def _components(raw: Mapping[str, Any], base: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for key in (*MAIN_COMPONENTS, *sorted(AUX_COMPONENTS)):
+        value = raw.get(key)
+        if value in (None, "", False, []):
+            continue
+        if isinstance(value, list) and key in LIST_COMPONENTS:
+            items = [v for v in value if v is not None and not _blank(v)]
+            for index, item in enumerate(items):
+                found[f"{key}[{index}]"] = _component_path(key, item, base)
+        elif isinstance(value, str):
+            if value.strip():
+                found[key] = _component_path(key, value, base)
+        else:
+            raise KcppsError(f"{key} must be a file path")
+    return found
+
+
+def _blank(value: Any) -> bool:
+    return isinstance(value, str) and not value.strip()
+
+
+def _component_path(key: str, value: Any, base: Path) -> Path:
+    if not isinstance(value, str):
+        raise KcppsError(f"{key} must list file paths")
+    text = value.strip()
+    if "\x00" in text or len(text) > MAX_PATH_CHARS:
+        raise KcppsError(f"{key} is not a usable file path")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise KcppsError(f"{key} is not a usable file path") from None
+    if URL_PATTERN.match(text):
+        raise KcppsError(f"{key} is a URL; download the file and give its path")
+    if key == "model_param" and text.lower().endswith((".kcpps", ".kcppt")):
+        raise KcppsError("model_param names another launch config; point it at a model file")
+    return Path(os.path.normpath(base / text))
+
+
+def _check_roots(components: Mapping[str, Path], roots: Sequence[Path]) -> None:
+    if not roots:
+        return
+    real_roots = [Path(os.path.realpath(r)) for r in roots]
+    for key, path in components.items():
+        real = Path(os.path.realpath(path))
+        if not any(real.is_relative_to(root) for root in real_roots):
+            raise KcppsError(f"{key} points outside the allowed model folders (models.file_roots)")
+
+
+def _lanes(
+    components: Mapping[str, Path], mode: BackendMode
+) -> tuple[frozenset[Lane], tuple[str, ...]]:
+    lanes: set[Lane] = set()
+    warnings: list[str] = []
+    for key, lane in MAIN_COMPONENTS.items():
+        if key not in components:
+            continue
+        if key == "ttsmodel" and mode is not BackendMode.KOBOLD:
+            warnings.append("ttsmodel is ignored: text-to-speech is served only in kobold mode")
+        elif family_for(mode, lane) is None:
+            warnings.append(
+                f"{key} is ignored: {mode.value} mode does not serve the {lane.value} lane"
+            )
+        else:
+            lanes.add(lane)
+    return frozenset(lanes), tuple(warnings)
+
+
+def _image_id(config_id: str, components: Mapping[str, Path]) -> str:
+    source = components.get("sdmodel") or components["sddiffusionmodel"]
+    # Split on both separators: configs written on Windows carry `C:\models\x.safetensors`.
+    name = re.split(r"[\\/]", str(source))[-1]
+    stem = name.rsplit(".", 1)[0] if "." in name[1:] else name
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "image"
+    return f"{config_id}-{stem}"[:128]
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

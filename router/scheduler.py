@@ -1,0 +1,84 @@
+"""Pure queueing and swap decisions for one lane (no I/O, no clocks of its own).
+
+runtime.py describes a lane as plain values and applies whatever `decide()` returns. Keeping
+the policy here lets it be tested exhaustively without processes:
+
+- Requests for the loaded model are granted at once while nobody waits for another model.
+- While others wait, requests for the loaded model still go first (batching, R17), but only
+  until the oldest other waiter has waited `max_batch_wait`; then the lane drains.
+- A draining runtime takes no new leases; when its last lease is released it stops, and the
+  oldest waiter's model loads next. Running work is never cancelled (R15).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Phase(Enum):
+    EMPTY = "empty"  # nothing runs in the lane (or it failed / exited)
+    LOADING = "loading"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+@dataclass(frozen=True)
+class LaneView:
+    phase: Phase
+    active: str | None  # runtime key serving the lane (a config can occupy several lanes)
+    leases: int
+    draining: bool
+
+
+@dataclass(frozen=True)
+class WaiterView:
+    key: str  # the runtime key the waiter needs
+    enqueued_at: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    grant: tuple[int, ...] = ()  # indexes into the waiter list, in queue order
+    drain: bool = False  # stop taking leases on the active runtime
+    undrain: bool = False  # nobody needs the swap any more
+    stop: bool = False  # the active runtime has drained: stop it
+    load: str | None = None  # start loading this key (the lane is empty)
+
+
+NOTHING = Decision()
+
+
+def decide(
+    lane: LaneView, waiters: Sequence[WaiterView], now: float, max_batch_wait: float
+) -> Decision:
+    if lane.phase is Phase.EMPTY:
+        return Decision(load=waiters[0].key) if waiters else NOTHING
+    if lane.phase is not Phase.READY:
+        return NOTHING  # loading or stopping: waiters keep waiting
+    matching = tuple(i for i, w in enumerate(waiters) if w.key == lane.active)
+    others = [w for w in waiters if w.key != lane.active]
+    if not others:
+        return Decision(grant=matching, undrain=lane.draining)
+    if lane.draining:
+        return Decision(stop=True) if lane.leases == 0 else NOTHING
+    oldest_other = min(w.enqueued_at for w in others)
+    if matching and now - oldest_other < max_batch_wait:
+        return Decision(grant=matching)
+    if lane.leases == 0:
+        return Decision(drain=True, stop=True)
+    return Decision(drain=True)
+
+
+def next_deadline(
+    waiters: Sequence[WaiterView], active: str | None, max_batch_wait: float
+) -> float | None:
+    """When the batching window of the oldest other-model waiter closes (to re-run decide)."""
+    others = [w.enqueued_at for w in waiters if w.key != active]
+    return min(others) + max_batch_wait if others else None
+
+
+def retry_after(queue_len: int, max_queue: int) -> float:
+    """A Retry-After hint that grows with the backlog; clients back off instead of hammering."""
+    return 1.0 + 4.0 * min(1.0, queue_len / max(1, max_queue))
