@@ -1,0 +1,222 @@
+"""Credentials -> role, and the per-route role check (the `authenticate` middleware).
+
+Runs after the edge guards (router/guards.py documents the whole order). The policy table is
+in docs/security.md; in short: inference routes take inference or admin keys, admin routes
+admin keys, `/router/v1/node/...` only the cluster token, and the cluster token nothing else.
+
+Keys are kept only as SHA-256 digests. A presented key is hashed once and compared with every
+stored digest through `hmac.compare_digest`, always all of them, so neither the time taken nor
+the code path depends on which key (if any) matched (S18). A plain hash, not a KDF: keys are
+long random tokens, and a KDF per request would cost more than the proxying itself (S19).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+from collections.abc import Mapping
+from typing import Protocol
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from router import errors
+from router.domain import Role, Surface
+from router.guards import Handler, Middleware, RouteOf
+from router.settings import Settings
+
+# Never forwarded to a backend: the router's keys are not the backends' business.
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key"})
+# Refused as credentials (they end up in logs and browser history); named in the 401 message.
+QUERY_CREDENTIAL_PARAMS = frozenset({"key", "api_key", "apikey", "token", "access_token"})
+SHUTDOWN_HANDLER = "control.shutdown"
+SHUTDOWN_PATH = "/router/v1/shutdown"
+
+# Roles whose keys a route of the given role accepts. CLUSTER is deliberately alone.
+ACCEPTED: Mapping[Role, frozenset[Role]] = {
+    Role.INFERENCE: frozenset({Role.INFERENCE, Role.ADMIN}),
+    Role.ADMIN: frozenset({Role.ADMIN}),
+    Role.CLUSTER: frozenset({Role.CLUSTER}),
+}
+# Set by authenticate: the role the request acted with (None: no key was needed), for analytics.
+AUTH_ROLE = web.RequestKey("auth_role", object)
+_NEEDS = {
+    Role.INFERENCE: "an inference or admin key",
+    Role.ADMIN: "an admin key",
+    Role.CLUSTER: "the cluster token",
+}
+# Which role wins is decided by bit position after every comparison has run.
+_ROLE_BITS = ((Role.ADMIN, 1), (Role.INFERENCE, 2), (Role.CLUSTER, 4))
+
+
+class AuthRoute(Protocol):
+    """The part of classify.Route authentication reads (plus optional `handler`/`template`)."""
+
+    @property
+    def role(self) -> Role: ...
+    @property
+    def surface(self) -> Surface: ...
+
+
+def digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+class KeyRing:
+    """The configured credentials, as digests tagged with their role."""
+
+    def __init__(
+        self,
+        inference: tuple[str, ...] = (),
+        admin: tuple[str, ...] = (),
+        cluster: tuple[str, ...] = (),
+    ) -> None:
+        bits = dict(_ROLE_BITS)
+        entries: dict[bytes, int] = {}
+        for role, keys in (
+            (Role.INFERENCE, inference),
+            (Role.ADMIN, admin),
+            (Role.CLUSTER, cluster),
+        ):
+            for key in keys:
+                if not key:
+                    continue
+                d = digest(key)
+                if d in entries and entries[d] != bits[role]:
+                    raise ValueError(
+                        "a key may belong to one role only (inference, admin, cluster)"
+                    )
+                entries[d] = bits[role]
+        self._entries = tuple(entries.items())
+        self.has_inference = any(b == bits[Role.INFERENCE] for _, b in self._entries)
+        self.has_admin = any(b == bits[Role.ADMIN] for _, b in self._entries)
+        self.has_cluster = any(b == bits[Role.CLUSTER] for _, b in self._entries)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KeyRing:
+        cluster = {t for t in (settings.cluster.token, settings.auth.cluster_token) if t}
+        return cls(settings.auth.inference_keys, settings.auth.admin_keys, tuple(cluster))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def role_for(self, presented: str | None) -> Role | None:
+        """The role of a presented key, or None. Hashes once; compares with every digest."""
+        if not presented:
+            return None
+        probe = digest(presented)
+        matched = 0
+        for stored, bit in self._entries:
+            # Multiply instead of `if`: the loop body is the same for matches and misses.
+            matched |= bit * hmac.compare_digest(probe, stored)
+        for role, bit in _ROLE_BITS:
+            if matched & bit:
+                return role
+        return None
+
+
+def presented_credential(headers: Mapping[str, str]) -> str | None:
+    """`Authorization: Bearer <k>`, else `X-Api-Key: <k>`; nothing else counts."""
+    authorization = headers.get("Authorization", "")
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    key = headers.get("X-Api-Key", "").strip()
+    return key or None
+
+
+def strip_credentials(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    """A copy of `headers` without the router's credential headers, for the backend request."""
+    items = headers.items()
+    return CIMultiDict((k, v) for k, v in items if k.lower() not in CREDENTIAL_HEADERS)
+
+
+def is_shutdown(route: object) -> bool:
+    return (
+        getattr(route, "handler", None) == SHUTDOWN_HANDLER
+        or getattr(route, "template", None) == SHUTDOWN_PATH
+    )
+
+
+def _missing(request: web.Request) -> errors.Unauthorized:
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if QUERY_CREDENTIAL_PARAMS & {name.lower() for name in request.query}:
+        return errors.Unauthorized(
+            "API keys in the URL are not accepted; send Authorization: Bearer <key>",
+            headers=challenge,
+        )
+    return errors.Unauthorized(
+        "an API key is required: send Authorization: Bearer <key>", headers=challenge
+    )
+
+
+def _bound_to_loopback(settings: Settings) -> bool:
+    host = settings.server.host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Policy:
+    """Decides, per request, whether the presented credential may use the route."""
+
+    def __init__(self, keyring: KeyRing, settings: Settings) -> None:
+        self.keyring = keyring
+        self.trusted_lan = settings.security.profile == "trusted_lan"
+        # secure + loopback bind + no API key configured: a single-user machine, keys off.
+        # (settings refuse a non-loopback bind in secure without keys; this is the backstop.)
+        self.keyless_local = (
+            not self.trusted_lan
+            and not (keyring.has_inference or keyring.has_admin)
+            and _bound_to_loopback(settings)
+        )
+
+    def check(self, request: web.Request, route: AuthRoute) -> Role | None:
+        """The role the request acts with (None when no key was needed); raises 401/403."""
+        required = route.role
+        if is_shutdown(route) and not self.trusted_lan and not self.keyring.has_admin:
+            raise errors.Forbidden(
+                "shutdown is disabled: the secure profile allows it only when an admin key "
+                "is configured (auth.admin_keys or TENSOR_ROUTER_ADMIN_KEY)"
+            )
+        if required is Role.PUBLIC:
+            return None
+        if required is Role.CLUSTER:
+            if not self.keyring.has_cluster:
+                raise errors.Forbidden(
+                    "cluster routes are disabled: no cluster token is configured"
+                )
+        elif self.trusted_lan or self.keyless_local:
+            return None
+        return self._role_of_key(request, required)
+
+    def _role_of_key(self, request: web.Request, required: Role) -> Role:
+        credential = presented_credential(request.headers)
+        if credential is None:
+            raise _missing(request)
+        role = self.keyring.role_for(credential)
+        if role is None:
+            raise errors.Unauthorized("Invalid API Key", headers={"WWW-Authenticate": "Bearer"})
+        if role not in ACCEPTED[required]:
+            raise errors.Forbidden(f"this route needs {_NEEDS[required]}")
+        return role
+
+
+def auth_middleware(keyring: KeyRing, settings: Settings, route_of: RouteOf) -> Middleware:
+    """The `authenticate` middleware; sets `request[AUTH_ROLE]` for analytics."""
+    policy = Policy(keyring, settings)
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = route_of(request)
+        try:
+            request[AUTH_ROLE] = policy.check(request, route)
+        except errors.RouterError as err:
+            return errors.render(err, route.surface)
+        return await handler(request)
+
+    return authenticate

@@ -1,0 +1,437 @@
+"""The route table: (method, path) -> the Route that says how the router treats a request.
+
+`ROUTES` is data, read top to bottom. Exact templates are looked up in a dict first; templates
+with parameters are tried in table order, so a family catch-all such as `/v1/{tail:.+}` sits
+after every more specific `/v1/...` template (a test instantiates each template to prove no
+earlier one shadows it). Several records may share one template when methods need different
+handlers or flags. The first template that matches a path decides 404 vs 405, so a wrong method
+on a known path is a 405 and never falls through to a catch-all.
+
+`classify(method, path) -> Route` is the interface of record; `match(method, path) -> Match`
+also returns the path parameters (`{"prompt_id": ...}`, `{"tail": ...}`). Both are pure.
+`python -m router.classify` prints the markdown table embedded in docs/routes.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from router.domain import Family, Lane, Role, Surface
+from router.errors import MethodNotAllowed, RouteNotFound
+
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+_PARAM = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
+# Percent-encoded '/', '\', NUL and '.' have no business in a decoded path: they mean a client
+# double-encoded a separator or traversal that a backend might decode a second time.
+_BAD_ENCODED = re.compile(r"%(?:2f|5c|00|2e)", re.IGNORECASE)
+
+
+class BodyMode(StrEnum):
+    """What the request body is, for size caps and for whether the selector reads it."""
+
+    NONE = "none"  # no body expected; the selector never reads one
+    JSON = "json"  # JSON (or multipart, by Content-Type) scanned for the selector, then replayed
+    MULTIPART = "multipart"  # multipart/form-data uploads (audio, reference images)
+    STREAM = "stream"  # opaque bytes or a WebSocket, forwarded as they come
+    CONTROL = "control"  # small JSON the router's own handler parses (max_control_body_mb)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRule:
+    """Where a model selector may be found; earlier entries win within each source.
+
+    Sources are consulted body first (JSON keys or the multipart field, chosen by Content-Type),
+    then the query, then the `X-Tensors-Model` header (router/selector.py).
+    """
+
+    json_keys: tuple[str, ...] = ()  # dotted paths into the top-level JSON object
+    query: tuple[str, ...] = ()
+    header: bool = False
+    multipart_field: str | None = None
+
+    @property
+    def reads_body(self) -> bool:
+        return bool(self.json_keys or self.multipart_field)
+
+    def describe(self) -> str:
+        parts = [f"json `{k}`" for k in self.json_keys]
+        parts += [f"form `{self.multipart_field}`"] if self.multipart_field else []
+        parts += [f"query `{q}`" for q in self.query]
+        parts += ["header"] if self.header else []
+        return ", ".join(parts) or "-"
+
+
+NO_SELECTOR = SelectorRule()
+QUERY_SELECTOR = SelectorRule(query=("model",), header=True)
+TEXT_SELECTOR = SelectorRule(json_keys=("model",), query=("model",), header=True)
+FORM_SELECTOR = SelectorRule(
+    json_keys=("model",), query=("model",), header=True, multipart_field="model"
+)
+IMAGE_SELECTOR = SelectorRule(
+    json_keys=("model", "sd_model_checkpoint", "override_settings.sd_model_checkpoint"),
+    query=("model", "sd_model_checkpoint"),
+    header=True,
+    multipart_field="model",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One row of the table. `handler` is "proxy" or the dotted name of a router-local handler."""
+
+    template: str
+    methods: frozenset[str]
+    surface: Surface
+    lane: Lane | None
+    role: Role
+    handler: str = "proxy"
+    selector: SelectorRule = NO_SELECTOR
+    body: BodyMode = BodyMode.NONE
+    model_required: bool = False
+    origin_strict: bool = False  # Ollama / llama-server style: Origin checked on every method
+    vllm: bool = False  # usable on a vLLM runtime (its strict allowlist, or the router's handler)
+    # Native families that implement the path; empty = the router answers without a backend.
+    served_by: frozenset[Family] = frozenset()
+    # True when any declared method is unsafe; Match.state_changing decides per request.
+    state_changing: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state_changing", not self.methods <= SAFE_METHODS)
+
+    @property
+    def allowed(self) -> frozenset[str]:
+        """Declared methods plus HEAD wherever GET is allowed."""
+        return self.methods | {"HEAD"} if "GET" in self.methods else self.methods
+
+    @property
+    def proxied(self) -> bool:
+        return self.handler == "proxy"
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A classified request: its Route, the template's path parameters, and the method."""
+
+    route: Route
+    params: Mapping[str, str]
+    method: str
+
+    @property
+    def state_changing(self) -> bool:
+        return self.method not in SAFE_METHODS
+
+
+# fmt: off
+# ---- the table -------------------------------------------------------------------------------
+
+_K, _L, _S, _W, _V = Family.KOBOLD, Family.LLAMACPP, Family.SDCPP, Family.WHISPERCPP, Family.VLLM
+TEXT_FAMILIES = frozenset({_K, _L, _V})
+_T, _I, _VO, _E, _MU = Lane.TEXT, Lane.IMAGE, Lane.VOICE, Lane.EMBEDDINGS, Lane.MUSIC
+_J, _M, _N, _ST, _C = BodyMode.JSON, BodyMode.MULTIPART, BodyMode.NONE, BodyMode.STREAM, BodyMode.CONTROL
+_ANY = "GET POST PUT PATCH DELETE"
+
+
+def _r(
+    template: str,
+    methods: str,
+    surface: Surface,
+    lane: Lane | None,
+    role: Role,
+    handler: str = "proxy",
+    *,
+    sel: SelectorRule | None = None,
+    body: BodyMode | None = None,
+    fam: frozenset[Family] | set[Family] = frozenset(),
+    strict: bool = False,
+    vllm: bool = False,
+    required: bool = False,
+) -> Route:
+    """Row builder: defaults follow the methods (GET-only rows have no body and read the query)."""
+    mset = frozenset(methods.split())
+    get_only = mset <= SAFE_METHODS
+    if sel is None:
+        sel = QUERY_SELECTOR if get_only else TEXT_SELECTOR
+    return Route(
+        template, mset, surface, lane, role, handler,
+        selector=sel, body=body or (_N if get_only else _J), model_required=required,
+        origin_strict=strict, vllm=vllm, served_by=frozenset(fam),
+    )
+
+
+def _inf(template: str, methods: str, surface: Surface, lane: Lane | None, **kw: object) -> Route:
+    return _r(template, methods, surface, lane, Role.INFERENCE, **kw)  # type: ignore[arg-type]
+
+
+def _admin(template: str, methods: str, handler: str, surface: Surface = Surface.SITE,
+           body: BodyMode | None = None, **kw: object) -> Route:
+    body = body or (_N if frozenset(methods.split()) <= SAFE_METHODS else _C)
+    return _r(template, methods, surface, None, Role.ADMIN, handler, sel=NO_SELECTOR,
+              body=body, **kw)  # type: ignore[arg-type]
+
+
+def _vllm_op(op: str, methods: str) -> Route:
+    """Operational vLLM paths, admin-only; the handler maps /router/v1/vllm/X to the runtime's /X."""
+    return _r(f"/router/v1/vllm/{op}", methods, Surface.VLLM, None, Role.ADMIN, "vllm.admin",
+              sel=QUERY_SELECTOR, body=_C if methods == "POST" else _N, fam={_V}, vllm=True)
+
+
+OAI, A, KB, OL, LC = Surface.OPENAI, Surface.ANTHROPIC, Surface.KOBOLD, Surface.OLLAMA, Surface.LLAMACPP
+EM, VL, VC, CF = Surface.EMBEDDINGS, Surface.VLLM, Surface.VOICE, Surface.COMFY
+
+ROUTES: tuple[Route, ...] = (
+    # -- meta and discovery
+    _r("/health", "GET", Surface.META, None, Role.PUBLIC, "meta.health", sel=NO_SELECTOR),
+    _admin("/metrics", "GET", "meta.metrics", Surface.META),
+    _inf("/v1/models", "GET", OAI, _T, handler="models.openai_list", sel=NO_SELECTOR, vllm=True),
+    _inf("/v1/models/{model_id}", "GET", OAI, _T, handler="models.openai_get", sel=NO_SELECTOR, vllm=True),
+    _inf("/sdapi/v1/sd-models", "GET", Surface.A1111, _I, handler="models.sd_list", sel=NO_SELECTOR),
+    _admin("/router/v1/models", "GET", "models.router_list", Surface.CONTROL),
+    # -- explicit control
+    _admin("/router/v1/load", "POST", "control.load", Surface.CONTROL),
+    _admin("/router/v1/unload", "POST", "control.unload", Surface.CONTROL),
+    _admin("/router/v1/shutdown", "POST", "control.shutdown", Surface.CONTROL),
+    _admin("/router/v1/events", "GET", "control.events", Surface.CONTROL),
+    _admin("/router/v1/status", "GET", "control.status", Surface.CONTROL),
+    _admin("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
+    _admin("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
+    # -- operational vLLM (admin); anything else under /router/v1/vllm/ is a 404
+    _vllm_op("health", "GET"), _vllm_op("version", "GET"), _vllm_op("load", "GET"),
+    _vllm_op("metrics", "GET"), _vllm_op("tokenizer_info", "GET"),
+    _vllm_op("load_lora_adapter", "POST"), _vllm_op("unload_lora_adapter", "POST"),
+    _vllm_op("scale_elastic_ep", "POST"), _vllm_op("is_scaling_elastic_ep", "POST"),
+    # -- site management (admin)
+    _admin("/router/v1/site/inventory", "GET", "site.inventory"),
+    _admin("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
+    _admin("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
+    _admin("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
+    _admin("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
+    _admin("/router/v1/site/download", "GET POST", "site.download"),
+    _admin("/router/v1/site/download/{tail:.+}", "GET POST DELETE", "site.download"),
+    _admin("/router/v1/site/webuis", "GET POST", "site.webuis"),
+    _admin("/router/v1/site/webuis/{tail:.+}", "GET POST DELETE", "site.webuis"),
+    _admin("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
+    _admin("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
+    _admin("/router/v1/site/guardian-models", "GET POST DELETE", "site.guardian_models"),
+    _admin("/router/v1/site/analytics", "GET", "site.analytics"),
+    _admin("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
+    _admin("/router/v1/site/store/download", "GET", "site.store_download"),
+    _admin("/router/v1/site/load-captures", "GET", "site.load_captures"),
+    _admin("/router/v1/site/load-captures/{attempt_id}", "GET", "site.load_capture"),
+    _admin("/router/v1/site/load-captures/{attempt_id}/output", "GET", "site.load_capture_output"),
+    _admin("/router/v1/site/load-errors", "GET", "site.load_errors"),
+    _admin("/router/v1/site/load-errors", "DELETE", "site.load_errors_clear"),
+    _admin("/router/v1/site/models/state", "GET", "site.models_state"),
+    _admin("/router/v1/site/models/state", "POST", "site.models_state_set"),
+    _admin("/router/v1/site/cook/{tail:.+}", "GET POST PUT DELETE", "site.cook"),
+    _admin("/router/v1/site/config-file/{tail:.+}", "GET POST PUT DELETE", "site.config_file"),
+    _admin("/router/v1/site/model-files/{tail:.+}", "GET POST PUT DELETE", "site.model_files", body=_ST),
+    _admin("/router/v1/site/model-assets/{tail:.+}", "GET POST PUT DELETE", "site.model_assets", body=_ST),
+    # -- cluster (cluster token only)
+    _r("/router/v1/node/{tail:.+}", _ANY, Surface.NODE, None, Role.CLUSTER, "node.dispatch",
+       sel=NO_SELECTOR, body=_ST),
+    # -- OpenAI and Anthropic text
+    _inf("/v1/chat/completions", "POST", OAI, _T, fam=TEXT_FAMILIES, vllm=True, required=True),
+    _inf("/v1/completions", "POST", OAI, _T, fam=TEXT_FAMILIES, vllm=True, required=True),
+    _inf("/v1/chat/completions/batch", "POST", OAI, _T, fam={_V}, vllm=True),
+    _inf("/v1/chat/completions/render", "POST", OAI, _T, fam={_V}, vllm=True),
+    _inf("/v1/chat/completions/input_tokens", "POST", OAI, _T, fam={_L}),
+    _inf("/v1/completions/render", "POST", OAI, _T, fam={_V}, vllm=True),
+    _inf("/v1/responses", "POST", OAI, _T, fam=TEXT_FAMILIES, vllm=True),
+    _inf("/v1/responses/input_tokens", "POST", OAI, _T, fam={_L}),
+    _inf("/v1/responses/render", "POST", OAI, _T, fam={_V}, vllm=True),
+    _inf("/v1/responses/{id}", "GET", OAI, _T, fam={_V}, vllm=True),
+    _inf("/v1/responses/{id}", "DELETE", OAI, _T, sel=QUERY_SELECTOR, body=_N, fam={_K, _L}),
+    _inf("/v1/responses/{id}/cancel", "POST", OAI, _T, fam={_V}, vllm=True),
+    _inf("/v1/messages", "POST", A, _T, fam=TEXT_FAMILIES, vllm=True),
+    _inf("/v1/messages/count_tokens", "POST", A, _T, fam={_L, _V}, vllm=True),
+    _inf("/v1/messages/render", "POST", A, _T, fam={_V}, vllm=True),
+    _inf("/cohere/v2/chat/render", "POST", VL, _T, fam={_V}, vllm=True),
+    _inf("/generative_scoring", "POST", VL, _T, fam={_V}, vllm=True, strict=True),
+    _inf("/invocations", "POST", VL, _T, fam={_V}, vllm=True, strict=True),
+    # -- Kobold text
+    _inf("/api/v1/generate", "POST", KB, _T, fam={_K}),
+    _inf("/api/extra/generate/stream", "POST", KB, _T, fam={_K}),
+    _inf("/api/extra/tokencount", "POST", KB, _T, fam={_K}),
+    # -- Ollama (router-local: synthesized lists, or translation when the backend lacks Ollama)
+    _inf("/api/tags", "GET", OL, _T, handler="ollama.tags", sel=NO_SELECTOR, strict=True, vllm=True),
+    _inf("/api/ps", "GET", OL, _T, handler="ollama.ps", sel=NO_SELECTOR, strict=True, vllm=True),
+    _inf("/api/version", "GET", OL, None, handler="ollama.version", sel=NO_SELECTOR, strict=True, vllm=True),
+    _inf("/api/show", "POST", OL, _T, handler="ollama.show", strict=True, vllm=True),
+    _inf("/api/chat", "POST", OL, _T, handler="ollama.chat", fam=TEXT_FAMILIES, strict=True, vllm=True),
+    _inf("/api/generate", "POST", OL, _T, handler="ollama.generate", fam=TEXT_FAMILIES, strict=True, vllm=True),
+    _inf("/api/embed", "POST", OL, _E, handler="ollama.embed", fam={_L, _V}, strict=True, vllm=True),
+    _inf("/api/embeddings", "POST", OL, _E, handler="ollama.embeddings", fam={_L, _V}, strict=True, vllm=True),
+    # -- llama-server's own API (Origin checked on every method); /slots/{id} actions are a 404
+    _inf("/completion", "POST", LC, _T, fam={_L}, strict=True),
+    _inf("/completions", "POST", LC, _T, fam={_L, _K}, strict=True),
+    _inf("/tokenize", "POST", LC, _T, fam={_L, _V}, strict=True, vllm=True),
+    _inf("/detokenize", "POST", LC, _T, fam={_L, _V}, strict=True, vllm=True),
+    _inf("/props", "GET", LC, _T, fam={_L, _K}, strict=True),
+    # Slots describe other clients' requests, so only an admin may read them.
+    _r("/slots", "GET", LC, _T, Role.ADMIN, fam={_L, _K}, strict=True),
+    _inf("/infill", "POST", LC, _T, fam={_L}, strict=True),
+    _inf("/apply-template", "POST", LC, _T, fam={_L}, strict=True),
+    _inf("/embedding", "POST", LC, _E, fam={_L}, strict=True),
+    _inf("/embeddings", "POST", LC, _E, fam={_L}, strict=True),
+    # -- embeddings, rerank, pooling
+    _inf("/v1/embeddings", "POST", EM, _E, fam={_K, _L, _V}, vllm=True),
+    _inf("/v2/embed", "POST", EM, _E, fam={_V}, vllm=True),
+    _inf("/api/extra/embeddings", "POST", KB, _E, fam={_K}),
+    _inf("/rerank", "POST", EM, _E, fam={_L, _V}, strict=True, vllm=True),
+    _inf("/v1/rerank", "POST", EM, _E, fam={_L, _V}, vllm=True),
+    _inf("/v1/reranking", "POST", EM, _E, fam={_L}),
+    _inf("/v2/rerank", "POST", EM, _E, fam={_V}, vllm=True),
+    _inf("/classify", "POST", EM, _E, fam={_V}, strict=True, vllm=True),
+    _inf("/score", "POST", EM, _E, fam={_V}, strict=True, vllm=True),
+    _inf("/v1/score", "POST", EM, _E, fam={_V}, vllm=True),
+    _inf("/pooling", "POST", EM, _E, fam={_V}, strict=True, vllm=True),
+    # -- voice
+    _inf("/v1/audio/speech", "POST", VC, _VO, fam={_K}),
+    _inf("/v1/audio/transcriptions", "POST", VC, _VO, sel=FORM_SELECTOR, body=_M, fam={_K, _W, _V}, vllm=True),
+    _inf("/v1/audio/translations", "POST", VC, _VO, sel=FORM_SELECTOR, body=_M, fam={_W, _V}, vllm=True),
+    _inf("/v1/audio/voices", "GET", VC, _VO, fam={_K}),
+    _inf("/audio/voices", "GET", VC, _VO, fam={_K}),
+    _inf("/api/extra/tts", "POST", VC, _VO, fam={_K}),
+    _inf("/api/extra/transcribe", "POST", VC, _VO, sel=FORM_SELECTOR, fam={_K, _W}),
+    _inf("/v1/realtime", "GET", OAI, _VO, body=_ST, fam={_V}, vllm=True),
+    # -- images: OpenAI, A1111, sd.cpp native, ComfyUI
+    _inf("/v1/images/{tail:.+}", "GET POST", OAI, _I, sel=IMAGE_SELECTOR, fam={_K, _S}),
+    _inf("/sdapi/v1/options", "GET POST", Surface.A1111, _I, handler="sdapi.options", sel=NO_SELECTOR, body=_C),
+    _inf("/sdapi/v1/refresh-checkpoints", "POST", Surface.A1111, _I, handler="sdapi.refresh", sel=NO_SELECTOR, body=_C),
+    _inf("/sdapi/v1/{tail:.+}", "GET POST", Surface.A1111, _I, sel=IMAGE_SELECTOR, fam={_K, _S}),
+    _inf("/sdcpp/v1/{tail:.+}", "GET POST", Surface.SDCPP, _I, sel=IMAGE_SELECTOR, fam={_S}),
+    _inf("/prompt", "GET POST", CF, _I, handler="comfy.prompt", sel=IMAGE_SELECTOR, fam={_K}),
+    _inf("/queue", "GET POST", CF, _I, sel=IMAGE_SELECTOR, fam={_K}),
+    _inf("/history", "GET POST", CF, _I, handler="comfy.history", sel=IMAGE_SELECTOR, fam={_K}),
+    _inf("/history/{prompt_id}", "GET", CF, _I, handler="comfy.history", fam={_K}),
+    _inf("/view", "GET", CF, _I, handler="comfy.view", fam={_K}),
+    _inf("/view/{tail:.+}", "GET", CF, _I, handler="comfy.view", fam={_K}),
+    _inf("/object_info", "GET", CF, _I, fam={_K}),
+    _inf("/object_info/{tail:.+}", "GET", CF, _I, fam={_K}),
+    _inf("/system_stats", "GET", CF, _I, fam={_K}),
+    _inf("/interrupt", "POST", CF, _I, sel=IMAGE_SELECTOR, fam={_K}),
+    _inf("/upload/image", "POST", CF, _I, handler="comfy.upload", sel=IMAGE_SELECTOR, body=_M, fam={_K}),
+    # -- music
+    _inf("/musicui", "GET", Surface.MUSIC, _MU, fam={_K}),
+    _inf("/musicui/{tail:.+}", "GET POST", Surface.MUSIC, _MU, fam={_K}),
+    _inf("/api/extra/music/{tail:.+}", "GET POST", Surface.MUSIC, _MU, fam={_K}),
+    # -- generic text catch-all: after every more specific /v1 rule; not on vLLM's allowlist
+    _inf("/v1", _ANY, OAI, _T, fam={_K, _L}),
+    _inf("/v1/{tail:.+}", _ANY, OAI, _T, fam={_K, _L}),
+)
+# fmt: on
+
+
+# ---- matching --------------------------------------------------------------------------------
+
+
+def _compile(template: str) -> re.Pattern[str]:
+    out, pos = [], 0
+    for m in _PARAM.finditer(template):
+        out.append(re.escape(template[pos : m.start()]))
+        out.append(f"(?P<{m.group(1)}>{m.group(2) or '[^/]+'})")
+        pos = m.end()
+    out.append(re.escape(template[pos:]))
+    return re.compile("".join(out))
+
+
+def _index(
+    routes: tuple[Route, ...],
+) -> tuple[dict[str, tuple[Route, ...]], tuple[tuple[re.Pattern[str], tuple[Route, ...]], ...]]:
+    exact: dict[str, list[Route]] = {}
+    patterned: dict[str, list[Route]] = {}
+    for route in routes:
+        bucket = patterned if _PARAM.search(route.template) else exact
+        bucket.setdefault(route.template, []).append(route)
+    for group in (*exact.values(), *patterned.values()):
+        seen: set[str] = set()
+        for route in group:
+            if seen & route.methods:
+                raise ValueError(f"route table: {route.template} declares a method twice")
+            seen |= route.methods
+    return (
+        {t: tuple(rs) for t, rs in exact.items()},
+        tuple((_compile(t), tuple(rs)) for t, rs in patterned.items()),
+    )
+
+
+_EXACT, _PATTERNED = _index(ROUTES)
+_NO_PARAMS: Mapping[str, str] = MappingProxyType({})
+
+
+def _unsafe(path: str) -> bool:
+    if not path.startswith("/") or "\x00" in path or "\\" in path or "//" in path:
+        return True
+    if _BAD_ENCODED.search(path):
+        return True
+    return any(seg in (".", "..") for seg in path.split("/"))
+
+
+def _candidates(path: str) -> tuple[tuple[Route, ...], Mapping[str, str]] | None:
+    exact = _EXACT.get(path)
+    if exact is not None:
+        return exact, _NO_PARAMS
+    for pattern, routes in _PATTERNED:
+        m = pattern.fullmatch(path)
+        if m is not None:
+            return routes, MappingProxyType(m.groupdict())
+    return None
+
+
+def match(method: str, path: str) -> Match:
+    """Classify and return the path parameters. A single trailing '/' is ignored.
+
+    Raises RouteNotFound for unknown or unsafe paths ('..', '.', NUL, backslash, '//',
+    percent-encoded separators) and MethodNotAllowed(method, allow) for a known path whose
+    template has no row for `method`; `allow` is the union over that template, HEAD included
+    wherever GET is.
+    """
+    if _unsafe(path):
+        raise RouteNotFound(path[:200])
+    key = path[:-1] if len(path) > 1 and path.endswith("/") else path
+    found = _candidates(key)
+    if found is None:
+        raise RouteNotFound(path[:200])
+    routes, params = found
+    for route in routes:
+        if method in route.allowed:
+            return Match(route, params, method)
+    raise MethodNotAllowed(method[:32], set().union(*(r.allowed for r in routes)))
+
+
+def classify(method: str, path: str) -> Route:
+    """The interface of record (docs/architecture.md): the Route only. See `match`."""
+    return match(method, path).route
+
+
+def routes_markdown() -> str:
+    """The table for docs/routes.md, one row per Route, in matching order."""
+    rows = [
+        "| Template | Methods | Surface | Lane | Role | Handler | Selector | Body | Flags | Served by |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in ROUTES:
+        flags = [
+            n
+            for n, on in (
+                ("model-required", r.model_required),
+                ("origin-strict", r.origin_strict),
+                ("vllm", r.vllm),
+                ("state-changing", r.state_changing),
+            )
+            if on
+        ]
+        rows.append(
+            f"| `{r.template}` | {' '.join(sorted(r.allowed))} | {r.surface} | {r.lane or '-'} "
+            f"| {r.role} | `{r.handler}` | {r.selector.describe()} | {r.body} "
+            f"| {', '.join(flags) or '-'} | {', '.join(sorted(r.served_by)) or 'router'} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(routes_markdown(), end="")

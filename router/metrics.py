@@ -1,0 +1,98 @@
+"""Prometheus metrics on an injected registry (never the global one, so tests and several
+apps in one process do not collide)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "tensor_router_requests",
+            "Requests answered, by route template, lane and status class.",
+            ["route", "lane", "status_class"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "tensor_router_request_duration_seconds",
+            "Whole request time.",
+            ["lane"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttfb = Histogram(
+            "tensor_router_time_to_first_byte_seconds",
+            "Time until the backend's response headers arrived.",
+            ["lane"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "tensor_router_queue_wait_seconds",
+            "Time from arrival to the start of backend work.",
+            ["lane"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.loads = Counter(
+            "tensor_router_loads", "Backend loads, by result.", ["family", "result"], registry=r
+        )
+        self.load_duration = Histogram(
+            "tensor_router_load_duration_seconds",
+            "Spawn to ready.",
+            ["family"],
+            buckets=_LOAD_BUCKETS,
+            registry=r,
+        )
+        self.runtime_state = Gauge(
+            "tensor_router_runtime_state",
+            "1 for the state each runtime is in.",
+            ["runtime", "state"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "tensor_router_in_flight", "Requests being served, by lane.", ["lane"], registry=r
+        )
+        self.queued = Gauge(
+            "tensor_router_queued", "Requests waiting for a runtime, by lane.", ["lane"], registry=r
+        )
+
+    def observe_request(
+        self,
+        route: str,
+        lane: str,
+        status: int,
+        duration: float,
+        ttfb: float | None,
+        queue_wait: float,
+    ) -> None:
+        self.requests.labels(route, lane, f"{status // 100}xx").inc()
+        self.duration.labels(lane).observe(duration)
+        if ttfb is not None:
+            self.ttfb.labels(lane).observe(ttfb)
+        self.queue_wait.labels(lane).observe(queue_wait)
+
+    def on_event(self, event: dict) -> None:
+        """Runtime events from the bus keep the load and state series current."""
+        kind = event.get("event")
+        runtime, family = event.get("runtime"), event.get("family", "")
+        if kind == "ready":
+            self.loads.labels(family, "ok").inc()
+            self.load_duration.labels(family).observe(event.get("load_seconds", 0.0))
+        elif kind == "failed":
+            self.loads.labels(family, "failed").inc()
+        if runtime and kind in ("loading", "ready", "failed", "unloading", "unloaded"):
+            for state in ("loading", "ready", "failed", "unloading", "unloaded"):
+                self.runtime_state.labels(runtime, state).set(1 if state == kind else 0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,75 @@
+"""Public <-> local model IDs in JSON, SSE and NDJSON bodies.
+
+Bodies are rewritten as bytes, never decoded and re-encoded: random-weight models (and real
+ones, mid-codepoint) emit invalid UTF-8 that must reach the client untouched, and re-serialising
+JSON would change every byte of formatting. Only the `"model": "<id>"` value is replaced.
+When the backend already uses the public ID (llama-server `--alias`, vLLM
+`--served-model-name`), the rewriter is the identity and costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+
+def _model_value_pattern(model_id: str) -> re.Pattern[bytes]:
+    encoded = json.dumps(model_id).encode()  # the JSON string literal, quotes included
+    return re.compile(rb'("model"\s*:\s*)' + re.escape(encoded))
+
+
+@dataclass
+class ModelRewriter:
+    public: str
+    local: str
+    _to_public: re.Pattern[bytes] | None = field(init=False, default=None)
+    _to_local: re.Pattern[bytes] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.public != self.local:
+            self._to_public = _model_value_pattern(self.local)
+            self._to_local = _model_value_pattern(self.public)
+
+    @property
+    def identity(self) -> bool:
+        return self._to_public is None
+
+    def request_body(self, body: bytes) -> bytes:
+        if self._to_local is None:
+            return body
+        replacement = json.dumps(self.local).encode().replace(b"\\", b"\\\\")
+        return self._to_local.sub(rb"\g<1>" + replacement, body)
+
+    def response_body(self, body: bytes) -> bytes:
+        if self._to_public is None:
+            return body
+        replacement = json.dumps(self.public).encode().replace(b"\\", b"\\\\")
+        return self._to_public.sub(rb"\g<1>" + replacement, body)
+
+    def stream(self) -> StreamRewriter:
+        return StreamRewriter(self)
+
+
+class StreamRewriter:
+    """Rewrites a line-framed stream (SSE or NDJSON) chunk by chunk.
+
+    Complete lines go out with the chunk that completed them, so events the backend sent
+    separately are never merged; only a trailing partial line waits for its end.
+    """
+
+    def __init__(self, rewriter: ModelRewriter) -> None:
+        self._rewriter = rewriter
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._rewriter.identity:
+            return chunk
+        data = self._pending + chunk
+        cut = data.rfind(b"\n") + 1
+        self._pending = data[cut:]
+        return self._rewriter.response_body(data[:cut])
+
+    def flush(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return self._rewriter.response_body(rest) if rest else b""
