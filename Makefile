@@ -31,8 +31,11 @@ llama-server: venv
 backends: llama-server
 	bash scripts/build-backends.sh
 
+# Serves configs/ when its .kcpps files point at real models, else tiny generated demo models.
 run: llama-server
-	$(VENV)/bin/tensor-router start --config configs/router.example.yaml
+	@cfg=$$($(VENV)/bin/tensor-router demo-config --config configs/router.example.yaml) && \
+	  echo "serving $$cfg on http://127.0.0.1:8080" && \
+	  exec $(VENV)/bin/tensor-router start --config "$$cfg"
 
 test: backends
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -1,0 +1,1 @@
+"""One adapter per native backend family; never imports router.api."""

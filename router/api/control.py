@@ -1,0 +1,102 @@
+"""Explicit model control: load, unload, shutdown, status and the runtime event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from typing import Any
+
+from aiohttp import web
+
+from router.api.common import Handler, read_control_json, resolve_model
+from router.appkeys import EVENTS, RUNTIMES
+from router.domain import Lane
+from router.errors import BadRequest
+from router.runtime import primary_lane
+
+TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
+SSE_HEARTBEAT = 15.0
+
+
+async def load(request: web.Request) -> web.StreamResponse:
+    body = await read_control_json(request, required=True)
+    config = resolve_model(request, body.get("model"))
+    lane = _lane_for(config, body.get("lane"), body.get("model"))
+    runtime = await request.app[RUNTIMES].load(config, lane)
+    return web.json_response(
+        {"model": body["model"], "status": runtime.state.value, "runtime": runtime.key}
+    )
+
+
+def _lane_for(config: Any, lane: Any, model_id: str) -> Lane:
+    if lane is None:
+        if model_id == config.image_id:
+            return Lane.IMAGE
+        return primary_lane(config)
+    try:
+        return Lane(lane)
+    except ValueError:
+        raise BadRequest(f"lane must be one of {', '.join(lane.value for lane in Lane)}") from None
+
+
+async def unload(request: web.Request) -> web.StreamResponse:
+    body = await read_control_json(request)
+    target = body.get("target", "all")
+    if target not in TARGETS:
+        raise BadRequest(f"target must be one of {', '.join(TARGETS)}")
+    stopped = await request.app[RUNTIMES].unload(TARGETS[target])
+    return web.json_response({"target": target, "unloaded": stopped})
+
+
+async def shutdown(request: web.Request) -> web.StreamResponse:
+    # The signal path is the one graceful-stop path (drain, flush, stop children).
+    asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+    return web.json_response({"status": "shutting down"})
+
+
+async def status(request: web.Request) -> web.StreamResponse:
+    runtimes = request.app[RUNTIMES]
+    return web.json_response(
+        {
+            "runtimes": runtimes.snapshot(),
+            "queued": {lane.value: runtimes.queue_length(lane) for lane in Lane},
+        }
+    )
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    bus = request.app[EVENTS]
+    async with bus.subscribe() as queue:
+        for runtime in request.app[RUNTIMES].snapshot():
+            await response.write(_sse({"event": "state", **runtime}))
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), SSE_HEARTBEAT)
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                continue
+            await response.write(_sse(event))
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    kind = event.get("event", "message")
+    return f"event: {kind}\ndata: {json.dumps(event, default=str)}\n\n".encode()
+
+
+HANDLERS: dict[str, Handler] = {
+    "control.load": load,
+    "control.unload": unload,
+    "control.shutdown": shutdown,
+    "control.status": status,
+    "control.events": events,
+}

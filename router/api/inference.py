@@ -1,0 +1,214 @@
+"""The forwarding handler: select -> resolve -> lease -> forward -> record (DESIGN.md section 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from backends.registry import adapter_for
+from router.api.common import Handler, route_of
+from router.appkeys import ARRIVED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
+from router.classify import Route
+from router.domain import BackendMode, Lane, family_for
+from router.errors import BadRequest, ModelNotFound, PayloadTooLarge, RouteNotFound, RouterError
+from router.headers import upstream_request_headers
+from router.kcpps import ModelConfig
+from router.proxy import ProxyResult, UpstreamRequest
+from router.recorder import RequestInfo
+from router.rewrite import ModelRewriter
+from router.runtime import Lease
+from router.selector import Selection, body_stream, read_selector
+
+MiB = 1024 * 1024
+
+
+async def forward(request: web.Request) -> web.StreamResponse:
+    route = route_of(request)
+    started = request.get(ARRIVED) or time.monotonic()
+    info = RequestInfo(route.template, route.surface.value, _lane_name(route), started, time.time())
+    result = ProxyResult()
+    try:
+        return await _forward(request, route, info, result)
+    except asyncio.CancelledError:
+        result.aborted, result.status = True, 499
+        raise
+    except RouterError as exc:
+        result.status = result.status or exc.status
+        result.error_message = result.error_message or exc.message
+        raise
+    finally:
+        request.app[RECORDER].record(
+            info,
+            status=result.status or 500,
+            upstream_status=result.upstream_status,
+            error_message=result.error_message,
+            ttfb_ms=result.ttfb_ms,
+            bytes_in=result.bytes_in,
+            bytes_out=result.bytes_out,
+            aborted=result.aborted,
+            tail=result.tail,
+        )
+
+
+async def _forward(
+    request: web.Request, route: Route, info: RequestInfo, result: ProxyResult
+) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    selection = await read_selector(request, route, int(settings.limits.selector_scan_mb * MiB))
+    config, public_id, lane = _choose(request, route, selection)
+    info.model, info.lane = public_id, lane.value
+    family = family_for(config.backend_mode, lane)
+    info.family = family.value if family else None
+    _check_served(route, config, lane, request)
+    lease = await request.app[RUNTIMES].ensure(config, lane)
+    info.queue_wait_ms = lease.queue_wait_ms
+    try:
+        return await _send(request, route, lease, selection, public_id, info, result)
+    finally:
+        lease.release()
+
+
+async def _send(
+    request: web.Request,
+    route: Route,
+    lease: Lease,
+    selection: Selection,
+    public_id: str,
+    info: RequestInfo,
+    result: ProxyResult,
+) -> web.StreamResponse:
+    runtime = lease.runtime
+    rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id)
+    body, replayable = _body(request, route, selection, rewriter, result)
+    upstream = UpstreamRequest(
+        request.method,
+        runtime.base_url + request.rel_url.raw_path_qs,
+        _headers(request),
+        body,
+        replayable,
+    )
+    wait_s = lease.queue_wait_ms / 1000.0
+
+    def overhead_ms() -> float:
+        # Everything since arrival except the wait for a runtime and the backend's own time.
+        spent = time.monotonic() - info.started - wait_s - (result.ttfb_ms or 0.0) / 1000.0
+        return max(0.0, spent * 1000.0)
+
+    response = await request.app[PROXY].forward(request, upstream, rewriter, result, overhead_ms)
+    if result.backend_failed:
+        request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
+    return response
+
+
+def _choose(
+    request: web.Request, route: Route, selection: Selection
+) -> tuple[ModelConfig, str, Lane]:
+    catalog = request.app[CATALOG]
+    lane = route.lane or Lane.TEXT
+    if selection.model is None:
+        if route.model_required:
+            raise BadRequest(
+                f'{route.template} needs a "model": one of {", ".join(catalog.text_ids()) or "(none configured)"}',
+                param="model",
+            )
+        config = _fallback(request, lane)
+        return (
+            config,
+            (config.image_id if lane is Lane.IMAGE and config.image_id else config.id),
+            lane,
+        )
+    config = catalog.resolve(selection.model)
+    if config is None:
+        raise ModelNotFound(selection.model)
+    if selection.model == config.image_id and lane is not Lane.IMAGE:
+        raise BadRequest(
+            f"{selection.model!r} is an image model; use /v1/images/generations or /sdapi/v1/txt2img"
+        )
+    return config, selection.model, lane
+
+
+def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
+    """No selector: the active runtime for the lane, else the only config that serves it."""
+    runtimes = request.app[RUNTIMES]
+    active = [rt.config for rt in runtimes.runtimes() if lane in rt.spec.occupies]
+    if active:
+        return active[0]  # type: ignore[no-any-return]
+    candidates = [c for c in request.app[CATALOG].configs() if lane in c.lanes]
+    if len(candidates) == 1:
+        return candidates[0]
+    names = ", ".join(c.id for c in candidates) or "(none configured)"
+    raise BadRequest(
+        f'name a model with a "model" field, ?model= or the X-Tensors-Model header; {lane} models: {names}',
+        param="model",
+    )
+
+
+def _check_served(route: Route, config: ModelConfig, lane: Lane, request: web.Request) -> None:
+    if lane not in config.lanes:
+        raise BadRequest(f"model {config.id!r} has no {lane} component; {_use_instead(config)}")
+    if config.backend_mode is BackendMode.VLLM and not route.vllm:
+        raise RouteNotFound(request.path)  # vLLM's strict allowlist (S23): never forwarded
+    family = family_for(config.backend_mode, lane)
+    if family is None:
+        raise BadRequest(f"{lane} requests are not served under backend_mode {config.backend_mode}")
+    if not adapter_for(family).serves(request.path, request.method):
+        raise BadRequest(
+            f"{request.method} {request.path} is not served by {family} for model {config.id!r}; "
+            f"{_use_instead(config)}"
+        )
+
+
+_ENDPOINT_FOR = {
+    Lane.TEXT: "/v1/chat/completions",
+    Lane.EMBEDDINGS: "/v1/embeddings",
+    Lane.IMAGE: "/v1/images/generations",
+    Lane.VOICE: "/v1/audio/transcriptions",
+    Lane.MUSIC: "/api/extra/music/...",
+}
+
+
+def _use_instead(config: ModelConfig) -> str:
+    uses = [_ENDPOINT_FOR[lane] for lane in Lane if lane in config.lanes]
+    return "use " + " or ".join(uses) if uses else "it serves nothing"
+
+
+def _body(
+    request: web.Request,
+    route: Route,
+    selection: Selection,
+    rewriter: ModelRewriter,
+    result: ProxyResult,
+) -> tuple[bytes | AsyncIterator[bytes] | None, bool]:
+    if selection.complete:
+        body = rewriter.request_body(selection.prefix) if selection.prefix else b""
+        result.bytes_in = len(body)
+        return (body if body or request.can_read_body else None), True
+    cap = int(request.app[SETTINGS].limits.max_stream_request_gb * 1024 * MiB)
+    return _counted(body_stream(selection, request), cap, result), False
+
+
+async def _counted(
+    chunks: AsyncIterator[bytes], cap: int, result: ProxyResult
+) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        result.bytes_in += len(chunk)
+        if result.bytes_in > cap:
+            raise PayloadTooLarge(
+                f"the body is larger than {cap} bytes (limits.max_stream_request_gb)"
+            )
+        yield chunk
+
+
+def _headers(request: web.Request) -> CIMultiDict[str]:
+    return upstream_request_headers(request.headers, extra_drop=("x-tensors-model",))
+
+
+def _lane_name(route: Route) -> str | None:
+    return route.lane.value if route.lane else None
+
+
+HANDLERS: dict[str, Handler] = {"proxy": forward}

@@ -1,0 +1,134 @@
+"""Model discovery answered from the catalog alone, and the disable/enable switch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from router.api.common import Handler, match_of, read_control_json, resolve_model
+from router.appkeys import CATALOG, RUNTIMES, SETTINGS
+from router.domain import Lane
+from router.errors import BadRequest, ModelNotFound
+from router.kcpps import ModelConfig
+
+OWNER = "tensor-router"
+
+
+def _created(config: ModelConfig) -> int:
+    try:
+        return int(config.path.stat().st_mtime)
+    except OSError:
+        return 0
+
+
+def _openai_entry(request: web.Request, config: ModelConfig) -> dict[str, Any]:
+    return {
+        "id": config.id,
+        "object": "model",
+        "created": _created(config),
+        "owned_by": OWNER,
+        "status": request.app[RUNTIMES].status_of(config.id),
+    }
+
+
+async def openai_list(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    data = [_openai_entry(request, c) for c in catalog.configs() if c.lanes & _TEXT_SIDE]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def openai_get(request: web.Request) -> web.StreamResponse:
+    model_id = match_of(request).params.get("model_id") or match_of(request).params.get("id", "")
+    config = request.app[CATALOG].resolve(model_id)
+    if config is None or config.id != model_id:
+        raise ModelNotFound(model_id)
+    return web.json_response(_openai_entry(request, config))
+
+
+async def sd_list(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    active = request.app[RUNTIMES].active_config_ids()
+    models = []
+    for image_id in catalog.image_ids(active):
+        config = catalog.resolve(image_id)
+        if config is None:
+            continue
+        diffusion = config.model_file(Lane.IMAGE)
+        models.append(
+            {
+                "title": image_id,
+                "model_name": image_id,
+                "hash": (config.asset_sha256.get("sdmodel") or "")[:10] or None,
+                "sha256": config.asset_sha256.get("sdmodel"),
+                "filename": diffusion.name if diffusion else "",
+                "config": None,
+            }
+        )
+    return web.json_response(models)
+
+
+def router_record(request: web.Request, config: ModelConfig) -> dict[str, Any]:
+    catalog = request.app[CATALOG]
+    settings = request.app[SETTINGS]
+    missing = catalog.missing_files(config)
+    return {
+        "id": config.id,
+        "image_id": config.image_id,
+        "capabilities": sorted(lane.value for lane in config.lanes),
+        "backend_mode": config.backend_mode.value,
+        "source": "local",
+        "node_id": settings.cluster.node_id,
+        "config_file": config.path.name,
+        "hashes": {"config": config.config_sha256, **dict(config.asset_sha256)},
+        "status": request.app[RUNTIMES].status_of(config.id),
+        "available": not missing,
+        "missing_files": list(missing),
+        "disabled": catalog.is_disabled(config.id),
+    }
+
+
+async def router_list(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    data = [router_record(request, c) for c in catalog.all_configs()]
+    return web.json_response({"object": "list", "data": data, "errors": catalog.errors})
+
+
+async def models_state(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    return web.json_response({"disabled": sorted(catalog.disabled_ids())})
+
+
+async def models_state_set(request: web.Request) -> web.StreamResponse:
+    body = await read_control_json(request, required=True)
+    model_id = body.get("model") or body.get("model_id") or body.get("id")
+    if "disabled" in body:
+        disabled = body["disabled"]
+    elif "enabled" in body:
+        disabled = not body["enabled"] if isinstance(body["enabled"], bool) else body["enabled"]
+    else:
+        disabled = body.get("state") == "disabled" if "state" in body else None
+    if not isinstance(disabled, bool):
+        raise BadRequest('send {"model": "<id>", "disabled": true|false}')
+    catalog = request.app[CATALOG]
+    if not isinstance(model_id, str) or not any(
+        model_id in (c.id, c.image_id) for c in catalog.all_configs()
+    ):
+        raise ModelNotFound(str(model_id))
+    # A disabled model keeps its running work; new requests naming it get 404.
+    await catalog.set_disabled(model_id, disabled)
+    return web.json_response({"model": model_id, "disabled": disabled})
+
+
+_TEXT_SIDE = frozenset({Lane.TEXT, Lane.EMBEDDINGS})
+
+HANDLERS: dict[str, Handler] = {
+    "models.openai_list": openai_list,
+    "models.openai_get": openai_get,
+    "models.sd_list": sd_list,
+    "models.router_list": router_list,
+    "site.models_state": models_state,
+    "site.models_state_set": models_state_set,
+}
+
+__all__ = ["HANDLERS", "resolve_model", "router_record"]

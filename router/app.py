@@ -1,0 +1,213 @@
+"""`create_app(settings)`: the one place that wires everything.
+
+Middleware order (outermost first), as DESIGN.md section 5 lays it down:
+
+  0. connection level (router/guards.py `GuardedRequestHandler`, installed by `serve()`):
+     connection cap, header deadline, request-line/header limits
+  1. `edge_errors`     stamps the arrival time; renders any RouterError escaping below in the
+                       surface's own shape; turns unexpected exceptions into a clean 500
+  2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
+  4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
+  6. `authenticate`    credential -> role; the route's declared role is checked
+  then the dispatcher: the route table's `handler` name -> the handler.
+
+Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
+client session -> store -> catalog -> runtimes (-> startup model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from backends.process import reap_stale
+from router import auth, guards
+from router.api import control, inference, meta, models, ollama
+from router.api.common import Handler
+from router.appkeys import (
+    ARRIVED,
+    CATALOG,
+    EVENTS,
+    MATCH,
+    METRICS,
+    PROXY,
+    RECORDER,
+    ROUTE,
+    RUNTIMES,
+    SESSION,
+    SETTINGS,
+)
+from router.catalog import Catalog
+from router.classify import Route, match
+from router.domain import Surface
+from router.errors import InternalError, NotImplementedRoute, RouterError, render
+from router.events import EventBus
+from router.loader import Loader
+from router.metrics import Metrics
+from router.proxy import Proxy
+from router.recorder import Recorder
+from router.runtime import RuntimeManager
+from router.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HANDLERS: dict[str, Handler] = {
+    **meta.HANDLERS,
+    **models.HANDLERS,
+    **control.HANDLERS,
+    **ollama.HANDLERS,
+    **inference.HANDLERS,
+}
+
+
+def route_of(request: web.Request) -> Route:
+    """Classify once per request; raises RouteNotFound / MethodNotAllowed."""
+    route = request.get(ROUTE)
+    if route is None:
+        found = match(request.method, request.path)
+        request[MATCH] = found
+        request[ROUTE] = route = found.route
+    return route  # type: ignore[no-any-return]
+
+
+def _surface_guess(request: web.Request) -> Surface:
+    route = request.get(ROUTE)
+    if route is not None:
+        return route.surface  # type: ignore[no-any-return]
+    return Surface.OLLAMA if request.path.startswith("/api/") else Surface.OPENAI
+
+
+def _secrets(settings: Settings) -> tuple[str, ...]:
+    keys = (*settings.auth.inference_keys, *settings.auth.admin_keys)
+    return keys + ((settings.cluster.token,) if settings.cluster.token else ())
+
+
+def edge_errors(settings: Settings) -> web.middleware:  # type: ignore[valid-type]
+    secrets = _secrets(settings)
+
+    @web.middleware
+    async def edge(request: web.Request, handler: Handler) -> web.StreamResponse:
+        request[ARRIVED] = time.monotonic()
+        try:
+            return await handler(request)
+        except RouterError as err:
+            return render(err, _surface_guess(request), secrets)
+        except web.HTTPException:
+            raise
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return render(InternalError("internal error"), _surface_guess(request), secrets)
+
+    return edge
+
+
+async def dispatch(request: web.Request) -> web.StreamResponse:
+    route = route_of(request)
+    handler = HANDLERS.get(route.handler)
+    if handler is None:
+        raise NotImplementedRoute(
+            f"{route.template} is recognised but not available in this version of tensor-router"
+        )
+    return await handler(request)
+
+
+def _unwrap_route(request: web.Request) -> Route:
+    """guards/auth call this; a classification error is raised as the edge renders it."""
+    return route_of(request)
+
+
+def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
+    app = web.Application(
+        middlewares=[
+            edge_errors(settings),
+            *guards.edge_middlewares(settings, _unwrap_route),
+            auth.auth_middleware(auth.KeyRing.from_settings(settings), settings, _unwrap_route),
+        ],
+        client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
+    )
+    app[SETTINGS] = settings
+    app[EVENTS] = EventBus()
+    app[METRICS] = metrics or Metrics()
+    app[EVENTS].subscribe_callback(app[METRICS].on_event)
+    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
+    app.cleanup_ctx.extend([_client_session, _catalog, _runtimes])
+    app.on_shutdown.append(_begin_drain)
+    app.router.add_route("*", "/{tail:.*}", dispatch)
+    return app
+
+
+async def _client_session(app: web.Application) -> AsyncIterator[None]:
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+        app[SESSION] = session
+        runtime = app[SETTINGS].runtime
+        app[PROXY] = Proxy(
+            session, idle_timeout=runtime.stream_idle_timeout, connect_window=runtime.load_timeout
+        )
+        yield
+
+
+async def _catalog(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
+    await catalog.refresh()
+    for name, problem in catalog.errors.items():
+        log.warning("skipped %s: %s", name, problem)
+    app[CATALOG] = catalog
+    watcher = asyncio.create_task(catalog.watch(2.0))
+    yield
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
+    await catalog.close()
+
+
+def state_dir(settings: Settings) -> Path:
+    base = settings.analytics.database_path
+    folder = base.parent if base is not None else Path.cwd() / "data"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def _runtimes(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    pid_dir = state_dir(settings) / "pids"
+    pid_dir.mkdir(parents=True, exist_ok=True)
+    reaped = reap_stale(pid_dir)
+    if reaped:
+        log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
+    loader = Loader(settings, app[SESSION], pid_dir)
+    manager = RuntimeManager(settings, loader, app[EVENTS])
+    app[RUNTIMES] = manager
+    startup = asyncio.create_task(_startup_model(app)) if settings.models.startup_model else None
+    yield
+    if startup is not None:
+        startup.cancel()
+    await manager.shutdown(0)
+
+
+async def _startup_model(app: web.Application) -> None:
+    model_id = app[SETTINGS].models.startup_model
+    assert model_id is not None
+    config = app[CATALOG].resolve(model_id)
+    if config is None:
+        log.error("models.startup_model %r is not in the catalog", model_id)
+        return
+    try:
+        await app[RUNTIMES].load(config)
+    except RouterError as err:
+        log.error("startup model %s failed to load: %s", model_id, err.message)
+
+
+async def _begin_drain(app: web.Application) -> None:
+    """Listener already closed: queued requests get 503; running work may finish (R27)."""
+    app[RUNTIMES].refuse_new_work()

@@ -1,0 +1,39 @@
+"""Typed application keys: the one registry of shared resources `create_app()` wires.
+
+Handlers read resources with `request.app[KEY]`; nothing else is global.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from router.catalog import Catalog
+    from router.events import EventBus
+    from router.metrics import Metrics
+    from router.proxy import Proxy
+    from router.recorder import Recorder
+    from router.runtime import RuntimeManager
+    from router.settings import Settings
+    from router.store import Store
+
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
+CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
+EVENTS: web.AppKey[EventBus] = web.AppKey("events")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session")
+RUNTIMES: web.AppKey[RuntimeManager] = web.AppKey("runtimes")
+PROXY: web.AppKey[Proxy] = web.AppKey("proxy")
+STORE: web.AppKey[Store] = web.AppKey("store")
+RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
+
+# Per-request storage (set by the edge and the classifier, read by handlers).
+if TYPE_CHECKING:
+    from router.classify import Match, Route
+
+ARRIVED: web.RequestKey[float] = web.RequestKey("arrived", float)
+MATCH: web.RequestKey[Match] = web.RequestKey("match", object)  # type: ignore[arg-type]
+ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[arg-type]

@@ -1,0 +1,206 @@
+"""`tensor-router`: start the daemon, check a config, and talk to a running router."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from router import __version__
+from router.settings import Settings, SettingsError, load_settings, resolve_config_path
+
+OLLAMA_PORT = 11434
+
+
+def _settings(config: str | None) -> Settings:
+    try:
+        return load_settings(resolve_config_path(config, os.environ))
+    except SettingsError as err:
+        raise click.ClickException(str(err)) from None
+
+
+@click.group()
+@click.version_option(__version__, prog_name="tensor-router")
+def main() -> None:
+    """One base URL in front of every local AI backend."""
+
+
+@main.command()
+@click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
+@click.option("--ollama", is_flag=True, help="also listen on 127.0.0.1:11434, Ollama's port")
+@click.option("--log-level", default="info", show_default=True)
+def start(config: str | None, ollama: bool, log_level: str) -> None:
+    """Run the router in the foreground until SIGTERM or SIGINT."""
+    from router.server import serve
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = _settings(config)
+    extra = [("127.0.0.1", OLLAMA_PORT)] if ollama else []
+    asyncio.run(serve(settings, extra_binds=extra))
+
+
+@main.command("check-config")
+@click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
+def check_config(config: str | None) -> None:
+    """Validate router.yaml and every .kcpps file it points at."""
+    from router.catalog import Catalog
+
+    settings = _settings(config)
+    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
+
+    async def scan() -> Catalog:
+        await catalog.refresh()
+        await catalog.close()
+        return catalog
+
+    asyncio.run(scan())
+    click.echo(f"{settings.source or 'defaults'}: ok ({len(catalog.all_configs())} model configs)")
+    for name, problem in catalog.errors.items():
+        click.echo(f"{name}: {problem}", err=True)
+    if catalog.errors:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
+def models(config: str | None) -> None:
+    """List the model IDs the catalog serves."""
+    from router.catalog import Catalog
+
+    settings = _settings(config)
+    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
+
+    async def scan() -> None:
+        await catalog.refresh()
+        await catalog.close()
+
+    asyncio.run(scan())
+    for cfg in catalog.all_configs():
+        lanes = ",".join(sorted(lane.value for lane in cfg.lanes))
+        image = f" image:{cfg.image_id}" if cfg.image_id else ""
+        click.echo(f"{cfg.id}\t{cfg.backend_mode.value}\t{lanes}{image}")
+
+
+@main.command()
+def version() -> None:
+    """Print the version."""
+    click.echo(__version__)
+
+
+def _client(config: str | None, url: str | None) -> httpx.Client:
+    if url is None:
+        settings = _settings(config)
+        host = settings.server.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{settings.server.port}"
+    key = os.environ.get("TENSOR_ROUTER_ADMIN_KEY")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=url, headers=headers, timeout=None)
+
+
+def _call(config: str | None, url: str | None, method: str, path: str, body: Any = None) -> Any:
+    try:
+        with _client(config, url) as client:
+            response = client.request(method, path, json=body)
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"cannot reach the router: {exc}") from None
+    payload = response.json() if response.content else {}
+    if response.status_code >= 400:
+        error = payload.get("error", payload) if isinstance(payload, dict) else payload
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise click.ClickException(f"{response.status_code}: {message}")
+    return payload
+
+
+_url = click.option("--url", help="router base URL (default: from the config's server.bind)")
+_cfg = click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
+
+
+@main.command()
+@_cfg
+@_url
+def status(config: str | None, url: str | None) -> None:
+    """Runtimes, their states, in-flight requests and queues of a running router."""
+    payload = _call(config, url, "GET", "/router/v1/status")
+    runtimes = payload.get("runtimes", [])
+    if not runtimes:
+        click.echo("no runtimes")
+    for rt in runtimes:
+        click.echo(
+            f"{rt['runtime']:<32} {rt['state']:<9} pid={rt.get('pid') or '-':<8}"
+            f" in_flight={rt['in_flight']} queued={sum(rt.get('queued', {}).values())}"
+        )
+    queued = {k: v for k, v in payload.get("queued", {}).items() if v}
+    if queued:
+        click.echo("queued: " + json.dumps(queued))
+
+
+@main.command()
+@_cfg
+@_url
+@click.argument("model")
+def load(config: str | None, url: str | None, model: str) -> None:
+    """Load MODEL now (waits until it is ready)."""
+    click.echo(json.dumps(_call(config, url, "POST", "/router/v1/load", {"model": model})))
+
+
+@main.command()
+@_cfg
+@_url
+@click.argument("target", default="all")
+def unload(config: str | None, url: str | None, target: str) -> None:
+    """Unload TARGET: text, image, embeddings, voice, music or all (the default)."""
+    click.echo(json.dumps(_call(config, url, "POST", "/router/v1/unload", {"target": target})))
+
+
+@main.command("demo-models")
+@click.argument("out_dir", type=click.Path(path_type=Path), default=Path("data/demo"))
+@click.option("--with-image/--no-image", default=False, help="also the ~290 MB SDXS image model")
+@click.option("--with-whisper/--no-whisper", default=True)
+def demo_models(out_dir: Path, with_image: bool, with_whisper: bool) -> None:
+    """Write tiny random-weight models and their .kcpps files (no download needed)."""
+    from router.demo_models import generate_demo_models
+
+    written = generate_demo_models(out_dir, image=with_image, whisper=with_whisper)
+    for name, path in written.items():
+        click.echo(f"{name}\t{path}")
+
+
+@main.command("demo-config")
+@_cfg
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path), default=Path("data/demo"), show_default=True
+)
+def demo_config(config: str | None, data_dir: Path) -> None:
+    """Print the router.yaml to serve: CONFIG when its .kcpps files point at real models, else
+    a demo config over tiny generated models (written once into DATA_DIR)."""
+    from router.catalog import Catalog
+    from router.demo_models import generate_demo_models, write_demo_router_yaml
+
+    settings = _settings(config)
+    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
+
+    async def servable() -> int:
+        await catalog.refresh()
+        await catalog.close()
+        return sum(1 for c in catalog.configs() if not catalog.missing_files(c))
+
+    if asyncio.run(servable()):
+        click.echo(settings.source)
+        return
+    click.echo(f"{settings.models.config_dir}: no model file found; using demo models", err=True)
+    generate_demo_models(data_dir)
+    click.echo(write_demo_router_yaml(data_dir, settings.source))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The demo set `make run` serves when configs/ points at no real model: tiny models, their
+.kcpps files and a router.yaml, written into one data folder and reused on later runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from router.demo_models.gguf_llama import generate_text_models
+from router.demo_models.kcpps_writer import write_kcpps, write_text_kcpps
+
+
+def generate_demo_models(out_dir: Path, *, image: bool = False, whisper: bool = True) -> dict[str, Path]:
+    """Models under out_dir/models, configs under out_dir/kcpps; returns name -> file."""
+    models_dir = out_dir / "models"
+    kcpps_dir = out_dir / "kcpps"
+    written: dict[str, Path] = dict(generate_text_models(models_dir))
+    write_text_kcpps(kcpps_dir, written)
+    if whisper:
+        from router.demo_models.whisper_ggml import write_whisper_ggml
+
+        target = models_dir / "whisper-tiny.bin"
+        if not target.is_file():
+            write_whisper_ggml(target, seed=4)
+        written["whisper"] = target
+        write_kcpps(kcpps_dir / "whisper.kcpps", extra={"whispermodel": target})
+    if image:
+        from router.demo_models.sdxs import write_sdxs_gguf
+
+        target = models_dir / "sdxs.gguf"
+        if not target.is_file():
+            write_sdxs_gguf(target, seed=5)
+        written["sdxs"] = target
+        write_kcpps(kcpps_dir / "sdxs.kcpps", extra={"sdmodel": target})
+    return written
+
+
+def write_demo_router_yaml(out_dir: Path, base: Path | None = None) -> Path:
+    """A router.yaml for the demo set: the example's settings with config_dir pointed at it."""
+    settings = yaml.safe_load(base.read_text()) if base and base.is_file() else {}
+    settings = settings or {}
+    settings.setdefault("models", {})["config_dir"] = str((out_dir / "kcpps").resolve())
+    settings.setdefault("analytics", {})["database_path"] = str((out_dir / "router.sqlite").resolve())
+    target = out_dir / "router.yaml"
+    target.write_text(
+        "# Written by `tensor-router demo-config`: the demo models in this folder.\n"
+        + yaml.safe_dump(settings, sort_keys=False)
+    )
+    return target

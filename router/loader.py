@@ -1,0 +1,195 @@
+"""Launch one backend process and wait until it is really ready (DESIGN.md section 4).
+
+Ready means: the backend's own probe answered as ready, the answer came from the process we
+started (identity check), and that process is still alive. A child that exits first fails the
+load at once, whatever its exit code (sd-server exits 0 when its port is taken); one that
+prints nothing for `no_progress_timeout` fails then; everything is bounded by `load_timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from backends.base import Backend, BackendError, child_environ
+from backends.process import SupervisedProcess
+from backends.registry import adapter_for
+from router.domain import Family, Lane
+from router.errors import LoadFailed
+from router.kcpps import ModelConfig
+from router.settings import Settings
+
+OutputSink = Callable[[str, bytes], None]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    key: str
+    config: ModelConfig
+    lane: Lane
+    family: Family
+
+
+@dataclass
+class Launched:
+    process: SupervisedProcess
+    port: int
+    base_url: str
+    local_model_id: str
+    argv: list[str]
+    load_seconds: float
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Loader:
+    def __init__(
+        self, settings: Settings, session: aiohttp.ClientSession, pidfile_dir: Path
+    ) -> None:
+        self._settings = settings
+        self._session = session
+        self._pidfile_dir = pidfile_dir
+
+    async def launch(self, spec: LaunchSpec, on_output: OutputSink | None = None) -> Launched:
+        adapter = adapter_for(spec.family)
+        port = free_port()
+        name = spec.key.replace("/", "_").replace("@", "_")
+        try:
+            workdir = self._write_launch_files(adapter, spec, name)
+            argv = adapter.argv(spec.config, spec.lane, port, self._settings, workdir=workdir)
+            env = child_environ(adapter, spec.config, spec.lane, self._settings, os.environ)
+        except BackendError as exc:
+            raise LoadFailed(f"cannot launch {spec.config.id}: {exc}") from exc
+        ready_line = asyncio.Event()
+        process = SupervisedProcess(
+            argv,
+            env=env,
+            cwd=None,
+            name=name,
+            pidfile_dir=self._pidfile_dir,
+            on_output=_tee(on_output, adapter, ready_line),
+        )
+        started = time.monotonic()
+        try:
+            await process.start()
+        except OSError as exc:
+            raise LoadFailed(
+                f"cannot start {spec.family} for {spec.config.id}: {exc.strerror or exc}"
+            ) from exc
+        base_url = f"http://127.0.0.1:{port}"
+        try:
+            await asyncio.wait_for(
+                self._until_ready(adapter, process, base_url, spec, ready_line, started),
+                self._settings.runtime.load_timeout,
+            )
+        except TimeoutError:
+            await process.stop(self._settings.runtime.stop_grace)
+            raise LoadFailed(
+                f"{spec.config.id} was not ready after {self._settings.runtime.load_timeout:g}s"
+                f" (runtime.load_timeout){_tail(process)}"
+            ) from None
+        except BaseException:
+            await asyncio.shield(process.stop(self._settings.runtime.stop_grace))
+            raise
+        return Launched(
+            process,
+            port,
+            base_url,
+            adapter.local_model_id(spec.config, spec.lane),
+            argv,
+            time.monotonic() - started,
+        )
+
+    def _write_launch_files(self, adapter: Backend, spec: LaunchSpec, name: str) -> Path | None:
+        """Files a backend reads at start (KoboldCpp's cleaned .kcpps copy), in its own folder."""
+        files = adapter.launch_files(spec.config, spec.lane, self._settings)
+        if not files:
+            return None
+        workdir = self._pidfile_dir.parent / "launch" / name
+        workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for file_name, data in files.items():
+            (workdir / file_name).write_bytes(data)
+        return workdir
+
+    async def _until_ready(
+        self,
+        adapter: Backend,
+        process: SupervisedProcess,
+        base_url: str,
+        spec: LaunchSpec,
+        ready_line: asyncio.Event,
+        started: float,
+    ) -> None:
+        no_progress = self._settings.runtime.no_progress_timeout
+        exited = asyncio.ensure_future(process.wait_exit())
+        delay = 0.01
+        try:
+            while True:
+                if exited.done():
+                    raise LoadFailed(
+                        f"{spec.family} for {spec.config.id} exited with code {exited.result()}"
+                        f" before it was ready{_tail(process)}"
+                    )
+                last_sign = max(started, process.last_output_at)
+                if no_progress and time.monotonic() - last_sign > no_progress:
+                    raise LoadFailed(
+                        f"{spec.config.id} printed nothing for {no_progress:g}s and is not ready"
+                        f" (runtime.no_progress_timeout){_tail(process)}"
+                    )
+                if await self._probe(adapter, base_url, exited):
+                    try:
+                        await adapter.verify(self._session, base_url, spec.config, spec.lane)
+                    except BackendError as exc:  # not our child answering (R5)
+                        raise LoadFailed(f"{spec.config.id}: {exc}") from exc
+                    if not exited.done():
+                        return
+                    continue
+                ready_line.clear()
+                waiter = asyncio.ensure_future(ready_line.wait())
+                await asyncio.wait({exited, waiter}, timeout=delay)
+                waiter.cancel()
+                delay = min(delay * 2, 0.5)
+        finally:
+            exited.cancel()
+
+    async def _probe(self, adapter: Backend, base_url: str, exited: asyncio.Future[int]) -> bool:
+        probe = asyncio.ensure_future(adapter.is_ready(self._session, base_url))
+        await asyncio.wait({probe, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if not probe.done():
+            probe.cancel()
+            with contextlib.suppress(BaseException):
+                await probe
+            return False
+        try:
+            return bool(probe.result())
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            return False
+
+
+def _tee(sink: OutputSink | None, adapter: Backend, ready_line: asyncio.Event) -> OutputSink:
+    pattern = adapter.ready_line
+
+    def on_output(stream: str, line: bytes) -> None:
+        if pattern is not None and pattern.search(line.decode("utf-8", "replace")):
+            ready_line.set()
+        if sink is not None:
+            sink(stream, line)
+
+    return on_output
+
+
+def _tail(process: SupervisedProcess, lines: int = 12) -> str:
+    tail = [line for line in process.tail(lines) if line.strip()]
+    return (": " + " | ".join(tail)) if tail else ""

@@ -1,0 +1,153 @@
+"""One runtime: a supervised backend process serving one config on one or more lanes.
+
+Its state moves only along the checked transitions below; runtime.py is the only caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from router.domain import Family, Lane, UnloadPolicy, family_for
+from router.errors import BadRequest
+from router.kcpps import ModelConfig
+from router.loader import LaunchSpec
+
+if TYPE_CHECKING:
+    from backends.process import SupervisedProcess
+    from router.loader import Launched
+
+
+class RuntimeState(StrEnum):
+    LOADING = "loading"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+_ALLOWED = {
+    RuntimeState.LOADING: {RuntimeState.READY, RuntimeState.FAILED, RuntimeState.STOPPING},
+    RuntimeState.READY: {RuntimeState.STOPPING, RuntimeState.FAILED},
+    RuntimeState.STOPPING: {RuntimeState.STOPPED, RuntimeState.FAILED},
+    RuntimeState.STOPPED: set(),
+    RuntimeState.FAILED: set(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+class Runtime:
+    def __init__(self, spec: RuntimeSpec) -> None:
+        self.spec = spec
+        self.state = RuntimeState.LOADING
+        self.leases = 0
+        self.drain_requests: set[Any] = set()
+        self.unload_requested = False
+        self.process: SupervisedProcess | None = None
+        self.base_url = ""
+        self.port = 0
+        self.local_model_id = ""
+        self.argv: list[str] = []
+        self.error: str | None = None
+        self.created_at = time.time()
+        self.ready_at: float | None = None
+        self.last_release = time.monotonic()
+        self.gone = asyncio.Event()
+        self._idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def config(self) -> Any:
+        return self.spec.config
+
+    @property
+    def draining(self) -> bool:
+        return bool(self.drain_requests) or self.unload_requested
+
+    def transition(self, new: RuntimeState) -> None:
+        if new not in _ALLOWED[self.state]:
+            raise IllegalTransition(f"{self.key}: {self.state} -> {new}")
+        self.state = new
+        if new is RuntimeState.READY:
+            self.ready_at = time.time()
+
+    def attach(self, launched: Launched) -> None:
+        self.process = launched.process
+        self.base_url = launched.base_url
+        self.port = launched.port
+        self.local_model_id = launched.local_model_id
+        self.argv = launched.argv
+
+    def arm_idle_timer(self, delay: float, callback: Callable[[], None]) -> None:
+        self.cancel_idle_timer()
+        self._idle_timer = asyncio.get_running_loop().call_later(delay, callback)
+
+    def cancel_idle_timer(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "runtime": self.key,
+            "model": self.config.id,
+            "family": self.spec.family.value,
+            "lanes": sorted(lane.value for lane in self.spec.occupies),
+        }
+
+    def describe(self, queued: dict[str, int]) -> dict[str, Any]:
+        return {
+            **self.identity(),
+            "state": self.state.value,
+            "pid": self.process.pid if self.process else None,
+            "port": self.port or None,
+            "in_flight": self.leases,
+            "draining": self.draining,
+            "queued": {lane: queued.get(lane, 0) for lane in self.identity()["lanes"]},
+            "error": self.error,
+            "ready_at": self.ready_at,
+        }
+
+
+@dataclass(frozen=True)
+class RuntimeSpec(LaunchSpec):
+    occupies: frozenset[Lane] = frozenset()
+    requires: frozenset[Lane] = frozenset()
+
+
+def spec_for(config: ModelConfig, lane: Lane) -> RuntimeSpec:
+    """Which process serves `lane` for `config`, and which lanes it needs empty first."""
+    if lane not in config.lanes:
+        raise BadRequest(f"model {config.id!r} has no {lane} component")
+    family = family_for(config.backend_mode, lane)
+    if family is None:
+        raise BadRequest(f"{lane} is not served under backend_mode {config.backend_mode}")
+    if family is Family.KOBOLD:
+        occupies, key = frozenset(config.lanes), f"{config.id}@kobold"
+    else:
+        occupies, key = frozenset({lane}), f"{config.id}@{lane}"
+    policy = config.unload_policy
+    if policy is UnloadPolicy.ALL:
+        extra = frozenset(Lane)
+    elif policy is UnloadPolicy.NONE:
+        extra = frozenset()
+    else:
+        extra = frozenset({Lane(policy.value)})
+    return RuntimeSpec(key, config, lane, family, occupies, occupies | extra)
+
+
+def primary_lane(config: ModelConfig) -> Lane:
+    for lane in (Lane.TEXT, Lane.IMAGE, Lane.EMBEDDINGS, Lane.VOICE, Lane.MUSIC):
+        if lane in config.lanes:
+            return lane
+    raise BadRequest(f"model {config.id!r} has no servable component")

@@ -1,0 +1,1135 @@
+#!/usr/bin/env python3
+"""A fake inference backend: one real program imitating five families' HTTP surfaces.
+
+    python tests/fakes/fake_backend.py --family llamacpp -m m.gguf --host 127.0.0.1 --port P
+
+It accepts each family's real argv style (the router's adapters launch it with real flags;
+unknown flags are ignored) and fault switches for the reliability matrix (A4.0). Switches
+may also come from the environment variable FAKE_BACKEND (shell-style words); they are
+merged with the command line, which wins. Every response carries `X-Fake-Model` (the model
+path this process serves) and `X-Fake-Pid`, so a test can tell which backend answered.
+
+This file is standalone on purpose (stdlib + aiohttp): a backend is a separate program.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import resource
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+
+FAMILIES = {"llamacpp", "kobold", "sdcpp", "whisper", "vllm"}
+_ALIASES = {"whispercpp": "whisper", "llama": "llamacpp", "koboldcpp": "kobold", "sd": "sdcpp"}
+_INNER = "FAKE_BACKEND_INNER"  # set in the real server under --fork-wrapper/--setsid-child
+
+_VALUE = {  # flag -> option name; exact matches only (argparse would read -mm as -m m)
+    "-m": "model",
+    "--model": "model",
+    "--diffusion-model": "model",
+    "--model_param": "model",
+    "--host": "host",
+    "--listen-ip": "host",
+    "--port": "port",
+    "--listen-port": "port",
+    "-a": "alias",
+    "--alias": "alias",
+    "-c": "ctx",
+    "--ctx-size": "ctx",
+    "--contextsize": "ctx",
+    "--max-model-len": "ctx",
+    "--config": "config",
+    "--inference-path": "inference_path",
+    "--sdmodel": "sdmodel",
+    "--whispermodel": "whispermodel",
+    "--embeddingsmodel": "embeddingsmodel",
+    "--family": "family",
+    "--startup-delay": "startup_delay",
+    "--progress-every": "progress_every",
+    "--health-503-for": "health_503_for",
+    "--exit-at-start": "exit_at_start",
+    "--sigterm-delay": "sigterm_delay",
+    "--tokens": "tokens",
+    "--token-rate": "token_rate",
+    "--ttft": "ttft",
+    "--crash-after-tokens": "crash_after",
+    "--hang-after-tokens": "hang_after",
+    "--slow-health": "slow_health",
+    "--refuse-for": "refuse_for",
+    "--record-requests": "record_requests",
+}
+_BOOL = {
+    "--embedding": "embedding",
+    "--embeddings": "embedding",
+    "--metrics": "metrics",
+    "--print-ready-line": "print_ready_line",
+    "--ignore-sigterm": "ignore_sigterm",
+    "--fork-wrapper": "fork_wrapper",
+    "--setsid-child": "setsid_child",
+    "--reset-after-body": "reset_after_body",
+    "--cancel-crashes": "cancel_crashes",
+}
+_MODEL_EXT = (".gguf", ".bin", ".safetensors", ".kcpps", ".kcppt", ".ggml")
+
+
+@dataclass
+class Opts:
+    family: str = ""
+    model: str = ""
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: the family's default port; 0: any free port
+    alias: str = ""
+    ctx: int = 4096
+    config: str = ""
+    inference_path: str = "/inference"
+    sdmodel: str = ""
+    whispermodel: str = ""
+    embeddingsmodel: str = ""
+    served: list[str] = field(default_factory=list)
+    embedding: bool = False
+    metrics: bool = False
+    startup_delay: float = 0.0
+    progress_every: float = 0.0
+    health_503_for: float = 0.0
+    exit_at_start: int | None = None
+    print_ready_line: bool = False
+    ignore_sigterm: bool = False
+    sigterm_delay: float = 0.0
+    fork_wrapper: bool = False
+    setsid_child: bool = False
+    tokens: int = 8
+    token_rate: float = 0.0
+    ttft: float = 0.0
+    crash_after: int | None = None
+    hang_after: int | None = None
+    slow_health: float = 0.0
+    refuse_for: float = 0.0
+    reset_after_body: bool = False
+    record_requests: str = ""
+    cancel_crashes: bool = False
+    positional: list[str] = field(default_factory=list)
+
+
+def parse_args(words: list[str]) -> Opts:
+    """Parse merged argv words; later words win; unknown flags are ignored."""
+    o = Opts()
+    i, after_unknown = 0, False
+    while i < len(words):
+        w = words[i]
+        name, _, inline = w.partition("=") if w.startswith("--") else (w, "", "")
+        if name == "--served-model-name":
+            o.served = []
+            while i + 1 < len(words) and not words[i + 1].startswith("-"):
+                i += 1
+                o.served.append(words[i])
+        elif name in _VALUE:
+            value = inline if inline else (words[i + 1] if i + 1 < len(words) else "")
+            i += 0 if inline else 1
+            _set(o, _VALUE[name], value)
+        elif name in _BOOL:
+            setattr(o, _BOOL[name], True)
+        elif w.startswith("-"):
+            after_unknown = True
+            i += 1
+            continue
+        elif not after_unknown or w.endswith(_MODEL_EXT) or o.positional[-1:] == ["serve"]:
+            o.positional.append(w)
+        after_unknown = False
+        i += 1
+    _apply_positional(o)
+    return o
+
+
+def _set(o: Opts, name: str, value: str) -> None:
+    current = getattr(o, name)
+    if isinstance(current, bool):
+        setattr(o, name, True)
+    elif name in ("exit_at_start", "crash_after", "hang_after", "port", "ctx", "tokens"):
+        setattr(o, name, int(value))
+    elif isinstance(current, float):
+        setattr(o, name, float(value))
+    else:
+        setattr(o, name, value)
+
+
+def _apply_positional(o: Opts) -> None:
+    o.family = _ALIASES.get(o.family, o.family)
+    pos = [p for p in o.positional if p != "serve"]
+    if pos and not o.model and not o.config:
+        if pos[0].endswith((".kcpps", ".kcppt")):
+            o.config = pos[0]
+        else:
+            o.model = pos[0]
+    if o.config:
+        _read_kcpps(o)
+
+
+def _read_kcpps(o: Opts) -> None:
+    try:
+        data = json.loads(Path(o.config).read_text())
+    except (OSError, ValueError):
+        return
+    model = data.get("model_param") or data.get("model") or ""
+    o.model = o.model or (model[0] if isinstance(model, list) and model else str(model))
+    o.sdmodel = o.sdmodel or str(data.get("sdmodel") or "")
+    o.whispermodel = o.whispermodel or str(data.get("whispermodel") or "")
+    o.embeddingsmodel = o.embeddingsmodel or str(data.get("embeddingsmodel") or "")
+
+
+# ---- small helpers -------------------------------------------------------------------
+
+
+def tiny_png(width: int = 8, height: int = 8) -> bytes:
+    """A valid grey RGB PNG built with zlib and struct."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    rows = b"".join(b"\x00" + b"\x80\x80\x80" * width for _ in range(height))
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def embed(text: str, dim: int = 8) -> list[float]:
+    digest = hashlib.sha256(text.encode()).digest()
+    return [round(b / 255.0 - 0.5, 4) for b in digest[:dim]]
+
+
+def stem(path: str) -> str:
+    return Path(path).stem if path else "model"
+
+
+def log(line: str, stream: Any = sys.stderr) -> None:
+    print(line, file=stream, flush=True)
+
+
+def crash(reason: str) -> None:
+    log(f"fake backend crash: {reason}")
+    os._exit(134)
+
+
+class State:
+    """Process-wide state shared by the handlers."""
+
+    def __init__(self, o: Opts) -> None:
+        self.o = o
+        self.t0 = time.monotonic()
+        self.created = int(time.time())
+        self.ready = False
+        self.busy = 0
+        self.generated = 0
+        self.jobs: dict[str, dict[str, Any]] = {}
+
+    @property
+    def model_path(self) -> str:
+        o = self.o
+        return o.model or o.sdmodel or o.whispermodel or o.config or (o.served[:1] or [""])[0]
+
+    def since_start(self) -> float:
+        return time.monotonic() - self.t0
+
+    def record(self, **fields: Any) -> None:
+        if self.o.record_requests:
+            line = json.dumps({"time": time.time(), "pid": os.getpid(), **fields})
+            with open(self.o.record_requests, "a") as fh:
+                fh.write(line + "\n")
+
+
+async def produce(st: State, n: int, emit: Any = None) -> list[str]:
+    """Generate n tokens with the configured timing and faults; emit(i, tok) per token."""
+    o = st.o
+    out: list[str] = []
+    if o.ttft > 0:
+        await asyncio.sleep(o.ttft)
+    for i in range(n):
+        if o.crash_after is not None and i >= o.crash_after:
+            crash(f"after {i} tokens")
+        if o.hang_after is not None and i >= o.hang_after:
+            await asyncio.Event().wait()  # hang until the client goes away
+        tok = f"tok{i} "
+        out.append(tok)
+        st.generated += 1
+        if emit is not None:
+            await emit(i, tok)
+        if o.token_rate > 0:
+            await asyncio.sleep(1.0 / o.token_rate)
+        elif emit is not None:
+            await asyncio.sleep(0)
+    return out
+
+
+def want_tokens(st: State, body: dict[str, Any], *keys: str) -> int:
+    for key in keys:
+        value = body.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return st.o.tokens
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        data = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+async def sse(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await resp.prepare(request)
+    return resp
+
+
+def sse_data(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+# ---- OpenAI-style generation (llama-server, KoboldCpp, vLLM) --------------------------
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    return max(1, len(json.dumps(body.get("messages", body.get("prompt", "")))) // 4)
+
+
+async def openai_generate(request: web.Request, st: State, model: str, chat: bool) -> Any:
+    body = await json_body(request)
+    n = want_tokens(st, body, "max_tokens", "max_completion_tokens")
+    cid, created = (
+        f"{'chatcmpl' if chat else 'cmpl'}-{os.getpid()}-{st.generated}",
+        int(time.time()),
+    )
+    usage = {
+        "prompt_tokens": prompt_tokens(body),
+        "completion_tokens": n,
+        "total_tokens": prompt_tokens(body) + n,
+    }
+    obj = "chat.completion" if chat else "text_completion"
+    if not body.get("stream"):
+        text = "".join(await produce(st, n))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        choice.update(
+            {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        )
+        return web.json_response(
+            {
+                "id": cid,
+                "object": obj,
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
+    resp = await sse(request)
+
+    def chunk(content: str | None, finish: str | None) -> dict[str, Any]:
+        c: dict[str, Any] = {"index": 0, "finish_reason": finish}
+        c.update(
+            {"delta": {"content": content} if content is not None else {}}
+            if chat
+            else {"text": content or ""}
+        )
+        return {
+            "id": cid,
+            "object": obj + ".chunk" if chat else obj,
+            "created": created,
+            "model": model,
+            "choices": [c],
+        }
+
+    async def emit(_i: int, tok: str) -> None:
+        await resp.write(sse_data(chunk(tok, None)))
+
+    if chat:
+        first = chunk(None, None)
+        first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+        await resp.write(sse_data(first))
+    await produce(st, n, emit)
+    await resp.write(sse_data(chunk(None, "length")))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        last = chunk(None, None)
+        last["choices"], last["usage"] = [], usage
+        await resp.write(sse_data(last))
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+def openai_embeddings(body: dict[str, Any], model: str) -> web.Response:
+    inputs = body.get("input", "")
+    items = inputs if isinstance(inputs, list) else [inputs]
+    data = [
+        {"object": "embedding", "index": i, "embedding": embed(str(x))} for i, x in enumerate(items)
+    ]
+    n = sum(len(str(x)) // 4 + 1 for x in items)
+    return web.json_response(
+        {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": n, "total_tokens": n},
+        }
+    )
+
+
+def oai_error(status: int, message: str, kind: str) -> web.Response:
+    return web.json_response(
+        {"error": {"code": status, "message": message, "type": kind}}, status=status
+    )
+
+
+# ---- llama-server ----------------------------------------------------------------------
+
+LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
+
+
+def llamacpp_routes(st: State) -> web.RouteTableDef:
+    r = web.RouteTableDef()
+    o = st.o
+    model_id = o.alias.split(",")[0] if o.alias else o.model
+
+    @r.get("/health")
+    @r.get("/v1/health")
+    async def health(_: web.Request) -> web.Response:
+        if st.since_start() < o.health_503_for:
+            return web.json_response(LOADING, status=503)
+        return web.json_response({"status": "ok"})
+
+    @r.get("/models")
+    @r.get("/v1/models")
+    async def models(_: web.Request) -> web.Response:
+        meta = {"n_ctx": o.ctx, "n_ctx_train": o.ctx, "n_vocab": 32000, "n_embd": 64}
+        return web.json_response(
+            {
+                "models": [
+                    {
+                        "name": model_id,
+                        "model": model_id,
+                        "type": "model",
+                        "capabilities": ["completion"],
+                    }
+                ],
+                "object": "list",
+                "data": [
+                    {
+                        "id": model_id,
+                        "object": "model",
+                        "created": st.created,
+                        "owned_by": "llamacpp",
+                        "meta": meta,
+                    }
+                ],
+            }
+        )
+
+    @r.get("/props")
+    async def props(_: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "default_generation_settings": {"n_ctx": o.ctx},
+                "total_slots": 1,
+                "model_path": o.model,
+                "model_alias": model_id,
+                "build_info": "b0-fake",
+            }
+        )
+
+    @r.post("/v1/chat/completions")
+    @r.post("/chat/completions")
+    async def chat(request: web.Request) -> Any:
+        return await openai_generate(request, st, model_id, chat=True)
+
+    @r.post("/v1/completions")
+    @r.post("/completions")
+    async def completions(request: web.Request) -> Any:
+        return await openai_generate(request, st, model_id, chat=False)
+
+    @r.post("/completion")
+    async def native(request: web.Request) -> Any:
+        return await llamacpp_native(request, st, model_id)
+
+    @r.post("/v1/embeddings")
+    @r.post("/embeddings")
+    @r.post("/embedding")
+    async def embeddings(request: web.Request) -> web.Response:
+        if not o.embedding:
+            return oai_error(
+                501,
+                "This server does not support embeddings. Start it with `--embeddings`",
+                "not_supported_error",
+            )
+        return openai_embeddings(await json_body(request), model_id)
+
+    @r.post("/tokenize")
+    async def tokenize(request: web.Request) -> web.Response:
+        text = str((await json_body(request)).get("content", ""))
+        return web.json_response({"tokens": [ord(ch) for ch in text]})
+
+    @r.post("/detokenize")
+    async def detokenize(request: web.Request) -> web.Response:
+        tokens = (await json_body(request)).get("tokens", [])
+        return web.json_response({"content": "".join(chr(int(t)) for t in tokens)})
+
+    @r.get("/slots")
+    async def slots(_: web.Request) -> web.Response:
+        return web.json_response([{"id": 0, "n_ctx": o.ctx, "is_processing": st.busy > 0}])
+
+    @r.get("/metrics")
+    async def metrics(_: web.Request) -> web.Response:
+        if not o.metrics:
+            return oai_error(
+                501,
+                "This server does not support metrics endpoint. Start it with `--metrics`",
+                "not_supported_error",
+            )
+        text = (
+            f"llamacpp:tokens_predicted_total {st.generated}\n"
+            f"llamacpp:requests_processing {st.busy}\n"
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    return r
+
+
+async def llamacpp_native(request: web.Request, st: State, model: str) -> Any:
+    body = await json_body(request)
+    n = want_tokens(st, body, "n_predict", "max_tokens")
+    if not body.get("stream"):
+        text = "".join(await produce(st, n))
+        return web.json_response(
+            {
+                "content": text,
+                "model": model,
+                "tokens_predicted": n,
+                "tokens_evaluated": prompt_tokens(body),
+                "stop": True,
+            }
+        )
+    resp = await sse(request)
+
+    async def emit(_i: int, tok: str) -> None:
+        await resp.write(sse_data({"content": tok, "stop": False}))
+
+    await produce(st, n, emit)
+    await resp.write(sse_data({"content": "", "stop": True, "model": model, "tokens_predicted": n}))
+    await resp.write_eof()
+    return resp
+
+
+# ---- KoboldCpp ---------------------------------------------------------------------------
+
+
+def kobold_routes(st: State) -> web.RouteTableDef:
+    r = web.RouteTableDef()
+    o = st.o
+    name = f"koboldcpp/{stem(o.model or o.config)}"
+    png = tiny_png()
+
+    @r.get("/api/extra/version")
+    async def version(_: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "result": "KoboldCpp",
+                "version": "1.116.1",
+                "protected": False,
+                "llm": bool(o.model),
+                "txt2img": bool(o.sdmodel),
+                "vision": False,
+                "audio": False,
+                "transcribe": bool(o.whispermodel),
+                "tts": False,
+                "embeddings": bool(o.embeddingsmodel),
+                "music": False,
+                "admin": 0,
+            }
+        )
+
+    @r.get("/api/v1/model")
+    async def model(_: web.Request) -> web.Response:
+        return web.json_response({"result": name})
+
+    @r.get("/v1/models")
+    @r.get("/models")
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": st.created,
+                        "owned_by": "koboldcpp",
+                        "status": {"value": "loaded"},
+                        "permission": [],
+                        "root": "koboldcpp",
+                    }
+                ],
+            }
+        )
+
+    @r.post("/api/v1/generate")
+    async def generate(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        n = want_tokens(st, body, "max_length")
+        text = "".join(await produce(st, n))
+        return web.json_response(
+            {
+                "results": [
+                    {
+                        "text": text,
+                        "finish_reason": "length",
+                        "prompt_tokens": prompt_tokens(body),
+                        "completion_tokens": n,
+                    }
+                ]
+            }
+        )
+
+    @r.post("/api/extra/generate/stream")
+    async def stream(request: web.Request) -> web.StreamResponse:
+        n = want_tokens(st, await json_body(request), "max_length")
+        resp = await sse(request)
+
+        async def emit(_i: int, tok: str) -> None:
+            payload = json.dumps({"token": tok, "finish_reason": None})
+            await resp.write(f"event: message\ndata: {payload}\n\n".encode())
+
+        await produce(st, n, emit)
+        final = json.dumps({"token": "", "finish_reason": "length"})
+        await resp.write(f"event: message\ndata: {final}\n\n".encode())
+        await resp.write_eof()
+        return resp
+
+    @r.post("/v1/chat/completions")
+    @r.post("/chat/completions")
+    async def chat(request: web.Request) -> Any:
+        return await openai_generate(request, st, name, chat=True)
+
+    @r.post("/v1/completions")
+    @r.post("/completions")
+    async def completions(request: web.Request) -> Any:
+        return await openai_generate(request, st, name, chat=False)
+
+    @r.post("/v1/embeddings")
+    @r.post("/api/extra/embeddings")
+    async def embeddings(request: web.Request) -> web.Response:
+        return openai_embeddings(await json_body(request), name)
+
+    @r.post("/sdapi/v1/txt2img")
+    @r.post("/sdapi/v1/img2img")
+    async def txt2img(request: web.Request) -> web.Response:
+        await request.read()
+        await produce(st, 0)
+        return web.json_response(
+            {
+                "images": [base64.b64encode(png).decode()],
+                "parameters": {},
+                "info": json.dumps({"model": o.sdmodel}),
+            }
+        )
+
+    @r.post("/api/extra/transcribe")
+    @r.post("/v1/audio/transcriptions")
+    async def transcribe(request: web.Request) -> web.Response:
+        size = len(await request.read())
+        return web.json_response({"text": f" fake transcript of {size} bytes"})
+
+    @r.post("/upload/image")
+    @r.post("/api/upload/image")
+    async def upload(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"name": "kcpp_img2img.jpg", "subfolder": "", "type": "input"})
+
+    @r.post("/prompt")
+    @r.post("/api/prompt")
+    async def prompt(request: web.Request) -> web.Response:
+        await request.read()
+        await produce(st, 0)
+        return web.json_response({"prompt_id": KOBOLD_PROMPT_ID, "number": 0, "node_errors": {}})
+
+    @r.get("/history")
+    @r.get("/history/{pid}")
+    @r.get("/api/history")
+    @r.get("/api/history/{pid}")
+    async def history(_: web.Request) -> web.Response:
+        image = {"filename": "kliteimg_00001_.png", "subfolder": "", "type": "output"}
+        return web.json_response(
+            {
+                KOBOLD_PROMPT_ID: {
+                    "outputs": {"9": {"images": [image]}},
+                    "status": {"status_str": "success", "completed": True, "messages": []},
+                }
+            }
+        )
+
+    @r.get("/view")
+    @r.get("/api/view")
+    async def view(_: web.Request) -> web.Response:
+        return web.Response(body=png, content_type="image/png")
+
+    return r
+
+
+KOBOLD_PROMPT_ID = "12345678-0000-0000-0000-000000000001"
+
+
+# ---- sd-server ---------------------------------------------------------------------------
+
+
+def sdcpp_routes(st: State) -> web.RouteTableDef:
+    r = web.RouteTableDef()
+    o = st.o
+    png64 = base64.b64encode(tiny_png()).decode()
+
+    @r.get("/v1/models")
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response(
+            {"data": [{"id": "sd-cpp-local", "object": "model", "owned_by": "local"}]}
+        )
+
+    @r.get("/sdcpp/v1/capabilities")
+    async def capabilities(_: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "model": {"name": Path(o.model).name, "stem": stem(o.model), "path": o.model},
+                "current_mode": "img_gen",
+                "supported_modes": ["img_gen", "vid_gen"],
+                "output_formats_by_mode": {"img_gen": ["png"], "vid_gen": ["webm"]},
+                "limits": {
+                    "min_width": 64,
+                    "max_width": 2048,
+                    "min_height": 64,
+                    "max_height": 2048,
+                    "max_batch_count": 8,
+                    "max_queue_size": 64,
+                },
+            }
+        )
+
+    @r.post("/sdapi/v1/txt2img")
+    @r.post("/sdapi/v1/img2img")
+    async def txt2img(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        await produce(st, 0)
+        count = int(body.get("batch_size") or 1)
+        return web.json_response({"images": [png64] * count, "parameters": body, "info": ""})
+
+    @r.post("/v1/images/generations")
+    async def generations(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        await produce(st, 0)
+        data = [{"index": i, "b64_json": png64} for i in range(int(body.get("n") or 1))]
+        return web.json_response(
+            {"created": int(time.time()), "output_format": "png", "data": data}
+        )
+
+    @r.post("/sdcpp/v1/img_gen")
+    @r.post("/sdcpp/v1/vid_gen")
+    async def submit(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        kind = request.path.rsplit("/", 1)[-1]
+        job_id = f"job_{os.getpid()}_{len(st.jobs)}"
+        st.jobs[job_id] = {
+            "id": job_id,
+            "kind": kind,
+            "status": "queued",
+            "created": int(time.time()),
+            "started": None,
+            "completed": None,
+            "queue_position": 0,
+            "result": None,
+            "error": None,
+        }
+        asyncio.get_running_loop().create_task(run_job(st, job_id, body))
+        return web.json_response(
+            {**st.jobs[job_id], "poll_url": f"/sdcpp/v1/jobs/{job_id}"}, status=202
+        )
+
+    @r.get("/sdcpp/v1/jobs/{job_id}")
+    async def job(request: web.Request) -> web.Response:
+        found = st.jobs.get(request.match_info["job_id"])
+        if found is None:
+            return web.json_response({"error": "job not found"}, status=404)
+        return web.json_response(found)
+
+    @r.post("/sdcpp/v1/jobs/{job_id}/cancel")
+    async def cancel(request: web.Request) -> web.Response:
+        found = st.jobs.get(request.match_info["job_id"])
+        if found is None:
+            return web.json_response({"error": "job not found"}, status=404)
+        if found["status"] == "generating":
+            return web.json_response(
+                {"error": "job is currently generating and cannot be interrupted yet"}, status=409
+            )
+        found.update(
+            status="cancelled", error={"code": "cancelled", "message": "job cancelled by client"}
+        )
+        return web.json_response(found)
+
+    return r
+
+
+async def run_job(st: State, job_id: str, body: dict[str, Any]) -> None:
+    job = st.jobs[job_id]
+    await asyncio.sleep(0.01)
+    if job["status"] != "queued":
+        return
+    job.update(status="generating", started=int(time.time()))
+    await produce(st, 0)
+    if job["kind"] == "vid_gen":
+        frames = int(body.get("video_frames") or 5)
+        webm = b"\x1a\x45\xdf\xa3" + b"fake-webm" + bytes(64)  # EBML magic, then filler
+        result = {
+            "output_format": "webm",
+            "mime_type": "video/webm",
+            "fps": 16,
+            "frame_count": frames,
+            "b64_json": base64.b64encode(webm).decode(),
+        }
+    else:
+        result = {
+            "output_format": "png",
+            "images": [{"index": 0, "b64_json": base64.b64encode(tiny_png()).decode()}],
+        }
+    job.update(status="completed", completed=int(time.time()), result=result)
+
+
+# ---- whisper-server -------------------------------------------------------------------------
+
+
+def whisper_routes(st: State) -> web.RouteTableDef:
+    r = web.RouteTableDef()
+
+    @r.get("/health")
+    async def health(_: web.Request) -> web.Response:
+        if st.since_start() < st.o.health_503_for:
+            return web.json_response({"status": "loading model"}, status=503)
+        return web.json_response({"status": "ok"})
+
+    async def inference(request: web.Request) -> web.Response:
+        return await whisper_inference(request, st)
+
+    for path in {st.o.inference_path, "/inference", "/v1/audio/transcriptions"}:
+        r.post(path)(inference)
+    return r
+
+
+async def whisper_inference(request: web.Request, st: State) -> web.Response:
+    fields: dict[str, str] = {}
+    audio: bytes | None = None
+    if request.content_type.startswith("multipart/"):
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                continue  # nested multipart: whisper-server does not read it either
+            if part.name == "file":
+                audio = await part.read()
+            elif part.name:
+                fields[part.name] = await part.text()
+    if audio is None:
+        return web.json_response({"error": "no 'file' field in the request"}, status=400)
+    await produce(st, 0)
+    text = f" fake transcript of {len(audio)} bytes"
+    fmt = fields.get("response_format", "json")
+    if fmt == "text":
+        return web.Response(text=text, content_type="text/html", charset="utf-8")
+    if fmt == "srt":
+        return web.Response(
+            text=f"1\n00:00:00,000 --> 00:00:01,000\n{text}\n\n",
+            content_type="application/x-subrip",
+        )
+    if fmt == "vtt":
+        return web.Response(
+            text=f"WEBVTT\n\n00:00:00.000 --> 00:00:01.000\n{text}\n\n", content_type="text/vtt"
+        )
+    if fmt == "verbose_json":
+        seg = {
+            "id": 0,
+            "text": text,
+            "start": 0.0,
+            "end": 1.0,
+            "tokens": [1, 2],
+            "temperature": 0.0,
+            "avg_logprob": -0.1,
+            "no_speech_prob": 0.0,
+        }
+        return web.json_response(
+            {
+                "task": "transcribe",
+                "language": "en",
+                "duration": 1.0,
+                "text": text,
+                "segments": [seg],
+            }
+        )
+    return web.json_response({"text": text})
+
+
+# ---- vLLM ----------------------------------------------------------------------------------
+
+
+def vllm_routes(st: State) -> web.RouteTableDef:
+    r = web.RouteTableDef()
+    o = st.o
+    names = o.served or [o.model]
+
+    def unknown_model(body: dict[str, Any]) -> web.Response | None:
+        model = body.get("model")
+        if model in (None, *names):
+            return None
+        return web.json_response(
+            {
+                "error": {
+                    "message": f"The model `{model}` does not exist.",
+                    "type": "NotFoundError",
+                    "param": "model",
+                    "code": 404,
+                }
+            },
+            status=404,
+        )
+
+    @r.get("/health")
+    @r.get("/ping")
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(status=503 if st.since_start() < o.health_503_for else 200)
+
+    @r.get("/v1/models")
+    async def models(_: web.Request) -> web.Response:
+        data: list[dict[str, Any]] = [
+            {
+                "id": n,
+                "object": "model",
+                "created": st.created,
+                "owned_by": "vllm",
+                "root": o.model,
+                "parent": None,
+                "max_model_len": o.ctx,
+                "permission": [],
+            }
+            for n in names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    @r.get("/version")
+    async def version(_: web.Request) -> web.Response:
+        return web.json_response({"version": "0.30.0+fake"})
+
+    async def generate(request: web.Request, chat: bool) -> Any:
+        body = await json_body(request)
+        error = unknown_model(body)
+        if error is not None:
+            return error
+        return await openai_generate(request, st, str(body.get("model") or names[0]), chat)
+
+    r.post("/v1/chat/completions")(lambda req: generate(req, True))
+    r.post("/v1/completions")(lambda req: generate(req, False))
+
+    @r.post("/v1/embeddings")
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        return unknown_model(body) or openai_embeddings(body, str(body.get("model") or names[0]))
+
+    @r.post("/tokenize")
+    async def tokenize(request: web.Request) -> web.Response:
+        text = str((await json_body(request)).get("prompt", ""))
+        tokens = [ord(ch) for ch in text]
+        return web.json_response({"count": len(tokens), "max_model_len": o.ctx, "tokens": tokens})
+
+    @r.post("/detokenize")
+    async def detokenize(request: web.Request) -> web.Response:
+        tokens = (await json_body(request)).get("tokens", [])
+        return web.json_response({"prompt": "".join(chr(int(t)) for t in tokens)})
+
+    return r
+
+
+# ---- server, faults and lifecycle ----------------------------------------------------------
+
+ROUTES = {
+    "llamacpp": llamacpp_routes,
+    "kobold": kobold_routes,
+    "sdcpp": sdcpp_routes,
+    "whisper": whisper_routes,
+    "vllm": vllm_routes,
+}
+PROBES = {"/health", "/v1/health", "/api/extra/version", "/sdcpp/v1/capabilities", "/ping"}
+READY_LINES = {  # (stream, text) each family prints once it accepts connections
+    "llamacpp": ("stderr", "main: server is listening on http://{h}:{p} - starting the main loop"),
+    "kobold": ("stdout", "======\nPlease connect to custom endpoint at http://{h}:{p}"),
+    "sdcpp": ("stdout", "[INFO ] main.cpp - listening on: http://{h}:{p}"),
+    "whisper": ("stderr", "whisper server listening at http://{h}:{p}"),
+    "vllm": ("stderr", "INFO:     Uvicorn running on http://{h}:{p} (Press CTRL+C to quit)"),
+}
+FATAL_LINES = {
+    "llamacpp": "srv    load_model: failed to load model\nmain: exiting due to model loading error",
+    "kobold": "Could not load text model: fake failure",
+    "sdcpp": "[ERROR] main.cpp - new_sd_ctx_t failed",
+    "whisper": "error: failed to initialize whisper context",
+    "vllm": "RuntimeError: Engine core initialization failed. See root cause above.",
+}
+DEFAULT_PORTS = {"llamacpp": 8080, "kobold": 5001, "sdcpp": 1234, "whisper": 8080, "vllm": 8000}
+
+
+def make_app(st: State) -> web.Application:
+    @web.middleware
+    async def faults(request: web.Request, handler: Any) -> web.StreamResponse:
+        st.record(
+            event="request",
+            path=request.path,
+            method=request.method,
+            disconnected=False,
+            request_id=request.headers.get("X-Request-Id"),
+        )
+        if st.o.family == "llamacpp" and not st.ready:
+            return web.json_response(LOADING, status=503)
+        if request.path in PROBES and st.o.slow_health > 0:
+            await asyncio.sleep(st.o.slow_health)
+        if st.o.reset_after_body and request.method == "POST":
+            await request.read()
+            reset_connection(request)
+            raise asyncio.CancelledError  # no response: the peer sees a reset
+        st.busy += 1
+        try:
+            return await handler(request)
+        except (asyncio.CancelledError, ConnectionResetError):
+            st.record(event="disconnect", path=request.path, disconnected=True)
+            if st.o.cancel_crashes:
+                crash("client aborted a generation (--cancel-crashes)")
+            raise
+        finally:
+            st.busy -= 1
+
+    async def identify(_: web.Request, resp: web.StreamResponse) -> None:
+        resp.headers["X-Fake-Model"] = st.model_path
+        resp.headers["X-Fake-Pid"] = str(os.getpid())
+
+    app = web.Application(middlewares=[faults], client_max_size=1 << 30)
+    app.on_response_prepare.append(identify)
+    app.add_routes(ROUTES[st.o.family](st))
+    return app
+
+
+def reset_connection(request: web.Request) -> None:
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:  # linger 0: close() sends RST instead of FIN
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+async def wait_with_progress(st: State, until: float) -> None:
+    """Sleep until `until` seconds after start, printing progress if asked."""
+    o = st.o
+    while (left := until - st.since_start()) > 0:
+        step = min(left, o.progress_every) if o.progress_every > 0 else left
+        await asyncio.sleep(step)
+        if o.progress_every > 0:
+            pct = min(100, int(100 * st.since_start() / max(until, 1e-6)))
+            log(f"load_tensors: loading model tensors {pct}%")
+
+
+def install_signals(st: State, loop: asyncio.AbstractEventLoop) -> None:
+    if st.o.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return
+
+    def on_term() -> None:
+        log("fake backend: received SIGTERM, shutting down")
+        loop.call_later(st.o.sigterm_delay, exit_on_term, st.o.family)
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    loop.add_signal_handler(signal.SIGINT, on_term)
+
+
+def exit_on_term(family: str) -> None:
+    sys.stdout.flush()
+    if family == "sdcpp":  # the real sd-server dies from the signal
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(0)
+
+
+async def serve(o: Opts) -> None:
+    st = State(o)
+    loop = asyncio.get_running_loop()
+    install_signals(st, loop)
+    runner = web.AppRunner(make_app(st), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    bind_at = o.refuse_for if o.family == "llamacpp" else max(o.refuse_for, o.startup_delay)
+    await wait_with_progress(st, bind_at)
+    site = web.TCPSite(
+        runner, o.host, DEFAULT_PORTS[o.family] if o.port is None else o.port, reuse_address=True
+    )
+    await site.start()
+    await wait_with_progress(st, o.startup_delay)
+    if o.exit_at_start is not None:
+        log(FATAL_LINES[o.family])
+        os._exit(o.exit_at_start)
+    st.ready = True
+    if o.print_ready_line:
+        stream, text = READY_LINES[o.family]
+        port = DEFAULT_PORTS[o.family] if o.port is None else o.port
+        log(text.format(h=o.host, p=port), sys.stdout if stream == "stdout" else sys.stderr)
+    await asyncio.Event().wait()
+
+
+def exec_wrapper(o: Opts, argv: list[str]) -> None:
+    """--fork-wrapper: become a bash wrapper whose background child is the server."""
+    env = {**os.environ, _INNER: "1"}
+    script = '"$@" & wait $!'
+    os.execvpe("bash", ["bash", "-c", script, "fake-wrapper", sys.executable, *argv], env)
+
+
+def run_setsid_child(argv: list[str]) -> int:
+    """--setsid-child: the server runs in a child that left our session and group."""
+    env = {**os.environ, _INNER: "1"}
+    child = subprocess.Popen([sys.executable, *argv], env=env, start_new_session=True)
+    return child.wait()
+
+
+def main() -> int:
+    words = shlex.split(os.environ.get("FAKE_BACKEND", "")) + sys.argv[1:]
+    o = parse_args(words)
+    if o.family not in FAMILIES:
+        log(f"fake_backend: --family must be one of {sorted(FAMILIES)}, got {o.family!r}")
+        return 2
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if not os.environ.get(_INNER):
+        if o.fork_wrapper:
+            exec_wrapper(o, sys.argv)
+        if o.setsid_child:
+            return run_setsid_child(sys.argv)
+    log(f"fake backend {o.family} pid {os.getpid()} model {o.model or o.config!r}")
+    asyncio.run(serve(o))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""A real router on a real socket, with fake backends launched through the real supervisor.
+
+`RouterHarness` writes `.kcpps` files and a Settings whose program sections point at
+executable wrappers around tests/fakes/fake_backend.py, starts `create_app()` on an aiohttp
+TestServer (real 127.0.0.1 socket, handler cancellation on, as `tensor-router start` runs it)
+and hands out an httpx client. Fault switches per family go in FAKE_BACKEND.
+
+Extensions for the reliability-matrix tests (R rows):
+- `faults_for_model[model_id] = "--exit-at-start 1"`: switches for one model only (the family's
+  binary is a small dispatcher that adds them when the model's file is in its argv).
+- `wrap[family] = "fork" | "setsid"`: the family's binary_path becomes a bash wrapper that runs
+  the fake backend as a background child (R2) or in a new session (R3) and waits for it.
+- `read_sse()` parses a streamed response into events with their arrival times.
+- `records()` reads a `--record-requests` file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from router import listener
+from router.app import create_app
+from router.appkeys import RUNTIMES
+from router.runtime import RuntimeManager
+from router.settings import Settings
+from tests.fakes.wrappers import _write_script, write_fake_binary
+from tests.proctree import live_descendants
+
+SECTION_OF = {
+    "llamacpp": "llama",
+    "kobold": "kobold",
+    "sdcpp": "sdcpp",
+    "whisper": "whispercpp",
+    "vllm": "vllm",
+}
+
+
+class RouterHarness:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.kcpps_dir = tmp / "kcpps"
+        self.models_dir = tmp / "models"
+        self.bin_dir = tmp / "bin"
+        for folder in (self.kcpps_dir, self.models_dir, self.bin_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.faults: dict[str, str] = {}
+        self.faults_for_model: dict[str, str] = {}
+        self.wrap: dict[str, str] = {}
+        self.server: TestServer | None = None
+        self.app: web.Application | None = None
+        self.client: httpx.AsyncClient | None = None
+
+    def model(self, model_id: str, mode: str = "llama_sdcpp", **fields: Any) -> Path:
+        """A .kcpps with a text model file (an empty file: the fake backend does not read it)."""
+        body: dict[str, Any] = {"backend_mode": mode}
+        if not any(
+            k in fields for k in ("model_param", "sdmodel", "whispermodel", "embeddingsmodel")
+        ):
+            fields["model_param"] = f"{model_id}.gguf"
+        for key, value in fields.items():
+            if key in ("model_param", "sdmodel", "whispermodel", "embeddingsmodel") and value:
+                (self.models_dir / value).write_bytes(b"GGUF")
+                value = str(self.models_dir / value)
+            body[key] = value
+        path = self.kcpps_dir / f"{model_id}.kcpps"
+        path.write_text(json.dumps(body))
+        return path
+
+    def settings(self, **runtime: Any) -> Settings:
+        sections: dict[str, Any] = {}
+        for family, section in SECTION_OF.items():
+            binary = self.binary(family)
+            env = {"FAKE_BACKEND": self.faults[family]} if family in self.faults else {}
+            sections[section] = {"binary_path": binary, "env": env}
+        return Settings.model_validate(
+            {
+                "security": {"profile": "trusted_lan"},
+                "models": {"config_dir": self.kcpps_dir},
+                "analytics": {"database_path": self.tmp / "data" / "router.sqlite"},
+                "runtime": {
+                    "stop_grace": 3,
+                    "load_timeout": 20,
+                    "no_progress_timeout": 10,
+                    **runtime,
+                },
+                **sections,
+            }
+        )
+
+    def binary(self, family: str) -> Path:
+        """The family's binary_path: the fake backend, maybe behind a dispatcher and a wrapper."""
+        binary = write_fake_binary(self.bin_dir, family)
+        if self.faults_for_model:
+            cases = "".join(
+                f"    {shlex.quote(model_id)}.*) extra+=({switches}) ;;\n"
+                for model_id, switches in self.faults_for_model.items()
+            )
+            binary = _write_script(
+                self.bin_dir / f"dispatch-{family}",
+                'extra=()\nfor a in "$@"; do\n  case "${a##*/}" in\n'
+                + cases
+                + "  esac\ndone\n"
+                + f'exec {shlex.quote(str(binary))} "${{extra[@]}}" "$@"',
+            )
+        kind = self.wrap.get(family)
+        if kind == "fork":
+            binary = _write_script(
+                self.bin_dir / f"fork-{family}", f'{shlex.quote(str(binary))} "$@" &\nwait $!'
+            )
+        elif kind == "setsid":
+            binary = _write_script(
+                self.bin_dir / f"setsid-{family}",
+                f'setsid {shlex.quote(str(binary))} "$@" &\nwait $!',
+            )
+        return binary
+
+    async def start(self, settings: Settings | None = None) -> httpx.AsyncClient:
+        settings = settings or self.settings()
+        self.app = create_app(settings)
+        self.server = TestServer(
+            self.app,
+            host="127.0.0.1",
+            handler_cancellation=True,
+            **listener.runner_kwargs(settings),
+        )
+        await self.server.start_server()
+        self.client = httpx.AsyncClient(base_url=str(self.server.make_url("")), timeout=30)
+        return self.client
+
+    @property
+    def runtimes(self) -> RuntimeManager:
+        assert self.app is not None
+        return self.app[RUNTIMES]
+
+    def backend_pids(self) -> list[int]:
+        return [rt.process.pid for rt in self.runtimes.runtimes() if rt.process and rt.process.pid]
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+        if self.server is not None:
+            await self.server.close()
+            self.server = None
+
+    def records(self, path: Path) -> list[dict[str, Any]]:
+        """The lines a fake backend wrote with --record-requests."""
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def harness_fixture(tmp_path: Path) -> AsyncIterator[RouterHarness]:
+    """Body of the per-file `harness` fixture: closes the router, then no backend may survive."""
+    h = RouterHarness(tmp_path)
+    try:
+        yield h
+    finally:
+        await h.close()
+        deadline = time.monotonic() + 3.0
+        while (left := live_descendants()) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        assert left == [], f"a backend process outlived the router: {left}"
+
+
+@dataclass
+class SseEvent:
+    event: str  # the `event:` field, "message" when absent
+    data: str
+    at: float  # time.monotonic() when the event's last line arrived
+
+
+async def read_sse(response: httpx.Response) -> list[SseEvent]:
+    """Parse a streamed SSE body; each event is stamped when its blank line arrives."""
+    events: list[SseEvent] = []
+    kind, data = "message", []
+    async for line in response.aiter_lines():
+        if line == "":
+            if data or kind != "message":
+                events.append(SseEvent(kind, "\n".join(data), time.monotonic()))
+            kind, data = "message", []
+        elif line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+    if data:
+        events.append(SseEvent(kind, "\n".join(data), time.monotonic()))
+    return events
+
+
+def chat(model: str, *, stream: bool = False, **extra: Any) -> Mapping[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": stream,
+        **extra,
+    }

