@@ -103,7 +103,12 @@ def _pidfd_open(pid: int) -> int:
 
 
 class SupervisedProcess:
-    """One backend child process. See the module docstring for the design."""
+    """One backend child process. See the module docstring for the design.
+
+    `env` is the child's complete environment (None: inherit the router's), plus the tag.
+    `on_output(stream, line)` gets each stdout/stderr line as bytes without its line ending;
+    lines longer than MAX_LINE arrive in pieces. Create, start and stop it on one event loop.
+    """
 
     def __init__(
         self,

@@ -21,8 +21,9 @@ member of a recorded process group, and every recorded pid whose start time stil
 (so a recycled pid is never hit). A descendant that both left the process group and
 scrubbed its environment escapes; that is the documented limit.
 
-This file is stdlib-only and also holds the /proc helpers that `backends.process` uses,
-so the watchdog interpreter can start with `-I -S` in a few milliseconds.
+This file is stdlib-only (so the watchdog interpreter starts with `-I -S` in a few
+milliseconds) and also holds what `backends.process` shares with it: the /proc helpers,
+the pidfile record and `reap_stale`, the next router's sweep for a dead one's survivors.
 """
 
 from __future__ import annotations

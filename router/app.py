@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,7 +31,7 @@ from aiohttp import web
 
 from backends.process import reap_stale
 from router import auth, guards
-from router.api import control, inference, meta, models, ollama
+from router.api import control, inference, meta, models, ollama, ollama_gen
 from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
@@ -43,6 +45,7 @@ from router.appkeys import (
     RUNTIMES,
     SESSION,
     SETTINGS,
+    SHUTDOWN,
 )
 from router.catalog import Catalog
 from router.classify import Route, match
@@ -63,6 +66,7 @@ HANDLERS: dict[str, Handler] = {
     **models.HANDLERS,
     **control.HANDLERS,
     **ollama.HANDLERS,
+    **ollama_gen.HANDLERS,
     **inference.HANDLERS,
 }
 
@@ -139,10 +143,16 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[METRICS] = metrics or Metrics()
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
+    app[SHUTDOWN] = _signal_self
     app.cleanup_ctx.extend([_client_session, _catalog, _runtimes])
     app.on_shutdown.append(_begin_drain)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
+
+
+def _signal_self() -> None:
+    """Default stop request when no server loop owns the app: the process's own SIGTERM path."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 async def _client_session(app: web.Application) -> AsyncIterator[None]:

@@ -5,6 +5,7 @@ Handlers read resources with `request.app[KEY]`; nothing else is global.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -29,6 +30,8 @@ RUNTIMES: web.AppKey[RuntimeManager] = web.AppKey("runtimes")
 PROXY: web.AppKey[Proxy] = web.AppKey("proxy")
 STORE: web.AppKey[Store] = web.AppKey("store")
 RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
+# Asks the server to stop gracefully (server.py sets it to its stop event).
+SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
 # Per-request storage (set by the edge and the classifier, read by handlers).
 if TYPE_CHECKING:

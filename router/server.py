@@ -16,6 +16,7 @@ from aiohttp import web
 
 from router import listener
 from router.app import create_app
+from router.appkeys import SHUTDOWN
 from router.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ async def serve(
     stop: asyncio.Event | None = None,
 ) -> None:
     app = create_app(settings)
+    stop = stop or asyncio.Event()
+    app[SHUTDOWN] = stop.set
     runner = web.AppRunner(
         app,
         handle_signals=False,
@@ -38,7 +41,6 @@ async def serve(
         **listener.runner_kwargs(settings),
     )
     await runner.setup()
-    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -47,7 +49,8 @@ async def serve(
         guard = listener.ConnectionGuard(settings)
         sites = [listener.capped_site(runner, settings, guard=guard)]
         sites += [
-            listener.capped_site(runner, settings, host, port, guard=guard) for host, port in extra_binds
+            listener.capped_site(runner, settings, host, port, guard=guard)
+            for host, port in extra_binds
         ]
         for site in sites:
             await site.start()

@@ -12,6 +12,8 @@ Extensions for the reliability-matrix tests (R rows):
   the fake backend as a background child (R2) or in a new session (R3) and waits for it.
 - `read_sse()` parses a streamed response into events with their arrival times.
 - `records()` reads a `--record-requests` file.
+- `programs[family] = Path(...)`: run the family's real binary instead of the fake backend
+  (tests/real); `extra_args[family] = [...]` adds that section's extra_args (e.g. `-t 1`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class RouterHarness:
         self.faults: dict[str, str] = {}
         self.faults_for_model: dict[str, str] = {}
         self.wrap: dict[str, str] = {}
+        self.programs: dict[str, Path] = {}
+        self.extra_args: dict[str, list[str]] = {}
         self.server: TestServer | None = None
         self.app: web.Application | None = None
         self.client: httpx.AsyncClient | None = None
@@ -80,9 +84,11 @@ class RouterHarness:
     def settings(self, **runtime: Any) -> Settings:
         sections: dict[str, Any] = {}
         for family, section in SECTION_OF.items():
-            binary = self.binary(family)
+            binary = self.programs.get(family) or self.binary(family)
             env = {"FAKE_BACKEND": self.faults[family]} if family in self.faults else {}
             sections[section] = {"binary_path": binary, "env": env}
+            if family in self.extra_args:
+                sections[section]["extra_args"] = list(self.extra_args[family])
         return Settings.model_validate(
             {
                 "security": {"profile": "trusted_lan"},

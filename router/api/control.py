@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 from typing import Any
 
 from aiohttp import web
 
 from router.api.common import Handler, read_control_json, resolve_model
-from router.appkeys import EVENTS, RUNTIMES
+from router.appkeys import EVENTS, RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.errors import BadRequest
 from router.runtime import primary_lane
@@ -51,8 +49,8 @@ async def unload(request: web.Request) -> web.StreamResponse:
 
 
 async def shutdown(request: web.Request) -> web.StreamResponse:
-    # The signal path is the one graceful-stop path (drain, flush, stop children).
-    asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+    # Answer first; the server then takes its one graceful-stop path (drain, flush, stop).
+    asyncio.get_running_loop().call_later(0.05, request.app[SHUTDOWN])
     return web.json_response({"status": "shutting down"})
 
 

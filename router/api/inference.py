@@ -26,13 +26,14 @@ from router.selector import Selection, body_stream, read_selector
 MiB = 1024 * 1024
 
 
-async def forward(request: web.Request) -> web.StreamResponse:
+async def forward(request: web.Request, selection: Selection | None = None) -> web.StreamResponse:
+    """Forward one request; `selection` when a handler already read (and kept) the body."""
     route = route_of(request)
     started = request.get(ARRIVED) or time.monotonic()
     info = RequestInfo(route.template, route.surface.value, _lane_name(route), started, time.time())
     result = ProxyResult()
     try:
-        return await _forward(request, route, info, result)
+        return await _forward(request, route, info, result, selection)
     except asyncio.CancelledError:
         result.aborted, result.status = True, 499
         raise
@@ -55,10 +56,15 @@ async def forward(request: web.Request) -> web.StreamResponse:
 
 
 async def _forward(
-    request: web.Request, route: Route, info: RequestInfo, result: ProxyResult
+    request: web.Request,
+    route: Route,
+    info: RequestInfo,
+    result: ProxyResult,
+    selection: Selection | None,
 ) -> web.StreamResponse:
-    settings = request.app[SETTINGS]
-    selection = await read_selector(request, route, int(settings.limits.selector_scan_mb * MiB))
+    if selection is None:
+        scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
+        selection = await read_selector(request, route, scan_limit)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
     family = family_for(config.backend_mode, lane)

@@ -1,0 +1,220 @@
+"""Site routes backed by the node's store: analytics, load captures, load errors, download.
+
+A standalone node answers for itself only: a `node`/`node_id` naming another node is a 404
+(never an address to contact). A master's fan-out to slaves belongs to the cluster layer; the
+response shapes here already carry the per-node `persisted` / `cleared` / `failed` lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from aiohttp import web
+
+from router.appkeys import STORE
+from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
+from router.store import CaptureFilter, Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW = 86400.0
+MAX_BUCKETS = 10_000
+DOWNLOAD_CHUNK = 256 * 1024
+
+
+def _store(request: web.Request) -> Store:
+    store = request.app.get(STORE)
+    if store is None:
+        raise ServiceUnavailable("the router's store is not open")
+    return store
+
+
+def _path_param(request: web.Request, name: str) -> str:
+    """From the lead's dispatcher (`request["params"]` or the Match), else aiohttp's router."""
+    for params in (request.get("params"), getattr(request.get("match"), "params", None)):
+        if params and name in params:
+            return str(params[name])
+    value = request.match_info.get(name)
+    if not value:
+        raise NotFound(f"missing path parameter {name}")
+    return value
+
+
+def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", param=name) from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}", param=name)
+    return value
+
+
+def parse_time(raw: str, name: str) -> float:
+    """Unix seconds (`1700000000`, `1700000000.5`) or ISO-8601 (naive means UTC)."""
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        raise BadRequest(f"{name} must be unix seconds or ISO-8601", param=name) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def _time(request: web.Request, name: str) -> float | None:
+    raw = request.query.get(name)
+    return None if raw is None or raw == "" else parse_time(raw, name)
+
+
+def _nodes(request: web.Request, store: Store) -> list[str]:
+    """Repeated `node` / `node_id` filters; any node that is not this one is unknown."""
+    nodes = [*request.query.getall("node", []), *request.query.getall("node_id", [])]
+    for node in nodes:
+        if node != store.node_id:
+            raise NotFound(f"unknown node {node!r}", param="node_id")
+    return nodes
+
+
+async def analytics(request: web.Request) -> web.Response:
+    store = _store(request)
+    nodes = _nodes(request, store)
+    to_ts = _time(request, "to")
+    to_ts = time.time() if to_ts is None else to_ts
+    from_ts = _time(request, "from")
+    from_ts = to_ts - DEFAULT_WINDOW if from_ts is None else from_ts
+    if from_ts >= to_ts:
+        raise BadRequest("from must be earlier than to", param="from")
+    bucket = _int(request, "bucket_seconds", 3600, 60, 31 * 86400)
+    if (to_ts - from_ts) / bucket > MAX_BUCKETS:
+        raise BadRequest(
+            f"more than {MAX_BUCKETS} buckets; widen bucket_seconds", param="bucket_seconds"
+        )
+    model = request.query.get("model") or None
+    summary = await store.summary(from_ts, to_ts, model=model, node=nodes, bucket_seconds=bucket)
+    return web.json_response({"nodes": [store.node_id], **summary})
+
+
+async def analytics_flush(request: web.Request) -> web.Response:
+    store = _store(request)
+    try:
+        written = await store.flush()
+    except sqlite3.Error as exc:
+        log.error("analytics flush failed: %s", exc)
+        failed = [{"node_id": store.node_id, "error": sanitize(str(exc))}]
+        return web.json_response({"persisted": [], "failed": failed})
+    log.debug("analytics flush wrote %d events", written)
+    return web.json_response({"persisted": [store.node_id], "failed": []})
+
+
+async def load_captures(request: web.Request) -> web.Response:
+    store = _store(request)
+    kind = request.query.get("kind") or None
+    if kind not in (None, "load", "reuse"):
+        raise BadRequest("kind must be load or reuse", param="kind")
+    filters = CaptureFilter(
+        nodes=_nodes(request, store),
+        status=request.query.get("status") or None,
+        kind=kind,
+        backend=request.query.get("backend") or None,
+        from_ts=_time(request, "from"),
+        to_ts=_time(request, "to"),
+        limit=_int(request, "limit", 50, 1, 500),
+        cursor=request.query.get("cursor") or None,
+    )
+    page = await store.list_captures(filters)
+    body = {"enabled": store.capture_enabled, "nodes": [store.node_id], **page}
+    return web.json_response(body)
+
+
+async def load_capture(request: web.Request) -> web.Response:
+    store = _store(request)
+    _nodes(request, store)
+    attempt_id = _path_param(request, "attempt_id")
+    detail = await store.capture_detail(attempt_id)
+    if detail is None:
+        raise NotFound(f"no load capture {attempt_id!r}")
+    return web.json_response(detail)
+
+
+async def load_capture_output(request: web.Request) -> web.Response:
+    store = _store(request)
+    _nodes(request, store)
+    attempt_id = _path_param(request, "attempt_id")
+    after = _int(request, "after_sequence", 0, 0, 2**62)
+    limit = _int(request, "limit", 200, 1, 1000)
+    page = await store.capture_output_page(attempt_id, after, limit)
+    if page is None:
+        raise NotFound(f"no load capture {attempt_id!r}")
+    return web.json_response(page)
+
+
+async def load_errors(request: web.Request) -> web.Response:
+    """GET lists the newest load errors; DELETE removes them all."""
+    store = _store(request)
+    if request.method == "DELETE":
+        removed = await store.clear_load_errors()
+        return web.json_response({"removed": removed, "cleared": [store.node_id], "failed": []})
+    limit = _int(request, "limit", 100, 1, 1000)
+    errors = await store.list_load_errors(limit)
+    return web.json_response({"nodes": [store.node_id], "errors": errors})
+
+
+async def store_download(request: web.Request) -> web.StreamResponse:
+    store = _store(request)
+    node_id = request.query.get("node_id") or store.node_id
+    if node_id != store.node_id:
+        raise NotFound(f"unknown node {node_id!r}", param="node_id")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    copy = await store.download_copy()
+    try:
+        size = (await asyncio.to_thread(copy.stat)).st_size
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/vnd.sqlite3",
+                "Content-Disposition": f'attachment; filename="analytics-{node_id}-{stamp}.sqlite"',
+                "Cache-Control": "no-store",
+            }
+        )
+        response.content_length = size
+        await response.prepare(request)
+        await _send_file(copy, response)
+        await response.write_eof()
+        return response
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(os.unlink, copy)
+
+
+async def _send_file(path: Path, response: web.StreamResponse) -> None:
+    handle = await asyncio.to_thread(path.open, "rb")
+    try:
+        while chunk := await asyncio.to_thread(handle.read, DOWNLOAD_CHUNK):
+            await response.write(chunk)
+    finally:
+        await asyncio.to_thread(handle.close)
+
+
+HANDLERS = {
+    "site.analytics": analytics,
+    "site.analytics_flush": analytics_flush,
+    "site.load_captures": load_captures,
+    "site.load_capture": load_capture,
+    "site.load_capture_output": load_capture_output,
+    "site.load_errors": load_errors,
+    "site.load_errors_clear": load_errors,  # classify.py names the DELETE route apart
+    "site.store_download": store_download,
+}

@@ -1,0 +1,242 @@
+"""An OpenAI SSE byte stream -> Ollama NDJSON records.
+
+Input is whatever the backend sends, chunked anywhere: an event, a line or a UTF-8 sequence may
+be split across chunks, so bytes are framed by line before anything is decoded. Every outcome
+ends in exactly one closing record: `done: true` after a finished answer, or `{"error": ...}`
+when the backend reports an error or the stream stops before the answer is finished, so a
+client never sees a silent cut.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from router.errors import BadGateway, sanitize
+from router.ollama_translate import (
+    Kind,
+    done_reason,
+    final_record,
+    metrics,
+    ollama_tool_calls,
+    reasoning_text,
+    rfc3339,
+)
+
+Event = tuple[str, bytes]  # (event name, data)
+
+
+class SSEParser:
+    """Incremental server-sent-events framing (only `event:`, `data:` and llama-server's
+    nonstandard `error:` field matter here)."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._name = ""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        events: list[Event] = []
+        for line in lines:
+            self._line(line.removesuffix(b"\r"), events)
+        return events
+
+    def close(self) -> list[Event]:
+        """End of input: complete lines still form an event without their blank line; an
+        unterminated last line is a cut, not data, and is dropped."""
+        events: list[Event] = []
+        self._buf = b""
+        self._line(b"", events)
+        return events
+
+    def _line(self, line: bytes, events: list[Event]) -> None:
+        if not line:
+            if self._data:
+                events.append((self._name, b"\n".join(self._data)))
+            self._name, self._data = "", []
+            return
+        if line.startswith(b":"):
+            return
+        field, _, value = line.partition(b":")
+        value = value.removeprefix(b" ")
+        if field == b"event":
+            self._name = value.decode("utf-8", "replace")
+        elif field == b"data":
+            self._data.append(value)
+        elif field == b"error":  # llama-server writes `error: {json}` mid-stream
+            self._name = "error"
+            self._data.append(value)
+
+
+class _Translator:
+    def __init__(
+        self, kind: Kind, model: str, started_ns: int, load_ns: int, clock: Callable[[], int]
+    ) -> None:
+        self.kind, self.model, self.clock = kind, model, clock
+        self.started_ns, self.load_ns = started_ns, load_ns
+        self.first_token_ns: int | None = None
+        self.finish: str | None = None
+        self.usage: Any = None
+        self.timings: Any = None
+        self.calls: dict[int, dict[str, str]] = {}
+        self.ended = False
+
+    def on_event(self, name: str, data: bytes) -> list[dict[str, Any]]:
+        text = data.decode("utf-8", "replace").strip()
+        if not text and name != "error":
+            return []
+        if text == "[DONE]":
+            return self._close()
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if name == "error" or (isinstance(obj, dict) and "error" in obj):
+            return self._fail(_error_message(obj, text))
+        if not isinstance(obj, dict):
+            return self._fail("the backend sent an unreadable stream event")
+        if obj.get("usage") is not None:
+            self.usage = obj["usage"]
+        if obj.get("timings") is not None:
+            self.timings = obj["timings"]
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return []  # the usage-only chunk, or a keep-alive
+        return self._choice(choices[0])
+
+    def at_eof(self) -> list[dict[str, Any]]:
+        if self.finish is None:
+            return self._fail("the backend stream ended before the answer was finished")
+        return self._close()
+
+    def _choice(self, choice: dict[str, Any]) -> list[dict[str, Any]]:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content, thinking = _text(delta.get("content")), reasoning_text(delta)
+            self._collect_calls(delta.get("tool_calls"))
+        else:  # /v1/completions (raw generate)
+            content, thinking = _text(choice.get("text")), ""
+        out = []
+        if content or thinking:
+            out.append(self._record(content, thinking))
+        if isinstance(choice.get("finish_reason"), str):
+            self.finish = choice["finish_reason"]
+        return out
+
+    def _collect_calls(self, deltas: Any) -> None:
+        # OpenAI streams a tool call in pieces keyed by index; Ollama sends it whole.
+        for n, piece in enumerate(deltas if isinstance(deltas, list) else []):
+            if not isinstance(piece, dict):
+                continue
+            index = piece.get("index", n)
+            call = self.calls.setdefault(index if isinstance(index, int) else n, {})
+            if isinstance(piece.get("id"), str):
+                call["id"] = piece["id"]
+            fn = piece.get("function")
+            fn = fn if isinstance(fn, dict) else {}
+            if isinstance(fn.get("name"), str):
+                call["name"] = call.get("name", "") + fn["name"]
+            if isinstance(fn.get("arguments"), str):
+                call["arguments"] = call.get("arguments", "") + fn["arguments"]
+            self._mark_first_token()
+
+    def _record(self, content: str, thinking: str, **extra: Any) -> dict[str, Any]:
+        self._mark_first_token()
+        head: dict[str, Any] = {"model": self.model, "created_at": rfc3339(self.clock())}
+        if self.kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if thinking:
+                message["thinking"] = thinking
+            head["message"] = message | extra
+        else:
+            head["response"] = content
+            if thinking:
+                head["thinking"] = thinking
+        return head | {"done": False}
+
+    def _close(self) -> list[dict[str, Any]]:
+        self.ended = True
+        out = []
+        if self.calls and self.kind == "chat":
+            openai_calls = [
+                {
+                    "id": c.get("id"),
+                    "function": {"name": c.get("name"), "arguments": c.get("arguments")},
+                }
+                for _, c in sorted(self.calls.items())
+            ]
+            try:
+                out.append(self._record("", "", tool_calls=ollama_tool_calls(openai_calls)))
+            except BadGateway as err:
+                return self._fail(err.message)
+        now = self.clock()
+        counters = metrics(
+            self.usage,
+            self.timings,
+            self.started_ns,
+            now,
+            load_ns=self.load_ns,
+            first_token_ns=self.first_token_ns,
+        )
+        out.append(final_record(self.kind, self.model, now, done_reason(self.finish), counters))
+        return out
+
+    def _fail(self, message: str) -> list[dict[str, Any]]:
+        self.ended = True
+        return [{"error": sanitize(message)}]
+
+    def _mark_first_token(self) -> None:
+        if self.first_token_ns is None:
+            self.first_token_ns = self.clock()
+
+
+async def ollama_ndjson(
+    sse_chunks: AsyncIterator[bytes],
+    kind: Kind,
+    public_model: str,
+    started_ns: int,
+    *,
+    load_ns: int = 0,
+    clock: Callable[[], int] = time.time_ns,
+) -> AsyncIterator[bytes]:
+    """Translate the backend's SSE answer to Ollama NDJSON, one record per line.
+
+    `started_ns` (and `clock`) are wall-clock nanoseconds; `load_ns` is the time the router
+    spent starting the backend for this request, reported as Ollama's load_duration.
+    """
+    parser = SSEParser()
+    state = _Translator(kind, public_model, started_ns, load_ns, clock)
+    async for chunk in sse_chunks:
+        for name, data in parser.feed(chunk):
+            for record in state.on_event(name, data):
+                yield _line(record)
+            if state.ended:
+                return
+    for name, data in parser.close():
+        for record in state.on_event(name, data):
+            yield _line(record)
+        if state.ended:
+            return
+    for record in state.at_eof():
+        yield _line(record)
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    # "replace" because a JSON escape from the backend can decode to a lone surrogate.
+    return json.dumps(record, ensure_ascii=False).encode("utf-8", "replace") + b"\n"
+
+
+def _error_message(obj: Any, text: str) -> str:
+    err = obj.get("error") if isinstance(obj, dict) else (obj if obj is not None else text)
+    if isinstance(err, dict):
+        err = err.get("message") or json.dumps(err)
+    message = err if isinstance(err, str) else json.dumps(err)
+    return message or "the backend reported an error"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
