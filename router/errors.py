@@ -141,12 +141,28 @@ class LoadFailed(BadGateway):
     code = "model_load_failed"
 
 
+# URL paths of the APIs the router speaks are advice to the client ("use /v1/embeddings"),
+# not file system paths: they are kept.
+_API_PREFIXES = (
+    "/v1/", "/v2/", "/api/", "/sdapi/", "/sdcpp/", "/router/", "/upload/", "/history/",
+    "/view", "/prompt", "/musicui", "/cohere/", "/completion", "/tokenize", "/detokenize",
+    "/embedding", "/infill", "/props", "/slots", "/health", "/metrics", "/inference",
+)  # fmt: skip
+
+
+def _strip_dirs(match: re.Match[str]) -> str:
+    whole = match.group(0)
+    if whole.startswith(_API_PREFIXES):
+        return whole
+    return match.group(1) or match.group(2) or "[path]"
+
+
 def sanitize(text: str, secrets: Iterable[str] = ()) -> str:
     """Drop directories from absolute paths and blank out secrets; cap at 512 bytes."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "[redacted]")
-    text = _ABS_PATH.sub(lambda m: m.group(1) or m.group(2) or "[path]", text)
+    text = _ABS_PATH.sub(_strip_dirs, text)
     raw = text.encode("utf-8", "replace")
     if len(raw) > MAX_MESSAGE_BYTES:
         text = raw[: MAX_MESSAGE_BYTES - 3].decode("utf-8", "ignore") + "..."

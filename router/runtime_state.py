@@ -6,12 +6,15 @@ Its state moves only along the checked transitions below; runtime.py is the only
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from backends.registry import adapter_for
 from router.domain import Family, Lane, UnloadPolicy, family_for
 from router.errors import BadRequest
 from router.kcpps import ModelConfig
@@ -132,10 +135,15 @@ def spec_for(config: ModelConfig, lane: Lane) -> RuntimeSpec:
     family = family_for(config.backend_mode, lane)
     if family is None:
         raise BadRequest(f"{lane} is not served under backend_mode {config.backend_mode}")
-    if family is Family.KOBOLD:
-        occupies, key = frozenset(config.lanes), f"{config.id}@kobold"
-    else:
-        occupies, key = frozenset({lane}), f"{config.id}@{lane}"
+    # KoboldCpp serves every lane of its config from one process, except a separate
+    # embeddings process when the config asks for one (`run_embed_separate`).
+    occupies = adapter_for(family).runtime_lanes(config, lane)
+    suffix = (
+        "kobold-embed"
+        if family is Family.KOBOLD and occupies == {Lane.EMBEDDINGS} and (config.run_embed_separate)
+        else ("kobold" if family is Family.KOBOLD else lane.value)
+    )
+    key = f"{runtime_identity(config)}@{suffix}"
     policy = config.unload_policy
     if policy is UnloadPolicy.ALL:
         extra = frozenset(Lane)
@@ -144,6 +152,25 @@ def spec_for(config: ModelConfig, lane: Lane) -> RuntimeSpec:
     else:
         extra = frozenset({Lane(policy.value)})
     return RuntimeSpec(key, config, lane, family, occupies, occupies | extra)
+
+
+def runtime_identity(config: ModelConfig) -> str:
+    """Configs that differ only in the *values* of the same top-level `jinja_kwargs` keys share
+    one loaded runtime; the values reach the backend per request as `chat_template_kwargs`."""
+    if not config.jinja_kwargs:
+        return config.id
+    rest = {k: v for k, v in config.raw.items() if k not in _JINJA_KEYS}
+    shape = {
+        "raw": rest,
+        "mode": config.backend_mode.value,
+        "components": {k: str(v) for k, v in config.components.items()},
+        "jinja_keys": sorted(config.jinja_kwargs),
+    }
+    digest = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()
+    return f"jinja-{digest[:16]}"
+
+
+_JINJA_KEYS = frozenset({"jinja_kwargs", "router_jinja_kwargs_precedence"})
 
 
 def primary_lane(config: ModelConfig) -> Lane:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -16,24 +18,40 @@ from router.classify import Route
 from router.domain import BackendMode, Lane, family_for
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge, RouteNotFound, RouterError
 from router.headers import upstream_request_headers
+from router.jinja import merge_chat_template_kwargs
 from router.kcpps import ModelConfig
 from router.proxy import ProxyResult, UpstreamRequest
 from router.recorder import RequestInfo
 from router.rewrite import ModelRewriter
 from router.runtime import Lease
+from router.runtime_state import RuntimeState
 from router.selector import Selection, body_stream, read_selector
 
 MiB = 1024 * 1024
 
 
-async def forward(request: web.Request, selection: Selection | None = None) -> web.StreamResponse:
-    """Forward one request; `selection` when a handler already read (and kept) the body."""
+@dataclass(frozen=True)
+class Override:
+    """What a surface handler changed before forwarding (voice, images, Ollama on KoboldCpp):
+    the body it already read or rewrote, and optionally another backend path or headers."""
+
+    selection: Selection
+    path_qs: str | None = None  # backend path and query; default: the request's own
+    headers: Mapping[str, str] | None = None  # replaces the forwarded request headers
+
+
+async def forward(
+    request: web.Request, override: Override | Selection | None = None
+) -> web.StreamResponse:
+    """Forward one request; `override` when a handler already read (and kept) the body."""
+    if isinstance(override, Selection):
+        override = Override(override)
     route = route_of(request)
     started = request.get(ARRIVED) or time.monotonic()
     info = RequestInfo(route.template, route.surface.value, _lane_name(route), started, time.time())
     result = ProxyResult()
     try:
-        return await _forward(request, route, info, result, selection)
+        return await _forward(request, route, info, result, override)
     except asyncio.CancelledError:
         result.aborted, result.status = True, 499
         raise
@@ -60,20 +78,22 @@ async def _forward(
     route: Route,
     info: RequestInfo,
     result: ProxyResult,
-    selection: Selection | None,
+    override: Override | None,
 ) -> web.StreamResponse:
-    if selection is None:
+    if override is None:
         scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
-        selection = await read_selector(request, route, scan_limit)
+        override = Override(await read_selector(request, route, scan_limit))
+    selection = override.selection
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
-    _check_served(route, config, lane, request)
+    backend_path = (override.path_qs or request.path).split("?", 1)[0]
+    _check_served(route, config, lane, request, backend_path)
     lease = await request.app[RUNTIMES].ensure(config, lane)
     info.queue_wait_ms = lease.queue_wait_ms
     try:
-        return await _send(request, route, lease, selection, public_id, info, result)
+        return await _send(request, route, lease, override, config, public_id, info, result)
     finally:
         lease.release()
 
@@ -82,18 +102,25 @@ async def _send(
     request: web.Request,
     route: Route,
     lease: Lease,
-    selection: Selection,
+    override: Override,
+    config: ModelConfig,
     public_id: str,
     info: RequestInfo,
     result: ProxyResult,
 ) -> web.StreamResponse:
     runtime = lease.runtime
     rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id)
+    selection = override.selection
+    if config.jinja_kwargs and route.template == "/v1/chat/completions" and selection.complete:
+        merged = merge_chat_template_kwargs(
+            selection.prefix, config.jinja_kwargs, config.jinja_precedence
+        )
+        selection = Selection(selection.model, merged, True, selection.source)
     body, replayable = _body(request, route, selection, rewriter, result)
     upstream = UpstreamRequest(
         request.method,
-        runtime.base_url + request.rel_url.raw_path_qs,
-        _headers(request),
+        runtime.base_url + (override.path_qs or request.rel_url.raw_path_qs),
+        override.headers if override.headers is not None else _headers(request),
         body,
         replayable,
     )
@@ -140,7 +167,26 @@ def _choose(
 def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
     """No selector: the active runtime for the lane, else the only config that serves it."""
     runtimes = request.app[RUNTIMES]
-    active = [rt.config for rt in runtimes.runtimes() if lane in rt.spec.occupies]
+    live = (
+        (RuntimeState.READY,)
+        if lane is Lane.EMBEDDINGS
+        else (RuntimeState.READY, RuntimeState.LOADING)
+    )
+    active = [
+        rt.config
+        for rt in runtimes.runtimes()
+        if lane in rt.spec.occupies and rt.state in live and lane in rt.config.lanes
+    ]
+    if lane is Lane.EMBEDDINGS:
+        # Round-robin across loaded embedding runtimes; never load one for an unnamed request.
+        if active:
+            return active[next(_ROUND_ROBIN) % len(active)]  # type: ignore[no-any-return]
+        candidates = [c.id for c in request.app[CATALOG].configs() if lane in c.lanes]
+        raise BadRequest(
+            'no embedding model is loaded; name one with a "model" field, ?model= or the '
+            f"X-Tensors-Model header: {', '.join(candidates) or '(none configured)'}",
+            param="model",
+        )
     if active:
         return active[0]  # type: ignore[no-any-return]
     candidates = [c for c in request.app[CATALOG].configs() if lane in c.lanes]
@@ -153,7 +199,12 @@ def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
     )
 
 
-def _check_served(route: Route, config: ModelConfig, lane: Lane, request: web.Request) -> None:
+_ROUND_ROBIN = itertools.count()
+
+
+def _check_served(
+    route: Route, config: ModelConfig, lane: Lane, request: web.Request, backend_path: str
+) -> None:
     if lane not in config.lanes:
         raise BadRequest(f"model {config.id!r} has no {lane} component; {_use_instead(config)}")
     if config.backend_mode is BackendMode.VLLM and not route.vllm:
@@ -161,7 +212,7 @@ def _check_served(route: Route, config: ModelConfig, lane: Lane, request: web.Re
     family = family_for(config.backend_mode, lane)
     if family is None:
         raise BadRequest(f"{lane} requests are not served under backend_mode {config.backend_mode}")
-    if not adapter_for(family).serves(request.path, request.method):
+    if not adapter_for(family).serves(backend_path, request.method):
         raise BadRequest(
             f"{request.method} {request.path} is not served by {family} for model {config.id!r}; "
             f"{_use_instead(config)}"
