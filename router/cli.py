@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,56 @@ def load(config: str | None, url: str | None, model: str) -> None:
 def unload(config: str | None, url: str | None, target: str) -> None:
     """Unload TARGET: text, image, embeddings, voice, music or all (the default)."""
     click.echo(json.dumps(_call(config, url, "POST", "/router/v1/unload", {"target": target})))
+
+
+@main.command()
+@_cfg
+@_url
+@click.option("--since", default="24h", show_default=True, help="window: 30m, 24h, 7d ...")
+@click.option("--model", help="only this model")
+def analytics(config: str | None, url: str | None, since: str, model: str | None) -> None:
+    """Requests, errors, latency and tokens per model, from a running router's store."""
+    from router.settings import parse_duration
+
+    now = time.time()
+    query = f"?from={now - parse_duration(since):.0f}&to={now:.0f}"
+    if model:
+        query += f"&model={model}"
+    payload = _call(config, url, "GET", "/router/v1/site/analytics" + query)
+    header = f"{'model':<28} {'requests':>8} {'errors':>6} {'p50 ms':>9} {'p95 ms':>9} {'wait p95':>9} {'tokens':>8}"
+    click.echo(header)
+    for row in [*payload.get("models", []), {"model": "(all)", **payload.get("totals", {})}]:
+        duration, wait = row.get("duration_ms") or {}, row.get("queue_wait_ms") or {}
+        click.echo(
+            f"{str(row.get('model')):<28} {row.get('requests', 0):>8} {row.get('errors', 0):>6}"
+            f" {_ms(duration.get('p50')):>9} {_ms(duration.get('p95')):>9}"
+            f" {_ms(wait.get('p95')):>9} {(row.get('tokens') or {}).get('total', 0) or 0:>8}"
+        )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+@main.command()
+@_cfg
+@_url
+@click.option("--clear", is_flag=True, help="delete every recorded load error")
+def errors(config: str | None, url: str | None, clear: bool) -> None:
+    """Recorded load errors of a running router (why a model did not start)."""
+    if clear:
+        click.echo(json.dumps(_call(config, url, "DELETE", "/router/v1/site/load-errors")))
+        return
+    payload = _call(config, url, "GET", "/router/v1/site/load-errors")
+    records = payload.get("errors", [])
+    if not records:
+        click.echo("no load errors")
+    for record in records:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.get("time") or 0))
+        code = record.get("exit_code")
+        click.echo(
+            f"{when} {record.get('model')} [{record.get('backend')}] exit={code}: {record.get('reason')}"
+        )
 
 
 @main.command("demo-models")

@@ -62,7 +62,13 @@ class Loader:
         self._session = session
         self._pidfile_dir = pidfile_dir
 
-    async def launch(self, spec: LaunchSpec, on_output: OutputSink | None = None) -> Launched:
+    async def launch(
+        self,
+        spec: LaunchSpec,
+        on_output: OutputSink | None = None,
+        on_argv: Callable[[list[str]], None] | None = None,
+    ) -> Launched:
+        """Spawn and wait for readiness; `on_argv` sees the argv before the spawn (captures)."""
         adapter = adapter_for(spec.family)
         port = free_port()
         name = spec.key.replace("/", "_").replace("@", "_")
@@ -72,6 +78,8 @@ class Loader:
             env = child_environ(adapter, spec.config, spec.lane, self._settings, os.environ)
         except BackendError as exc:
             raise LoadFailed(f"cannot launch {spec.config.id}: {exc}") from exc
+        if on_argv is not None:
+            on_argv(argv)
         ready_line = asyncio.Event()
         process = SupervisedProcess(
             argv,
@@ -96,9 +104,10 @@ class Loader:
             )
         except TimeoutError:
             await process.stop(self._settings.runtime.stop_grace)
-            raise LoadFailed(
+            raise _failed(
                 f"{spec.config.id} was not ready after {self._settings.runtime.load_timeout:g}s"
-                f" (runtime.load_timeout){_tail(process)}"
+                f" (runtime.load_timeout){_tail(process)}",
+                process,
             ) from None
         except BaseException:
             await asyncio.shield(process.stop(self._settings.runtime.stop_grace))
@@ -138,21 +147,24 @@ class Loader:
         try:
             while True:
                 if exited.done():
-                    raise LoadFailed(
+                    raise _failed(
                         f"{spec.family} for {spec.config.id} exited with code {exited.result()}"
-                        f" before it was ready{_tail(process)}"
+                        f" before it was ready{_tail(process)}",
+                        process,
+                        exited.result(),
                     )
                 last_sign = max(started, process.last_output_at)
                 if no_progress and time.monotonic() - last_sign > no_progress:
-                    raise LoadFailed(
+                    raise _failed(
                         f"{spec.config.id} printed nothing for {no_progress:g}s and is not ready"
-                        f" (runtime.no_progress_timeout){_tail(process)}"
+                        f" (runtime.no_progress_timeout){_tail(process)}",
+                        process,
                     )
                 if await self._probe(adapter, base_url, exited):
                     try:
                         await adapter.verify(self._session, base_url, spec.config, spec.lane)
                     except BackendError as exc:  # not our child answering (R5)
-                        raise LoadFailed(f"{spec.config.id}: {exc}") from exc
+                        raise _failed(f"{spec.config.id}: {exc}", process) from exc
                     if not exited.done():
                         return
                     continue
@@ -188,6 +200,14 @@ def _tee(sink: OutputSink | None, adapter: Backend, ready_line: asyncio.Event) -
             sink(stream, line)
 
     return on_output
+
+
+def _failed(message: str, process: SupervisedProcess, exit_code: int | None = None) -> LoadFailed:
+    """A LoadFailed that also carries what the load-errors table keeps."""
+    error = LoadFailed(message)
+    error.exit_code = exit_code  # type: ignore[attr-defined]
+    error.output_tail = process.tail(40)  # type: ignore[attr-defined]
+    return error
 
 
 def _tail(process: SupervisedProcess, lines: int = 12) -> str:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import sqlite3
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from aiohttp import web
 
-from router.appkeys import STORE
+from router.appkeys import MATCH, STORE
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
 
@@ -37,8 +37,8 @@ def _store(request: web.Request) -> Store:
 
 
 def _path_param(request: web.Request, name: str) -> str:
-    """From the lead's dispatcher (`request["params"]` or the Match), else aiohttp's router."""
-    for params in (request.get("params"), getattr(request.get("match"), "params", None)):
+    """From the route table's match (app.py's dispatcher), else aiohttp's router (tests)."""
+    for params in (getattr(request.get(MATCH), "params", None),):
         if params and name in params:
             return str(params[name])
     value = request.match_info.get(name)
@@ -63,9 +63,13 @@ def _int(request: web.Request, name: str, default: int, low: int, high: int) -> 
 def parse_time(raw: str, name: str) -> float:
     """Unix seconds (`1700000000`, `1700000000.5`) or ISO-8601 (naive means UTC)."""
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value):
+            raise BadRequest(f"{name} must be a finite number", param=name)
+        return value
     try:
         parsed = datetime.fromisoformat(raw.strip())
     except ValueError:
@@ -181,7 +185,13 @@ async def store_download(request: web.Request) -> web.StreamResponse:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     copy = await store.download_copy()
     try:
-        size = (await asyncio.to_thread(copy.stat)).st_size
+        handle = await asyncio.to_thread(copy.open, "rb")
+    finally:
+        # Unlinked while open: the bytes stay readable through `handle` and no copy survives
+        # a client that disconnects or a router that dies mid-download.
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(os.unlink, copy)
+    try:
         response = web.StreamResponse(
             headers={
                 "Content-Type": "application/vnd.sqlite3",
@@ -189,21 +199,12 @@ async def store_download(request: web.Request) -> web.StreamResponse:
                 "Cache-Control": "no-store",
             }
         )
-        response.content_length = size
+        response.content_length = os.fstat(handle.fileno()).st_size
         await response.prepare(request)
-        await _send_file(copy, response)
-        await response.write_eof()
-        return response
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            await asyncio.to_thread(os.unlink, copy)
-
-
-async def _send_file(path: Path, response: web.StreamResponse) -> None:
-    handle = await asyncio.to_thread(path.open, "rb")
-    try:
         while chunk := await asyncio.to_thread(handle.read, DOWNLOAD_CHUNK):
             await response.write(chunk)
+        await response.write_eof()
+        return response
     finally:
         await asyncio.to_thread(handle.close)
 

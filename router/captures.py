@@ -1,0 +1,50 @@
+"""Load captures: what one load attempt did, fed from the runtime into the store.
+
+Opt-in per node (`analytics.load_capture_enabled`): the sanitized .kcpps snapshot, asset hashes,
+argv without secrets, and the backend's stdout/stderr as ordered chunks (the store caps them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from router.runtime_state import Runtime
+from router.store import Store
+
+
+class CaptureObserver:
+    def __init__(self, store: Store, runtime: Runtime, kind: str = "load") -> None:
+        self._store = store
+        self._runtime = runtime
+        self._kind = kind
+        self.attempt_id: str | None = None
+
+    def launched(self, argv: list[str]) -> None:
+        config = self._runtime.config
+        self.attempt_id = self._store.start_capture(
+            model=config.id,
+            backend=self._runtime.spec.family.value,
+            kind=self._kind,
+            lane=self._runtime.spec.lane.value,
+            kcpps=dict(config.raw),
+            asset_hashes=dict(config.asset_sha256),
+            argv=argv,
+            home_dirs=(str(Path.home()),),
+        )
+
+    def output(self, stream: str, line: bytes) -> None:
+        if self.attempt_id is not None:
+            self._store.capture_output(self.attempt_id, stream, line + b"\n")
+
+    def finished(self, status: str, exit_code: int | None, error: str | None) -> None:
+        if self.attempt_id is not None:
+            self._store.finish_capture(self.attempt_id, status, exit_code, error)
+
+
+def observer_factory(store: Store):  # type: ignore[no-untyped-def]
+    """The runtime's observer factory: a capture per load when the node has captures on."""
+
+    def make(runtime: Runtime) -> CaptureObserver | None:
+        return CaptureObserver(store, runtime) if store.capture_enabled else None
+
+    return make

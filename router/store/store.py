@@ -1,0 +1,359 @@
+"""`Store`: the node's SQLite file (analytics, load captures, load errors, model state).
+
+All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
+are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
+second connection (WAL lets it read while the writer writes) after draining what is pending,
+so an admin sees what was recorded a moment ago.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from router.errors import sanitize
+from router.settings import AnalyticsSection
+from router.store import analytics as an
+from router.store import captures as cap
+from router.store.db import connect, migrate, prepare_path, secure_files
+from router.store.summary import summarize
+from router.store.writer import Op, Writer, WriterStats
+
+RETENTION_PERIOD = 3600.0
+MAX_OUTPUT_TAIL = 16 * 1024
+_DOWNLOAD_MARK = ".download-"
+
+
+class Store:
+    def __init__(
+        self,
+        path: Path,
+        node_id: str,
+        settings: AnalyticsSection,
+        db: aiosqlite.Connection,
+        reader: aiosqlite.Connection,
+    ) -> None:
+        self.path = path
+        self.node_id = node_id
+        self.settings = settings
+        self._db = db
+        self._reader = reader
+        self._writer = Writer(db, settings.flush_interval, self._hourly)
+        self._live: dict[str, cap.LiveCapture] = {}
+        self._cap_bytes = int(settings.load_capture_max_output_mb * 1024 * 1024)
+        self._last_retention = time.monotonic()
+        self.schema_version = 0
+
+    @classmethod
+    async def open(cls, path: Path, *, node_id: str, analytics: AnalyticsSection) -> Store:
+        path = await asyncio.to_thread(_prepare, Path(path))
+        db = await connect(path)
+        try:
+            version = await migrate(db)
+            reader = await connect(path, read_only=True)
+        except BaseException:
+            await db.close()
+            raise
+        secure_files(path)
+        store = cls(path, node_id, analytics, db, reader)
+        store.schema_version = version
+        await store._delete_expired(db)
+        store._writer.start()
+        return store
+
+    async def close(self) -> None:
+        try:
+            await self._writer.close()
+        finally:
+            await self._reader.close()
+            await self._db.close()
+
+    @property
+    def stats(self) -> WriterStats:
+        return self._writer.stats
+
+    @property
+    def capture_enabled(self) -> bool:
+        return self.settings.load_capture_enabled
+
+    # -- analytics ----------------------------------------------------------------------
+
+    def record(self, event: Mapping[str, Any]) -> None:
+        """Buffer one request's event; O(1), never touches the disk, never raises."""
+        if self.settings.enabled:
+            self._writer.add_event(an.normalize_event(event, self.node_id))
+
+    async def flush(self) -> int:
+        """Write the buffer and fold the WAL back into the file; returns events written."""
+        return await self._writer.flush(checkpoint=True)
+
+    async def summary(
+        self,
+        from_ts: float,
+        to_ts: float,
+        model: str | None = None,
+        node: str | Sequence[str] | None = None,
+        bucket_seconds: int = 3600,
+    ) -> dict[str, Any]:
+        await self._writer.flush(checkpoint=False)
+        nodes = [node] if isinstance(node, str) else list(node or ())
+        result = await summarize(self._reader, from_ts, to_ts, model, nodes, bucket_seconds)
+        return {"node_id": self.node_id, **result}
+
+    async def _hourly(self) -> None:
+        if time.monotonic() - self._last_retention >= RETENTION_PERIOD:
+            self._last_retention = time.monotonic()
+            await self._delete_expired(self._db)
+
+    async def _delete_expired(self, db: aiosqlite.Connection) -> int:
+        cutoff = time.time() - self.settings.raw_retention
+        cursor = await db.execute("DELETE FROM analytics_events WHERE time < ?", (cutoff,))
+        return cursor.rowcount
+
+    async def enforce_retention(self) -> int:
+        """Delete raw events older than `raw_retention` now (also runs at open and hourly)."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        cutoff = time.time() - self.settings.raw_retention
+        self._writer.add_op(
+            Op("DELETE FROM analytics_events WHERE time < ?", (cutoff,), future), urgent=True
+        )
+        return await future
+
+    # -- load captures ------------------------------------------------------------------
+
+    def start_capture(
+        self,
+        *,
+        model: str | None,
+        backend: str | None,
+        kind: str = "load",
+        lane: str | None = None,
+        kcpps: Mapping[str, Any] | None = None,
+        asset_hashes: Mapping[str, str] | None = None,
+        argv: Iterable[str] = (),
+        home_dirs: Iterable[str] = (),
+        started_at: float | None = None,
+    ) -> str:
+        """Open an attempt record; returns its id. With capture off, the id is inert."""
+        attempt_id = uuid.uuid4().hex
+        if not self.capture_enabled:
+            return attempt_id
+        if kind not in ("load", "reuse"):
+            raise ValueError(f"capture kind must be load or reuse, not {kind!r}")
+        homes = (*map(str, home_dirs), str(Path.home()))
+        snapshot = cap.sanitize_kcpps(kcpps or {}, homes)
+        hashes = {cap.strip_path(str(k), homes): str(v) for k, v in (asset_hashes or {}).items()}
+        row = (
+            attempt_id, self.node_id, kind, "running", model, backend, lane,
+            json.dumps(snapshot, default=str), json.dumps(hashes),
+            json.dumps(cap.argv_without_secrets(argv, homes)),
+            started_at or time.time(),
+        )  # fmt: skip
+        self._writer.add_op(Op(_INSERT_ATTEMPT, row))
+        self._live[attempt_id] = cap.LiveCapture(self._cap_bytes)
+        return attempt_id
+
+    def capture_output(self, attempt_id: str, stream: str, data: bytes) -> None:
+        """Buffer one chunk of a backend's output; cheap no-op once the cap is reached."""
+        live = self._live.get(attempt_id)
+        if live is None or not data:
+            return
+        if stream not in cap.STREAMS:
+            raise ValueError(f"stream must be stdout or stderr, not {stream!r}")
+        admitted = live.admit(bytes(data))
+        if admitted is None:
+            return
+        chunk, truncated = admitted
+        row = (attempt_id, live.sequence, stream, time.time(), chunk, int(truncated))
+        self._writer.add_op(Op(_INSERT_CHUNK, row))
+
+    def finish_capture(
+        self,
+        attempt_id: str,
+        status: str,
+        exit_code: int | None = None,
+        error: str | None = None,
+        ended_at: float | None = None,
+    ) -> None:
+        live = self._live.pop(attempt_id, None)
+        if live is None:
+            return
+        ended = ended_at or time.time()
+        row = (
+            status, exit_code, sanitize(error) if error else None, ended, ended,
+            live.stored, int(live.truncated), attempt_id,
+        )  # fmt: skip
+        self._writer.add_op(Op(_FINISH_ATTEMPT, row), urgent=True)
+
+    async def list_captures(self, filters: cap.CaptureFilter) -> dict[str, Any]:
+        await self._writer.flush(checkpoint=False)
+        sql, params = filters.query()
+        async with self._reader.execute(sql, params) as cursor:
+            rows = list(await cursor.fetchall())
+        page = [cap.attempt_dict(cap.SUMMARY_COLUMNS, row) for row in rows[: filters.limit]]
+        more = len(rows) > filters.limit
+        last = page[-1] if page else None
+        cursor_out = cap.encode_cursor(last["started_at"], last["id"]) if more and last else None
+        return {"captures": page, "next_cursor": cursor_out}
+
+    async def capture_detail(self, attempt_id: str) -> dict[str, Any] | None:
+        await self._writer.flush(checkpoint=False)
+        sql = f"SELECT {', '.join(cap.DETAIL_COLUMNS)} FROM load_attempts WHERE id = ?"
+        async with self._reader.execute(sql, (attempt_id,)) as cursor:
+            row = await cursor.fetchone()
+        return None if row is None else cap.attempt_dict(cap.DETAIL_COLUMNS, row)
+
+    async def capture_output_page(
+        self, attempt_id: str, after_sequence: int = 0, limit: int = 200
+    ) -> dict[str, Any] | None:
+        detail = await self.capture_detail(attempt_id)
+        if detail is None:
+            return None
+        sql = (
+            "SELECT sequence, stream, time, data, truncated FROM load_output_chunks"
+            " WHERE attempt_id = ? AND sequence > ? ORDER BY sequence LIMIT ?"
+        )
+        async with self._reader.execute(sql, (attempt_id, after_sequence, limit + 1)) as cur:
+            rows = list(await cur.fetchall())
+        chunks = [cap.chunk_dict(row) for row in rows[:limit]]
+        return {
+            "attempt_id": attempt_id,
+            "chunks": chunks,
+            "next_after_sequence": chunks[-1]["sequence"] if chunks else after_sequence,
+            "more": len(rows) > limit,
+            "truncated": detail["output_truncated"],
+            "finished": detail["ended_at"] is not None,
+        }
+
+    # -- load errors --------------------------------------------------------------------
+
+    def record_load_error(self, error: Mapping[str, Any]) -> None:
+        tail = error.get("output_tail")
+        if isinstance(tail, list | tuple):
+            tail = "\n".join(map(str, tail))
+        row = (
+            an.as_float(error.get("time")) or time.time(),
+            str(error.get("node_id") or self.node_id),
+            an.as_text(error.get("model")), an.as_text(error.get("backend")),
+            sanitize(str(error.get("reason") or "load failed")),
+            an.as_int(error.get("exit_code")),
+            None if tail is None else str(tail)[-MAX_OUTPUT_TAIL:],
+            an.as_text(error.get("attempt_id")),
+        )  # fmt: skip
+        self._writer.add_op(Op(_INSERT_LOAD_ERROR, row), urgent=True)
+
+    async def list_load_errors(self, limit: int = 100) -> list[dict[str, Any]]:
+        await self._writer.flush(checkpoint=False)
+        sql = f"SELECT {', '.join(_LOAD_ERROR_COLUMNS)} FROM load_errors ORDER BY time DESC, id DESC LIMIT ?"
+        async with self._reader.execute(sql, (limit,)) as cursor:
+            rows = await cursor.fetchall()
+        return [dict(zip(_LOAD_ERROR_COLUMNS, row, strict=True)) for row in rows]
+
+    async def clear_load_errors(self) -> int:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._writer.add_op(Op("DELETE FROM load_errors", (), future), urgent=True)
+        return await future
+
+    # -- model state --------------------------------------------------------------------
+
+    async def get_disabled(self) -> set[str]:
+        await self._writer.flush(checkpoint=False)
+        sql = "SELECT model_id FROM model_state WHERE disabled = 1"
+        async with self._reader.execute(sql) as cursor:
+            return {row[0] for row in await cursor.fetchall()}
+
+    async def set_disabled(self, model_id: str, disabled: bool) -> None:
+        """Persist one model's state; returns once it is on disk."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        row = (model_id, int(disabled), time.time())
+        self._writer.add_op(Op(_UPSERT_STATE, row, future), urgent=True)
+        await future
+
+    # -- consistent copies --------------------------------------------------------------
+
+    async def backup_to(self, dest: Path) -> int:
+        """A single-point-in-time copy of the whole database at `dest` (0600); returns bytes."""
+        await self._writer.flush(checkpoint=False)
+        return await asyncio.to_thread(_backup, self.path, Path(dest))
+
+    async def download_copy(self) -> Path:
+        """A backup in a private temp file next to the database; the caller deletes it."""
+        fd, name = tempfile.mkstemp(
+            prefix=f".{self.path.name}{_DOWNLOAD_MARK}", suffix=".sqlite", dir=self.path.parent
+        )
+        os.close(fd)
+        try:
+            await self.backup_to(Path(name))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+            raise
+        return Path(name)
+
+
+def _backup(source: Path, dest: Path) -> int:
+    # A fresh connection: the backup holds one read snapshot for its single step while the
+    # writer keeps committing to the WAL; the copy is then made self-contained (no WAL).
+    fd = os.open(dest, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.close(fd)
+    os.chmod(dest, 0o600)
+    src = sqlite3.connect(source)
+    try:
+        src.execute(f"PRAGMA busy_timeout = {5000}")
+        dst = sqlite3.connect(dest)
+        try:
+            src.backup(dst, pages=-1)
+            dst.execute("PRAGMA journal_mode = DELETE")
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    return dest.stat().st_size
+
+
+def _prepare(path: Path) -> Path:
+    path = path.expanduser().absolute()
+    prepare_path(path)
+    for stale in path.parent.glob(f".{path.name}{_DOWNLOAD_MARK}*"):
+        with contextlib.suppress(OSError):  # temp copies left behind by a crash mid-download
+            stale.unlink()
+    return path
+
+
+_INSERT_ATTEMPT = (
+    "INSERT INTO load_attempts (id, node_id, kind, status, model, backend, lane, kcpps_json,"
+    " asset_hashes_json, argv_json, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_CHUNK = (
+    "INSERT INTO load_output_chunks (attempt_id, sequence, stream, time, data, truncated)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+_FINISH_ATTEMPT = (
+    "UPDATE load_attempts SET status = ?, exit_code = ?, error = ?, ended_at = ?,"
+    " duration_ms = (? - started_at) * 1000.0, output_bytes = ?, output_truncated = ?"
+    " WHERE id = ?"
+)
+_INSERT_LOAD_ERROR = (
+    "INSERT INTO load_errors (time, node_id, model, backend, reason, exit_code, output_tail,"
+    " attempt_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_LOAD_ERROR_COLUMNS = (
+    "id", "time", "node_id", "model", "backend", "reason", "exit_code", "output_tail",
+    "attempt_id",
+)  # fmt: skip
+_UPSERT_STATE = (
+    "INSERT INTO model_state (model_id, disabled, updated_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (model_id) DO UPDATE SET disabled = excluded.disabled,"
+    " updated_at = excluded.updated_at"
+)
