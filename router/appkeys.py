@@ -12,6 +12,7 @@ import aiohttp
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from router.api.comfy import ComfyState
     from router.catalog import Catalog
     from router.events import EventBus
     from router.metrics import Metrics
@@ -30,6 +31,7 @@ RUNTIMES: web.AppKey[RuntimeManager] = web.AppKey("runtimes")
 PROXY: web.AppKey[Proxy] = web.AppKey("proxy")
 STORE: web.AppKey[Store] = web.AppKey("store")
 RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
+COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

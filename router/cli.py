@@ -173,7 +173,7 @@ def analytics(config: str | None, url: str | None, since: str, model: str | None
     from router.settings import parse_duration
 
     now = time.time()
-    query = f"?from={now - parse_duration(since):.0f}&to={now:.0f}"
+    query = f"?from={now - parse_duration(since):.3f}&to={now + 1:.3f}"
     if model:
         query += f"&model={model}"
     payload = _call(config, url, "GET", "/router/v1/site/analytics" + query)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -27,6 +28,7 @@ from router.errors import LoadFailed
 from router.kcpps import ModelConfig
 from router.settings import Settings
 
+log = logging.getLogger(__name__)
 OutputSink = Callable[[str, bytes], None]
 
 
@@ -46,6 +48,26 @@ class Launched:
     local_model_id: str
     argv: list[str]
     load_seconds: float
+
+
+PORT_ATTEMPTS = 3
+
+
+class PortTaken(LoadFailed):
+    def __init__(self, message: str, port: int) -> None:
+        super().__init__(message)
+        self.port = port
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR: a port in TIME_WAIT is free for a backend; only a listener counts.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 def free_port() -> int:
@@ -68,7 +90,28 @@ class Loader:
         on_output: OutputSink | None = None,
         on_argv: Callable[[list[str]], None] | None = None,
     ) -> Launched:
-        """Spawn and wait for readiness; `on_argv` sees the argv before the spawn (captures)."""
+        """Spawn and wait for readiness; `on_argv` sees the argv before the spawn (captures).
+
+        The port is free when chosen but another process may bind it before the backend does
+        (R5): a child that exits early while its port is taken is retried on a new port.
+        """
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return await self._launch_once(spec, on_output, on_argv)
+            except PortTaken as exc:
+                log.warning(
+                    "%s: port %d taken before it bound (attempt %d)", spec.key, exc.port, attempt
+                )
+                if attempt == PORT_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _launch_once(
+        self,
+        spec: LaunchSpec,
+        on_output: OutputSink | None,
+        on_argv: Callable[[list[str]], None] | None,
+    ) -> Launched:
         adapter = adapter_for(spec.family)
         port = free_port()
         name = spec.key.replace("/", "_").replace("@", "_")
@@ -109,6 +152,11 @@ class Loader:
                 f" (runtime.load_timeout){_tail(process)}",
                 process,
             ) from None
+        except LoadFailed as exc:
+            await asyncio.shield(process.stop(self._settings.runtime.stop_grace))
+            if getattr(exc, "exited_early", False) and port_in_use(port):
+                raise PortTaken(exc.message, port) from exc
+            raise
         except BaseException:
             await asyncio.shield(process.stop(self._settings.runtime.stop_grace))
             raise
@@ -147,12 +195,14 @@ class Loader:
         try:
             while True:
                 if exited.done():
-                    raise _failed(
+                    error = _failed(
                         f"{spec.family} for {spec.config.id} exited with code {exited.result()}"
                         f" before it was ready{_tail(process)}",
                         process,
                         exited.result(),
                     )
+                    error.exited_early = True  # type: ignore[attr-defined]
+                    raise error
                 last_sign = max(started, process.last_output_at)
                 if no_progress and time.monotonic() - last_sign > no_progress:
                     raise _failed(

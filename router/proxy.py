@@ -32,6 +32,10 @@ MAX_REWRITE_BODY = 64 * 1024 * 1024
 CONNECT_BACKOFF = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
 
 
+class ClientStalled(Exception):
+    """The client stopped reading a response for longer than the send deadline."""
+
+
 @dataclass
 class ProxyResult:
     """What the analytics event needs to know about one forwarded request."""
@@ -94,7 +98,7 @@ class Proxy:
             out.headers["X-Router-Overhead-Ms"] = f"{overhead_ms():.3f}"
             await out.prepare(request)
             result.status = resp.status
-            await self._pump(resp, out, rewriter, result, streaming)
+            await self._pump(request, resp, out, rewriter, result, streaming)
             return out
         except BaseException:
             resp.close()  # the backend sees the disconnect at once and frees its slot (R23)
@@ -117,14 +121,37 @@ class Proxy:
                     allow_redirects=False,
                     auto_decompress=False,
                 )
-            except aiohttp.ClientConnectorError:
+            except aiohttp.ClientConnectorError as exc:
                 if pause is None or not upstream.replayable or time.monotonic() + pause > deadline:
-                    raise
+                    raise BadGateway(f"cannot connect to the backend: {_why(exc)}") from exc
                 await asyncio.sleep(pause)
+            except aiohttp.ServerTimeoutError as exc:
+                raise GatewayTimeout(
+                    f"the backend sent nothing for {self._idle_timeout:g}s"
+                ) from exc
+            except aiohttp.ClientError as exc:
+                # The backend may have received the request (reset after reading the body):
+                # never resent (R31). A transport error is a 502, not a router bug (500).
+                raise BadGateway(f"the backend failed before answering: {_why(exc)}") from exc
         raise AssertionError("unreachable")
+
+    async def _write(self, request: web.Request, out: web.StreamResponse, data: bytes) -> None:
+        """Write, with a deadline only when the client is not keeping up (cheap otherwise)."""
+        transport = request.transport
+        if not self._idle_timeout or transport is None or not transport.get_write_buffer_size():
+            await out.write(data)
+            return
+        try:
+            async with asyncio.timeout(self._idle_timeout):
+                await out.write(data)
+        except TimeoutError:
+            raise ClientStalled(
+                f"the client read nothing for {self._idle_timeout:g}s (runtime.stream_idle_timeout)"
+            ) from None
 
     async def _pump(
         self,
+        request: web.Request,
         resp: aiohttp.ClientResponse,
         out: web.StreamResponse,
         rewriter: ModelRewriter,
@@ -137,12 +164,18 @@ class Proxy:
                 result.bytes_out += len(chunk)
                 data = stream.feed(chunk)
                 if data:
-                    await out.write(data)
+                    await self._write(request, out, data)
                     result.tail = (result.tail + data)[-4096:]
             rest = stream.flush()
             if rest:
-                await out.write(rest)
+                await self._write(request, out, rest)
             await out.write_eof()
+        except ClientStalled as exc:
+            # The client stopped reading (R22): free the backend slot rather than hold it open.
+            result.aborted, result.status, result.error_message = True, 499, str(exc)
+            if request.transport is not None:
+                request.transport.close()
+            resp.close()
         except (
             aiohttp.ClientPayloadError,
             aiohttp.ServerDisconnectedError,

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from router import scheduler
 from router.domain import BackendMode, Lane
@@ -33,7 +33,19 @@ from router.settings import Settings
 
 log = logging.getLogger(__name__)
 LoadErrorSink = Callable[[dict[str, Any]], None]
-OutputSinkFactory = Callable[[Runtime], Callable[[str, bytes], None] | None]
+
+
+class LoadObserver(Protocol):
+    """Sees one load attempt (load captures, router/captures.py)."""
+
+    attempt_id: str | None
+
+    def launched(self, argv: list[str]) -> None: ...
+    def output(self, stream: str, line: bytes) -> None: ...
+    def finished(self, status: str, exit_code: int | None, error: str | None) -> None: ...
+
+
+ObserverFactory = Callable[[Runtime], LoadObserver | None]
 
 
 @dataclass(eq=False)
@@ -69,14 +81,14 @@ class RuntimeManager:
         events: EventBus,
         *,
         on_load_error: LoadErrorSink | None = None,
-        output_sink: OutputSinkFactory | None = None,
+        observer: ObserverFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
         self._loader = loader
         self._events = events
         self._on_load_error = on_load_error
-        self._output_sink = output_sink
+        self._observer = observer
         self._clock = clock
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues: dict[Lane, list[Waiter]] = {lane: [] for lane in Lane}
@@ -366,31 +378,60 @@ class RuntimeManager:
 
     async def _load(self, runtime: Runtime) -> None:
         self._events.publish("loading", **runtime.identity())
-        sink = self._output_sink(runtime) if self._output_sink else None
+        seen = self._observer(runtime) if self._observer else None
         try:
-            launched: Launched = await self._loader.launch(runtime.spec, sink)
+            launched: Launched = await self._loader.launch(
+                runtime.spec, seen.output if seen else None, seen.launched if seen else None
+            )
         except RouterError as exc:
-            self._load_failed(runtime, exc)
+            self._load_failed(runtime, exc, seen)
             return
         except asyncio.CancelledError:
-            self._load_failed(runtime, ServiceUnavailable("load cancelled: the router is stopping"))
+            error = ServiceUnavailable("load cancelled: the router is stopping")
+            self._load_failed(runtime, error, seen)
             raise
         except Exception as exc:  # a bug must not leave the lane stuck in "loading"
             log.exception("load of %s crashed", runtime.key)
-            self._load_failed(runtime, LoadFailed(f"load of {runtime.config.id} failed: {exc}"))
+            self._load_failed(
+                runtime, LoadFailed(f"load of {runtime.config.id} failed: {exc}"), seen
+            )
             return
+        if seen:
+            seen.finished("ok", None, None)
         runtime.attach(launched)
         runtime.transition(RuntimeState.READY)
         self._events.publish("ready", **runtime.identity(), load_seconds=launched.load_seconds)
         self._spawn(self._watch_exit(runtime))
+        # First serve the requests this runtime was loaded for. They queued before it was
+        # ready, so the batch window of a later waiter for another model may have expired
+        # meanwhile; scheduler.decide() would then stop the new runtime unused and load it
+        # again for the same waiters, forever (a livelock found by R18).
+        for lane in runtime.spec.occupies:
+            loaded_for = [w for w in self._queues[lane] if w.spec.key == runtime.key]
+            if loaded_for:
+                self._grant_waiters(runtime, loaded_for)
         self._pump()
 
-    def _load_failed(self, runtime: Runtime, error: RouterError) -> None:
+    def _load_failed(
+        self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
+    ) -> None:
         runtime.transition(RuntimeState.FAILED)
         runtime.error = error.message
+        exit_code = getattr(error, "exit_code", None)
         self._events.publish("failed", **runtime.identity(), reason=error.message)
+        if seen:
+            seen.finished("failed", exit_code, error.message)
         if self._on_load_error:
-            self._on_load_error({**runtime.identity(), "reason": error.message})
+            self._on_load_error(
+                {
+                    **runtime.identity(),
+                    "backend": runtime.spec.family.value,
+                    "reason": error.message,
+                    "exit_code": exit_code,
+                    "output_tail": getattr(error, "output_tail", None),
+                    "attempt_id": seen.attempt_id if seen else None,
+                }
+            )
         for queue in self._queues.values():
             for waiter in list(queue):
                 if waiter.spec.key == runtime.key:
@@ -410,7 +451,9 @@ class RuntimeManager:
         runtime.error = reason
         self._events.publish("failed", **runtime.identity(), reason=reason)
         if self._on_load_error:
-            self._on_load_error({**runtime.identity(), "reason": reason})
+            self._on_load_error(
+                {**runtime.identity(), "backend": runtime.spec.family.value, "reason": reason}
+            )
         self._spawn(self._stop_now(runtime))
         self._vacate(runtime)
 

@@ -63,12 +63,14 @@ def decide(
         return Decision(grant=matching, undrain=lane.draining)
     if lane.draining:
         return Decision(stop=True) if lane.leases == 0 else NOTHING
-    oldest_other = min(w.enqueued_at for w in others)
-    if matching and now - oldest_other < max_batch_wait:
-        return Decision(grant=matching)
-    if lane.leases == 0:
-        return Decision(drain=True, stop=True)
-    return Decision(drain=True)
+    if lane.leases == 0 and not matching:
+        return Decision(drain=True, stop=True)  # idle, and only others wait: swap now
+    window_open = now - min(w.enqueued_at for w in others) < max_batch_wait
+    if window_open:
+        # Running and new work for the loaded model goes on; runtime.py re-runs decide()
+        # when the window closes (next_deadline) or the last lease is released.
+        return Decision(grant=matching) if matching else NOTHING
+    return Decision(drain=True, stop=lane.leases == 0)
 
 
 def next_deadline(

@@ -16,10 +16,14 @@ from aiohttp import web
 
 from router import listener
 from router.app import create_app
-from router.appkeys import SHUTDOWN
+from router.appkeys import RUNTIMES, SHUTDOWN
 from router.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# After the drain, handlers that hold no lease (event-stream subscribers, control calls) get
+# this long before they are cancelled; aiohttp waits it twice (finish, then cancel-and-wait).
+HANDLER_GRACE = 0.25
 
 
 async def serve(
@@ -35,7 +39,7 @@ async def serve(
     runner = web.AppRunner(
         app,
         handle_signals=False,
-        shutdown_timeout=settings.runtime.drain_timeout,
+        shutdown_timeout=HANDLER_GRACE,  # the drain itself is _drain() below (R27/R28)
         handler_cancellation=True,
         access_log=None,
         **listener.runner_kwargs(settings),
@@ -60,7 +64,23 @@ async def serve(
             on_ready(names)
         await stop.wait()
         log.info("stopping: draining running requests (up to %gs)", settings.runtime.drain_timeout)
+        await _drain(app, sites, settings.runtime.drain_timeout)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await runner.cleanup()
+
+
+async def _drain(app: web.Application, sites: Sequence[web.BaseSite], drain_timeout: float) -> None:
+    """Graceful stop (R27/R28), before aiohttp's own shutdown.
+
+    aiohttp alone would wait `shutdown_timeout` for *every* open handler, idle event-stream
+    subscribers included, and then up to the same time again after cancelling them (twice the
+    deadline, R28), and streams still running at the deadline would be cut without an error
+    event. Instead: close the listeners at once, refuse queued and new work (503), wait up to
+    `drain_timeout` for the running requests' leases, then stop every backend, which ends any
+    stream still running with the proxy's terminal error event (R27).
+    """
+    for site in sites:
+        await site.stop()
+    await app[RUNTIMES].shutdown(drain_timeout)

@@ -204,12 +204,20 @@ def test_program_falls_back_to_path_then_explains(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    built = tmp_path / "built"
+    monkeypatch.setenv("TENSOR_ROUTER_BACKENDS_DIR", str(built))
     with pytest.raises(BackendUnavailable, match="sd-server was not found.*sdcpp.binary_path"):
         SD.program(Settings())
     exe = tmp_path / "whisper-server"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     assert WHISPER.program(Settings()) == [str(exe)]
+    # Not on PATH: the per-machine build folder of scripts/build-backends.sh.
+    (built / "bin").mkdir(parents=True)
+    sd = built / "bin" / "sd-server"
+    sd.write_text("#!/bin/sh\n")
+    sd.chmod(0o755)
+    assert SD.program(Settings()) == [str(sd)]
 
 
 def test_vllm_program_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,11 +21,11 @@ EXPECTED = [
     # OpenAI / Anthropic text
     ("POST", "/v1/chat/completions", "proxy", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/completions", "proxy", Lane.TEXT, Surface.OPENAI),
-    ("POST", "/v1/responses", "proxy", Lane.TEXT, Surface.OPENAI),
+    ("POST", "/v1/responses", "responses.create", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/responses/input_tokens", "proxy", Lane.TEXT, Surface.OPENAI),
-    ("GET", "/v1/responses/resp_123", "proxy", Lane.TEXT, Surface.OPENAI),
-    ("DELETE", "/v1/responses/resp_123", "proxy", Lane.TEXT, Surface.OPENAI),
-    ("POST", "/v1/responses/resp_123/cancel", "proxy", Lane.TEXT, Surface.OPENAI),
+    ("GET", "/v1/responses/resp_123", "responses.follow", Lane.TEXT, Surface.OPENAI),
+    ("DELETE", "/v1/responses/resp_123", "responses.follow", Lane.TEXT, Surface.OPENAI),
+    ("POST", "/v1/responses/resp_123/cancel", "responses.follow", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/responses/render", "proxy", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/chat/completions/render", "proxy", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/completions/render", "proxy", Lane.TEXT, Surface.OPENAI),
@@ -66,7 +66,7 @@ EXPECTED = [
     ("POST", "/v2/embed", "proxy", Lane.EMBEDDINGS, Surface.EMBEDDINGS),
     ("POST", "/v2/rerank", "proxy", Lane.EMBEDDINGS, Surface.EMBEDDINGS),
     ("POST", "/cohere/v2/chat/render", "proxy", Lane.TEXT, Surface.VLLM),
-    ("GET", "/v1/realtime", "proxy", Lane.VOICE, Surface.OPENAI),
+    ("GET", "/v1/realtime", "realtime.connect", Lane.VOICE, Surface.OPENAI),
     # embeddings list of the spec
     ("POST", "/v1/embeddings", "proxy", Lane.EMBEDDINGS, Surface.EMBEDDINGS),
     ("POST", "/api/extra/embeddings", "proxy", Lane.EMBEDDINGS, Surface.KOBOLD),
@@ -74,16 +74,16 @@ EXPECTED = [
     ("POST", "/v1/rerank", "proxy", Lane.EMBEDDINGS, Surface.EMBEDDINGS),
     ("POST", "/v1/reranking", "proxy", Lane.EMBEDDINGS, Surface.EMBEDDINGS),
     # images
-    ("POST", "/v1/images/generations", "proxy", Lane.IMAGE, Surface.OPENAI),
-    ("POST", "/v1/images/edits", "proxy", Lane.IMAGE, Surface.OPENAI),
-    ("POST", "/sdapi/v1/txt2img", "proxy", Lane.IMAGE, Surface.A1111),
-    ("GET", "/sdapi/v1/loras", "proxy", Lane.IMAGE, Surface.A1111),
-    ("GET", "/sdapi/v1/get_last.json", "proxy", Lane.IMAGE, Surface.A1111),
+    ("POST", "/v1/images/generations", "images.forward", Lane.IMAGE, Surface.OPENAI),
+    ("POST", "/v1/images/edits", "images.forward", Lane.IMAGE, Surface.OPENAI),
+    ("POST", "/sdapi/v1/txt2img", "images.forward", Lane.IMAGE, Surface.A1111),
+    ("GET", "/sdapi/v1/loras", "images.forward", Lane.IMAGE, Surface.A1111),
+    ("GET", "/sdapi/v1/get_last.json", "images.forward", Lane.IMAGE, Surface.A1111),
     ("GET", "/sdapi/v1/options", "sdapi.options", Lane.IMAGE, Surface.A1111),
     ("POST", "/sdapi/v1/options", "sdapi.options", Lane.IMAGE, Surface.A1111),
     ("POST", "/sdapi/v1/refresh-checkpoints", "sdapi.refresh", Lane.IMAGE, Surface.A1111),
-    ("POST", "/sdcpp/v1/vid_gen", "proxy", Lane.IMAGE, Surface.SDCPP),
-    ("GET", "/sdcpp/v1/jobs/job_1", "proxy", Lane.IMAGE, Surface.SDCPP),
+    ("POST", "/sdcpp/v1/vid_gen", "images.forward", Lane.IMAGE, Surface.SDCPP),
+    ("GET", "/sdcpp/v1/jobs/job_1", "images.forward", Lane.IMAGE, Surface.SDCPP),
     ("POST", "/prompt", "comfy.prompt", Lane.IMAGE, Surface.COMFY),
     ("GET", "/queue", "proxy", Lane.IMAGE, Surface.COMFY),
     ("GET", "/history", "comfy.history", Lane.IMAGE, Surface.COMFY),
@@ -95,13 +95,13 @@ EXPECTED = [
     ("POST", "/interrupt", "proxy", Lane.IMAGE, Surface.COMFY),
     ("POST", "/upload/image", "comfy.upload", Lane.IMAGE, Surface.COMFY),
     # voice
-    ("POST", "/v1/audio/speech", "proxy", Lane.VOICE, Surface.VOICE),
-    ("POST", "/v1/audio/transcriptions", "proxy", Lane.VOICE, Surface.VOICE),
-    ("POST", "/v1/audio/translations", "proxy", Lane.VOICE, Surface.VOICE),
-    ("GET", "/v1/audio/voices", "proxy", Lane.VOICE, Surface.VOICE),
-    ("GET", "/audio/voices", "proxy", Lane.VOICE, Surface.VOICE),
-    ("POST", "/api/extra/tts", "proxy", Lane.VOICE, Surface.VOICE),
-    ("POST", "/api/extra/transcribe", "proxy", Lane.VOICE, Surface.VOICE),
+    ("POST", "/v1/audio/speech", "voice.speech", Lane.VOICE, Surface.VOICE),
+    ("POST", "/v1/audio/transcriptions", "voice.transcriptions", Lane.VOICE, Surface.VOICE),
+    ("POST", "/v1/audio/translations", "voice.translations", Lane.VOICE, Surface.VOICE),
+    ("GET", "/v1/audio/voices", "voice.speech", Lane.VOICE, Surface.VOICE),
+    ("GET", "/audio/voices", "voice.speech", Lane.VOICE, Surface.VOICE),
+    ("POST", "/api/extra/tts", "voice.speech", Lane.VOICE, Surface.VOICE),
+    ("POST", "/api/extra/transcribe", "voice.transcribe", Lane.VOICE, Surface.VOICE),
     # music
     ("GET", "/musicui", "proxy", Lane.MUSIC, Surface.MUSIC),
     ("GET", "/musicui/assets/app.js", "proxy", Lane.MUSIC, Surface.MUSIC),
@@ -343,9 +343,15 @@ def test_origin_strict_on_every_ollama_and_llama_server_route():
     assert not classify("GET", "/v1/models").origin_strict
 
 
-def test_only_chat_and_completions_require_a_model():
+def test_only_chat_completions_and_render_require_a_model():
     required = sorted(r.template for r in ROUTES if r.model_required)
-    assert required == ["/v1/chat/completions", "/v1/completions"]
+    assert required == [
+        "/cohere/v2/chat/render",  # vLLM render routes: the spec requires a selector
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/messages/render",
+        "/v1/responses/render",
+    ]
 
 
 def test_state_changing_follows_methods():

@@ -101,3 +101,10 @@ def test_no_request_starves_beyond_the_window(arrivals: list[tuple[float, str]])
     # A waiter waits at most: the window, the drain of leases granted inside it, and one
     # batch of each other model queued before it.
     assert longest <= window + service + 3 * (window + service) + 1
+
+
+def test_busy_runtime_is_not_drained_while_the_window_is_open() -> None:
+    # B waits, A's running request has no queued successor yet: A keeps the lane until either
+    # its last lease is released or B's batch window closes.
+    assert decide(ready("a", 2), [W("b", 0)], now=5, max_batch_wait=30) == Decision()
+    assert decide(ready("a", 2), [W("b", 0)], now=31, max_batch_wait=30).drain

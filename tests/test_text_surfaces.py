@@ -26,10 +26,16 @@ async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
 
 
 def test_merge_precedence_and_refusals() -> None:
-    body = json.dumps({"messages": [], "chat_template_kwargs": {"enable_thinking": False, "x": None}})
-    merged = json.loads(merge_chat_template_kwargs(body.encode(), {"enable_thinking": True}, "config"))
+    body = json.dumps(
+        {"messages": [], "chat_template_kwargs": {"enable_thinking": False, "x": None}}
+    )
+    merged = json.loads(
+        merge_chat_template_kwargs(body.encode(), {"enable_thinking": True}, "config")
+    )
     assert merged["chat_template_kwargs"] == {"enable_thinking": True}
-    merged = json.loads(merge_chat_template_kwargs(body.encode(), {"enable_thinking": True}, "client"))
+    merged = json.loads(
+        merge_chat_template_kwargs(body.encode(), {"enable_thinking": True}, "client")
+    )
     assert merged["chat_template_kwargs"] == {"enable_thinking": False}
     with pytest.raises(BadRequest):
         merge_chat_template_kwargs(b'{"chat_template_kwargs": 3}', {"a": 1}, "config")

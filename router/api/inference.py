@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -16,7 +16,14 @@ from router.api.common import Handler, route_of
 from router.appkeys import ARRIVED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.domain import BackendMode, Lane, family_for
-from router.errors import BadRequest, ModelNotFound, PayloadTooLarge, RouteNotFound, RouterError
+from router.errors import (
+    BadGateway,
+    BadRequest,
+    ModelNotFound,
+    PayloadTooLarge,
+    RouteNotFound,
+    RouterError,
+)
 from router.headers import upstream_request_headers
 from router.jinja import merge_chat_template_kwargs
 from router.kcpps import ModelConfig
@@ -38,6 +45,9 @@ class Override:
     selection: Selection
     path_qs: str | None = None  # backend path and query; default: the request's own
     headers: Mapping[str, str] | None = None  # replaces the forwarded request headers
+    # Called once a runtime is leased: may refuse (raise) or return a rewriter that also
+    # watches the response (router/api/responses.py remembers which runtime made a response).
+    on_lease: Callable[[Lease, ModelRewriter], ModelRewriter] | None = None
 
 
 async def forward(
@@ -94,8 +104,43 @@ async def _forward(
     info.queue_wait_ms = lease.queue_wait_ms
     try:
         return await _send(request, route, lease, override, config, public_id, info, result)
+    except BadGateway:
+        # (tests/real/test_router_llama.py) A backend killed just before this request was
+        # leased to it, before the router saw the exit: the request then fails on a pooled
+        # keep-alive connection ("Connection reset by peer"). If the process really exited,
+        # relaunch it and send once more, as "the next request relaunches it" promises.
+        if not await _backend_died(request, lease, override, result):
+            raise
     finally:
         lease.release()
+    lease = await request.app[RUNTIMES].ensure(config, lane)
+    info.queue_wait_ms += lease.queue_wait_ms
+    try:
+        return await _send(request, route, lease, override, config, public_id, info, result)
+    finally:
+        lease.release()
+
+
+DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds
+
+
+async def _backend_died(
+    request: web.Request, lease: Lease, override: Override, result: ProxyResult
+) -> bool:
+    """True when the request failed before any answer because the backend process is gone.
+
+    Only then is a resend safe: a live backend that reset the connection after reading the
+    body keeps its 502 (R31), and a body the router does not hold cannot be resent anyway.
+    """
+    process = lease.runtime.process
+    if result.upstream_status is not None or not override.selection.complete or process is None:
+        return False
+    try:
+        code = await asyncio.wait_for(asyncio.shield(process.wait_exit()), DEATH_GRACE_S)
+    except TimeoutError:
+        return False
+    request.app[RUNTIMES].report_failure(lease.runtime, f"the backend exited with code {code}")
+    return True
 
 
 async def _send(
@@ -110,6 +155,8 @@ async def _send(
 ) -> web.StreamResponse:
     runtime = lease.runtime
     rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id)
+    if override.on_lease is not None:
+        rewriter = override.on_lease(lease, rewriter)
     selection = override.selection
     if config.jinja_kwargs and route.template == "/v1/chat/completions" and selection.complete:
         merged = merge_chat_template_kwargs(

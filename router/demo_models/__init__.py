@@ -1,5 +1,6 @@
 """Tiny random-weight models generated on the spot, so real backends can be tested offline."""
 
+from router.demo_models.demo_set import generate_demo_models, write_demo_router_yaml
 from router.demo_models.gguf_llama import (
     CHAT_A_NAME,
     CHAT_B_NAME,
@@ -9,8 +10,6 @@ from router.demo_models.gguf_llama import (
     write_llama_gguf,
 )
 from router.demo_models.kcpps_writer import write_kcpps, write_text_kcpps
-
-from router.demo_models.demo_set import generate_demo_models, write_demo_router_yaml
 
 # whisper_ggml.py and sdxs.py import numpy-heavy helpers; import them from their modules:
 #   write_whisper_ggml, write_test_wav, SCRIPTED_TEXT / write_sdxs_gguf

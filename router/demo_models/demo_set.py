@@ -11,7 +11,9 @@ from router.demo_models.gguf_llama import generate_text_models
 from router.demo_models.kcpps_writer import write_kcpps, write_text_kcpps
 
 
-def generate_demo_models(out_dir: Path, *, image: bool = False, whisper: bool = True) -> dict[str, Path]:
+def generate_demo_models(
+    out_dir: Path, *, image: bool = False, whisper: bool = True
+) -> dict[str, Path]:
     """Models under out_dir/models, configs under out_dir/kcpps; returns name -> file."""
     models_dir = out_dir / "models"
     kcpps_dir = out_dir / "kcpps"
@@ -41,7 +43,9 @@ def write_demo_router_yaml(out_dir: Path, base: Path | None = None) -> Path:
     settings = yaml.safe_load(base.read_text()) if base and base.is_file() else {}
     settings = settings or {}
     settings.setdefault("models", {})["config_dir"] = str((out_dir / "kcpps").resolve())
-    settings.setdefault("analytics", {})["database_path"] = str((out_dir / "router.sqlite").resolve())
+    settings.setdefault("analytics", {})["database_path"] = str(
+        (out_dir / "router.sqlite").resolve()
+    )
     target = out_dir / "router.yaml"
     target.write_text(
         "# Written by `tensor-router demo-config`: the demo models in this folder.\n"

@@ -26,13 +26,14 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiohttp import BodyPartReader, web
+from aiohttp import BodyPartReader, WSMsgType, web
 
 FAMILIES = {"llamacpp", "kobold", "sdcpp", "whisper", "vllm"}
 _ALIASES = {"whispercpp": "whisper", "llama": "llamacpp", "koboldcpp": "kobold", "sd": "sdcpp"}
@@ -100,6 +101,8 @@ class Opts:
     sdmodel: str = ""
     whispermodel: str = ""
     embeddingsmodel: str = ""
+    ttsmodel: str = ""
+    musicllm: str = ""
     served: list[str] = field(default_factory=list)
     embedding: bool = False
     metrics: bool = False
@@ -189,6 +192,8 @@ def _read_kcpps(o: Opts) -> None:
     o.sdmodel = o.sdmodel or str(data.get("sdmodel") or "")
     o.whispermodel = o.whispermodel or str(data.get("whispermodel") or "")
     o.embeddingsmodel = o.embeddingsmodel or str(data.get("embeddingsmodel") or "")
+    o.ttsmodel = o.ttsmodel or str(data.get("ttsmodel") or "")
+    o.musicllm = o.musicllm or str(data.get("musicllm") or "")
 
 
 # ---- small helpers -------------------------------------------------------------------
@@ -209,6 +214,45 @@ def tiny_png(width: int = 8, height: int = 8) -> bytes:
         + chunk(b"IDAT", zlib.compress(rows))
         + chunk(b"IEND", b"")
     )
+
+
+async def make_video(fmt: str, frames: int, fps: float, audio: bool = False) -> bytes:
+    """A real short clip made by ffmpeg (`avi`: MJPG, + PCM audio when asked; `webm`: VP8),
+    small on purpose; placeholder bytes with the container's magic when ffmpeg is missing."""
+    frames, rate = max(1, min(frames, 17)), max(1, min(round(fps), 60))
+    argv = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "lavfi"]
+    argv += ["-i", f"testsrc=size=64x48:rate={rate}"]
+    if audio:
+        argv += ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=22050", "-shortest"]
+    argv += ["-frames:v", str(frames)]
+    if fmt == "avi":
+        argv += ["-c:v", "mjpeg", "-q:v", "5"] + (["-c:a", "pcm_s16le"] if audio else [])
+    else:
+        argv += ["-c:v", "libvpx", "-b:v", "200k", "-deadline", "realtime", "-an"]
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, f"clip.{fmt}")
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv, "-y", out)
+            await proc.wait()
+            return await asyncio.to_thread(Path(out).read_bytes)
+        except OSError:
+            magic = b"RIFF\0\0\0\0AVI " if fmt == "avi" else b"\x1a\x45\xdf\xa3"
+            return magic + b"fake-video" + bytes(64)
+
+
+def summarize(value: Any) -> Any:
+    """A request body for --record-requests: long strings (base64 media) become their digest."""
+    if isinstance(value, dict):
+        return {k: summarize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [summarize(v) for v in value]
+    if isinstance(value, str) and len(value) > 64:
+        data = value.split(",", 1)[1] if value.startswith("data:") else value
+        try:
+            return "sha256:" + hashlib.sha256(base64.b64decode(data)).hexdigest()
+        except ValueError:
+            return f"<{len(value)} chars>"
+    return value
 
 
 def embed(text: str, dim: int = 8) -> list[float]:
@@ -495,7 +539,7 @@ def llamacpp_routes(st: State) -> web.RouteTableDef:
 
     @r.get("/slots")
     async def slots(_: web.Request) -> web.Response:
-        return web.json_response([{"id": 0, "n_ctx": o.ctx, "is_processing": st.busy > 0}])
+        return web.json_response([{"id": 0, "n_ctx": o.ctx, "is_processing": st.busy - 1 > 0}])
 
     @r.get("/metrics")
     async def metrics(_: web.Request) -> web.Response:
@@ -560,9 +604,9 @@ def kobold_routes(st: State) -> web.RouteTableDef:
                 "vision": False,
                 "audio": False,
                 "transcribe": bool(o.whispermodel),
-                "tts": False,
+                "tts": bool(o.ttsmodel),
                 "embeddings": bool(o.embeddingsmodel),
-                "music": False,
+                "music": bool(o.musicllm),
                 "admin": 0,
             }
         )
@@ -642,13 +686,21 @@ def kobold_routes(st: State) -> web.RouteTableDef:
     @r.post("/sdapi/v1/txt2img")
     @r.post("/sdapi/v1/img2img")
     async def txt2img(request: web.Request) -> web.Response:
-        await request.read()
+        body = await json_body(request)
         await produce(st, 0)
+        image = png
+        if int(body.get("frames") or 0) > 1:  # a clip: KoboldCpp answers with the container
+            extra = body.get("extra_images") or []
+            audio = any(str(x).startswith("data:audio/") for x in extra)
+            st.record(path=request.path, body=summarize(body), audio=audio)
+            fmt = "avi" if body.get("video_output_type") == 1 else "webm"
+            image = await make_video(fmt, int(body["frames"]), float(body.get("fps") or 16), audio)
         return web.json_response(
             {
-                "images": [base64.b64encode(png).decode()],
+                "images": [base64.b64encode(image).decode()],
                 "parameters": {},
                 "info": json.dumps({"model": o.sdmodel}),
+                "animated": image is not png,
             }
         )
 
@@ -658,10 +710,33 @@ def kobold_routes(st: State) -> web.RouteTableDef:
         size = len(await request.read())
         return web.json_response({"text": f" fake transcript of {size} bytes"})
 
+    @r.post("/api/extra/tts")
+    @r.post("/v1/audio/speech")
+    async def tts(request: web.Request) -> web.Response:
+        text = str((await json_body(request)).get("input") or "")
+        return web.Response(body=tiny_wav(len(text)), content_type="audio/wav")
+
+    @r.get("/v1/audio/voices")
+    @r.get("/audio/voices")
+    async def voices(_: web.Request) -> web.Response:
+        return web.json_response({"voices": ["kobo", "cheery"]})
+
+    @r.get("/musicui")
+    async def musicui(_: web.Request) -> web.Response:
+        return web.Response(text="<html>music</html>", content_type="text/html")
+
+    @r.post("/api/extra/music/{step}")
+    async def music(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"step": request.match_info["step"], "model": o.musicllm})
+
+    add_sdapi_discovery(r, stem(o.sdmodel))
+
     @r.post("/upload/image")
     @r.post("/api/upload/image")
     async def upload(request: web.Request) -> web.Response:
-        await request.read()
+        raw = await request.read()
+        st.record(path=request.path, size=len(raw), sha256=hashlib.sha256(raw).hexdigest())
         return web.json_response({"name": "kcpp_img2img.jpg", "subfolder": "", "type": "input"})
 
     @r.post("/prompt")
@@ -730,6 +805,8 @@ def sdcpp_routes(st: State) -> web.RouteTableDef:
             }
         )
 
+    add_sdapi_discovery(r, stem(o.model))
+
     @r.post("/sdapi/v1/txt2img")
     @r.post("/sdapi/v1/img2img")
     async def txt2img(request: web.Request) -> web.Response:
@@ -793,6 +870,36 @@ def sdcpp_routes(st: State) -> web.RouteTableDef:
     return r
 
 
+def add_sdapi_discovery(r: web.RouteTableDef, checkpoint: str) -> None:
+    """A1111 discovery both image backends answer: lists, and options naming the model."""
+
+    @r.get("/sdapi/v1/loras")
+    async def loras(_: web.Request) -> web.Response:
+        return web.json_response([{"name": f"lora-of-{checkpoint}", "path": "x.safetensors"}])
+
+    @r.get("/sdapi/v1/samplers")
+    async def samplers(_: web.Request) -> web.Response:
+        return web.json_response([{"name": "euler", "aliases": [], "options": {}}])
+
+    @r.get("/sdapi/v1/options")
+    async def options(_: web.Request) -> web.Response:
+        return web.json_response({"samples_format": "png", "sd_model_checkpoint": checkpoint})
+
+
+def tiny_wav(samples: int = 16) -> bytes:
+    """A valid 16 kHz mono 16-bit PCM WAV of silence."""
+    data = bytes(2 * samples)
+    fmt = struct.pack("<HHIIHH", 1, 1, 16000, 32000, 2, 16)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data"
+    return (
+        b"RIFF"
+        + struct.pack("<I", len(body) + 4 + len(data))
+        + body
+        + struct.pack("<I", len(data))
+        + data
+    )
+
+
 async def run_job(st: State, job_id: str, body: dict[str, Any]) -> None:
     job = st.jobs[job_id]
     await asyncio.sleep(0.01)
@@ -802,13 +909,15 @@ async def run_job(st: State, job_id: str, body: dict[str, Any]) -> None:
     await produce(st, 0)
     if job["kind"] == "vid_gen":
         frames = int(body.get("video_frames") or 5)
-        webm = b"\x1a\x45\xdf\xa3" + b"fake-webm" + bytes(64)  # EBML magic, then filler
+        fmt = "avi" if body.get("output_format") == "avi" else "webm"
+        st.record(path="/sdcpp/v1/vid_gen", body=summarize(body))
+        clip = await make_video(fmt, frames, float(body.get("fps") or 16))
         result = {
-            "output_format": "webm",
-            "mime_type": "video/webm",
+            "output_format": fmt,
+            "mime_type": "video/x-msvideo" if fmt == "avi" else "video/webm",
             "fps": 16,
             "frame_count": frames,
-            "b64_json": base64.b64encode(webm).decode(),
+            "b64_json": base64.b64encode(clip).decode(),
         }
     else:
         result = {
@@ -840,20 +949,23 @@ def whisper_routes(st: State) -> web.RouteTableDef:
 
 async def whisper_inference(request: web.Request, st: State) -> web.Response:
     fields: dict[str, str] = {}
-    audio: bytes | None = None
+    size, head = -1, b""
     if request.content_type.startswith("multipart/"):
         reader = await request.multipart()
         while (part := await reader.next()) is not None:
             if not isinstance(part, BodyPartReader):
                 continue  # nested multipart: whisper-server does not read it either
-            if part.name == "file":
-                audio = await part.read()
+            if part.name == "file":  # read in chunks: uploads may be hundreds of MB
+                size = 0
+                while chunk := await part.read_chunk(1 << 20):
+                    head, size = head or chunk[:16], size + len(chunk)
             elif part.name:
-                fields[part.name] = await part.text()
-    if audio is None:
+                fields.setdefault(part.name, await part.text())  # the first value wins
+    st.record(event="inference", fields=fields, size=size, magic=head[:4].decode("latin-1"))
+    if size < 0:
         return web.json_response({"error": "no 'file' field in the request"}, status=400)
     await produce(st, 0)
-    text = f" fake transcript of {len(audio)} bytes"
+    text = f" fake transcript of {size} bytes"
     fmt = fields.get("response_format", "json")
     if fmt == "text":
         return web.Response(text=text, content_type="text/html", charset="utf-8")
@@ -879,7 +991,7 @@ async def whisper_inference(request: web.Request, st: State) -> web.Response:
         }
         return web.json_response(
             {
-                "task": "transcribe",
+                "task": "translate" if fields.get("translate") == "true" else "transcribe",
                 "language": "en",
                 "duration": 1.0,
                 "text": text,
@@ -939,6 +1051,14 @@ def vllm_routes(st: State) -> web.RouteTableDef:
     async def version(_: web.Request) -> web.Response:
         return web.json_response({"version": "0.30.0+fake"})
 
+    @r.get("/load")
+    async def load(_: web.Request) -> web.Response:
+        return web.json_response({"server_load": st.busy - 1})  # not counting this request
+
+    @r.get("/metrics")
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=f"vllm:num_requests_running {st.busy - 1}\n")
+
     async def generate(request: web.Request, chat: bool) -> Any:
         body = await json_body(request)
         error = unknown_model(body)
@@ -965,7 +1085,79 @@ def vllm_routes(st: State) -> web.RouteTableDef:
         tokens = (await json_body(request)).get("tokens", [])
         return web.json_response({"prompt": "".join(chr(int(t)) for t in tokens)})
 
+    vllm_responses(r, st, names)
+    r.get("/v1/realtime")(lambda req: realtime_echo(req, st))
     return r
+
+
+def vllm_responses(r: web.RouteTableDef, st: State, names: list[str]) -> None:
+    """/v1/responses with ids that name this process (`resp_<pid>_<n>`), kept for GET/cancel."""
+
+    @r.post("/v1/responses")
+    async def create(request: web.Request) -> web.StreamResponse:
+        body = await json_body(request)
+        rid = f"resp_{os.getpid()}_{len(st.jobs)}"
+        obj = {"id": rid, "object": "response", "model": body.get("model") or names[0]}
+        st.jobs[rid] = {**obj, "status": "completed", "output_text": "tok0 "}
+        if not body.get("stream"):
+            return web.json_response(st.jobs[rid])
+        resp = await sse(request)
+        created = {"type": "response.created", "response": {**obj, "status": "in_progress"}}
+        for kind, data in (
+            ("response.created", created),
+            (
+                "response.output_text.delta",
+                {"type": "response.output_text.delta", "delta": "tok0 "},
+            ),
+            ("response.completed", {"type": "response.completed", "response": st.jobs[rid]}),
+        ):
+            await resp.write(f"event: {kind}\n".encode() + sse_data(data))
+        await resp.write_eof()
+        return resp
+
+    def found(request: web.Request) -> dict[str, Any] | web.Response:
+        job = st.jobs.get(request.match_info["rid"])
+        if job is None:
+            return oai_error(
+                404,
+                f"Response with id {request.match_info['rid']} not found",
+                "invalid_request_error",
+            )
+        return job
+
+    @r.get("/v1/responses/{rid}")
+    async def get(request: web.Request) -> web.Response:
+        job = found(request)
+        return job if isinstance(job, web.Response) else web.json_response(job)
+
+    @r.post("/v1/responses/{rid}/cancel")
+    async def cancel(request: web.Request) -> web.Response:
+        job = found(request)
+        if isinstance(job, web.Response):
+            return job
+        job["status"] = "cancelled"
+        return web.json_response(job)
+
+
+async def realtime_echo(request: web.Request, st: State) -> web.WebSocketResponse:
+    """Echo text and binary frames; `close:<code>` closes with that code, `big:<n>` sends n bytes."""
+    ws = web.WebSocketResponse(max_msg_size=0)
+    await ws.prepare(request)
+    st.busy += 1  # an open session is work in progress, as with the real backend
+    try:
+        async for msg in ws:
+            if msg.type is WSMsgType.BINARY:
+                await ws.send_bytes(msg.data)
+            elif msg.type is WSMsgType.TEXT and msg.data.startswith("close:"):
+                await ws.close(code=int(msg.data[6:]), message=b"fake backend closed")
+            elif msg.type is WSMsgType.TEXT and msg.data.startswith("big:"):
+                await ws.send_bytes(b"x" * int(msg.data[4:]))
+            elif msg.type is WSMsgType.TEXT:
+                await ws.send_str(msg.data)
+    finally:
+        st.busy -= 1
+        st.record(event="ws-closed", path=request.path, code=ws.close_code)
+    return ws
 
 
 # ---- server, faults and lifecycle ----------------------------------------------------------

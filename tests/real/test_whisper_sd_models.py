@@ -44,7 +44,11 @@ Recorder = Callable[[str, object], None]
 
 def _backend_binary(name: str, env_var: str) -> Path:
     override = os.environ.get(env_var)
-    root = Path(os.environ.get("TENSOR_ROUTER_BACKENDS_DIR", Path.home() / ".cache" / "tensor-router" / "backends"))
+    root = Path(
+        os.environ.get(
+            "TENSOR_ROUTER_BACKENDS_DIR", Path.home() / ".cache" / "tensor-router" / "backends"
+        )
+    )
     path = Path(override) if override else root / "bin" / name
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(

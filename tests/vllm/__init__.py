@@ -1,0 +1,1 @@
+"""Opt-in end-to-end tests against a real vLLM (CPU): `make test-vllm`."""
