@@ -212,6 +212,11 @@ class KoboldBackend(Backend):
             "--quiet",
         ]
 
+    def local_model_id(self, config: ModelConfig, lane: Lane) -> str:
+        # KoboldCpp names itself "koboldcpp/<model file name>" in every answer; the router
+        # rewrites any such name to the ID the client asked for (router/rewrite.py wildcard).
+        return "koboldcpp/*"
+
     def launch_files(self, config: ModelConfig, lane: Lane, settings: Settings) -> dict[str, bytes]:
         return {LAUNCH_FILE: json.dumps(launch_config(config, lane), indent=2).encode()}
 

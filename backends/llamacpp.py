@@ -89,7 +89,8 @@ class LlamaCppBackend(Backend):
     )
     ready_path = "/health"
     # Logged once the model is loaded (the HTTP listener may be up earlier, answering 503).
-    ready_line = re.compile(r"\bmodel loaded\s*$")
+    # "model loaded" comes just before the server flips to ready; "listening on" just after.
+    ready_line = re.compile(r"\bmodel loaded\s*$|\blistening on http://")
     managed_flags = frozenset(
         {
             "-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff",

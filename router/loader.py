@@ -51,6 +51,7 @@ class Launched:
 
 
 PORT_ATTEMPTS = 3
+FAST_PROBE_WINDOW = 3.0  # seconds after spawn with probes at most 25 ms apart
 
 
 class PortTaken(LoadFailed):
@@ -191,7 +192,7 @@ class Loader:
     ) -> None:
         no_progress = self._settings.runtime.no_progress_timeout
         exited = asyncio.ensure_future(process.wait_exit())
-        delay = 0.01
+        delay = 0.005
         try:
             while True:
                 if exited.done():
@@ -222,7 +223,10 @@ class Loader:
                 waiter = asyncio.ensure_future(ready_line.wait())
                 await asyncio.wait({exited, waiter}, timeout=delay)
                 waiter.cancel()
-                delay = min(delay * 2, 0.5)
+                # Tight polling while a fast backend is likely to come up (cold-start overhead
+                # is detection lag), looser for the slow ones (vLLM takes ~30 s).
+                fast = time.monotonic() - started < FAST_PROBE_WINDOW
+                delay = min(delay * 2, 0.025 if fast else 0.25)
         finally:
             exited.cancel()
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 
 def _model_value_pattern(model_id: str) -> re.Pattern[bytes]:
+    if model_id.endswith("*"):  # a family-wide name such as KoboldCpp's "koboldcpp/<name>"
+        prefix = json.dumps(model_id[:-1]).encode()[:-1]  # opening quote, no closing one
+        return re.compile(rb'("model"\s*:\s*)' + re.escape(prefix) + rb'(?:[^"\\]|\\.)*"')
     encoded = json.dumps(model_id).encode()  # the JSON string literal, quotes included
     return re.compile(rb'("model"\s*:\s*)' + re.escape(encoded))
 
@@ -29,7 +32,9 @@ class ModelRewriter:
     def __post_init__(self) -> None:
         if self.public != self.local:
             self._to_public = _model_value_pattern(self.local)
-            self._to_local = _model_value_pattern(self.public)
+            # A wildcard local name is what the backend says, not what it needs to be told.
+            if not self.local.endswith("*"):
+                self._to_local = _model_value_pattern(self.public)
 
     @property
     def identity(self) -> bool:

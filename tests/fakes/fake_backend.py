@@ -358,6 +358,20 @@ def prompt_tokens(body: dict[str, Any]) -> int:
     return max(1, len(json.dumps(body.get("messages", body.get("prompt", "")))) // 4)
 
 
+def shape_reply(body: dict[str, Any], choice: dict[str, Any]) -> None:
+    """Tools and structured output, as a real backend answers them: a call to the first tool,
+    or a JSON object for response_format; enough for clients to parse what they asked for."""
+    tools = body.get("tools") or []
+    if tools:
+        name = tools[0].get("function", {}).get("name", "tool")
+        call = {"id": "call-1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+        choice["finish_reason"] = "tool_calls"
+    elif (body.get("response_format") or {}).get("type") in ("json_object", "json_schema"):
+        choice["message"]["content"] = '{"ok": true}'
+        choice["finish_reason"] = "stop"
+
+
 async def openai_generate(request: web.Request, st: State, model: str, chat: bool) -> Any:
     body = await json_body(request)
     n = want_tokens(st, body, "max_tokens", "max_completion_tokens")
@@ -377,6 +391,8 @@ async def openai_generate(request: web.Request, st: State, model: str, chat: boo
         choice.update(
             {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
         )
+        if chat:
+            shape_reply(body, choice)
         return web.json_response(
             {
                 "id": cid,
