@@ -26,6 +26,8 @@ from router.store.analytics import INSERT_EVENT, Row
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 50_000
+EARLY_WRITE_ROWS = 2_000
+BATCH_ROWS = 256
 RETRY_DELAY = 1.0
 
 
@@ -80,6 +82,8 @@ class Writer:
 
     def add_event(self, row: Row) -> None:
         self._events.append(row)
+        if len(self._events) == EARLY_WRITE_ROWS:
+            self._wake.set()  # under load, write steadily rather than in one burst per interval
         self._check_bound()
 
     def add_op(self, op: Op, *, urgent: bool = False) -> None:
@@ -171,8 +175,10 @@ class Writer:
         await db.execute("BEGIN IMMEDIATE")
         results: list[tuple[asyncio.Future[int], int]] = []
         try:
-            if events:
-                await db.executemany(INSERT_EVENT, events)
+            # Small batches: the sqlite thread binds rows holding the GIL, and one long
+            # executemany stalls the event loop (request p99) for the whole batch.
+            for start in range(0, len(events), BATCH_ROWS):
+                await db.executemany(INSERT_EVENT, events[start : start + BATCH_ROWS])
             for group in _groups(ops):
                 if len(group) == 1:
                     cursor = await db.execute(group[0].sql, group[0].params)
