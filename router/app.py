@@ -25,6 +25,7 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -154,12 +155,13 @@ def _unwrap_route(request: web.Request) -> Route:
 
 
 def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
+    middlewares: list[Any] = [  # the order of the module docstring
+        edge_errors(settings),
+        *guards.edge_middlewares(settings, _unwrap_route),
+        auth.auth_middleware(auth.KeyRing.from_settings(settings), settings, _unwrap_route),
+    ]
     app = web.Application(
-        middlewares=[
-            edge_errors(settings),
-            *guards.edge_middlewares(settings, _unwrap_route),
-            auth.auth_middleware(auth.KeyRing.from_settings(settings), settings, _unwrap_route),
-        ],
+        middlewares=middlewares,
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings

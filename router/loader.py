@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -232,7 +233,8 @@ class Loader:
 
     async def _probe(self, adapter: Backend, base_url: str, exited: asyncio.Future[int]) -> bool:
         probe = asyncio.ensure_future(adapter.is_ready(self._session, base_url))
-        await asyncio.wait({probe, exited}, return_when=asyncio.FIRST_COMPLETED)
+        pending: set[asyncio.Future[Any]] = {probe, exited}
+        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if not probe.done():
             probe.cancel()
             with contextlib.suppress(BaseException):

@@ -201,9 +201,10 @@ def _choose(
             (config.image_id if lane is Lane.IMAGE and config.image_id else config.id),
             lane,
         )
-    config = catalog.resolve(selection.model)
-    if config is None:
+    found = catalog.resolve(selection.model)
+    if found is None:
         raise ModelNotFound(selection.model)
+    config = found
     if selection.model == config.image_id and lane is not Lane.IMAGE:
         raise BadRequest(
             f"{selection.model!r} is an image model; use /v1/images/generations or /sdapi/v1/txt2img"
@@ -228,10 +229,10 @@ def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
         # Round-robin across loaded embedding runtimes; never load one for an unnamed request.
         if active:
             return active[next(_ROUND_ROBIN) % len(active)]  # type: ignore[no-any-return]
-        candidates = [c.id for c in request.app[CATALOG].configs() if lane in c.lanes]
+        embedders = [c.id for c in request.app[CATALOG].configs() if lane in c.lanes]
         raise BadRequest(
             'no embedding model is loaded; name one with a "model" field, ?model= or the '
-            f"X-Tensors-Model header: {', '.join(candidates) or '(none configured)'}",
+            f"X-Tensors-Model header: {', '.join(embedders) or '(none configured)'}",
             param="model",
         )
     if active:

@@ -166,11 +166,11 @@ async def _stream(
     mark_streaming(out.headers)  # type: ignore[arg-type]
     await out.prepare(request)
     records = ollama_ndjson(
-        resp.content.iter_any(),
-        kind,
+        resp.content.iter_any(),  # type: ignore[arg-type]
+        "chat" if kind == "chat" else "generate",
         public,
         started_ns,
-        load_ns=load_ns,  # type: ignore[arg-type]
+        load_ns=load_ns,
     )
     async for line in records:
         await out.write(line)
