@@ -52,7 +52,11 @@ class Launched:
 
 
 PORT_ATTEMPTS = 3
-FAST_PROBE_WINDOW = 3.0  # seconds after spawn with probes at most 25 ms apart
+
+
+def _probe_cap(elapsed: float) -> float:
+    """Longest pause between readiness probes, `elapsed` seconds after the spawn."""
+    return 0.005 if elapsed < 1.0 else 0.025 if elapsed < 3.0 else 0.25
 
 
 class PortTaken(LoadFailed):
@@ -212,6 +216,9 @@ class Loader:
                         f" (runtime.no_progress_timeout){_tail(process)}",
                         process,
                     )
+                # Cleared before the probe, not after: a ready line printed while the probe
+                # was in flight must wake the next wait at once.
+                ready_line.clear()
                 if await self._probe(adapter, base_url, exited):
                     try:
                         await adapter.verify(self._session, base_url, spec.config, spec.lane)
@@ -220,14 +227,13 @@ class Loader:
                     if not exited.done():
                         return
                     continue
-                ready_line.clear()
                 waiter = asyncio.ensure_future(ready_line.wait())
                 await asyncio.wait({exited, waiter}, timeout=delay)
                 waiter.cancel()
-                # Tight polling while a fast backend is likely to come up (cold-start overhead
-                # is detection lag), looser for the slow ones (vLLM takes ~30 s).
-                fast = time.monotonic() - started < FAST_PROBE_WINDOW
-                delay = min(delay * 2, 0.025 if fast else 0.25)
+                # Detection lag is the cold-start overhead, and log lines cannot shorten it:
+                # llama.cpp logs from a worker thread, so "listening" reaches the pipe late.
+                # Probe every 5 ms in the first second, 25 ms up to 3 s, 250 ms after.
+                delay = min(delay * 2, _probe_cap(time.monotonic() - started))
         finally:
             exited.cancel()
 
