@@ -26,7 +26,7 @@ def fresh_cache() -> Iterator[None]:
 async def _binary() -> str:
     found = await ffmpeg.locate("ffmpeg")
     if found is None:
-        pytest.skip("no ffmpeg on PATH and no imageio-ffmpeg")
+        pytest.fail("no ffmpeg on PATH and no imageio-ffmpeg: `make test` installs both")
     return found
 
 

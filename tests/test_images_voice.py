@@ -287,7 +287,7 @@ def _encoded_sample(binary: str, tmp: Path) -> bytes:
 async def test_non_wav_is_converted_with_ffmpeg(harness: RouterHarness, tmp_path: Path) -> None:
     binary = await ffmpeg.locate("ffmpeg")
     if binary is None:
-        pytest.skip("no ffmpeg and no imageio-ffmpeg")
+        pytest.fail("no ffmpeg and no imageio-ffmpeg: `make test` installs both")
     mp3 = _encoded_sample(binary, tmp_path)
     assert mp3[:3] == b"ID3" or mp3[:2] == b"\xff\xfb"
     calls = record_whisper(harness)
