@@ -86,3 +86,36 @@ async def test_chat_requires_a_model(harness: RouterHarness) -> None:
     client = await harness.start()
     r = await client.post("/v1/chat/completions", json={"messages": []})
     assert r.status_code == 400 and "chat-a" in r.json()["error"]["message"]
+
+
+async def test_s2_a_trickling_body_gets_408(harness: RouterHarness) -> None:
+    harness.model("chat-a")
+    settings = harness.settings()
+    settings = settings.model_copy(
+        update={"server": settings.server.model_copy(update={"header_timeout": 1.0})}
+    )
+    await harness.start(settings)
+    assert harness.server is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", harness.server.port)
+    body = b'{"model": "chat-a", "messages": []}'
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    try:
+        started = asyncio.get_running_loop().time()
+        answer = b""
+        for byte in body[:5]:  # one byte a second: never finishes within the deadline
+            writer.write(bytes([byte]))
+            await writer.drain()
+            try:
+                answer = await asyncio.wait_for(reader.read(4096), 1.0)
+            except TimeoutError:
+                continue
+            break
+        elapsed = asyncio.get_running_loop().time() - started
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    assert elapsed < 3.5
+    assert harness.runtimes.spawn_count == 0  # nothing was loaded for it

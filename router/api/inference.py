@@ -21,6 +21,7 @@ from router.errors import (
     BadRequest,
     ModelNotFound,
     PayloadTooLarge,
+    RequestTimeout,
     RouteNotFound,
     RouterError,
 )
@@ -92,7 +93,14 @@ async def _forward(
 ) -> web.StreamResponse:
     if override is None:
         scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
-        override = Override(await read_selector(request, route, scan_limit))
+        idle = request.app[SETTINGS].server.header_timeout
+        try:
+            async with asyncio.timeout(idle):  # S2: a body that trickles in is refused
+                override = Override(await read_selector(request, route, scan_limit))
+        except TimeoutError:
+            raise RequestTimeout(
+                f"the request body did not arrive within {idle:g}s (server.header_timeout)"
+            ) from None
     selection = override.selection
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
@@ -293,13 +301,23 @@ def _body(
         result.bytes_in = len(body)
         return (body if body or request.can_read_body else None), True
     cap = int(request.app[SETTINGS].limits.max_stream_request_gb * 1024 * MiB)
-    return _counted(body_stream(selection, request), cap, result), False
+    idle = request.app[SETTINGS].server.header_timeout
+    return _counted(body_stream(selection, request), cap, result, idle), False
 
 
 async def _counted(
-    chunks: AsyncIterator[bytes], cap: int, result: ProxyResult
+    chunks: AsyncIterator[bytes], cap: int, result: ProxyResult, idle: float
 ) -> AsyncIterator[bytes]:
-    async for chunk in chunks:
+    """The rest of a large body: counted against the cap, and cut when it stops arriving."""
+    iterator = aiter(chunks)
+    while True:
+        try:
+            async with asyncio.timeout(idle):
+                chunk = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise RequestTimeout(f"the request body stalled for {idle:g}s") from None
         result.bytes_in += len(chunk)
         if result.bytes_in > cap:
             raise PayloadTooLarge(
