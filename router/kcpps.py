@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from router.domain import BackendMode, Lane, UnloadPolicy, family_for
+from router.unload_policy import PolicyError, parse_triggers
 
 MAX_KCPPS_BYTES = 1 << 20  # real files are a few KB; anything larger is not a launch config
 MAX_DEPTH = 32
@@ -83,7 +84,8 @@ class ModelConfig:
     components: Mapping[str, Path]  # component key ("model_param", "sdmodel", ...) -> file
     lanes: frozenset[Lane]  # capabilities, from which components are present
     image_id: str | None  # stem + "-" + diffusion model stem, when an image component exists
-    unload_policy: UnloadPolicy = UnloadPolicy.NONE
+    unload_policy: UnloadPolicy = UnloadPolicy.NONE  # the legacy single value, when it is one
+    unload_triggers: frozenset[str] = frozenset()  # every entry (router/unload_policy.py)
     jinja_kwargs: Mapping[str, Any] = field(default_factory=dict)
     jinja_precedence: Literal["config", "client"] = "config"
     serve_args: tuple[str, ...] = ()
@@ -145,7 +147,8 @@ def parse_kcpps(
         components=components,
         lanes=lanes,
         image_id=_image_id(config_id, components) if Lane.IMAGE in lanes else None,
-        unload_policy=_unload_policy(raw.get("router_unload_policy")),
+        unload_policy=_unload_policy(triggers := _triggers(raw.get("router_unload_policy"))),
+        unload_triggers=triggers,
         jinja_kwargs=_jinja_kwargs(raw.get("jinja_kwargs")),
         jinja_precedence=_precedence(raw.get("router_jinja_kwargs_precedence")),
         serve_args=_serve_args(raw.get("serve_args")),
@@ -315,16 +318,20 @@ def _backend_mode(value: Any, default: BackendMode) -> BackendMode:
     raise KcppsError("backend_mode must be one of " + ", ".join(m.value for m in BackendMode))
 
 
-def _unload_policy(value: Any) -> UnloadPolicy:
-    if value is None or value == "":
-        return UnloadPolicy.NONE
-    if isinstance(value, list) and len(value) == 1:
-        value = value[0]  # the one-entry array shape means the same as the bare value
-    if isinstance(value, str) and value in {p.value for p in UnloadPolicy}:
-        return UnloadPolicy(value)
-    raise KcppsError(
-        "router_unload_policy must be one of " + ", ".join(p.value for p in UnloadPolicy)
-    )
+def _triggers(value: Any) -> frozenset[str]:
+    try:
+        return parse_triggers(value)
+    except PolicyError as exc:
+        raise KcppsError(str(exc)) from None
+
+
+def _unload_policy(triggers: frozenset[str]) -> UnloadPolicy:
+    """The single-value view of the trigger set (NONE when it names more than one thing)."""
+    if len(triggers) == 1:
+        (only,) = triggers
+        if only in {p.value for p in UnloadPolicy}:
+            return UnloadPolicy(only)
+    return UnloadPolicy.NONE
 
 
 def _jinja_kwargs(value: Any) -> dict[str, Any]:

@@ -19,8 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from router import scheduler
 from router.domain import BackendMode, Lane
@@ -28,49 +27,22 @@ from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.events import EventBus
 from router.kcpps import ModelConfig
 from router.loader import Launched, Loader
-from router.runtime_state import Runtime, RuntimeSpec, RuntimeState, primary_lane, spec_for
+from router.runtime_state import (
+    Lease,
+    LoadObserver,
+    ObserverFactory,
+    Runtime,
+    RuntimeSpec,
+    RuntimeState,
+    Waiter,
+    primary_lane,
+    spec_for,
+)
 from router.settings import Settings
+from router.unload_policy import evicts
 
 log = logging.getLogger(__name__)
 LoadErrorSink = Callable[[dict[str, Any]], None]
-
-
-class LoadObserver(Protocol):
-    """Sees one load attempt (load captures, router/captures.py)."""
-
-    attempt_id: str | None
-
-    def launched(self, argv: list[str]) -> None: ...
-    def output(self, stream: str, line: bytes) -> None: ...
-    def finished(self, status: str, exit_code: int | None, error: str | None) -> None: ...
-
-
-ObserverFactory = Callable[[Runtime], LoadObserver | None]
-
-
-@dataclass(eq=False)
-class Waiter:
-    spec: RuntimeSpec
-    enqueued_at: float
-    future: asyncio.Future[Lease] | None  # None: a claim, not a request
-    lane: Lane
-
-
-@dataclass(eq=False)
-class Lease:
-    runtime: Runtime
-    queue_wait_ms: float
-    _manager: RuntimeManager = field(repr=False)
-    released: bool = False
-
-    @property
-    def base_url(self) -> str:
-        return self.runtime.base_url
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self._manager._release(self.runtime)
 
 
 class RuntimeManager:
@@ -237,7 +209,7 @@ class RuntimeManager:
         runtime.leases += 1
         runtime.cancel_idle_timer()
         self._idle.clear()
-        return Lease(runtime, (self._clock() - arrived) * 1000.0, self)
+        return Lease(runtime, (self._clock() - arrived) * 1000.0, self._release)
 
     def _release(self, runtime: Runtime) -> None:
         runtime.leases -= 1
@@ -329,13 +301,14 @@ class RuntimeManager:
         if spec.key in self._runtimes or self._closing:
             return False
         added = False
-        for lane in spec.requires:
+        requires = spec.requires | self._evicted_lanes(spec)
+        for lane in requires:
             holder = self._slots[lane]
             if holder is not None and holder.key != spec.key:
                 if not any(w.future is None and w.spec.key == spec.key for w in self._queues[lane]):
                     self._queues[lane].insert(0, Waiter(spec, self._clock(), None, lane))
                     added = True
-        if any(self._slots[lane] is not None for lane in spec.requires):
+        if any(self._slots[lane] is not None for lane in requires):
             return added
         for queue in self._queues.values():
             queue[:] = [w for w in queue if not (w.future is None and w.spec.key == spec.key)]
@@ -346,6 +319,16 @@ class RuntimeManager:
         self.spawn_count += 1
         self._spawn(self._load(runtime))
         return True
+
+    def _evicted_lanes(self, spec: RuntimeSpec) -> frozenset[Lane]:
+        """Lanes of running runtimes that `family:`/`config:` policy entries name."""
+        triggers = spec.config.unload_triggers
+        return frozenset(
+            lane
+            for rt in self._runtimes.values()
+            if rt.key != spec.key and evicts(triggers, rt.config.id, rt.config.backend_mode)
+            for lane in rt.spec.occupies
+        )
 
     def _arm_deadline(self) -> None:
         if self._deadline:

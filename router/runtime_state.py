@@ -10,15 +10,16 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.registry import adapter_for
-from router.domain import Family, Lane, UnloadPolicy, family_for
+from router.domain import Family, Lane, family_for
 from router.errors import BadRequest
 from router.kcpps import ModelConfig
 from router.loader import LaunchSpec
+from router.unload_policy import static_lanes
 
 if TYPE_CHECKING:
     from backends.process import SupervisedProcess
@@ -144,13 +145,9 @@ def spec_for(config: ModelConfig, lane: Lane) -> RuntimeSpec:
         else ("kobold" if family is Family.KOBOLD else lane.value)
     )
     key = f"{runtime_identity(config)}@{suffix}"
-    policy = config.unload_policy
-    if policy is UnloadPolicy.ALL:
-        extra = frozenset(Lane)
-    elif policy is UnloadPolicy.NONE:
-        extra = frozenset()
-    else:
-        extra = frozenset({Lane(policy.value)})
+    # Lanes named by router_unload_policy; its family:/config: entries depend on what runs
+    # when the load starts and are resolved by runtime.py then.
+    extra = static_lanes(config.unload_triggers)
     return RuntimeSpec(key, config, lane, family, occupies, occupies | extra)
 
 
@@ -178,3 +175,44 @@ def primary_lane(config: ModelConfig) -> Lane:
         if lane in config.lanes:
             return lane
     raise BadRequest(f"model {config.id!r} has no servable component")
+
+
+# ---- what the runtime manager hands out and keeps in its queues ---------------------
+
+
+class LoadObserver(Protocol):
+    """Sees one load attempt (load captures, router/captures.py)."""
+
+    attempt_id: str | None
+
+    def launched(self, argv: list[str]) -> None: ...
+    def output(self, stream: str, line: bytes) -> None: ...
+    def finished(self, status: str, exit_code: int | None, error: str | None) -> None: ...
+
+
+ObserverFactory = Callable[[Runtime], LoadObserver | None]
+
+
+@dataclass(eq=False)
+class Waiter:
+    spec: RuntimeSpec
+    enqueued_at: float
+    future: asyncio.Future[Lease] | None  # None: a claim, not a request
+    lane: Lane
+
+
+@dataclass(eq=False)
+class Lease:
+    runtime: Runtime
+    queue_wait_ms: float
+    _release: Callable[[Runtime], None] = field(repr=False)
+    released: bool = False
+
+    @property
+    def base_url(self) -> str:
+        return self.runtime.base_url
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._release(self.runtime)

@@ -207,7 +207,7 @@ def test_router_settings_defaults() -> None:
         ("backend_mode", "ollama"),
         ("backend_mode", 3),
         ("router_unload_policy", "some"),
-        ("router_unload_policy", ["text", "image"]),
+        ("router_unload_policy", ["none", "text"]),  # none is absorbing
         ("jinja_kwargs", "[1]"),
         ("jinja_kwargs", "{bad"),
         ("jinja_kwargs", 5),
