@@ -417,3 +417,18 @@ async def test_r32_death_after_first_byte_is_not_retried(harness: RouterHarness)
     _assert_terminal_error(events)
     await asyncio.sleep(0.3)
     assert len(_chat_records(harness, record)) == 1
+
+
+async def test_r24_long_prefill_is_not_cut(harness: RouterHarness) -> None:
+    # Scaled down: a 2.5 s time to first token under a 4 s idle deadline (default 300 s).
+    harness.model("chat-a")
+    harness.faults["llamacpp"] = "--ttft 2.5"
+    client = await harness.start(harness.settings(stream_idle_timeout=4))
+    started = time.monotonic()
+    async with client.stream(
+        "POST", CHAT, json=chat("chat-a", stream=True, max_tokens=3), timeout=20
+    ) as r:
+        assert r.status_code == 200
+        text = "".join([part async for part in r.aiter_text()])
+    assert time.monotonic() - started >= 2.5
+    assert "event: error" not in text and text.rstrip().endswith("data: [DONE]")
