@@ -14,7 +14,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-0.32.0-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-fast test-real test-vllm vllm-venv lint backends llama-server ffmpeg venv bench clean
+.PHONY: run test test-fast test-real test-vllm vllm-venv lint backends llama-server ffmpeg venv bench soak clean
 
 venv: $(STAMP)
 
@@ -83,6 +83,10 @@ lint: venv
 
 bench: llama-server
 	$(PY) -m bench
+
+# R12: 10 minutes of alternating models, client aborts and unloads against fake backends.
+soak: venv
+	$(PY) -m bench.soak --seconds 600
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -28,11 +28,14 @@ from router.media import ffmpeg as media_ffmpeg
 from tests.fakes.fake_backend import KOBOLD_PROMPT_ID, tiny_png
 from tests.harness import RouterHarness, harness_fixture
 
+
 @pytest.fixture(autouse=True)
 def _ffmpeg_installed() -> None:
     # The video path is tested with real ffmpeg; a machine without it fails rather than skips.
     if shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None:
         pytest.fail("ffmpeg and ffprobe are needed: `make test` installs Debian's ffmpeg")
+
+
 PNG = tiny_png(16, 16)
 WAV = b"RIFF" + (36).to_bytes(4, "little") + b"WAVEfmt " + bytes(28)
 

@@ -119,3 +119,28 @@ async def test_s2_a_trickling_body_gets_408(harness: RouterHarness) -> None:
     assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
     assert elapsed < 3.5
     assert harness.runtimes.spawn_count == 0  # nothing was loaded for it
+
+
+async def test_disabling_a_loaded_model_unloads_it_in_the_webui_shape(
+    harness: RouterHarness,
+) -> None:
+    harness.model("chat-a")
+    client = await harness.start()
+    assert (await client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
+    r = await client.post(
+        "/router/v1/site/models/state",
+        json={"node_id": "local", "local_id": "chat-a", "enabled": False},
+    )
+    assert r.status_code == 200 and r.json()["enabled"] is False
+    assert harness.runtimes.status_of("chat-a") == "unloaded"
+    assert (await client.post("/v1/chat/completions", json=chat("chat-a"))).status_code == 404
+    r = await client.post(
+        "/router/v1/site/models/state",
+        json={"node_id": "elsewhere", "local_id": "chat-a", "enabled": True},
+    )
+    assert r.status_code == 404  # a node is chosen by id, and only this one is known here
+    r = await client.post(
+        "/router/v1/site/models/state", json={"local_id": "chat-a", "enabled": True}
+    )
+    assert r.status_code == 200
+    assert (await client.post("/v1/chat/completions", json=chat("chat-a"))).status_code == 200

@@ -9,7 +9,7 @@ from aiohttp import web
 from router.api.common import Handler, match_of, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS
 from router.domain import Lane
-from router.errors import BadRequest, ModelNotFound
+from router.errors import BadRequest, ModelNotFound, NotFound
 from router.kcpps import ModelConfig
 
 OWNER = "tensor-router"
@@ -100,24 +100,38 @@ async def models_state(request: web.Request) -> web.StreamResponse:
 
 
 async def models_state_set(request: web.Request) -> web.StreamResponse:
+    """`{"node_id", "local_id", "enabled"}` (the WebUI's shape; `model` and `disabled` are
+    accepted too). Disabling also unloads the model once its running requests finish."""
     body = await read_control_json(request, required=True)
-    model_id = body.get("model") or body.get("model_id") or body.get("id")
-    if "disabled" in body:
-        disabled = body["disabled"]
-    elif "enabled" in body:
-        disabled = not body["enabled"] if isinstance(body["enabled"], bool) else body["enabled"]
-    else:
-        disabled = body.get("state") == "disabled" if "state" in body else None
-    if not isinstance(disabled, bool):
-        raise BadRequest('send {"model": "<id>", "disabled": true|false}')
+    node_id = body.get("node_id") or request.app[SETTINGS].cluster.node_id
+    if node_id != request.app[SETTINGS].cluster.node_id:
+        raise NotFound(f"node {node_id!r} is not known here")
+    model_id = body.get("local_id") or body.get("model")
+    disabled = _disabled_flag(body)
     catalog = request.app[CATALOG]
-    if not isinstance(model_id, str) or not any(
-        model_id in (c.id, c.image_id) for c in catalog.all_configs()
-    ):
+    config = next((c for c in catalog.all_configs() if model_id in (c.id, c.image_id)), None)
+    if config is None or not isinstance(model_id, str):
         raise ModelNotFound(str(model_id))
-    # A disabled model keeps its running work; new requests naming it get 404.
     await catalog.set_disabled(model_id, disabled)
-    return web.json_response({"model": model_id, "disabled": disabled})
+    if disabled and model_id == config.id:
+        runtimes = request.app[RUNTIMES]
+        lanes = frozenset(
+            lane
+            for rt in runtimes.runtimes()
+            if rt.config.id == config.id
+            for lane in rt.spec.occupies
+        )
+        if lanes:
+            await runtimes.unload(lanes)
+    return web.json_response({"node_id": node_id, "local_id": model_id, "enabled": not disabled})
+
+
+def _disabled_flag(body: dict[str, Any]) -> bool:
+    if isinstance(body.get("enabled"), bool):
+        return not body["enabled"]
+    if isinstance(body.get("disabled"), bool):
+        return bool(body["disabled"])
+    raise BadRequest('send {"local_id": "<model id>", "enabled": true|false}')
 
 
 _TEXT_SIDE = frozenset({Lane.TEXT, Lane.EMBEDDINGS})
