@@ -424,6 +424,15 @@ class SupervisedProcess:
             self._set_state(ProcState.EXITED)
 
 
+def hold_watchdog() -> None:
+    """A long-lived owner of backends (the runtime manager) keeps the watchdog up."""
+    _watchdog.hold()
+
+
+def release_watchdog() -> None:
+    _watchdog.release()
+
+
 def reap_stale(pidfile_dir: Path) -> list[int]:
     """Kill survivors recorded by a previous router's pidfiles; see watchdog.reap_stale."""
     return wd.reap_stale(pidfile_dir, _watchdog.router_tag)

@@ -301,7 +301,8 @@ def _kill_stale(rec: PidRecord) -> list[int]:
 
 
 class WatchdogClient:
-    """Router side: starts the watchdog with the first backend, stops it after the last.
+    """Router side: starts the watchdog with the first backend (or `hold()`), stops it after
+    the last one when nothing holds it.
 
     Lines go through a kernel pipe, so register() never waits for the watchdog to boot.
     The write end is non-inheritable (PEP 446) and Popen closes other fds, so no backend
@@ -314,18 +315,33 @@ class WatchdogClient:
         self._proc: subprocess.Popen[bytes] | None = None
         self._records: dict[int, Record] = {}
         self._lock = threading.Lock()
+        self._held = 0
 
     def register(self, pid: int, pgid: int, start_ticks: int) -> None:
         with self._lock:
             self._records[pid] = Record(pid, pgid, start_ticks)
             self._send(f"add {pid} {pgid} {start_ticks}\n")
 
+    def hold(self) -> None:
+        """Keep the watchdog running between backends (a router that swaps models would
+        otherwise start a fresh interpreter on its cold-start path for every load)."""
+        with self._lock:
+            self._held += 1
+            if self._proc is None or self._proc.poll() is not None:
+                self._spawn()
+
+    def release(self) -> None:
+        with self._lock:
+            self._held = max(0, self._held - 1)
+            if not self._held and not self._records:
+                self._close()
+
     def unregister(self, pid: int) -> None:
         with self._lock:
             if self._records.pop(pid, None) is None:
                 return
             self._send(f"del {pid}\n")
-            if not self._records:
+            if not self._records and not self._held:
                 self._close()
 
     @property

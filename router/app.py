@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from backends.process import reap_stale
+from backends.process import hold_watchdog, reap_stale, release_watchdog
 from router import auth, guards
 from router.api import (
     comfy,
@@ -253,11 +253,15 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         observer=observer_factory(store),
     )
     app[RUNTIMES] = manager
+    hold_watchdog()  # started now, off every cold-start path; stopped with the router
     startup = asyncio.create_task(_startup_model(app)) if settings.models.startup_model else None
-    yield
-    if startup is not None:
-        startup.cancel()
-    await manager.shutdown(0)
+    try:
+        yield
+    finally:
+        if startup is not None:
+            startup.cancel()
+        await manager.shutdown(0)
+        release_watchdog()
 
 
 async def _startup_model(app: web.Application) -> None:
