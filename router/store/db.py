@@ -59,6 +59,9 @@ def secure_files(path: Path) -> None:
             os.chmod(candidate, 0o600)
 
 
+WAL_CHECKPOINT_PAGES = 16384  # x 4 KiB pages
+
+
 async def connect(path: Path, *, read_only: bool = False) -> aiosqlite.Connection:
     """A connection in autocommit mode; the writer opens its own transactions explicitly."""
     db = await aiosqlite.connect(path, isolation_level=None)
@@ -72,6 +75,11 @@ async def connect(path: Path, *, read_only: bool = False) -> aiosqlite.Connectio
             # NORMAL is durable across process crashes in WAL mode; only power loss can cost
             # the last transactions, which the analytics contract already allows.
             await db.execute("PRAGMA synchronous = NORMAL")
+            # Checkpoint the WAL every 64 MiB instead of SQLite's 4 MiB: the index pages that
+            # every analytics row touches are copied into the file once per checkpoint, so
+            # rarer checkpoints do less work in total (bench/analytics: on/off 0.90 -> 0.95).
+            # POST .../analytics/flush still folds the WAL back at once.
+            await db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
     except BaseException:
         await db.close()
         raise
