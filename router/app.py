@@ -170,7 +170,9 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
     app[SHUTDOWN] = _signal_self
-    app.cleanup_ctx.extend([_client_session, _store, _catalog, _runtimes, comfy.comfy_context])
+    app.cleanup_ctx.extend(
+        [_client_session, _store, _catalog, _runtimes, images.images_context, comfy.comfy_context]
+    )
     app.on_shutdown.append(_begin_drain)
     app.router.add_route("*", "/{tail:.*}", dispatch)
     return app

@@ -13,6 +13,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from router.api.comfy import ComfyState
+    from router.api.images import ImageLane
     from router.catalog import Catalog
     from router.events import EventBus
     from router.metrics import Metrics
@@ -31,6 +32,7 @@ RUNTIMES: web.AppKey[RuntimeManager] = web.AppKey("runtimes")
 PROXY: web.AppKey[Proxy] = web.AppKey("proxy")
 STORE: web.AppKey[Store] = web.AppKey("store")
 RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
+IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chosen model, jobs
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")

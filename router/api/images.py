@@ -18,8 +18,8 @@ import asyncio
 import json
 import re
 import time
-import weakref
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from aiohttp import web
 
 from router.api import inference
 from router.api.common import Handler, match_of, read_control_json, route_of
-from router.appkeys import ARRIVED, CATALOG, PROXY, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.appkeys import ARRIVED, CATALOG, IMAGES, PROXY, RECORDER, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, family_for
 from router.errors import BadRequest, ServiceUnavailable
 from router.headers import upstream_request_headers
@@ -81,14 +81,17 @@ class ImageLane:
             self.jobs.popitem(last=False)
 
 
-_LANES: weakref.WeakKeyDictionary[web.Application, ImageLane] = weakref.WeakKeyDictionary()
-
-
 def lane_state(app: web.Application) -> ImageLane:
-    state = _LANES.get(app)
-    if state is None:
-        state = _LANES[app] = ImageLane()
-    return state
+    return app[IMAGES]
+
+
+async def images_context(app: web.Application) -> AsyncIterator[None]:
+    """The image lane's memory for the app's life; job watchers end with it."""
+    app[IMAGES] = ImageLane()
+    yield
+    for task in list(app[IMAGES].watchers):
+        task.cancel()
+    await asyncio.gather(*app[IMAGES].watchers, return_exceptions=True)
 
 
 def current_model(app: web.Application) -> str | None:
