@@ -12,6 +12,7 @@ import statistics
 from typing import Any
 
 from bench import common as c
+from bench.arms import start_arms
 
 PATH = "/v1/chat/completions"
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mode = "nginx" if c.nginx_path() else "stream"
     c.log(f"latency: upstream={mode}, client={c.client_name()}")
     with c.workdir("latency") as wd, c.Stack() as stack:
-        arms = c.start_arms(stack, wd, mode)
+        arms = start_arms(stack, wd, mode)
         names = list(arms.urls)
         for arm in names:  # warm-up
             c.load_test(arms.urls[arm] + PATH, c.CHAT_BODY, 1, 1)

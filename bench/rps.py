@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench import common as c
+from bench.arms import start_arms
 
 PATH = "/v1/chat/completions"
 CONNS = 32
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mode = "nginx" if c.nginx_path() else "stream"
     c.log(f"rps: upstream={mode}, client={c.client_name()}, {CONNS} connections")
     with c.workdir("rps") as wd, c.Stack() as stack:
-        arms = c.start_arms(stack, wd, mode)
+        arms = start_arms(stack, wd, mode)
         names = list(arms.urls)
         for arm in names:  # warm-up
             c.load_test(arms.urls[arm] + PATH, c.CHAT_BODY, CONNS, 1)

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from bench import common as c
+from bench.arms import start_arms
 
 PATH = "/v1/chat/completions"
 EVENT = re.compile(rb'"content":\s*"(\d+)')
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     c.log("streams: upstream=python stream (precomputed frames), client=python aiohttp")
     out: dict[str, Any] = {"scenarios": {}}
     with c.workdir("streams") as wd, c.Stack() as stack:
-        arms = c.start_arms(stack, wd, "stream")
+        arms = start_arms(stack, wd, "stream")
         names = list(arms.urls)
         for arm in names:  # warm-up
             asyncio.run(block(arms.urls[arm] + PATH, 4, 200, 0, 20, 0.5))

@@ -64,11 +64,9 @@ def nginx_quote(data: bytes | str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def nginx_conf(prefix: Path, opts: dict[str, str]) -> str:
-    props = json.dumps({"model_path": opts["model"], "total_slots": 1})
-    models = json.dumps(
-        {"object": "list", "data": [{"id": opts["alias"], "object": "model", "owned_by": "b"}]}
-    )
+def nginx_preamble(prefix: Path) -> str:
+    """The part of an nginx.conf every bench arm shares: one worker, files under `prefix`,
+    long keep-alive; the caller appends its own `http` body and closes the block."""
     user = "user root;\n" if os.geteuid() == 0 else ""
     return f"""{user}worker_processes 1;
 daemon off;
@@ -84,7 +82,17 @@ http {{
   scgi_temp_path {prefix}/scgi;
   keepalive_requests 1000000;
   keepalive_timeout 300s;
-  default_type application/json;
+"""
+
+
+def nginx_conf(prefix: Path, opts: dict[str, str]) -> str:
+    props = json.dumps({"model_path": opts["model"], "total_slots": 1})
+    models = json.dumps(
+        {"object": "list", "data": [{"id": opts["alias"], "object": "model", "owned_by": "b"}]}
+    )
+    return (
+        nginx_preamble(prefix)
+        + f"""  default_type application/json;
   server {{
     listen {opts["host"]}:{opts["port"]};
     location = /health {{ return 200 '{{"status":"ok"}}'; }}
@@ -94,6 +102,7 @@ http {{
   }}
 }}
 """
+    )
 
 
 def exec_nginx(opts: dict[str, str]) -> None:
