@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from router.comfy.serve import Unsatisfiable, parse_range
 from router.comfy.transcode import container_of, transcode_argv
 from router.media import ffmpeg as media_ffmpeg
 from tests.fakes.fake_backend import KOBOLD_PROMPT_ID, tiny_png
-from tests.harness import RouterHarness, harness_fixture
+from tests.harness import RouterHarness
 
 
 @pytest.fixture(autouse=True)
@@ -38,12 +37,6 @@ def _ffmpeg_installed() -> None:
 
 PNG = tiny_png(16, 16)
 WAV = b"RIFF" + (36).to_bytes(4, "little") + b"WAVEfmt " + bytes(28)
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 def n(class_type: str, **inputs: Any) -> dict[str, Any]:

@@ -11,18 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import RouterHarness
-from tests.proctree import live_descendants
+from tests.harness import RouterHarness, harness_fixture
 
 
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    h = RouterHarness(tmp_path)
-    h.model("chat-a")
-    yield h
-    await h.close()
-    await asyncio.sleep(0.05)
-    assert live_descendants() == []
+    async for h in harness_fixture(tmp_path):
+        h.model("chat-a")
+        yield h
 
 
 async def raw(port: int, request: bytes) -> bytes:

@@ -18,15 +18,9 @@ import pytest
 
 from router.media import ffmpeg
 from router.settings import Settings
-from tests.harness import RouterHarness, harness_fixture
+from tests.harness import RouterHarness
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 def wav_bytes(seconds: float = 0.1) -> bytes:

@@ -3,27 +3,22 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import ollama
 import pytest
 
-from tests.harness import RouterHarness
-from tests.proctree import live_descendants
+from tests.harness import RouterHarness, harness_fixture
 
 
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    h = RouterHarness(tmp_path)
-    h.model("chat-a")
-    h.model("embed", embeddingsmodel="embed.gguf")
-    await h.start()
-    yield h
-    await h.close()
-    await asyncio.sleep(0.05)
-    assert live_descendants() == []
+    async for h in harness_fixture(tmp_path):
+        h.model("chat-a")
+        h.model("embed", embeddingsmodel="embed.gguf")
+        await h.start()
+        yield h
 
 
 def client_for(h: RouterHarness) -> ollama.AsyncClient:

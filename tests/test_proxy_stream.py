@@ -13,7 +13,6 @@ import socket
 import statistics
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -23,15 +22,9 @@ from aiohttp import web
 
 from router.domain import Lane
 from tests.fakes.wrappers import fake_argv
-from tests.harness import RouterHarness, SseEvent, chat, harness_fixture, read_sse
+from tests.harness import RouterHarness, SseEvent, chat, read_sse
 
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 async def _stream(client: httpx.AsyncClient, body: dict) -> tuple[int, list[SseEvent]]:

@@ -3,22 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 
 from tests.harness import RouterHarness, chat
-from tests.proctree import live_descendants
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    h = RouterHarness(tmp_path)
-    yield h
-    await h.close()
-    await asyncio.sleep(0.05)
-    assert live_descendants() == [], "a backend process outlived the router"
 
 
 async def test_chat_loads_on_demand_and_answers(harness: RouterHarness) -> None:

@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -21,16 +20,10 @@ import pytest
 
 from router import loader
 from tests.fakes.wrappers import fake_argv
-from tests.harness import RouterHarness, chat, harness_fixture
+from tests.harness import RouterHarness, chat
 
 # Shared 2-core box: timing bounds get this much slack on top of the ideal.
 SLACK = 0.3
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 def _gone(pid: int) -> bool:

@@ -9,22 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
-import pytest
 
 from router.runtime_state import RuntimeState
-from tests.harness import RouterHarness, SseEvent, chat, harness_fixture, read_sse
+from tests.harness import RouterHarness, SseEvent, chat, read_sse
 
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 async def _stream(client: httpx.AsyncClient, body: dict) -> tuple[int, list[SseEvent]]:

@@ -3,7 +3,6 @@ download (S28), no prompt text in the database, and R29 against a real router pr
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -13,27 +12,15 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import pytest
 import yaml
 
 from tests.fakes.wrappers import write_fake_binary
 from tests.harness import RouterHarness, chat
-from tests.proctree import live_descendants
 
 ADMIN = "adm-store-test-7f3a91c2"
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    h = RouterHarness(tmp_path)
-    yield h
-    await h.close()
-    await asyncio.sleep(0.05)
-    assert live_descendants() == []
 
 
 def db_rows(path: Path, sql: str) -> list[tuple]:

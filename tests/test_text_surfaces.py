@@ -5,24 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from router.errors import BadRequest
 from router.jinja import merge_chat_template_kwargs
 from tests.harness import RouterHarness, chat
-from tests.proctree import live_descendants
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    h = RouterHarness(tmp_path)
-    yield h
-    await h.close()
-    await asyncio.sleep(0.05)
-    assert live_descendants() == []
 
 
 def test_merge_precedence_and_refusals() -> None:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from router.domain import BackendMode, Lane
 from router.unload_policy import PolicyError, evicts, parse_triggers, static_lanes
 from tests.harness import RouterHarness
-from tests.proctree import live_descendants
 
 
 def test_bare_value_and_array_forms() -> None:
@@ -36,15 +31,6 @@ def test_static_lanes_and_dynamic_entries() -> None:
     assert evicts({"config:chat-a"}, "chat-a", BackendMode.LLAMA_SDCPP)
     assert evicts({"family:llama_sdcpp"}, "other", BackendMode.LLAMA_SDCPP)
     assert not evicts({"family:kobold", "config:b"}, "chat-a", BackendMode.LLAMA_SDCPP)
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    h = RouterHarness(tmp_path)
-    yield h
-    await h.close()
-    await asyncio.sleep(0.05)
-    assert live_descendants() == []
 
 
 @pytest.mark.parametrize("policy", ["text", ["config:chat-a"], ["family:llama_sdcpp"]])

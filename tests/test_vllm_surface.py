@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,9 @@ import pytest
 
 from router.classify import ROUTES, Route
 from router.domain import Lane
-from tests.harness import RouterHarness, chat, harness_fixture, read_sse
+from tests.harness import RouterHarness, chat, read_sse
 
 MODEL = "vl"  # one vLLM config with a text, an embeddings and a transcription model
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 def recording(h: RouterHarness) -> Path:

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from backends.base import built_backends_dir
 from router.demo_models import generate_text_models, write_kcpps, write_text_kcpps
 from tests.harness import RouterHarness
 from tests.proctree import live_descendants
@@ -34,12 +35,7 @@ SDXS_CACHE = Path(
 def backend_binary(name: str, env_var: str) -> Path:
     """whisper-server / sd-server from scripts/build-backends.sh, or $WHISPER_SERVER_BIN etc."""
     override = os.environ.get(env_var)
-    root = Path(
-        os.environ.get(
-            "TENSOR_ROUTER_BACKENDS_DIR", Path.home() / ".cache" / "tensor-router" / "backends"
-        )
-    )
-    path = Path(override) if override else root / "bin" / name
+    path = Path(override) if override else built_backends_dir() / "bin" / name
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(
             f"{name} not found at {path}: run scripts/build-backends.sh "

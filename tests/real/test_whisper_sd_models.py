@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import struct
 import subprocess
@@ -32,6 +31,7 @@ from router.demo_models.whisper_ggml import (
     write_test_wav,
     write_whisper_ggml,
 )
+from tests.real.router_fixtures import backend_binary
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 
@@ -40,23 +40,6 @@ READY_TIMEOUT_S = 60.0
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SD_MODEL_ID = "sd-cpp-local"
 Recorder = Callable[[str, object], None]
-
-
-def _backend_binary(name: str, env_var: str) -> Path:
-    override = os.environ.get(env_var)
-    root = Path(
-        os.environ.get(
-            "TENSOR_ROUTER_BACKENDS_DIR", Path.home() / ".cache" / "tensor-router" / "backends"
-        )
-    )
-    path = Path(override) if override else root / "bin" / name
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(
-            f"{name} not found at {path}: run scripts/build-backends.sh "
-            f"(about 5 minutes on 2 cores), or set {env_var}",
-            pytrace=False,
-        )
-    return path
 
 
 def _free_port() -> int:
@@ -131,7 +114,7 @@ def whisper_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def whisper_server(whisper_files: dict[str, Path]) -> Iterator[Server]:
-    binary = _backend_binary("whisper-server", "WHISPER_SERVER_BIN")
+    binary = backend_binary("whisper-server", "WHISPER_SERVER_BIN")
     port = _free_port()
     cmd = [str(binary), "-m", str(whisper_files["model"]), "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "-t", "1"]  # one thread: two shared cores
@@ -224,7 +207,7 @@ def sdxs_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def sd_server(sdxs_model: Path) -> Iterator[Server]:
-    binary = _backend_binary("sd-server", "SD_SERVER_BIN")
+    binary = backend_binary("sd-server", "SD_SERVER_BIN")
     port = _free_port()
     cmd = [str(binary), "-m", str(sdxs_model), "--listen-ip", "127.0.0.1"]
     # --steps sets the default for /v1/images/generations, which has no steps field.
