@@ -151,7 +151,7 @@ def targets(d: dict[str, dict[str, Any]]) -> list[str]:
     out = ["| Goal | Target | Reached | Verdict |", "|---|---|---|---|"]
     for name, tgt, val, lim, hib, unit, nd in rows:
         v = verdict(val, lim, hib)
-        if "analytics" in name and not g(an, "summary", "store", "exists"):
+        if "analytics" in name and not g(an, "summary", "events_stored"):
             v = "not measurable: nothing is recorded to disk yet (store not wired)"
         out.append(f"| {name} | {tgt} | {f(val, nd, unit)} | {v} |")
     return out
@@ -225,16 +225,18 @@ def section(d: dict[str, dict[str, Any]], command: str, elapsed: str) -> str:
             "",
             "### Analytics on / off (32 connections)",
             "",
-            f"RPS on {f(s['rps'].get('analytics on'), 0)}, off "
+            f"{an.get('routers_per_arm', 1)} router processes per arm, every repetition "
+            f"visiting each. RPS on {f(s['rps'].get('analytics on'), 0)}, off "
             f"{f(s['rps'].get('analytics off'), 0)}; ratio on/off "
             f"{f(s['rps_ratio_on_over_off'], 3)}; p99 added {f(s['p99_added_ms'], 2)} ms. "
-            f"Store after the run: `{json.dumps(s['store'])}` for "
-            f"{s['requests_sent_with_analytics_on']} requests sent with analytics on.",
+            f"Same-arm spread (fastest / slowest router of one arm, the noise floor): "
+            f"`{json.dumps(s.get('same_arm_spread'))}`. Stored {s.get('events_stored')} events "
+            f"for {s['requests_sent_with_analytics_on']} requests sent with analytics on.",
         ]
-        if not s["store"].get("exists"):
+        if not s.get("events_stored"):
             L.append(
-                "**Nothing was recorded to disk**: the store is not wired yet, so this "
-                "ratio is noise between two identical routers, not the cost of analytics."
+                "**Nothing was recorded to disk**: this ratio is noise between identical "
+                "routers, not the cost of analytics."
             )
     st = d.get("streams")
     if st and "scenarios" in st:

@@ -203,7 +203,8 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         analytics=settings.analytics,
     )
     app[STORE] = store
-    app[RECORDER].sink = store
+    # Off means off: no row is even built (bench/analytics compares the two).
+    app[RECORDER].sink = store if settings.analytics.enabled else None
     yield
     app[RECORDER].sink = None
     await store.close()

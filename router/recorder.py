@@ -1,42 +1,22 @@
 """One analytics event per request: built here, fed to metrics and (when present) the store.
 
-No prompt or response content is ever part of an event; token counts are read from the
-backend's own usage report in the last bytes of the response.
+No prompt or response content is ever stored: the response's last bytes travel to the store's
+writer process only to read the backend's own usage report there (store/analytics.py).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from router.errors import sanitize
 from router.metrics import Metrics
-
-_COUNTS = {
-    "prompt_tokens": re.compile(rb'"(?:prompt_tokens|prompt_eval_count|input_tokens)"\s*:\s*(\d+)'),
-    "completion_tokens": re.compile(
-        rb'"(?:completion_tokens|eval_count|output_tokens)"\s*:\s*(\d+)'
-    ),
-    "total_tokens": re.compile(rb'"total_tokens"\s*:\s*(\d+)'),
-}
+from router.store.rows import Raw
 
 
 class EventSink(Protocol):
-    def record(self, event: dict[str, Any]) -> None: ...
-
-
-def sniff_usage(tail: bytes) -> dict[str, int]:
-    """Token counts from the last usage report in the response's final bytes."""
-    found: dict[str, int] = {}
-    for name, pattern in _COUNTS.items():
-        matches = pattern.findall(tail)
-        if matches:
-            found[name] = int(matches[-1])
-    if "total_tokens" not in found and found:
-        found["total_tokens"] = found.get("prompt_tokens", 0) + found.get("completion_tokens", 0)
-    return found
+    def record_raw(self, raw: Raw) -> None: ...
 
 
 @dataclass
@@ -70,27 +50,8 @@ class Recorder:
         bytes_out: int = 0,
         aborted: bool = False,
         tail: bytes = b"",
-    ) -> dict[str, Any]:
+    ) -> None:
         duration = time.monotonic() - info.started
-        event: dict[str, Any] = {
-            "time": info.wall,
-            "route": info.route,
-            "surface": info.surface,
-            "lane": info.lane,
-            "model": info.model,
-            "node_id": self._node_id,
-            "backend": info.family,
-            "status": status,
-            "upstream_status": upstream_status,
-            "error_message": sanitize(error_message, self._secrets) if error_message else None,
-            "queue_wait_ms": round(info.queue_wait_ms, 3),
-            "ttfb_ms": round(ttfb_ms, 3) if ttfb_ms is not None else None,
-            "duration_ms": round(duration * 1000.0, 3),
-            "bytes_in": bytes_in,
-            "bytes_out": bytes_out,
-            "aborted": aborted,
-            **sniff_usage(tail),
-        }
         self._metrics.observe_request(
             info.route,
             info.lane or "none",
@@ -99,6 +60,28 @@ class Recorder:
             ttfb_ms / 1000.0 if ttfb_ms is not None else None,
             info.queue_wait_ms / 1000.0,
         )
-        if self.sink is not None:
-            self.sink.record(event)
-        return event
+        sink = self.sink
+        if sink is not None:
+            # Handed over as the proxy has the values; rounding and usage parsing happen in the
+            # writer process (store/analytics.row_from_raw), not on the event loop.
+            sink.record_raw(
+                (
+                    info.wall,
+                    info.route,
+                    info.surface,
+                    info.lane,
+                    info.model,
+                    self._node_id,
+                    info.family,
+                    status,
+                    upstream_status,
+                    sanitize(error_message, self._secrets) if error_message else None,
+                    info.queue_wait_ms,
+                    ttfb_ms,
+                    duration,
+                    bytes_in,
+                    bytes_out,
+                    aborted,
+                    tail,
+                )  # fmt: skip
+            )

@@ -198,6 +198,9 @@ class AnalyticsSection(_Section):
     enabled: bool = True
     database_path: Path | None = None
     flush_interval: PositiveDuration = 5.0
+    # Events are committed by a small helper process (store/event_writer.py) so SQLite work
+    # stays off the event loop; false writes them from a thread of the router itself.
+    writer_process: bool = True
     raw_retention: PositiveDuration = 30 * 86400.0
     load_capture_enabled: bool = False
     load_capture_max_output_mb: float = Field(default=64, gt=0)

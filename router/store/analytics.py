@@ -1,7 +1,8 @@
-"""Analytics events: the fixed column set, cheap normalisation, and the summary maths.
+"""Analytics events from outside callers: normalisation of a loose mapping into a row.
 
 `normalize_event` keeps only the known keys, so a caller that passes a prompt or a response by
-mistake stores nothing of it. The summary lives in summary.py.
+mistake stores nothing of it. The router's own per-request records take the faster path in
+rows.py; the summary lives in summary.py.
 """
 
 from __future__ import annotations
@@ -12,31 +13,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.errors import sanitize
+from router.store.rows import (
+    CLIENT_CLOSED,
+    COLUMNS,
+    INT_COLUMNS,
+    MILLIS_COLUMNS,
+    TEXT_COLUMNS,
+    TOKEN_COLUMNS,
+    Row,
+)
 
-_TEXT = ("route", "surface", "lane", "model", "node_id", "backend")
-_INTS = ("status", "upstream_status", "bytes_in", "bytes_out")
-_TOKENS = ("prompt_tokens", "completion_tokens", "total_tokens")
-_MILLIS = ("queue_wait_ms", "ttfb_ms", "duration_ms")
-COLUMNS = (
-    "time",
-    *_TEXT,
-    "status",
-    "upstream_status",
-    "error_message",
-    *_MILLIS,
-    "bytes_in",
-    "bytes_out",
-    "aborted",
-    *_TOKENS,
-)
-INSERT_EVENT = (
-    f"INSERT INTO analytics_events ({', '.join(COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
-)
 MAX_TEXT = 512  # a route template or model ID longer than this is not a real one
-CLIENT_CLOSED = 499
-
-Row = tuple[Any, ...]
 
 
 def as_int(value: Any) -> int | None:
@@ -65,13 +52,13 @@ def as_text(value: Any) -> str | None:
 
 def normalize_event(event: Mapping[str, Any], node_id: str) -> Row:
     """One insert row; never raises, so a bad field cannot fail the request that recorded it."""
-    values: dict[str, Any] = {name: as_text(event.get(name)) for name in _TEXT}
+    values: dict[str, Any] = {name: as_text(event.get(name)) for name in TEXT_COLUMNS}
     values["route"] = values["route"] or ""
     values["node_id"] = values["node_id"] or node_id
-    for name in (*_INTS, *_TOKENS):
+    for name in (*INT_COLUMNS, *TOKEN_COLUMNS):
         values[name] = as_int(event.get(name))
     values["status"] = values["status"] or 0
-    for name in _MILLIS:
+    for name in MILLIS_COLUMNS:
         values[name] = as_float(event.get(name))
     values["time"] = as_float(event.get("time")) or time.time()
     message = event.get("error_message")

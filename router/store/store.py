@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import tempfile
@@ -26,9 +27,13 @@ from router.errors import sanitize
 from router.settings import AnalyticsSection
 from router.store import analytics as an
 from router.store import captures as cap
+from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
+from router.store.rows import Raw, rows_from_raws
 from router.store.summary import summarize
 from router.store.writer import Op, Writer, WriterStats
+
+log = logging.getLogger(__name__)
 
 RETENTION_PERIOD = 3600.0
 MAX_OUTPUT_TAIL = 16 * 1024
@@ -50,6 +55,7 @@ class Store:
         self._db = db
         self._reader = reader
         self._writer = Writer(db, settings.flush_interval, self._hourly)
+        self._events: EventChannel | None = None  # the writer process, when analytics is on
         self._live: dict[str, cap.LiveCapture] = {}
         self._cap_bytes = int(settings.load_capture_max_output_mb * 1024 * 1024)
         self._last_retention = time.monotonic()
@@ -70,14 +76,33 @@ class Store:
         store.schema_version = version
         await store._delete_expired(db)
         store._writer.start()
+        if analytics.enabled and analytics.writer_process:
+            await store._start_events()
         return store
+
+    async def _start_events(self) -> None:
+        channel = EventChannel(self.path, self.settings.flush_interval, self._writer.add_events)
+        try:
+            await channel.start()
+        except OSError as exc:
+            log.error("analytics writer process did not start (%s); writing in-process", exc)
+            return
+        self._events = channel
 
     async def close(self) -> None:
         try:
+            if self._events is not None:
+                await self._events.close()  # leftovers go to the in-process writer, closed next
             await self._writer.close()
         finally:
             await self._reader.close()
             await self._db.close()
+
+    @property
+    def pending(self) -> int:
+        """Records and writes not yet committed, in this process or the writer process."""
+        events = self._events.pending if self._events is not None else 0
+        return events + self._writer.pending
 
     @property
     def stats(self) -> WriterStats:
@@ -92,11 +117,29 @@ class Store:
     def record(self, event: Mapping[str, Any]) -> None:
         """Buffer one request's event; O(1), never touches the disk, never raises."""
         if self.settings.enabled:
-            self._writer.add_event(an.normalize_event(event, self.node_id))
+            row = an.normalize_event(event, self.node_id)
+            if self._events is not None:
+                self._events.add_row(row)
+            else:
+                self._writer.add_event(row)
+
+    def record_raw(self, raw: Raw) -> None:
+        """The router's own per-request record (Recorder.record): one append, nothing more."""
+        if self._events is not None:
+            self._events.add_raw(raw)
+        elif self.settings.enabled:
+            self._writer.add_events(rows_from_raws([raw], log_skipped))
 
     async def flush(self) -> int:
         """Write the buffer and fold the WAL back into the file; returns events written."""
-        return await self._writer.flush(checkpoint=True)
+        committed = await self._events.sync() if self._events is not None else 0
+        return committed + await self._writer.flush(checkpoint=True)
+
+    async def _settle(self) -> None:
+        """Before a read: everything recorded so far is in the database."""
+        if self._events is not None:
+            await self._events.sync()
+        await self._writer.flush(checkpoint=False)
 
     async def summary(
         self,
@@ -106,7 +149,7 @@ class Store:
         node: str | Sequence[str] | None = None,
         bucket_seconds: int = 3600,
     ) -> dict[str, Any]:
-        await self._writer.flush(checkpoint=False)
+        await self._settle()
         nodes = [node] if isinstance(node, str) else list(node or ())
         result = await summarize(self._reader, from_ts, to_ts, model, nodes, bucket_seconds)
         return {"node_id": self.node_id, **result}
@@ -197,7 +240,7 @@ class Store:
         self._writer.add_op(Op(_FINISH_ATTEMPT, row), urgent=True)
 
     async def list_captures(self, filters: cap.CaptureFilter) -> dict[str, Any]:
-        await self._writer.flush(checkpoint=False)
+        await self._settle()
         sql, params = filters.query()
         async with self._reader.execute(sql, params) as cursor:
             rows = list(await cursor.fetchall())
@@ -208,7 +251,7 @@ class Store:
         return {"captures": page, "next_cursor": cursor_out}
 
     async def capture_detail(self, attempt_id: str) -> dict[str, Any] | None:
-        await self._writer.flush(checkpoint=False)
+        await self._settle()
         sql = f"SELECT {', '.join(cap.DETAIL_COLUMNS)} FROM load_attempts WHERE id = ?"
         async with self._reader.execute(sql, (attempt_id,)) as cursor:
             row = await cursor.fetchone()
@@ -254,7 +297,7 @@ class Store:
         self._writer.add_op(Op(_INSERT_LOAD_ERROR, row), urgent=True)
 
     async def list_load_errors(self, limit: int = 100) -> list[dict[str, Any]]:
-        await self._writer.flush(checkpoint=False)
+        await self._settle()
         sql = f"SELECT {', '.join(_LOAD_ERROR_COLUMNS)} FROM load_errors ORDER BY time DESC, id DESC LIMIT ?"
         async with self._reader.execute(sql, (limit,)) as cursor:
             rows = await cursor.fetchall()
@@ -268,7 +311,7 @@ class Store:
     # -- model state --------------------------------------------------------------------
 
     async def get_disabled(self) -> set[str]:
-        await self._writer.flush(checkpoint=False)
+        await self._settle()
         sql = "SELECT model_id FROM model_state WHERE disabled = 1"
         async with self._reader.execute(sql) as cursor:
             return {row[0] for row in await cursor.fetchall()}
@@ -284,7 +327,7 @@ class Store:
 
     async def backup_to(self, dest: Path) -> int:
         """A single-point-in-time copy of the whole database at `dest` (0600); returns bytes."""
-        await self._writer.flush(checkpoint=False)
+        await self._settle()
         return await asyncio.to_thread(_backup, self.path, Path(dest))
 
     async def download_copy(self) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,7 +22,7 @@ from typing import Any
 
 import aiosqlite
 
-from router.store.analytics import INSERT_EVENT, Row
+from router.store.rows import INSERT_EVENT, INSERT_EVENTS_JSON, Row
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class WriterStats:
     written: int = 0
     overflows: int = 0
     rejected: int = 0
+    replayed: int = 0  # batches refused whole and replayed one row at a time
     write_errors: int = 0
     late: int = 0
 
@@ -84,6 +86,12 @@ class Writer:
         self._events.append(row)
         if len(self._events) == EARLY_WRITE_ROWS:
             self._wake.set()  # under load, write steadily rather than in one burst per interval
+        self._check_bound()
+
+    def add_events(self, rows: list[Row]) -> None:
+        self._events += rows
+        if len(self._events) >= EARLY_WRITE_ROWS:
+            self._wake.set()
         self._check_bound()
 
     def add_op(self, op: Op, *, urgent: bool = False) -> None:
@@ -164,6 +172,7 @@ class Writer:
                 raise
             except sqlite3.Error:
                 log.warning("store writer: a batch was refused; replaying it row by row")
+                self.stats.replayed += 1
                 await self._one_by_one(events, ops)
         if checkpoint:
             await self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -175,10 +184,10 @@ class Writer:
         await db.execute("BEGIN IMMEDIATE")
         results: list[tuple[asyncio.Future[int], int]] = []
         try:
-            # Small batches: the sqlite thread binds rows holding the GIL, and one long
-            # executemany stalls the event loop (request p99) for the whole batch.
+            # Encoded here in slices so no one slice holds the event loop for long.
             for start in range(0, len(events), BATCH_ROWS):
-                await db.executemany(INSERT_EVENT, events[start : start + BATCH_ROWS])
+                batch = json.dumps(events[start : start + BATCH_ROWS], ensure_ascii=False)
+                await db.execute(INSERT_EVENTS_JSON, (batch,))
             for group in _groups(ops):
                 if len(group) == 1:
                     cursor = await db.execute(group[0].sql, group[0].params)

@@ -1,0 +1,100 @@
+"""The analytics row: its columns, the raw per-request record, and reading usage from a tail.
+
+Standard library only: the event writer process (event_writer.py) imports this module without
+the rest of the router, so it starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+TEXT_COLUMNS = ("route", "surface", "lane", "model", "node_id", "backend")
+INT_COLUMNS = ("status", "upstream_status", "bytes_in", "bytes_out")
+TOKEN_COLUMNS = ("prompt_tokens", "completion_tokens", "total_tokens")
+MILLIS_COLUMNS = ("queue_wait_ms", "ttfb_ms", "duration_ms")
+COLUMNS = (
+    "time",
+    *TEXT_COLUMNS,
+    "status",
+    "upstream_status",
+    "error_message",
+    *MILLIS_COLUMNS,
+    "bytes_in",
+    "bytes_out",
+    "aborted",
+    *TOKEN_COLUMNS,
+)
+INSERT_EVENT = (
+    f"INSERT INTO analytics_events ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+)
+# A whole batch in one statement: one bound parameter and one sqlite3_step, so the writer
+# thread releases the interpreter lock once per batch instead of twice per row (executemany),
+# which under load stalled the event loop on lock handoffs (bench/analytics).
+INSERT_EVENTS_JSON = (
+    f"INSERT INTO analytics_events ({', '.join(COLUMNS)}) "
+    f"SELECT {', '.join(f'value ->> {i}' for i in range(len(COLUMNS)))} FROM json_each(?)"
+)
+CLIENT_CLOSED = 499
+
+Row = tuple[Any, ...]
+
+
+# What Recorder.record hands over per request, in this order (row_from_raw reads it):
+# wall time, route, surface, lane, model, node_id, backend, status, upstream_status,
+# error_message (already sanitized), queue_wait_ms, ttfb_ms, duration seconds, bytes_in,
+# bytes_out, aborted, tail (the response's last bytes, for the usage report).
+Raw = tuple[Any, ...]
+
+
+def row_from_raw(raw: Raw) -> Row:
+    """The stored row for one request: rounding and usage parsing happen here, off the loop."""
+    (wall, route, surface, lane, model, node_id, backend, status, upstream_status, message,
+     queue_wait_ms, ttfb_ms, duration_s, bytes_in, bytes_out, aborted, tail) = raw  # fmt: skip
+    usage = sniff_usage(tail)
+    return (
+        wall, route, surface, lane, model, node_id, backend, status, upstream_status, message,
+        round(queue_wait_ms, 3), None if ttfb_ms is None else round(ttfb_ms, 3),
+        round(duration_s * 1000.0, 3), bytes_in, bytes_out,
+        1 if aborted or status == CLIENT_CLOSED else 0,
+        usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens"),
+    )  # fmt: skip
+
+
+# One pass over the tail for every spelling (OpenAI, Ollama, Anthropic); the last match wins.
+_USAGE = re.compile(
+    rb'"(prompt_tokens|prompt_eval_count|input_tokens|completion_tokens|eval_count'
+    rb'|output_tokens|total_tokens)"\s*:\s*(\d+)'
+)
+_USAGE_NAME = {
+    b"prompt_tokens": "prompt_tokens",
+    b"prompt_eval_count": "prompt_tokens",
+    b"input_tokens": "prompt_tokens",
+    b"completion_tokens": "completion_tokens",
+    b"eval_count": "completion_tokens",
+    b"output_tokens": "completion_tokens",
+    b"total_tokens": "total_tokens",
+}
+
+
+def sniff_usage(tail: bytes) -> dict[str, int]:
+    """Token counts from the last usage report in the response's final bytes."""
+    found: dict[str, int] = {}
+    for name, value in _USAGE.findall(tail):
+        found[_USAGE_NAME[name]] = int(value)
+    if "total_tokens" not in found and found:
+        found["total_tokens"] = found.get("prompt_tokens", 0) + found.get("completion_tokens", 0)
+    return found
+
+
+def rows_from_raws(raws: Iterable[Raw], skipped: Callable[[Exception], None]) -> list[Row]:
+    """Every convertible record; a malformed one (a router bug) is reported, not fatal."""
+    rows: list[Row] = []
+    for raw in raws:
+        try:
+            rows.append(row_from_raw(raw))
+        except Exception as exc:
+            skipped(exc)
+    return rows
