@@ -1,8 +1,9 @@
-"""Router memory: RSS (psutil) of the router process alone, idle.
+"""Router memory: RSS (psutil) of the router process alone, idle, analytics on (the default).
 
 Three points: just started (nothing loaded), after loading the fast upstream, and idle again
 after 2,000 proxied requests on 32 connections (so pools and caches have filled). Backends are
-separate processes and are not counted.
+separate processes and are not counted; the analytics writer helper (store/event_writer.py) is
+reported as a point of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with c.workdir("rss") as wd, c.Stack() as stack:
         model = wd / "fast.gguf"
         model.write_bytes(b"GGUF-bench")
-        router = c.Router(wd / "router", {"fast": model}, c.write_wrapper(wd / "up", mode))
+        up = c.write_wrapper(wd / "up", mode)
+        router = c.Router(wd / "router", {"fast": model}, up, analytics=True)
         stack.callback(router.stop)
         router.start()
         assert router.proc is not None
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         c.load_test(router.url + "/v1/chat/completions", c.CHAT_BODY, 32, 2)
         time.sleep(2)
         points["idle, after load test"] = rss(router.proc.pid)
+        for child in psutil.Process(router.proc.pid).children():
+            if any("event_writer" in part for part in child.cmdline()):
+                points["analytics writer helper (separate process)"] = rss(child.pid)
     for k, v in points.items():
         c.log(f"rss {k}: {v['rss_mib']:.1f} MiB (uss {v['uss_mib']:.1f} MiB)")
     data = {"points": points, "target_mib": 80}
