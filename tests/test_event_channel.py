@@ -157,3 +157,21 @@ def test_the_process_ignores_sigterm_and_stops_at_end_of_input(tmp_path: Path) -
     assert proc.stdout.read() == event_writer.ACK.pack(2)
     assert proc.wait(timeout=20) == 0
     assert len(stored(path)) == 2
+
+
+async def test_a_record_that_cannot_be_encoded_costs_only_itself(tmp_path: Path) -> None:
+    """A value no process can encode never fails the request; the rest of its frame is kept."""
+
+    class Opaque:  # local: pickle cannot encode it, SQLite cannot bind it
+        pass
+
+    store = await open_store(tmp_path)
+    channel = store._events
+    assert channel is not None
+    store.record_raw(raw(0))
+    store.record_raw(raw(1, error=Opaque()))
+    store.record_raw(raw(2))
+    await store.flush()
+    await store.close()
+    assert not channel.failed and store.stats.rejected == 1
+    assert [row[COLUMNS.index("bytes_in")] for row in stored(store.path)] == [0, 2]

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from router.appkeys import STORE
 from tests.fakes.wrappers import write_fake_binary
 from tests.harness import RouterHarness, chat
 
@@ -36,6 +37,9 @@ async def test_each_request_is_one_analytics_event_with_usage(harness: RouterHar
     assert (await client.post("/v1/chat/completions", json=chat("nope"))).status_code == 404
     flushed = (await client.post("/router/v1/site/analytics/flush")).json()
     assert flushed["persisted"] == ["local"]
+    assert harness.app is not None
+    events = harness.app[STORE]._events  # committed by the helper process, which is still up
+    assert events is not None and not events.failed and events.pending == 0
     rows = db_rows(
         harness.tmp / "data" / "router.sqlite",
         "SELECT route, model, status, queue_wait_ms, duration_ms, completion_tokens FROM analytics_events",

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 FRAME_ROWS = 256
 CLOSE_TIMEOUT = 30.0
+LAG_WARNING_FRAMES = 200  # ~51,000 records sent and not yet committed
 _SCRIPT = Path(event_writer.__file__).resolve()
 
 
@@ -115,13 +116,25 @@ class EventChannel:
             return self._seq
         if not (self._raws or self._rows or marker):
             return self._seq
-        self._seq += 1
-        frame = (self._seq, self._raws, self._rows)
+        raws, rows = self._raws, self._rows
         self._raws, self._rows = [], []
-        self._unacked[self._seq] = (frame[1], frame[2])
+        self._seq += 1
+        try:
+            payload = pickle.dumps((self._seq, raws, rows), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a value only the router can read: never fail the request
+            log.error("analytics: a frame could not be encoded (%r); written in-process", exc)
+            self._fallback(rows_from_raws(raws, log_skipped) + rows)
+            raws, rows = [], []
+            payload = pickle.dumps((self._seq, raws, rows))
+        self._unacked[self._seq] = (raws, rows)
+        if len(self._unacked) == LAG_WARNING_FRAMES:
+            log.warning(
+                "analytics writer process is %d frames behind (database locked or disk slow?); "
+                "the router holds them until they are written",
+                LAG_WARNING_FRAMES,
+            )
         if marker:
             self._waiters[self._seq] = asyncio.get_running_loop().create_future()
-        payload = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
         assert self._proc is not None and self._proc.stdin is not None
         self._proc.stdin.write(event_writer.LENGTH.pack(len(payload)) + payload)
         return self._seq

@@ -186,7 +186,7 @@ class Writer:
         try:
             # Encoded here in slices so no one slice holds the event loop for long.
             for start in range(0, len(events), BATCH_ROWS):
-                batch = json.dumps(events[start : start + BATCH_ROWS], ensure_ascii=False)
+                batch = _encode(events[start : start + BATCH_ROWS])
                 await db.execute(INSERT_EVENTS_JSON, (batch,))
             for group in _groups(ops):
                 if len(group) == 1:
@@ -217,6 +217,14 @@ class Writer:
                 log.error("store writer: row refused (%s): %s", exc, op.sql.split("(")[0])
                 if op.future is not None and not op.future.done():
                     op.future.set_exception(exc)
+
+
+def _encode(rows: list[Row]) -> str:
+    try:
+        return json.dumps(rows, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        # A value JSON cannot carry: a bad row, replayed one by one like any SQLite refusal.
+        raise sqlite3.InterfaceError(f"an analytics row cannot be encoded: {exc}") from exc
 
 
 def _groups(ops: list[Op]) -> list[list[Op]]:
