@@ -87,6 +87,7 @@ class RuntimeManager:
             and runtime.state is RuntimeState.READY
             and not runtime.draining
             and not self._queues[lane]
+            and self._has_room(runtime)
         ):
             return self._grant(runtime, arrived)
         return await self._enqueue(spec, lane, arrived)
@@ -205,6 +206,16 @@ class RuntimeManager:
             future.result().release()
         self._pump()
 
+    def _free(self, runtime: Runtime | None) -> int | None:
+        cap = self._settings.runtime.max_in_flight
+        if not cap or runtime is None:
+            return None
+        return max(0, cap - runtime.leases)
+
+    def _has_room(self, runtime: Runtime) -> bool:
+        free = self._free(runtime)
+        return free is None or free > 0
+
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
         runtime.cancel_idle_timer()
@@ -258,6 +269,7 @@ class RuntimeManager:
             runtime.key if runtime else None,
             runtime.leases if runtime else 0,
             bool(runtime and lane in runtime.drain_requests),
+            self._free(runtime),
         )
         waiters = [scheduler.WaiterView(w.spec.key, w.enqueued_at) for w in queue]
         decision = scheduler.decide(

@@ -6,6 +6,8 @@ the policy here lets it be tested exhaustively without processes:
 - Requests for the loaded model are granted at once while nobody waits for another model.
 - While others wait, requests for the loaded model still go first (batching, R17), but only
   until the oldest other waiter has waited `max_batch_wait`; then the lane drains.
+- A runtime at its in-flight cap (`free` 0) takes no new lease until one is released; the
+  waiters beyond it stay queued, bounded by the queue cap (R19).
 - A draining runtime takes no new leases; when its last lease is released it stops, and the
   oldest waiter's model loads next. Running work is never cancelled (R15).
 """
@@ -30,6 +32,7 @@ class LaneView:
     active: str | None  # runtime key serving the lane (a config can occupy several lanes)
     leases: int
     draining: bool
+    free: int | None = None  # leases the active runtime can still take (None: no cap, R19)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ def decide(
     if lane.phase is not Phase.READY:
         return NOTHING  # loading or stopping: waiters keep waiting
     matching = tuple(i for i, w in enumerate(waiters) if w.key == lane.active)
+    if lane.free is not None:
+        matching = matching[: max(0, lane.free)]
     others = [w for w in waiters if w.key != lane.active]
     if not others:
         return Decision(grant=matching, undrain=lane.draining)

@@ -188,6 +188,8 @@ class RuntimeSection(_Section):
     stop_grace: Duration = 10.0
     drain_timeout: Duration = 900.0
     max_queue: int = Field(default=64, ge=0)
+    # R19: requests one runtime serves at once; more wait in the lane's queue. 0: no cap.
+    max_in_flight: int = Field(default=0, ge=0)
     queue_timeout: PositiveDuration = 600.0
     # R17: queued requests for the loaded model go first, but never wait longer than this.
     max_batch_wait: Duration = 30.0

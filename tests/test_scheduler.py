@@ -108,3 +108,30 @@ def test_busy_runtime_is_not_drained_while_the_window_is_open() -> None:
     # its last lease is released or B's batch window closes.
     assert decide(ready("a", 2), [W("b", 0)], now=5, max_batch_wait=30) == Decision()
     assert decide(ready("a", 2), [W("b", 0)], now=31, max_batch_wait=30).drain
+
+
+def test_in_flight_cap_grants_only_the_free_leases_in_queue_order() -> None:
+    """R19: a runtime at its cap takes no more; the oldest matching waiters go first."""
+    waiters = [W("a", 0), W("b", 1), W("a", 2), W("a", 3)]
+    capped = LaneView(Phase.READY, "a", 1, False, free=1)
+    assert decide(capped, waiters, now=5, max_batch_wait=30).grant == (0,)
+    full = LaneView(Phase.READY, "a", 2, False, free=0)
+    assert decide(full, [W("a", 0), W("a", 1)], now=5, max_batch_wait=30) == Decision()
+    uncapped = LaneView(Phase.READY, "a", 2, False, free=None)
+    assert decide(uncapped, [W("a", 0), W("a", 1)], now=5, max_batch_wait=30).grant == (0, 1)
+
+
+@given(
+    free=st.integers(min_value=0, max_value=5),
+    keys=st.lists(st.sampled_from("ab"), max_size=12),
+    now=st.floats(min_value=0, max_value=100),
+)
+def test_no_decision_grants_more_than_the_free_leases(
+    free: int, keys: list[str], now: float
+) -> None:
+    waiters = [W(k, float(i)) for i, k in enumerate(keys)]
+    lane = LaneView(Phase.READY, "a", 3, False, free=free)
+    decision = decide(lane, waiters, now, 30)
+    assert len(decision.grant) <= free
+    assert list(decision.grant) == sorted(decision.grant)
+    assert all(waiters[i].key == "a" for i in decision.grant)
