@@ -78,7 +78,8 @@ async def test_a_killed_writer_process_loses_nothing(tmp_path: Path) -> None:
             store.record_raw(raw(i))
         await asyncio.sleep(0.2)
         os.kill(channel.pid, signal.SIGKILL)
-        await asyncio.wait_for(channel._tasks[0], 10)  # the ack reader sees the exit and ends
+        assert channel._acks is not None
+        await asyncio.wait_for(channel._acks, 10)  # the ack reader sees the exit and ends
         assert channel.failed
     finally:
         blocker.execute("ROLLBACK")

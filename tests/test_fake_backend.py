@@ -6,7 +6,6 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import struct
 import time
 import zlib
@@ -19,6 +18,7 @@ import aiohttp
 import pytest
 
 from backends.process import SupervisedProcess
+from router.loader import free_port
 from tests import proctree
 from tests.fakes import fake_backend as fb
 from tests.fakes.wrappers import fake_argv, write_fake_binary
@@ -32,12 +32,6 @@ def clean_tree() -> Iterator[None]:
     proctree.enable_subreaper()
     yield
     proctree.assert_no_leftovers()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_ready(url: str, limit: float = 10.0) -> None:

@@ -79,7 +79,7 @@ def test_recorder_row_equals_the_normalized_event(case: dict[str, Any]) -> None:
         assert as_event["error_message"].startswith("backend said no")
 
 
-def test_no_sink_means_no_row_and_metrics_still_count() -> None:
+def test_without_a_sink_metrics_still_count_the_request() -> None:
     registry = CollectorRegistry()
     recorder = Recorder(Metrics(registry), "node-a")
     recorder.record(info(), status=200)

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from router import loader
+from router.loader import free_port
 from tests.fakes.wrappers import fake_argv
 from tests.harness import RouterHarness, chat
 
@@ -117,12 +118,6 @@ async def test_r2_r3_wrapper_backend_unloads_whole_tree(
 # ---- R5: port taken / foreign process ---------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _wait_http(url: str, deadline: float = 10.0) -> None:
     end = time.monotonic() + deadline
     async with httpx.AsyncClient() as c:
@@ -142,7 +137,7 @@ async def test_r5_foreign_process_on_the_port_is_never_proxied_to(
     """A llama-server-shaped process the router did not start answers the readiness probe on
     the port the router picked. The identity check must refuse it: the load fails fast with a
     clear error (or succeeds on the router's own child), and no request reaches the foreigner."""
-    port = _free_port()
+    port = free_port()
     record = tmp_path / "foreign.jsonl"
     foreign = subprocess.Popen(  # noqa: ASYNC220 (a quick fork-exec)
         fake_argv(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 from collections.abc import Iterator
 
 import pytest
 
 from router import server
+from router.loader import free_port
 from tests.harness import RouterHarness
 
 
@@ -19,12 +19,6 @@ def restore_gc() -> Iterator[None]:
     yield
     gc.unfreeze()
     gc.set_threshold(*thresholds)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_serve_tunes_the_collector_once_listening(

@@ -7,7 +7,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import httpx
 import yaml
 
 from router.appkeys import STORE
+from router.loader import free_port
 from tests.fakes.wrappers import write_fake_binary
 from tests.harness import RouterHarness, chat
 
@@ -128,18 +128,12 @@ async def test_no_prompt_or_reply_text_in_the_database(harness: RouterHarness) -
     ).status_code == 404
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _router_process(tmp: Path, flush_interval: str) -> tuple[subprocess.Popen[bytes], str, Path]:
     kcpps = tmp / "kcpps"
     kcpps.mkdir()
     (tmp / "m.gguf").write_bytes(b"GGUF")
     (kcpps / "chat-a.kcpps").write_text(json.dumps({"model_param": str(tmp / "m.gguf")}))
-    port = _free_port()
+    port = free_port()
     db = tmp / "data" / "router.sqlite"
     config = {
         "server": {"bind": f"127.0.0.1:{port}"},

@@ -41,7 +41,8 @@ class EventChannel:
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._seq = 0
         self._proc: asyncio.subprocess.Process | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._acks: asyncio.Task[None] | None = None  # reads acknowledgements until EOF
+        self._ticker: asyncio.Task[None] | None = None
         self._closing = False
         self._gone = False  # the process no longer takes frames: closed, or died
         self.failed = False  # it died or stopped without being asked to
@@ -63,10 +64,8 @@ class EventChannel:
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
         )  # fmt: skip
-        self._tasks = [
-            asyncio.create_task(self._read_acks(), name="store-event-acks"),
-            asyncio.create_task(self._tick(), name="store-event-tick"),
-        ]
+        self._acks = asyncio.create_task(self._read_acks(), name="store-event-acks")
+        self._ticker = asyncio.create_task(self._tick(), name="store-event-tick")
 
     def add_raw(self, raw: Raw) -> None:
         self._raws.append(raw)
@@ -92,8 +91,8 @@ class EventChannel:
 
     async def close(self) -> None:
         self._closing = True
-        for task in self._tasks[1:]:
-            task.cancel()
+        if self._ticker is not None:
+            self._ticker.cancel()
         self._send()
         proc = self._proc
         if proc is not None and proc.stdin is not None and not self._gone:
@@ -101,7 +100,8 @@ class EventChannel:
                 proc.stdin.close()
                 await proc.stdin.wait_closed()
         try:
-            await asyncio.wait_for(asyncio.gather(*self._tasks[:1]), CLOSE_TIMEOUT)
+            if self._acks is not None:
+                await asyncio.wait_for(self._acks, CLOSE_TIMEOUT)
         except TimeoutError:
             log.error("analytics writer process did not finish in %.0fs", CLOSE_TIMEOUT)
         if proc is not None and proc.returncode is None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import aiosqlite
 
 from router.errors import InternalError
+from router.store.pragmas import BUSY_TIMEOUT_MS, WRITER_PRAGMAS
 
-BUSY_TIMEOUT_MS = 5000
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _SIDE_FILES = ("-wal", "-shm", "-journal")
@@ -59,27 +59,18 @@ def secure_files(path: Path) -> None:
             os.chmod(candidate, 0o600)
 
 
-WAL_CHECKPOINT_PAGES = 16384  # x 4 KiB pages
-
-
 async def connect(path: Path, *, read_only: bool = False) -> aiosqlite.Connection:
     """A connection in autocommit mode; the writer opens its own transactions explicitly."""
     db = await aiosqlite.connect(path, isolation_level=None)
     try:
-        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")  # first: the rest may lock
         await db.execute("PRAGMA foreign_keys = ON")
         if read_only:
             await db.execute("PRAGMA query_only = ON")
         else:
+            for pragma in WRITER_PRAGMAS:
+                await db.execute(pragma)
             await db.execute("PRAGMA journal_mode = WAL")
-            # NORMAL is durable across process crashes in WAL mode; only power loss can cost
-            # the last transactions, which the analytics contract already allows.
-            await db.execute("PRAGMA synchronous = NORMAL")
-            # Checkpoint the WAL every 64 MiB instead of SQLite's 4 MiB: the index pages that
-            # every analytics row touches are copied into the file once per checkpoint, so
-            # rarer checkpoints do less work in total (bench/analytics: on/off 0.90 -> 0.95).
-            # POST .../analytics/flush still folds the WAL back at once.
-            await db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
     except BaseException:
         await db.close()
         raise

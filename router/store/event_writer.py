@@ -30,12 +30,11 @@ from typing import BinaryIO
 if __name__ == "__main__":  # run as a script: import rows.py without the router package
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from router.store.pragmas import WRITER_PRAGMAS  # noqa: E402
 from router.store.rows import INSERT_EVENT, Row, rows_from_raws  # noqa: E402
 
 LENGTH = struct.Struct(">I")
 ACK = struct.Struct(">Q")
-BUSY_TIMEOUT_MS = 5000
-WAL_CHECKPOINT_PAGES = 16384  # the router's own setting (db.py): checkpoint every 64 MiB
 RETRY_DELAYS = (0.05, 0.2, 1.0)
 GIVE_UP_AFTER_EOF = 30.0  # seconds of a locked database after the router has gone
 
@@ -60,9 +59,8 @@ def read_frame(stream: BinaryIO) -> bytes | None:
 
 def connect(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    db.execute("PRAGMA synchronous = NORMAL")
-    db.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+    for pragma in WRITER_PRAGMAS:
+        db.execute(pragma)
     return db
 
 

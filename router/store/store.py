@@ -121,7 +121,7 @@ class Store:
             if self._events is not None:
                 self._events.add_row(row)
             else:
-                self._writer.add_event(row)
+                self._writer.add_events([row])
 
     def record_raw(self, raw: Raw) -> None:
         """The router's own per-request record (Recorder.record): one append, nothing more."""

@@ -82,16 +82,10 @@ class Writer:
     def pending(self) -> int:
         return len(self._events) + len(self._ops)
 
-    def add_event(self, row: Row) -> None:
-        self._events.append(row)
-        if len(self._events) == EARLY_WRITE_ROWS:
-            self._wake.set()  # under load, write steadily rather than in one burst per interval
-        self._check_bound()
-
     def add_events(self, rows: list[Row]) -> None:
         self._events += rows
         if len(self._events) >= EARLY_WRITE_ROWS:
-            self._wake.set()
+            self._wake.set()  # under load, write steadily rather than in one burst per interval
         self._check_bound()
 
     def add_op(self, op: Op, *, urgent: bool = False) -> None:

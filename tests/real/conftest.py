@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +19,7 @@ import httpx
 import pytest
 
 from router.demo_models import generate_text_models
+from router.loader import free_port
 
 REAL_DIR = Path(__file__).parent
 READY_TIMEOUT_S = 30.0
@@ -65,12 +65,6 @@ def llama_server_bin() -> Path:
 @pytest.fixture(scope="session")
 def text_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return generate_text_models(tmp_path_factory.mktemp("text-models"))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
