@@ -2,7 +2,7 @@
 
 An adapter turns a `ModelConfig` plus router settings into a launch (argv, environment,
 files to write) and knows how to tell that the launched process is ready and is the one we
-started. It never spawns anything itself: `backends/process.py` and `router/runtime.py` do.
+started. It never spawns anything itself: `backends/process.py` and `router/runtime/manager.py` do.
 The argv is always a list handed to exec (never a shell) and always binds 127.0.0.1 on the
 router-allocated port; operator `extra_args` are checked so they cannot undo that.
 """
@@ -20,9 +20,8 @@ from typing import Any, ClassVar
 
 import aiohttp
 
+from router.config import ModelConfig, ProgramSection, Settings
 from router.domain import BackendMode, Family, Lane, family_for
-from router.kcpps import ModelConfig
-from router.settings import ProgramSection, Settings
 
 LOOPBACK = "127.0.0.1"
 PROBE_TIMEOUT = 2.0

@@ -24,9 +24,8 @@ from backends.base import (
     RouteTable,
     get_json,
 )
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
-from router.kcpps import ModelConfig
-from router.settings import Settings
 
 LAUNCH_FILE = "launch.kcpps"
 KOBOLD_DEFAULT_PORT = 5001  # koboldcpp.py `defaultport`
@@ -214,7 +213,7 @@ class KoboldBackend(Backend):
 
     def local_model_id(self, config: ModelConfig, lane: Lane) -> str:
         # KoboldCpp names itself "koboldcpp/<model file name>" in every answer; the router
-        # rewrites any such name to the ID the client asked for (router/rewrite.py wildcard).
+        # rewrites any such name to the ID the client asked for (router/forwarding/rewrite.py wildcard).
         return "koboldcpp/*"
 
     def launch_files(self, config: ModelConfig, lane: Lane, settings: Settings) -> dict[str, bytes]:

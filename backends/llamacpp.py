@@ -28,9 +28,8 @@ from backends.base import (
     model_ids,
     positive_int,
 )
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
-from router.kcpps import ModelConfig
-from router.settings import Settings
 
 # KoboldCpp `quantkv`: legacy numbers and the type names llama.cpp takes for -ctk/-ctv.
 _KV_TYPES = {"f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "f32", "iq4_nl"}

@@ -26,9 +26,8 @@ from backends.base import (
     model_ids,
     positive_int,
 )
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
-from router.kcpps import ModelConfig
-from router.settings import Settings
 
 # What sd-server answers for every model in /v1/models.
 LOCAL_MODEL_ID = "sd-cpp-local"

@@ -31,9 +31,8 @@ from backends.base import (
     option_name,
     positive_int,
 )
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
-from router.kcpps import ModelConfig
-from router.settings import Settings
 
 TRUST_REMOTE_CODE = "--trust-remote-code"
 ONE_OR_MORE = -1

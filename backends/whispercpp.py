@@ -27,9 +27,8 @@ from backends.base import (
     option_name,
     positive_int,
 )
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
-from router.kcpps import ModelConfig
-from router.settings import Settings
 
 INFERENCE_PATH = "/v1/audio/transcriptions"
 

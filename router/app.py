@@ -2,7 +2,7 @@
 
 Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
-  0. connection level (router/guards.py `GuardedRequestHandler`, installed by `serve()`):
+  0. connection level (router/edge/guards.py `GuardedRequestHandler`, installed by `serve()`):
      connection cap, header deadline, request-line/header limits
   1. `edge_errors`     stamps the arrival time; renders any RouterError escaping below in the
                        surface's own shape; turns unexpected exceptions into a clean 500
@@ -31,7 +31,6 @@ import aiohttp
 from aiohttp import web
 
 from backends.process import hold_watchdog, reap_stale, release_watchdog
-from router import auth, guards
 from router.api import (
     comfy,
     control,
@@ -63,18 +62,14 @@ from router.appkeys import (
     SHUTDOWN,
     STORE,
 )
-from router.captures import observer_factory
-from router.catalog import Catalog
 from router.classify import Route, match
+from router.config import Catalog, Settings
 from router.domain import Surface
+from router.edge import auth, guards
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
-from router.events import EventBus
-from router.loader import Loader
-from router.metrics import Metrics
-from router.proxy import Proxy
-from router.recorder import Recorder
-from router.runtime import RuntimeManager
-from router.settings import Settings
+from router.forwarding import Proxy
+from router.records import EventBus, Metrics, Recorder
+from router.runtime import Loader, RuntimeManager, observer_factory
 from router.store import Store
 
 log = logging.getLogger(__name__)

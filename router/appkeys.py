@@ -12,15 +12,12 @@ import aiohttp
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from router.api.comfy import ComfyState
-    from router.api.images import ImageLane
-    from router.catalog import Catalog
-    from router.events import EventBus
-    from router.metrics import Metrics
-    from router.proxy import Proxy
-    from router.recorder import Recorder
+    from router.comfy.state import ComfyState
+    from router.config import Catalog, Settings
+    from router.forwarding import Proxy
+    from router.media import ImageLane
+    from router.records import EventBus, Metrics, Recorder
     from router.runtime import RuntimeManager
-    from router.settings import Settings
     from router.store import Store
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")

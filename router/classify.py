@@ -45,7 +45,7 @@ class SelectorRule:
     """Where a model selector may be found; earlier entries win within each source.
 
     Sources are consulted body first (JSON keys or the multipart field, chosen by Content-Type),
-    then the query, then the `X-Tensors-Model` header (router/selector.py).
+    then the query, then the `X-Tensors-Model` header (router/forwarding/selector.py).
     """
 
     json_keys: tuple[str, ...] = ()  # dotted paths into the top-level JSON object

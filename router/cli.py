@@ -15,7 +15,7 @@ import click
 import httpx
 
 from router import __version__
-from router.settings import Settings, SettingsError, load_settings, resolve_config_path
+from router.config import Settings, SettingsError, load_settings, resolve_config_path
 
 OLLAMA_PORT = 11434
 
@@ -66,7 +66,7 @@ def _run(main_coro: Any) -> None:
 @click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
 def check_config(config: str | None) -> None:
     """Validate router.yaml and every .kcpps file it points at."""
-    from router.catalog import Catalog
+    from router.config import Catalog
 
     settings = _settings(config)
     catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
@@ -88,7 +88,7 @@ def check_config(config: str | None) -> None:
 @click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
 def models(config: str | None) -> None:
     """List the model IDs the catalog serves."""
-    from router.catalog import Catalog
+    from router.config import Catalog
 
     settings = _settings(config)
     catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
@@ -189,7 +189,7 @@ def unload(config: str | None, url: str | None, target: str) -> None:
 @click.option("--model", help="only this model")
 def analytics(config: str | None, url: str | None, since: str, model: str | None) -> None:
     """Requests, errors, latency and tokens per model, from a running router's store."""
-    from router.settings import parse_duration
+    from router.config import parse_duration
 
     now = time.time()
     query = f"?from={now - parse_duration(since):.3f}&to={now + 1:.3f}"
@@ -253,7 +253,7 @@ def demo_models(out_dir: Path, with_image: bool, with_whisper: bool) -> None:
 def demo_config(config: str | None, data_dir: Path) -> None:
     """Print the router.yaml to serve: CONFIG when its .kcpps files point at real models, else
     a demo config over tiny generated models (written once into DATA_DIR)."""
-    from router.catalog import Catalog
+    from router.config import Catalog
     from router.demo_models import generate_demo_models, write_demo_router_yaml
 
     settings = _settings(config)

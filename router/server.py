@@ -15,10 +15,10 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from router import listener
 from router.app import create_app
 from router.appkeys import RUNTIMES, SHUTDOWN
-from router.settings import Settings
+from router.config import Settings
+from router.edge import listener
 
 log = logging.getLogger(__name__)
 

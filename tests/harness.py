@@ -31,11 +31,11 @@ import httpx
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from router import listener
 from router.app import create_app
 from router.appkeys import RUNTIMES
+from router.config import Settings
+from router.edge import listener
 from router.runtime import RuntimeManager
-from router.settings import Settings
 from tests.fakes.wrappers import _write_script, write_fake_binary
 from tests.proctree import live_descendants
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from router.app import create_app
 from router.cli import main
-from router.settings import Settings
+from router.config import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Authentication (router/auth.py): key ring, credential sources, the policy table, S17-S19."""
+"""Authentication (router/edge/auth.py): key ring, credential sources, the policy table, S17-S19."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router import auth
-from router.auth import (
+from router.config import Settings
+from router.config.schema import AuthSection, ClusterSection, SecuritySection, ServerSection
+from router.domain import Role, Surface
+from router.edge import auth
+from router.edge.auth import (
     AUTH_ROLE,
     CREDENTIAL_HEADERS,
     KeyRing,
@@ -20,8 +23,6 @@ from router.auth import (
     presented_credential,
     strip_credentials,
 )
-from router.domain import Role, Surface
-from router.settings import AuthSection, ClusterSection, SecuritySection, ServerSection, Settings
 
 INF, ADM, CLU = "inf-key-0123456789abcdef", "adm-key-0123456789abcdef", "clu-token-0123456789abcd"
 

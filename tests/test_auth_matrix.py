@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from router.app import create_app
 from router.appkeys import SHUTDOWN
 from router.classify import ROUTES, Route
+from router.config import Settings
 from router.domain import Role
-from router.settings import Settings
 
 INFERENCE_KEY = "inf-6d1f0c2a9b7e4f31"
 ADMIN_KEY = "adm-93be27d4c0a15f68"

@@ -27,9 +27,9 @@ from backends.base import (
     child_environ,
 )
 from backends.registry import adapter_for
+from router.config import ModelConfig, ProgramSection, Settings
+from router.config.schema import ModelsSection, VllmSection
 from router.domain import BackendMode, Family, Lane
-from router.kcpps import ModelConfig
-from router.settings import ModelsSection, ProgramSection, Settings, VllmSection
 
 ROOT = Path("/models")
 CMD = ("prog",)

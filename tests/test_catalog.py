@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-import router.catalog as catalog_mod
-from router.catalog import Catalog
+import router.config.catalog as catalog_mod
+from router.config import Catalog
 from router.domain import BackendMode
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from router.settings import AnalyticsSection
+from router.config import AnalyticsSection
 from router.store import Store, event_writer
 from router.store.channel import FRAME_ROWS
 from router.store.rows import COLUMNS, Raw, row_from_raw

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from backends.process import SupervisedProcess
-from router.loader import free_port
+from router.runtime.loader import free_port
 from tests import proctree
 from tests.fakes import fake_backend as fb
 from tests.fakes.wrappers import fake_argv, write_fake_binary

@@ -1,4 +1,4 @@
-"""Edge guards (router/guards.py): CIDR, Host allowlist, size caps, Origin, connection level.
+"""Edge guards (router/edge/guards.py): CIDR, Host allowlist, size caps, Origin, connection level.
 
 Middleware rules run through aiohttp's test client; the connection cap, header deadline and
 parser limits run against a real listener (`capped_site`) with raw sockets.
@@ -17,8 +17,10 @@ import pytest
 from aiohttp import web
 
 from router import errors
+from router.config import Settings
+from router.config.schema import LimitsSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
-from router.guards import (
+from router.edge.guards import (
     BODY_CAP,
     CappedStream,
     HostAllowlist,
@@ -28,8 +30,7 @@ from router.guards import (
     same_origin,
     split_host,
 )
-from router.listener import MAX_URL_BYTES, ConnectionGuard, capped_site, runner_kwargs
-from router.settings import LimitsSection, SecuritySection, ServerSection, Settings
+from router.edge.listener import MAX_URL_BYTES, ConnectionGuard, capped_site, runner_kwargs
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def make_app(
 ) -> web.Application:
     middlewares = edge_middlewares(conf, route_of)
     if allowlist is not None:
-        from router.guards import host_allowlist
+        from router.edge.guards import host_allowlist
 
         middlewares[1] = host_allowlist(conf, route_of, allowlist)
     app = web.Application(middlewares=middlewares)

@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
+from router.config import Settings
 from router.media import ffmpeg
-from router.settings import Settings
 from tests.harness import RouterHarness
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from router.config import ModelConfig
+from router.config.kcpps import KcppsError, parse_kcpps
 from router.domain import BackendMode, Lane, UnloadPolicy
-from router.kcpps import KcppsError, ModelConfig, parse_kcpps
 
 BASE = Path("/srv/kcpps")
 EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "kcpps"

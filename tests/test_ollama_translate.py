@@ -1,4 +1,4 @@
-"""Ollama <-> OpenAI translation (router/ollama_translate.py, router/ollama_stream.py)."""
+"""Ollama <-> OpenAI translation (router/ollama/requests.py, router/ollama/stream.py)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.errors import BadGateway, BadRequest
-from router.ollama_stream import ollama_ndjson
-from router.ollama_translate import (
+from router.ollama import ollama_ndjson
+from router.ollama.requests import (
     chat_request,
+    embed_request,
+    generate_request,
+    is_load_request,
+    load_response,
+)
+from router.ollama.responses import (
     chat_response,
     done_reason,
-    embed_request,
     embed_response,
-    generate_request,
     generate_response,
-    is_load_request,
     legacy_embedding_response,
-    load_response,
     metrics,
     rfc3339,
 )

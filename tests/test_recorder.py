@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from router.metrics import Metrics
-from router.recorder import Recorder, RequestInfo
+from router.records import Metrics, Recorder, RequestInfo
 from router.store.analytics import normalize_event
 from router.store.db import connect, migrate
 from router.store.rows import COLUMNS, INSERT_EVENT, Raw, Row, row_from_raw, sniff_usage

@@ -18,8 +18,8 @@ import httpx
 import psutil
 import pytest
 
-from router import loader
-from router.loader import free_port
+from router.runtime import loader
+from router.runtime.loader import free_port
 from tests.fakes.wrappers import fake_argv
 from tests.harness import RouterHarness, chat
 

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from router.runtime_state import RuntimeState
+from router.runtime import RuntimeState
 from tests.harness import RouterHarness, SseEvent, chat, read_sse
 
 CHAT = "/v1/chat/completions"

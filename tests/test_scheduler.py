@@ -1,11 +1,11 @@
-"""Pure swap/queue policy (router/scheduler.py): no processes, no clocks."""
+"""Pure swap/queue policy (router/runtime/scheduler.py): no processes, no clocks."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.scheduler import Decision, LaneView, Phase, WaiterView, decide, next_deadline
+from router.runtime.scheduler import Decision, LaneView, Phase, WaiterView, decide, next_deadline
 
 W = WaiterView
 

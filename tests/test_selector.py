@@ -14,17 +14,19 @@ from multidict import CIMultiDict, MultiDict
 
 from router.classify import IMAGE_SELECTOR, TEXT_SELECTOR, match
 from router.errors import BadRequest, RouterError, render
-from router.selector import (
-    MAX_MODEL_BYTES,
+from router.forwarding import (
     body_kind,
     body_stream,
     boundary_of,
     read_selector,
-    scan_json_prefix,
     select_from_body,
+    select_from_request_parts,
+)
+from router.forwarding.selector import (
+    MAX_MODEL_BYTES,
+    scan_json_prefix,
     select_from_json,
     select_from_multipart,
-    select_from_request_parts,
 )
 
 MODEL = ("model",)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from router import server
-from router.loader import free_port
+from router.runtime.loader import free_port
 from tests.harness import RouterHarness
 
 

@@ -1,4 +1,4 @@
-"""router/settings.py: schema, error reporting, env credentials, paths, durations."""
+"""router/config/schema.py: schema, error reporting, env credentials, paths, durations."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from router.domain import Family
-from router.settings import (
+from router.config import (
     Settings,
     SettingsError,
     load_settings,
     parse_duration,
-    placeholder_reason,
     resolve_config_path,
-    split_bind,
 )
+from router.config.load import placeholder_reason
+from router.config.schema import split_bind
+from router.domain import Family
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "configs" / "router.example.yaml"

@@ -15,9 +15,9 @@ from aiohttp.test_utils import TestClient
 from router.api.site_store import HANDLERS, parse_time
 from router.appkeys import MATCH, STORE
 from router.classify import match
+from router.config import AnalyticsSection
 from router.domain import Surface
 from router.errors import BadRequest, RouterError, render
-from router.settings import AnalyticsSection
 from router.store import Store
 
 SITE = "/router/v1/site"

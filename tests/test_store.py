@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from router.config import AnalyticsSection
 from router.errors import BadRequest, InternalError
-from router.settings import AnalyticsSection
 from router.store import CaptureFilter, Store, argv_without_secrets, sanitize_kcpps
 from router.store import writer as writer_module
 
@@ -105,7 +105,7 @@ async def test_bound_wakes_the_writer_and_drops_nothing(
 _KILL_CHILD = """
 import asyncio, sys
 from pathlib import Path
-from router.settings import AnalyticsSection
+from router.config import AnalyticsSection
 from router.store import Store
 
 async def main():

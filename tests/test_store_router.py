@@ -17,7 +17,7 @@ import httpx
 import yaml
 
 from router.appkeys import STORE
-from router.loader import free_port
+from router.runtime.loader import free_port
 from tests.fakes.wrappers import write_fake_binary
 from tests.harness import RouterHarness, chat
 

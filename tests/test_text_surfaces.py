@@ -9,7 +9,7 @@ import json
 import pytest
 
 from router.errors import BadRequest
-from router.jinja import merge_chat_template_kwargs
+from router.forwarding import merge_chat_template_kwargs
 from tests.harness import RouterHarness, chat
 
 

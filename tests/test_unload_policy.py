@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from router.config import evicts, static_lanes
+from router.config.unload_policy import PolicyError, parse_triggers
 from router.domain import BackendMode, Lane
-from router.unload_policy import PolicyError, evicts, parse_triggers, static_lanes
 from tests.harness import RouterHarness
 
 

@@ -14,7 +14,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from router.api.common import Handler, match_of, route_of
 from router.api.inference import Override, forward
+from router.api.lanes import active_runtime, choose_config
 from router.appkeys import CATALOG, COMFY, RUNTIMES, SESSION, SETTINGS
 from router.comfy import (
     check_upload_name,
@@ -35,33 +35,27 @@ from router.comfy import (
 )
 from router.comfy.jobs import BackendCall, Job, JobRunner, JobState
 from router.comfy.serve import serve_file
+from router.comfy.state import ComfyState
 from router.comfy.uploads import UploadStore, private_dir
 from router.comfy.workflow import VideoPlan
+from router.config import ModelConfig, Settings
 from router.domain import BackendMode, Lane
 from router.errors import BadGateway, BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
-from router.kcpps import ModelConfig
-from router.media import active_runtime, choose_config, parse_form
-from router.media import ffmpeg as media_ffmpeg
-from router.runtime_state import RuntimeState
-from router.selector import (
+from router.forwarding import (
     Selection,
     body_kind,
     boundary_of,
     select_from_body,
     select_from_request_parts,
 )
-from router.settings import Settings
+from router.media import ffmpeg as media_ffmpeg
+from router.media import parse_form
+from router.runtime import RuntimeState
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 FORM_SLACK = 1 * MiB  # multipart framing and small fields around the 32 MiB file itself
 _VIEW_TYPES = frozenset({"output", "input", "temp"})
-
-
-@dataclass
-class ComfyState:
-    uploads: UploadStore
-    jobs: JobRunner
 
 
 # ---- shared helpers ---------------------------------------------------------------------

@@ -10,8 +10,8 @@ from aiohttp import web
 
 from router.appkeys import CATALOG, MATCH, SETTINGS
 from router.classify import Match, Route
+from router.config import ModelConfig
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge, UnsupportedMediaType
-from router.kcpps import ModelConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -18,9 +18,7 @@ import asyncio
 import json
 import re
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -28,20 +26,24 @@ from aiohttp import web
 
 from router.api import inference
 from router.api.common import Handler, match_of, read_control_json, route_of
+from router.api.lanes import active_runtime, choose_config, public_id, resolve_for_lane
 from router.appkeys import ARRIVED, CATALOG, IMAGES, PROXY, RECORDER, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, family_for
+from router.edge import upstream_request_headers
 from router.errors import BadRequest, ServiceUnavailable
-from router.headers import upstream_request_headers
-from router.media import active_runtime, choose_config, public_id, resolve_for_lane
-from router.proxy import ProxyResult, UpstreamRequest
-from router.recorder import RequestInfo
-from router.rewrite import ModelRewriter
-from router.runtime import Lease
-from router.runtime_state import Runtime, RuntimeState
-from router.selector import Selection, body_stream, read_selector
+from router.forwarding import (
+    ModelRewriter,
+    ProxyResult,
+    Selection,
+    UpstreamRequest,
+    body_stream,
+    read_selector,
+)
+from router.media import ImageLane
+from router.records import RequestInfo
+from router.runtime import Lease, Runtime, RuntimeState
 
 MiB = 1024 * 1024
-MAX_JOBS = 4096
 JOB_POLL_S = 1.0
 JOB_HOLD_MAX_S = 3600.0  # a job sd-server never finishes must not pin the lane forever
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -64,21 +66,6 @@ _IDLE_PROGRESS = {
     "current_image": None,
     "textinfo": None,
 }  # fmt: skip
-
-
-@dataclass
-class ImageLane:
-    """Per-app image-lane memory: the model chosen with /sdapi/v1/options, and job owners."""
-
-    remembered: str | None = None
-    jobs: OrderedDict[str, Runtime] = field(default_factory=OrderedDict)
-    watchers: set[asyncio.Task[None]] = field(default_factory=set)
-
-    def remember_job(self, job_id: str, runtime: Runtime) -> None:
-        self.jobs[job_id] = runtime
-        self.jobs.move_to_end(job_id)
-        while len(self.jobs) > MAX_JOBS:
-            self.jobs.popitem(last=False)
 
 
 def lane_state(app: web.Application) -> ImageLane:

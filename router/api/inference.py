@@ -15,7 +15,9 @@ from backends.registry import adapter_for
 from router.api.common import Handler, route_of
 from router.appkeys import ARRIVED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
+from router.config import ModelConfig
 from router.domain import BackendMode, Lane, family_for
+from router.edge import upstream_request_headers
 from router.errors import (
     BadGateway,
     BadRequest,
@@ -25,15 +27,17 @@ from router.errors import (
     RouteNotFound,
     RouterError,
 )
-from router.headers import upstream_request_headers
-from router.jinja import merge_chat_template_kwargs
-from router.kcpps import ModelConfig
-from router.proxy import ProxyResult, UpstreamRequest
-from router.recorder import RequestInfo
-from router.rewrite import ModelRewriter
-from router.runtime import Lease
-from router.runtime_state import RuntimeState
-from router.selector import Selection, body_stream, read_selector
+from router.forwarding import (
+    ModelRewriter,
+    ProxyResult,
+    Selection,
+    UpstreamRequest,
+    body_stream,
+    merge_chat_template_kwargs,
+    read_selector,
+)
+from router.records import RequestInfo
+from router.runtime import Lease, RuntimeState
 
 MiB = 1024 * 1024
 

@@ -8,9 +8,9 @@ from aiohttp import web
 
 from router.api.common import Handler, match_of, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS
+from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest, ModelNotFound, NotFound
-from router.kcpps import ModelConfig
 
 OWNER = "tensor-router"
 

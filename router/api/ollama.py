@@ -15,9 +15,9 @@ from aiohttp import web
 from router import __version__
 from router.api.common import Handler, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES
+from router.config import ModelConfig
 from router.domain import Lane
-from router.kcpps import ModelConfig
-from router.runtime_state import RuntimeState
+from router.runtime import RuntimeState
 
 OLLAMA_COMPAT_VERSION = "0.12.0"
 

@@ -1,7 +1,7 @@
 """Ollama generation routes: `/api/chat`, `/api/generate`, `/api/embed`, `/api/embeddings`.
 
 KoboldCpp speaks Ollama itself, so its requests are forwarded unchanged. For llama-server and
-vLLM the router translates to their OpenAI routes and back (router/ollama_translate.py,
+vLLM the router translates to their OpenAI routes and back (router/ollama/requests.py,
 docs/ollama.md). Errors are always `{"error": "..."}` (the route's surface is Ollama).
 """
 
@@ -15,18 +15,17 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router import ollama_translate as tr
+from router import ollama as tr
 from router.api import inference
 from router.api.common import Handler, resolve_model, route_of
 from router.appkeys import ARRIVED, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.config import ModelConfig
 from router.domain import Family, Lane, family_for
+from router.edge import mark_streaming
 from router.errors import BadGateway, BadRequest, PayloadTooLarge, RouterError, sanitize
-from router.headers import mark_streaming
-from router.kcpps import ModelConfig
-from router.ollama_stream import ollama_ndjson
-from router.recorder import RequestInfo
+from router.forwarding import Selection
+from router.records import RequestInfo
 from router.runtime import Lease
-from router.selector import Selection
 
 MiB = 1024 * 1024
 NDJSON = "application/x-ndjson"
@@ -165,7 +164,7 @@ async def _stream(
     out = web.StreamResponse(status=200, headers={"Content-Type": NDJSON})
     mark_streaming(out.headers)  # type: ignore[arg-type]
     await out.prepare(request)
-    records = ollama_ndjson(
+    records = tr.ollama_ndjson(
         resp.content.iter_any(),  # type: ignore[arg-type]
         "chat" if kind == "chat" else "generate",
         public,

@@ -27,13 +27,13 @@ from aiohttp import WSMsgType, web
 
 from router.api.common import Handler, route_of
 from router.appkeys import ARRIVED, CATALOG, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane
+from router.edge import upstream_request_headers
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
-from router.headers import upstream_request_headers
-from router.kcpps import ModelConfig
-from router.recorder import RequestInfo
+from router.forwarding import read_selector
+from router.records import RequestInfo
 from router.runtime import Lease
-from router.selector import read_selector
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024

@@ -25,10 +25,8 @@ from router.api.common import Handler, match_of, route_of
 from router.api.inference import Override, forward
 from router.appkeys import RUNTIMES, SETTINGS
 from router.errors import NotFound
-from router.rewrite import ModelRewriter, StreamRewriter
-from router.runtime import Lease, RuntimeManager
-from router.runtime_state import Runtime, RuntimeState
-from router.selector import Selection, read_selector
+from router.forwarding import ModelRewriter, Selection, StreamRewriter, read_selector
+from router.runtime import Lease, Runtime, RuntimeManager, RuntimeState
 
 MiB = 1024 * 1024
 MAX_REMEMBERED = 10_000

@@ -21,7 +21,9 @@ from aiohttp import web
 
 from router.api.common import Handler, route_of
 from router.appkeys import ARRIVED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
+from router.config import Settings
 from router.domain import BackendMode, Family, Lane
+from router.edge import upstream_request_headers
 from router.errors import (
     BadRequest,
     ModelNotFound,
@@ -29,13 +31,9 @@ from router.errors import (
     RouteNotFound,
     ServiceUnavailable,
 )
-from router.headers import upstream_request_headers
-from router.proxy import ProxyResult, UpstreamRequest
-from router.recorder import RequestInfo
-from router.rewrite import ModelRewriter
-from router.runtime_state import Runtime, RuntimeState
-from router.selector import read_selector
-from router.settings import Settings
+from router.forwarding import ModelRewriter, ProxyResult, UpstreamRequest, read_selector
+from router.records import RequestInfo
+from router.runtime import Runtime, RuntimeState
 
 MiB = 1024 * 1024
 # op (the last segment of the route template) -> vLLM's own path.

@@ -25,22 +25,14 @@ from aiohttp import web
 from backends.whispercpp import INFERENCE_PATH
 from router.api import inference
 from router.api.common import Handler, route_of
+from router.api.lanes import choose_config
 from router.appkeys import CATALOG, SETTINGS
+from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, family_for
+from router.edge import upstream_request_headers
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge
-from router.headers import upstream_request_headers
-from router.kcpps import ModelConfig
-from router.media import (
-    FormPart,
-    build_form,
-    choose_config,
-    ffmpeg,
-    field_part,
-    parse_form,
-    part_name,
-    part_spans,
-)
-from router.selector import Selection, boundary_of, read_selector
+from router.forwarding import Selection, boundary_of, read_selector
+from router.media import FormPart, build_form, ffmpeg, field_part, parse_form, part_name, part_spans
 
 MiB = 1024 * 1024
 TTS_REFUSED = (

@@ -25,9 +25,9 @@ from typing import Any
 import aiohttp
 
 from router.comfy.transcode import TranscodeError, container_of, transcode
+from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import RouterError, ServiceUnavailable, sanitize
-from router.kcpps import ModelConfig
 from router.runtime import RuntimeManager
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from typing import Any
 
 import aiosqlite
 
+from router.config import AnalyticsSection
 from router.errors import sanitize
-from router.settings import AnalyticsSection
 from router.store import analytics as an
 from router.store import captures as cap
 from router.store.channel import EventChannel, log_skipped

@@ -184,7 +184,7 @@ async def test_swap_makes_progress_when_loads_outlast_the_batch_window(
 ) -> None:
     """Regression: a runtime that became ready after the other model's oldest waiter had
     waited max_batch_wait was stopped before serving the waiters it was loaded for, so the
-    lane swapped back and forth forever (fixed in router/runtime.py `_load`)."""
+    lane swapped back and forth forever (fixed in router/runtime/manager.py `_load`)."""
     # Each llama-server load takes 50-200 ms here, longer than this batch window; the same
     # happens with the default 30 s window and models that take more than 30 s to load.
     client = await started(real_harness, demo_text, max_batch_wait=0.02)

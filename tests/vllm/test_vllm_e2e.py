@@ -18,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from router.settings import VllmSection
+from router.config.schema import VllmSection
 from tests.harness import RouterHarness, harness_fixture
 
 pytestmark = pytest.mark.vllm

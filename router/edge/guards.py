@@ -3,7 +3,7 @@
 Order (DESIGN.md section 5, outermost first). The first three run at the connection level,
 before aiohttp builds a request, because a middleware only ever sees complete requests:
 
-  0. router/listener.py `GuardedRequestHandler` (one per TCP connection, installed by `GuardedTCPSite`):
+  0. router/edge/listener.py `GuardedRequestHandler` (one per TCP connection, installed by `GuardedTCPSite`):
      connection cap -> 503 and close (S3); header deadline -> 408 and close (S1);
      request line / header field / header count limits -> 414 / 431 / 431 (S4).
   1. `peer_cidr`       the peer address must be in `server.allowed_cidrs`          -> 403
@@ -11,7 +11,7 @@ before aiohttp builds a request, because a middleware only ever sees complete re
   3. `size_caps`       Content-Length above the route's body cap (S5)             -> 413
   4. `origin_rule`     foreign browser Origin on state-changing, origin-strict and
                        WebSocket requests (S15, S16)                                -> 403
-  5. `auth.authenticate` (router/auth.py): credential -> role, route's role check.
+  5. `auth.authenticate` (router/edge/auth.py): credential -> role, route's role check.
 
 Middlewares take `route_of(request)`, which classifies the request once and caches the route
 in `request["route"]`; errors are rendered by `errors.render(err, route.surface)`.
@@ -30,8 +30,8 @@ import psutil
 from aiohttp import web
 
 from router import errors
+from router.config import Settings
 from router.domain import Surface
-from router.settings import Settings
 
 MIB = 1024 * 1024
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})

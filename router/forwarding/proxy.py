@@ -21,13 +21,9 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from router.edge import downstream_response_headers, is_streaming, mark_streaming
 from router.errors import BadGateway, GatewayTimeout, RouterError
-from router.headers import (
-    downstream_response_headers,
-    is_streaming,
-    mark_streaming,
-)
-from router.rewrite import ModelRewriter
+from router.forwarding.rewrite import ModelRewriter
 
 MAX_REWRITE_BODY = 64 * 1024 * 1024
 WHOLE_BODY_MAX = 256 * 1024

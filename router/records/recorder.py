@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from router.errors import sanitize
-from router.metrics import Metrics
+from router.records.metrics import Metrics
 from router.store.rows import Raw
 
 

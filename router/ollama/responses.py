@@ -1,5 +1,5 @@
 """OpenAI answers of llama-server and vLLM -> Ollama records (the half of the translation
-that reads backend answers; requests are in router/ollama_translate.py, docs/ollama.md).
+that reads backend answers; requests are in router/ollama/requests.py, docs/ollama.md).
 Pure functions; an answer that cannot be translated is a `BadGateway`."""
 
 from __future__ import annotations

@@ -24,10 +24,9 @@ import aiohttp
 from backends.base import Backend, BackendError, child_environ
 from backends.process import SupervisedProcess
 from backends.registry import adapter_for
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 from router.errors import LoadFailed
-from router.kcpps import ModelConfig
-from router.settings import Settings
 
 log = logging.getLogger(__name__)
 OutputSink = Callable[[str, bytes], None]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from router.runtime_state import Runtime
+from router.runtime.state import Runtime
 from router.store import Store
 
 

@@ -15,15 +15,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.registry import adapter_for
+from router.config import ModelConfig, static_lanes
 from router.domain import Family, Lane, family_for
 from router.errors import BadRequest
-from router.kcpps import ModelConfig
-from router.loader import LaunchSpec
-from router.unload_policy import static_lanes
+from router.runtime.loader import LaunchSpec
 
 if TYPE_CHECKING:
     from backends.process import SupervisedProcess
-    from router.loader import Launched
+    from router.runtime.loader import Launched
 
 
 class RuntimeState(StrEnum):
@@ -181,7 +180,7 @@ def primary_lane(config: ModelConfig) -> Lane:
 
 
 class LoadObserver(Protocol):
-    """Sees one load attempt (load captures, router/captures.py)."""
+    """Sees one load attempt (load captures, router/runtime/captures.py)."""
 
     attempt_id: str | None
 

@@ -21,13 +21,13 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from router import scheduler
+from router.config import ModelConfig, Settings, evicts
 from router.domain import BackendMode, Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
-from router.events import EventBus
-from router.kcpps import ModelConfig
-from router.loader import Launched, Loader
-from router.runtime_state import (
+from router.records import EventBus
+from router.runtime import scheduler
+from router.runtime.loader import Launched, Loader
+from router.runtime.state import (
     Lease,
     LoadObserver,
     ObserverFactory,
@@ -38,8 +38,6 @@ from router.runtime_state import (
     primary_lane,
     spec_for,
 )
-from router.settings import Settings
-from router.unload_policy import evicts
 
 log = logging.getLogger(__name__)
 LoadErrorSink = Callable[[dict[str, Any]], None]

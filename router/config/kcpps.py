@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from router.config.unload_policy import PolicyError, parse_triggers
 from router.domain import BackendMode, Lane, UnloadPolicy, family_for
-from router.unload_policy import PolicyError, parse_triggers
 
 MAX_KCPPS_BYTES = 1 << 20  # real files are a few KB; anything larger is not a launch config
 MAX_DEPTH = 32
@@ -85,7 +85,7 @@ class ModelConfig:
     lanes: frozenset[Lane]  # capabilities, from which components are present
     image_id: str | None  # stem + "-" + diffusion model stem, when an image component exists
     unload_policy: UnloadPolicy = UnloadPolicy.NONE  # the legacy single value, when it is one
-    unload_triggers: frozenset[str] = frozenset()  # every entry (router/unload_policy.py)
+    unload_triggers: frozenset[str] = frozenset()  # every entry (router/config/unload_policy.py)
     jinja_kwargs: Mapping[str, Any] = field(default_factory=dict)
     jinja_precedence: Literal["config", "client"] = "config"
     serve_args: tuple[str, ...] = ()

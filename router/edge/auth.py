@@ -1,6 +1,6 @@
 """Credentials -> role, and the per-route role check (the `authenticate` middleware).
 
-Runs after the edge guards (router/guards.py documents the whole order). The policy table is
+Runs after the edge guards (router/edge/guards.py documents the whole order). The policy table is
 in docs/security.md; in short: inference routes take inference or admin keys, admin routes
 admin keys, `/router/v1/node/...` only the cluster token, and the cluster token nothing else.
 
@@ -22,9 +22,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from router import errors
+from router.config import Settings
 from router.domain import Role, Surface
-from router.guards import Handler, Middleware, RouteOf
-from router.settings import Settings
+from router.edge.guards import Handler, Middleware, RouteOf
 
 # Never forwarded to a backend: the router's keys are not the backends' business.
 CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key"})

@@ -93,7 +93,7 @@ def _canonical_cidr(value: str) -> str:
 
 
 def _host_name(value: str) -> str:
-    if not _HOSTNAME.match(value) and not _is_ip(value.strip("[]")):
+    if not _HOSTNAME.match(value) and not is_ip(value.strip("[]")):
         raise ValueError(f"{value!r} is not a host name or IP address (no scheme, no port)")
     return value.lower()
 
@@ -248,7 +248,7 @@ class ClusterSection(_Section):
         return value
 
 
-_PROGRAM_SECTIONS = {
+PROGRAM_SECTIONS = {
     Family.KOBOLD: "kobold",
     Family.LLAMACPP: "llama",
     Family.SDCPP: "sdcpp",
@@ -297,7 +297,7 @@ class Settings(_Section):
 
     def program(self, family: Family) -> ProgramSection:
         """The section configuring `family`'s native program."""
-        section: ProgramSection = getattr(self, _PROGRAM_SECTIONS[family])
+        section: ProgramSection = getattr(self, PROGRAM_SECTIONS[family])
         return section
 
     def command_for(self, family: Family) -> tuple[str, ...]:
@@ -310,7 +310,7 @@ class Settings(_Section):
         return DEFAULT_COMMANDS[family]
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
     except ValueError:
@@ -324,7 +324,7 @@ def split_bind(bind: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"bind {bind!r} must be HOST:PORT with a port from 0 to 65535")
     if host.startswith("[") and host.endswith("]"):
-        if ":" not in host or not _is_ip(host[1:-1]):
+        if ":" not in host or not is_ip(host[1:-1]):
             raise ValueError(f"bind {bind!r}: {host} is not an IPv6 address")
         return host[1:-1], int(port)
     if ":" in host:
@@ -334,14 +334,6 @@ def split_bind(bind: str) -> tuple[str, int]:
     return host, int(port)
 
 
-# The loader (YAML, environment credentials, rules across keys) lives in settings_load.py;
-# these names stay importable from here, the module every caller knows.
-from router.settings_load import (  # noqa: E402
-    load_settings,
-    placeholder_reason,
-    resolve_config_path,
-)
-
 __all__ = [
     "DEFAULT_CIDRS",
     "DEFAULT_COMMANDS",
@@ -349,9 +341,6 @@ __all__ = [
     "PositiveDuration",
     "Settings",
     "SettingsError",
-    "load_settings",
     "parse_duration",
-    "placeholder_reason",
-    "resolve_config_path",
     "split_bind",
 ]

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from router.errors import BadGateway, sanitize
-from router.ollama_translate import (
+from router.ollama.responses import (
     Kind,
     done_reason,
     final_record,

@@ -2,7 +2,7 @@
 
 Pure functions, no I/O: the Ollama handler resolves the model, calls `*_request`, sends the
 OpenAI body to the backend and hands the answer to `*_response` (or the SSE stream to
-`router.ollama_stream.ollama_ndjson`). docs/ollama.md holds the mapping table and why each
+`router.ollama.stream.ollama_ndjson`). docs/ollama.md holds the mapping table and why each
 choice was made. Every refusal is a `BadRequest`; a backend answer we cannot translate is a
 `BadGateway`. Times are wall-clock nanoseconds (`time.time_ns()`).
 """
@@ -16,6 +16,7 @@ import math
 from typing import Any, Literal
 
 from router.errors import BadRequest
+from router.ollama.responses import rfc3339
 
 LoadKind = Literal["chat", "generate", "embed", "embeddings"]
 
@@ -344,44 +345,15 @@ def _user_content(text: str, image_urls: list[str]) -> str | list[dict[str, Any]
     return parts
 
 
-# The response half (backend answers -> Ollama records) lives in ollama_responses.py; its
-# names stay importable from here for the handler and the stream adapter.
-from router.ollama_responses import (  # noqa: E402
-    Kind,
-    chat_response,
-    done_reason,
-    embed_response,
-    final_record,
-    generate_response,
-    legacy_embedding_response,
-    metrics,
-    ollama_tool_calls,
-    parse_arguments,
-    reasoning_text,
-    rfc3339,
-)
-
 __all__ = [
     "CHAT_PATH",
     "COMPLETIONS_PATH",
     "EMBEDDINGS_PATH",
-    "Kind",
     "LoadKind",
     "chat_request",
-    "chat_response",
-    "done_reason",
     "embed_dimensions",
     "embed_request",
-    "embed_response",
-    "final_record",
     "generate_request",
-    "generate_response",
     "is_load_request",
-    "legacy_embedding_response",
     "load_response",
-    "metrics",
-    "ollama_tool_calls",
-    "parse_arguments",
-    "reasoning_text",
-    "rfc3339",
 ]

@@ -3,7 +3,7 @@
 A middleware only ever sees complete requests, so these live in the per-connection handler
 (`GuardedRequestHandler`, installed by `GuardedTCPSite`): connection cap -> 503 and close (S3);
 header deadline -> 408 and close (S1); request line / header field / header count limits ->
-414 / 431 / 431 (S4). router/guards.py holds the request-level middlewares that follow.
+414 / 431 / 431 (S4). router/edge/guards.py holds the request-level middlewares that follow.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
 from router import errors
+from router.config import Settings
 from router.domain import Surface
-from router.settings import Settings
 
 MIB = 1024 * 1024
 # Odd on purpose: never equal to the header field limit (a multiple of 1024), which is how a

@@ -1,7 +1,7 @@
 """Load a router.yaml: YAML with line numbers, environment credentials, path resolution and
 the rules that span keys (credentials, cluster URLs, the secure-profile bind rule).
 
-The schema itself is router/settings.py; every error here is a `SettingsError` naming the key
+The schema itself is router/config/schema.py; every error here is a `SettingsError` naming the key
 and the file.
 """
 
@@ -18,12 +18,12 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from router.settings import (
-    _PROGRAM_SECTIONS,
+from router.config.schema import (
+    PROGRAM_SECTIONS,
     ProgramSection,
     Settings,
     SettingsError,
-    _is_ip,
+    is_ip,
     split_bind,
 )
 
@@ -259,7 +259,7 @@ def _resolve_paths(settings: Settings, base: Path, path: Path | None) -> Setting
         ),
         "source": path.expanduser().absolute() if path is not None else None,
     }
-    for name in _PROGRAM_SECTIONS.values():
+    for name in PROGRAM_SECTIONS.values():
         section: ProgramSection = getattr(settings, name)
         update[name] = section.model_copy(
             update={
@@ -383,7 +383,7 @@ def _url_identity(url: str) -> tuple[str, int, str]:
     except ValueError:
         raise ValueError("has a bad port") from None
     host = parts.hostname
-    host = str(ipaddress.ip_address(host)) if _is_ip(host) else host.rstrip(".")
+    host = str(ipaddress.ip_address(host)) if is_ip(host) else host.rstrip(".")
     return host, port, parts.path.rstrip("/")
 
 
@@ -440,7 +440,7 @@ _MANAGED_BY_SECTION = {
 
 
 def _check_extra_args(settings: Settings, report: _Reporter) -> None:
-    for name in _PROGRAM_SECTIONS.values():
+    for name in PROGRAM_SECTIONS.values():
         section: ProgramSection = getattr(settings, name)
         refused = _MANAGED_FLAGS + _MANAGED_BY_SECTION.get(name, ())
         for index, arg in enumerate(section.extra_args):

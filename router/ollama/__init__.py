@@ -1,0 +1,43 @@
+"""Ollama <-> OpenAI translation: request bodies (`requests`), response bodies (`responses`) and
+the SSE -> NDJSON stream (`stream`). Pure: no I/O; the handlers are in router/api/ollama*.py.
+"""
+
+from __future__ import annotations
+
+from router.ollama.requests import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
+    LoadKind,
+    chat_request,
+    embed_dimensions,
+    embed_request,
+    generate_request,
+    is_load_request,
+    load_response,
+)
+from router.ollama.responses import (
+    chat_response,
+    embed_response,
+    generate_response,
+    legacy_embedding_response,
+)
+from router.ollama.stream import ollama_ndjson
+
+__all__ = [
+    "CHAT_PATH",
+    "COMPLETIONS_PATH",
+    "EMBEDDINGS_PATH",
+    "LoadKind",
+    "chat_request",
+    "chat_response",
+    "embed_dimensions",
+    "embed_request",
+    "embed_response",
+    "generate_request",
+    "generate_response",
+    "is_load_request",
+    "legacy_embedding_response",
+    "load_response",
+    "ollama_ndjson",
+]
