@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+MiB = 1024 * 1024  # the unit every *_mb setting is given in
+
 
 class Lane(StrEnum):
     """A kind of work; each lane has at most one active runtime per node."""

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router.api.common import Handler, match_of, route_of
+from router.api.common import Handler, match_of, parse_json_object, read_capped, route_of
 from router.api.inference import Override, forward
 from router.api.lanes import active_runtime, choose_config
 from router.appkeys import CATALOG, COMFY, RUNTIMES, SESSION, SETTINGS
@@ -39,7 +39,7 @@ from router.comfy.state import ComfyState
 from router.comfy.uploads import UploadStore, private_dir
 from router.comfy.workflow import VideoPlan
 from router.config import ModelConfig, Settings
-from router.domain import BackendMode, Lane
+from router.domain import BackendMode, Lane, MiB
 from router.errors import BadGateway, BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
 from router.forwarding import (
     Selection,
@@ -53,25 +53,11 @@ from router.media import parse_form
 from router.runtime import RuntimeState
 
 log = logging.getLogger(__name__)
-MiB = 1024 * 1024
 FORM_SLACK = 1 * MiB  # multipart framing and small fields around the 32 MiB file itself
 _VIEW_TYPES = frozenset({"output", "input", "temp"})
 
 
 # ---- shared helpers ---------------------------------------------------------------------
-
-
-async def _read_capped(request: web.Request, cap: int, setting: str) -> bytes:
-    too_large = PayloadTooLarge(f"the body is larger than {cap // MiB} MiB ({setting})")
-    if request.content_length is not None and request.content_length > cap:
-        raise too_large
-    chunks, total = [], 0
-    async for chunk in request.content.iter_any():
-        total += len(chunk)
-        if total > cap:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _selection(request: web.Request, raw: bytes) -> Selection:
@@ -95,16 +81,6 @@ def _kobold_behind(request: web.Request) -> bool:
     return any(c.backend_mode is BackendMode.KOBOLD for c in _image_configs(request))
 
 
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw) if raw.strip() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise BadRequest("the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    return body
-
-
 # ---- POST /prompt -----------------------------------------------------------------------
 
 
@@ -112,8 +88,8 @@ async def prompt(request: web.Request) -> web.StreamResponse:
     if request.method != "POST":
         return await forward(request)
     cap = int(request.app[SETTINGS].limits.workflow_media_mb * MiB)
-    raw = await _read_capped(request, cap, "limits.workflow_media_mb")
-    payload = _json_object(raw)
+    raw = await read_capped(request, cap, "limits.workflow_media_mb")
+    payload = parse_json_object(raw)
     if "prompt" not in payload:
         raise BadRequest("No prompt provided", code="no_prompt")
     plan = inspect_workflow(payload["prompt"])
@@ -249,8 +225,8 @@ async def _backend_history(request: web.Request, config: ModelConfig) -> dict[st
 
 async def _history_post(request: web.Request) -> web.StreamResponse:
     cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
-    raw = await _read_capped(request, cap, "limits.max_control_body_mb")
-    body = _json_object(raw)
+    raw = await read_capped(request, cap, "limits.max_control_body_mb")
+    body = parse_json_object(raw)
     jobs = request.app[COMFY].jobs
     if body.get("clear") is True:
         for job in jobs.jobs():
@@ -301,7 +277,7 @@ async def view(request: web.Request) -> web.StreamResponse:
 async def upload(request: web.Request) -> web.StreamResponse:
     state, settings = request.app[COMFY], request.app[SETTINGS]
     cap = int(settings.limits.upload_mb * MiB)
-    raw = await _read_capped(request, cap + FORM_SLACK, "limits.upload_mb")
+    raw = await read_capped(request, cap + FORM_SLACK, "limits.upload_mb")
     ctype = request.headers.get("Content-Type", "")
     boundary = boundary_of(ctype) if body_kind(ctype) == "multipart" else None
     if boundary is None:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import CATALOG, MATCH, SETTINGS
+from router.appkeys import ARRIVED, CATALOG, MATCH, SETTINGS
 from router.classify import Match, Route
 from router.config import ModelConfig
+from router.domain import MiB
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge, UnsupportedMediaType
+
+_CONTROL_TYPES = frozenset({"application/json", "application/octet-stream", "text/plain", ""})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -24,28 +28,65 @@ def route_of(request: web.Request) -> Route:
     return match_of(request).route
 
 
-async def read_control_json(request: web.Request, *, required: bool = False) -> dict[str, Any]:
-    """A small JSON object the router parses itself (control and site routes)."""
-    cap = int(request.app[SETTINGS].limits.max_control_body_mb * 1024 * 1024)
+def arrived(request: web.Request) -> float:
+    """When the edge saw the request (monotonic); now for requests built outside the edge."""
+    return request.get(ARRIVED) or time.monotonic()
+
+
+async def read_capped(request: web.Request, cap: int, setting: str) -> bytes:
+    """The whole body, refused with 413 once it passes `cap` bytes.
+
+    Reads to the end of the body: a body arrives in as many pieces as the network cuts it into,
+    and `content.read(n)` answers only what is buffered so far.
+    """
+    too_large = PayloadTooLarge(f"the body is larger than {cap} bytes ({setting})")
     if request.content_length is not None and request.content_length > cap:
-        raise PayloadTooLarge(f"the body is larger than {cap} bytes (limits.max_control_body_mb)")
-    raw = await request.content.read(cap + 1)
-    if len(raw) > cap:
-        raise PayloadTooLarge(f"the body is larger than {cap} bytes (limits.max_control_body_mb)")
+        raise too_large
+    chunks, total = [], 0
+    async for chunk in request.content.iter_any():
+        total += len(chunk)
+        if total > cap:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json_object(raw: bytes, *, required: bool = False) -> dict[str, Any]:
+    """A JSON object from a body held in full; an empty body is `{}` unless `required`."""
     if not raw.strip():
         if required:
             raise BadRequest("a JSON body is required")
         return {}
-    ctype = request.content_type
-    if ctype not in ("application/json", "application/octet-stream", "text/plain", ""):
-        raise UnsupportedMediaType("send the body as application/json")
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body
+
+
+async def read_json_object(
+    request: web.Request,
+    cap: int | None = None,
+    setting: str = "limits.max_control_body_mb",
+    *,
+    required: bool = False,
+) -> tuple[bytes, dict[str, Any]]:
+    """The raw body and its JSON object; `cap` defaults to limits.max_control_body_mb."""
+    if cap is None:
+        cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
+    raw = await read_capped(request, cap, setting)
+    return raw, parse_json_object(raw, required=required)
+
+
+async def read_control_json(request: web.Request, *, required: bool = False) -> dict[str, Any]:
+    """A small JSON object the router parses itself (control and site routes)."""
+    cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
+    raw = await read_capped(request, cap, "limits.max_control_body_mb")
+    if raw.strip() and request.content_type not in _CONTROL_TYPES:
+        raise UnsupportedMediaType("send the body as application/json")
+    return parse_json_object(raw, required=required)
 
 
 def resolve_model(request: web.Request, model_id: Any) -> ModelConfig:

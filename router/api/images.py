@@ -25,10 +25,10 @@ import aiohttp
 from aiohttp import web
 
 from router.api import inference
-from router.api.common import Handler, match_of, read_control_json, route_of
+from router.api.common import Handler, arrived, match_of, read_control_json, route_of
 from router.api.lanes import active_runtime, choose_config, public_id, resolve_for_lane
-from router.appkeys import ARRIVED, CATALOG, IMAGES, PROXY, RECORDER, RUNTIMES, SESSION, SETTINGS
-from router.domain import Family, Lane, family_for
+from router.appkeys import CATALOG, IMAGES, PROXY, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.domain import Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import (
@@ -43,7 +43,6 @@ from router.media import ImageLane
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime, RuntimeState
 
-MiB = 1024 * 1024
 JOB_POLL_S = 1.0
 JOB_HOLD_MAX_S = 3600.0  # a job sd-server never finishes must not pin the lane forever
 _TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -317,7 +316,7 @@ async def _direct(
 
 def _info(request: web.Request, model: str) -> RequestInfo:
     route = route_of(request)
-    started = request.get(ARRIVED) or time.monotonic()
+    started = arrived(request)
     info = RequestInfo(route.template, route.surface.value, Lane.IMAGE.value, started, time.time())
     info.model = model
     return info

@@ -12,11 +12,11 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
-from router.api.common import Handler, route_of
-from router.appkeys import ARRIVED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
+from router.api.common import Handler, arrived, route_of
+from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.config import ModelConfig
-from router.domain import BackendMode, Lane, family_for
+from router.domain import BackendMode, Lane, MiB, family_for
 from router.edge import upstream_request_headers
 from router.errors import (
     BadGateway,
@@ -39,8 +39,6 @@ from router.forwarding import (
 from router.records import RequestInfo
 from router.runtime import Lease, RuntimeState
 
-MiB = 1024 * 1024
-
 
 @dataclass(frozen=True)
 class Override:
@@ -62,7 +60,7 @@ async def forward(
     if isinstance(override, Selection):
         override = Override(override)
     route = route_of(request)
-    started = request.get(ARRIVED) or time.monotonic()
+    started = arrived(request)
     info = RequestInfo(route.template, route.surface.value, _lane_name(route), started, time.time())
     result = ProxyResult()
     try:

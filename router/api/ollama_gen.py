@@ -17,33 +17,23 @@ from aiohttp import web
 
 from router import ollama as tr
 from router.api import inference
-from router.api.common import Handler, resolve_model, route_of
-from router.appkeys import ARRIVED, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.api.common import Handler, arrived, read_json_object, resolve_model, route_of
+from router.appkeys import RECORDER, RUNTIMES, SESSION, SETTINGS
 from router.config import ModelConfig
-from router.domain import Family, Lane, family_for
+from router.domain import Family, Lane, MiB, family_for
 from router.edge import mark_streaming
-from router.errors import BadGateway, BadRequest, PayloadTooLarge, RouterError, sanitize
+from router.errors import BadGateway, BadRequest, RouterError, sanitize
 from router.forwarding import Selection
 from router.records import RequestInfo
 from router.runtime import Lease
 
-MiB = 1024 * 1024
 NDJSON = "application/x-ndjson"
 
 
 async def _read_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     """Ollama clients send JSON with any content type; images make bodies large."""
     cap = int(request.app[SETTINGS].limits.workflow_media_mb * MiB)
-    raw = await request.content.read(cap + 1)
-    if len(raw) > cap:
-        raise PayloadTooLarge(f"the body is larger than {cap} bytes")
-    try:
-        body = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise BadRequest(f"invalid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    return raw, body
+    return await read_json_object(request, cap, "limits.workflow_media_mb")
 
 
 def _lane(kind: str, config: ModelConfig) -> Lane:
@@ -88,7 +78,7 @@ async def _handle(request: web.Request, kind: str) -> web.StreamResponse:
 
 def _info(request: web.Request) -> RequestInfo:
     route = route_of(request)
-    started = request.get(ARRIVED) or time.monotonic()
+    started = arrived(request)
     lane = route.lane.value if route.lane else None
     return RequestInfo(route.template, route.surface.value, lane, started, time.time())
 

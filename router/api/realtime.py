@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.common import Handler, route_of
-from router.appkeys import ARRIVED, CATALOG, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.api.common import Handler, arrived, route_of
+from router.appkeys import CATALOG, RECORDER, RUNTIMES, SESSION, SETTINGS
 from router.config import ModelConfig
-from router.domain import BackendMode, Family, Lane
+from router.domain import BackendMode, Family, Lane, MiB
 from router.edge import upstream_request_headers
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
@@ -36,7 +36,6 @@ from router.records import RequestInfo
 from router.runtime import Lease
 
 log = logging.getLogger(__name__)
-MiB = 1024 * 1024
 HEARTBEAT_S = 30.0  # a client that vanished without a FIN must not hold the lease forever
 UNSENDABLE = frozenset({1005, 1006, 1015})  # reserved: only reported locally, never sent
 _WS_HEADERS = (
@@ -67,7 +66,7 @@ async def connect(request: web.Request) -> web.StreamResponse:
     selection = await read_selector(request, route, 0)
     config = _choose(request, selection.model)
     info = RequestInfo(
-        route.template, route.surface.value, Lane.VOICE.value, _arrived(request), time.time()
+        route.template, route.surface.value, Lane.VOICE.value, arrived(request), time.time()
     )
     info.model, info.family = config.id, Family.VLLM.value
     status, error, traffic = 500, None, [0, 0]
@@ -86,10 +85,6 @@ async def connect(request: web.Request) -> web.StreamResponse:
         request.app[RECORDER].record(
             info, status=status, error_message=error, bytes_in=traffic[0], bytes_out=traffic[1]
         )
-
-
-def _arrived(request: web.Request) -> float:
-    return request.get(ARRIVED) or time.monotonic()
 
 
 def _choose(request: web.Request, model: str | None) -> ModelConfig:

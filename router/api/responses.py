@@ -24,11 +24,11 @@ from aiohttp import web
 from router.api.common import Handler, match_of, route_of
 from router.api.inference import Override, forward
 from router.appkeys import RUNTIMES, SETTINGS
+from router.domain import MiB
 from router.errors import NotFound
 from router.forwarding import ModelRewriter, Selection, StreamRewriter, read_selector
 from router.runtime import Lease, Runtime, RuntimeManager, RuntimeState
 
-MiB = 1024 * 1024
 MAX_REMEMBERED = 10_000
 SCAN_LIMIT = 64 * 1024  # the id comes first; a body that hides it deeper is not followed
 _LEADING_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*"([^"\\]{1,256})"')

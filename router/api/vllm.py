@@ -19,15 +19,14 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, route_of
-from router.appkeys import ARRIVED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
+from router.api.common import Handler, arrived, read_json_object, route_of
+from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.config import Settings
 from router.domain import BackendMode, Family, Lane
 from router.edge import upstream_request_headers
 from router.errors import (
     BadRequest,
     ModelNotFound,
-    PayloadTooLarge,
     RouteNotFound,
     ServiceUnavailable,
 )
@@ -35,7 +34,6 @@ from router.forwarding import ModelRewriter, ProxyResult, UpstreamRequest, read_
 from router.records import RequestInfo
 from router.runtime import Runtime, RuntimeState
 
-MiB = 1024 * 1024
 # op (the last segment of the route template) -> vLLM's own path.
 BACKEND_PATH: dict[str, str] = {
     "health": "/health",
@@ -68,7 +66,7 @@ async def admin(request: web.Request) -> web.StreamResponse:
     body = await _control_body(request) if request.method == "POST" else None
     if op == "load_lora_adapter" and body is not None:
         check_lora_path(json.loads(body), runtime.config.path.parent, request.app[SETTINGS])
-    info = RequestInfo(route.template, route.surface.value, None, _arrived(request), time.time())
+    info = RequestInfo(route.template, route.surface.value, None, arrived(request), time.time())
     info.model, info.family = runtime.config.id, Family.VLLM.value
     result = ProxyResult()
     upstream = UpstreamRequest(
@@ -93,10 +91,6 @@ async def admin(request: web.Request) -> web.StreamResponse:
             bytes_in=len(body or b""),
             bytes_out=result.bytes_out,
         )
-
-
-def _arrived(request: web.Request) -> float:
-    return request.get(ARRIVED) or time.monotonic()
 
 
 def _since(started: float) -> float:
@@ -137,16 +131,7 @@ async def _pick_runtime(request: web.Request) -> Runtime:
 
 async def _control_body(request: web.Request) -> bytes:
     """The raw JSON body (forwarded byte for byte), capped at limits.max_control_body_mb."""
-    cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
-    raw = await request.content.read(cap + 1)
-    if len(raw) > cap:
-        raise PayloadTooLarge(f"the body is larger than {cap} bytes (limits.max_control_body_mb)")
-    try:
-        parsed = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise BadRequest("the body must be a JSON object")
+    raw, _ = await read_json_object(request)
     return raw or b"{}"
 
 

@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Any
 
 from aiohttp import web
 
 from backends.whispercpp import INFERENCE_PATH
 from router.api import inference
-from router.api.common import Handler, route_of
+from router.api.common import Handler, parse_json_object, route_of
 from router.api.lanes import choose_config
 from router.appkeys import CATALOG, SETTINGS
 from router.config import ModelConfig
-from router.domain import BackendMode, Family, Lane, family_for
+from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge
 from router.forwarding import Selection, boundary_of, read_selector
 from router.media import FormPart, build_form, ffmpeg, field_part, parse_form, part_name, part_spans
 
-MiB = 1024 * 1024
 TTS_REFUSED = (
     "text-to-speech is not available under backend_mode llama_sdcpp: llama-server has no "
     "/v1/audio/speech endpoint (llama.cpp removed --model-vocoder and --model-talker). Use a "
@@ -94,18 +92,8 @@ async def kobold_transcribe(request: web.Request) -> web.StreamResponse:
             "a JSON transcription body must fit in limits.selector_scan_mb; send large audio as "
             "multipart/form-data to /v1/audio/transcriptions"
         )
-    parts = _kobold_form(_json_object(sel.prefix))
+    parts = _kobold_form(parse_json_object(sel.prefix))
     return await _send_form(request, model, parts, forced, {})
-
-
-def _json_object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    return body
 
 
 def _kobold_form(body: dict[str, Any]) -> list[FormPart]:

@@ -31,9 +31,8 @@ from aiohttp import web
 
 from router import errors
 from router.config import Settings
-from router.domain import Surface
+from router.domain import MiB, Surface
 
-MIB = 1024 * 1024
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _INTERFACE_REFRESH = 10.0
@@ -226,8 +225,8 @@ def body_cap_for(route: EdgeRoute, settings: Settings) -> int:
     """
     body = getattr(route, "body", None)
     if body == "control" if body is not None else route.surface is Surface.CONTROL:
-        return int(settings.limits.max_control_body_mb * MIB)
-    return int(settings.limits.max_stream_request_gb * 1024 * MIB)
+        return int(settings.limits.max_control_body_mb * MiB)
+    return int(settings.limits.max_stream_request_gb * 1024 * MiB)
 
 
 def _too_large(cap: int) -> errors.PayloadTooLarge:

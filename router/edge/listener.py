@@ -19,7 +19,6 @@ from router import errors
 from router.config import Settings
 from router.domain import Surface
 
-MIB = 1024 * 1024
 # Odd on purpose: never equal to the header field limit (a multiple of 1024), which is how a
 # parser LineTooLong is told apart as "request line" (414) or "header field" (431).
 MAX_URL_BYTES = 16 * 1024 - 1
