@@ -32,6 +32,7 @@ from aiohttp import web
 
 from backends.process import hold_watchdog, reap_stale, release_watchdog
 from router.api import (
+    anthropic,
     comfy,
     control,
     images,
@@ -76,6 +77,7 @@ log = logging.getLogger(__name__)
 
 HANDLERS: dict[str, Handler] = {
     **meta.HANDLERS,
+    **anthropic.HANDLERS,
     **models.HANDLERS,
     **control.HANDLERS,
     **ollama.HANDLERS,
