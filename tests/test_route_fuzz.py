@@ -4,6 +4,8 @@ A real router with fake backends (text, embeddings, sd-server image, whisper voi
 model with dynamic LoRA) takes malformed JSON, wrong JSON types for the fields handlers read,
 wrong methods, odd query strings (repeated keys, non-UTF-8 percent escapes, huge values) and
 odd content types at every template of `router.classify.ROUTES`, path parameters filled in.
+Beside the hypothesis run, a sweep sets each field a handler reads to each JSON type in turn
+(random draws alone reach a given field of a given route too rarely to be a regression test).
 
 A 5xx is accepted only when it can be told apart from a router fault: the fake backend marks
 every answer it sends (`X-Fake-Pid`), and the router's own deliberate 5xx (501 not supported,
@@ -107,8 +109,6 @@ READS: dict[str, tuple[str, ...]] = {
     "anthropic.messages": ("model", "messages", "max_tokens", "stream"),
 }  # fmt: skip
 COMMON = ("model", "messages", "prompt", "input", "stream", "max_tokens", "system")
-
-
 WAV = (
     b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x80>\x00\x00"
     b"\x00}\x00\x00\x02\x00\x10\x00data\x00\x00\x00\x00"
@@ -181,6 +181,7 @@ def requests(draw: st.DrawFn) -> tuple[str, str, bytes, dict[str, str]]:
     route: Route = draw(st.sampled_from(PARSED if draw(st.booleans()) else FUZZ_ROUTES))
     path = _PARAM.sub(lambda m: draw(st.sampled_from(PARAM_VALUES[m.group(1)])), route.template)
     allowed = sorted(route.allowed - {m for t, m in SKIP if t == route.template})
+    # Of ten draws: one any method, four an odd content type, two a malformed body.
     odd = draw(st.integers(0, 9))
     method = draw(st.sampled_from(METHODS if odd == 0 else allowed))
     if (route.template, method) in SKIP:

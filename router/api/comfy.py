@@ -91,7 +91,7 @@ async def prompt(request: web.Request) -> web.StreamResponse:
     raw = await read_capped(request, cap, "limits.workflow_media_mb")
     payload = parse_json_object(raw)
     if "prompt" not in payload:
-        raise BadRequest("No prompt provided", code="no_prompt")
+        raise BadRequest("No prompt provided", code="no_prompt", param="prompt")
     plan = inspect_workflow(payload["prompt"])
     if plan is None:
         return await forward(request, Override(_selection(request, raw)))
