@@ -165,7 +165,7 @@ def test_serves_narrows_both_the_active_runtime_and_the_candidates() -> None:
 
 def test_an_unnamed_request_that_may_not_load_says_nothing_is_loaded() -> None:
     only = config("e", frozenset({Lane.EMBEDDINGS}))
-    with pytest.raises(BadRequest, match="no embeddings model is loaded; name a model"):
+    with pytest.raises(BadRequest, match="no embedding model is loaded; name a model"):
         choose_config(None, Lane.EMBEDDINGS, [only], [], load_unnamed=False)
     ready = [view(only, frozenset({Lane.EMBEDDINGS}))]
     assert choose_config(None, Lane.EMBEDDINGS, [only], ready, load_unnamed=False) is only

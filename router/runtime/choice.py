@@ -16,6 +16,7 @@ from router.runtime.state import RuntimeView
 
 Serves = Callable[[ModelConfig], bool]
 SELECTORS = 'a "model" field, ?model= or the X-Tensors-Model header'
+_SINGULAR = {"embeddings": "embedding"}
 
 
 def active_view(lane: Lane, views: Iterable[RuntimeView]) -> RuntimeView | None:
@@ -68,7 +69,7 @@ def refusal(
     """The one answer to an unnamed request no rule could place."""
     names = ", ".join(public_id(c, lane) for c in candidates) or "(none configured)"
     kind = what or str(lane)
-    head = f"no {kind} model is loaded; " if loaded else ""
+    head = f"no {_SINGULAR.get(kind, kind)} model is loaded; " if loaded else ""
     return BadRequest(f"{head}name a model with {SELECTORS}; {kind} models: {names}", param="model")
 
 
