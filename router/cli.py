@@ -15,7 +15,7 @@ import click
 import httpx
 
 from router import __version__
-from router.config import Settings, SettingsError, load_settings, resolve_config_path
+from router.config import Catalog, Settings, SettingsError, load_settings, resolve_config_path
 
 OLLAMA_PORT = 11434
 
@@ -62,21 +62,24 @@ def _run(main_coro: Any) -> None:
     asyncio.run(main_coro)
 
 
+def _scanned_catalog(settings: Settings) -> Catalog:
+    """The catalog as `start` would see it: every .kcpps read once, no watcher left running."""
+    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
+
+    async def scan() -> None:
+        await catalog.refresh()
+        await catalog.close()
+
+    asyncio.run(scan())
+    return catalog
+
+
 @main.command("check-config")
 @click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
 def check_config(config: str | None) -> None:
     """Validate router.yaml and every .kcpps file it points at."""
-    from router.config import Catalog
-
     settings = _settings(config)
-    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
-
-    async def scan() -> Catalog:
-        await catalog.refresh()
-        await catalog.close()
-        return catalog
-
-    asyncio.run(scan())
+    catalog = _scanned_catalog(settings)
     click.echo(f"{settings.source or 'defaults'}: ok ({len(catalog.all_configs())} model configs)")
     for name, problem in catalog.errors.items():
         click.echo(f"{name}: {problem}", err=True)
@@ -88,16 +91,7 @@ def check_config(config: str | None) -> None:
 @click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
 def models(config: str | None) -> None:
     """List the model IDs the catalog serves."""
-    from router.config import Catalog
-
-    settings = _settings(config)
-    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
-
-    async def scan() -> None:
-        await catalog.refresh()
-        await catalog.close()
-
-    asyncio.run(scan())
+    catalog = _scanned_catalog(_settings(config))
     for cfg in catalog.all_configs():
         lanes = ",".join(sorted(lane.value for lane in cfg.lanes))
         image = f" image:{cfg.image_id}" if cfg.image_id else ""
