@@ -119,17 +119,21 @@ class RuntimeCore:
     ) -> None:
         self._move(runtime, RuntimeState.FAILED, "failed", reason=error.message)
         runtime.error = error.message
-        failed = error if isinstance(error, LoadFailed) else LoadFailed(error.message)
+        exit_code, tail = (
+            (error.exit_code, list(error.output_tail))
+            if isinstance(error, LoadFailed)
+            else (None, [])
+        )
         if seen:
-            seen.finished("failed", failed.exit_code, error.message)
+            seen.finished("failed", exit_code, error.message)
         if self._on_load_error:
             self._on_load_error(
                 {
                     **runtime.identity(),
                     "backend": runtime.spec.family.value,
                     "reason": error.message,
-                    "exit_code": failed.exit_code,
-                    "output_tail": list(failed.output_tail) or None,
+                    "exit_code": exit_code,
+                    "output_tail": tail or None,
                     "attempt_id": seen.attempt_id if seen else None,
                 }
             )
