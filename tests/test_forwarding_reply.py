@@ -3,8 +3,10 @@ rewrite, Ollama's translation) and the SSE encoder/parser. No processes, no sock
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+from typing import cast
 
 import pytest
 
@@ -16,6 +18,7 @@ from router.forwarding import (
     encode_event,
     terminal_error_event,
 )
+from router.forwarding.proxy import _may_wait
 from router.forwarding.reply import MAX_WHOLE_READ, WHOLE_BODY_MAX
 from router.ollama import OllamaTranslation
 
@@ -161,3 +164,34 @@ def test_ollama_answer_to_a_stream_request_in_one_piece_is_one_object() -> None:
     reply = _ollama().reply(200, "application/json; charset=utf-8", 50)
     assert reply.whole and not reply.streaming
     assert reply.fail("x") is None
+
+
+# ---- the send deadline --------------------------------------------------------------------
+
+
+class _Buffer:
+    """What an asyncio transport reports about its write buffer, and its watermarks."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def get_write_buffer_size(self) -> int:
+        return self.size
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return 16 * 1024, 64 * 1024
+
+
+@pytest.mark.parametrize(
+    ("buffered", "piece", "may_wait"),
+    [
+        (0, 1_000, False),  # the client keeps up: no timer
+        (1, 10, True),  # it does not: every write gets the deadline
+        (0, 100_000, True),  # one piece past the high-water mark waits on an empty buffer too
+    ],
+)
+def test_the_send_deadline_covers_every_write_that_can_wait(
+    buffered: int, piece: int, may_wait: bool
+) -> None:
+    transport = cast(asyncio.Transport, _Buffer(buffered))
+    assert _may_wait(transport, b"x" * piece) is may_wait

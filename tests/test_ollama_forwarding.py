@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -241,3 +242,52 @@ async def _until(predicate: Callable[[], bool], deadline: float = 10.0) -> bool:
             return False
         await asyncio.sleep(0.05)
     return True
+
+
+async def test_hung_backend_ends_the_stream_with_an_error_and_is_failed(
+    harness: RouterHarness,
+) -> None:
+    """R9 on the Ollama path: the stall deadline ends the stream in NDJSON and the stalled
+    backend (its /health still fine) is reported and stopped."""
+    harness.model("m")
+    harness.faults["llamacpp"] = "--hang-after-tokens 3 --token-rate 50"
+    client = await harness.start(harness.settings(stream_idle_timeout=0.6, stop_grace=1))
+    assert (await client.post("/router/v1/load", json={"model": "m"})).status_code == 200
+    (first,) = harness.runtimes.runtimes()
+    records = await _ndjson(client, "/api/chat", CHAT_BODY | {"options": {"num_predict": 10}})
+    assert len(records) == 4 and set(records[-1]) == {"error"}
+    assert "sent nothing" in records[-1]["error"]
+    assert first.process is not None
+    assert await _until(lambda: first.process.returncode is not None)
+
+
+async def test_a_client_that_stops_reading_frees_the_backend(harness: RouterHarness) -> None:
+    """R22 on the Ollama path: past the send deadline the stream is cut and the lease freed."""
+    harness.model("m")
+    client = await harness.start(harness.settings(stream_idle_timeout=1))
+    assert (await client.post("/router/v1/load", json={"model": "m"})).status_code == 200
+    (runtime,) = harness.runtimes.runtimes()
+    assert harness.server is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", harness.server.port, limit=1024)
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    payload = json.dumps(CHAT_BODY | {"options": {"num_predict": 100_000}}).encode()
+    writer.write(
+        b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+    )
+    try:
+        assert (await asyncio.wait_for(reader.read(1024), 10)).startswith(b"HTTP/1.1 200")
+        assert runtime.leases == 1
+        # Read nothing more. The kernel's socket buffers take some megabytes first (seconds on
+        # a busy machine), then the 1 s send deadline cuts the stream long before its end.
+        assert await _until(lambda: runtime.leases == 0, 60), "the stalled stream held its lease"
+    finally:
+        writer.close()
+    assert (await client.post("/router/v1/site/analytics/flush")).json()["persisted"] == ["local"]
+    db = harness.tmp / "data" / "router.sqlite"
+    assert await _until(lambda: any(r[0] == "/api/chat" for r in _rows(db)))
+    with sqlite3.connect(db) as conn:
+        (status, message) = conn.execute(
+            "SELECT status, error_message FROM analytics_events WHERE route = '/api/chat'"
+        ).fetchone()
+    assert status == 499 and "client read nothing" in message

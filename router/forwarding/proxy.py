@@ -137,9 +137,10 @@ class Proxy:
         raise AssertionError("unreachable")
 
     async def _write(self, request: web.Request, out: web.StreamResponse, data: bytes) -> None:
-        """Write, with a deadline only when the client is not keeping up (cheap otherwise)."""
+        """Write, with a deadline whenever the write could wait for the client (cheap when it
+        cannot: the client keeps up and the piece is small)."""
         transport = request.transport
-        if not self._idle_timeout or transport is None or not transport.get_write_buffer_size():
+        if not self._idle_timeout or transport is None or not _may_wait(transport, data):
             await out.write(data)
             return
         try:
@@ -254,6 +255,17 @@ async def _read_capped(resp: aiohttp.ClientResponse) -> bytes:
             raise too_large
         parts.append(chunk)
     return b"".join(parts)
+
+
+def _may_wait(transport: asyncio.Transport, data: bytes) -> bool:
+    """Whether writing `data` can pause the connection until the client reads.
+
+    A write pauses once the transport's buffer passes its high-water mark. An empty buffer
+    alone does not rule that out: a large piece (the backend's bytes pile up while the router
+    waits on a slow client) can pass the mark in one write, and that wait had no deadline.
+    """
+    buffered = transport.get_write_buffer_size()
+    return bool(buffered) or len(data) > transport.get_write_buffer_limits()[1] // 2
 
 
 def _headers(resp: aiohttp.ClientResponse, reply: Reply) -> CIMultiDict[str]:
