@@ -118,6 +118,12 @@ async def test_d2_translated_requests_record_traffic_and_upstream_status(
     ]
     for route, *_, bytes_in, bytes_out in rows:
         assert bytes_in > 20 and bytes_out > 20, route
+    # The usage report is read from the answer the client got (Ollama's counters).
+    with sqlite3.connect(harness.tmp / "data" / "router.sqlite") as conn:
+        tokens = conn.execute(
+            "SELECT completion_tokens FROM analytics_events WHERE route != '/api/embed' ORDER BY time"
+        ).fetchall()
+    assert tokens == [(answer.json()["eval_count"],), (streamed[-1]["eval_count"],)]
 
 
 async def test_translated_request_retries_a_refused_connect(harness: RouterHarness) -> None:
