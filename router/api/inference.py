@@ -168,25 +168,21 @@ async def _forward(
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
     _check_served(route, config, lane, request, backend_path)
-    lease = await request.app[RUNTIMES].ensure(config, lane)
-    info.queue_wait_ms = lease.queue_wait_ms
-    try:
-        return await _send(request, lease, override, config, public_id, info, result)
-    except BadGateway:
-        # (tests/real/test_router_llama.py) A backend killed just before this request was
-        # leased to it, before the router saw the exit: the request then fails on a pooled
-        # keep-alive connection ("Connection reset by peer"). If the process really exited,
-        # relaunch it and send once more, as "the next request relaunches it" promises.
-        if not await _backend_died(request, lease, override, result):
-            raise
-    finally:
-        lease.release()
-    lease = await request.app[RUNTIMES].ensure(config, lane)
-    info.queue_wait_ms += lease.queue_wait_ms
-    try:
-        return await _send(request, lease, override, config, public_id, info, result)
-    finally:
-        lease.release()
+    for resend in (False, True):
+        lease = await request.app[RUNTIMES].ensure(config, lane)
+        info.queue_wait_ms += lease.queue_wait_ms
+        try:
+            return await _send(request, lease, override, config, public_id, info, result)
+        except BadGateway:
+            # (tests/real/test_router_llama.py) A backend killed just before this request was
+            # leased to it, before the router saw the exit: the request then fails on a pooled
+            # keep-alive connection ("Connection reset by peer"). If the process really exited,
+            # relaunch it and send once more, as "the next request relaunches it" promises.
+            if resend or not await _backend_died(request, lease, override, result):
+                raise
+        finally:
+            lease.release()
+    raise AssertionError("unreachable")
 
 
 DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds
