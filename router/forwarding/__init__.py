@@ -7,12 +7,10 @@ from router.forwarding.jinja import merge_chat_template_kwargs
 from router.forwarding.proxy import Proxy, ProxyResult, UpstreamRequest
 from router.forwarding.reply import (
     BodyTransform,
-    Identity,
     Reply,
     Rewrite,
     Translation,
     encode_line,
-    error_line,
     terminal_error_event,
 )
 from router.forwarding.rewrite import ModelRewriter, StreamRewriter
@@ -30,7 +28,6 @@ from router.forwarding.sse import Event, SSEParser, encode_event
 __all__ = [
     "BodyTransform",
     "Event",
-    "Identity",
     "ModelRewriter",
     "Proxy",
     "ProxyResult",
@@ -46,7 +43,6 @@ __all__ = [
     "boundary_of",
     "encode_event",
     "encode_line",
-    "error_line",
     "merge_chat_template_kwargs",
     "read_selector",
     "select_from_body",

@@ -225,7 +225,11 @@ class Proxy:
         a body that can only be rewritten or translated whole is."""
         try:
             body = await _read_capped(resp)
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+        ) as exc:
             raise BadGateway(f"the backend stopped mid-response: {_why(exc)}") from exc
         except TimeoutError as exc:
             result.backend_failed = True

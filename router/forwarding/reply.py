@@ -52,7 +52,7 @@ class Translation(Protocol):
     def reply(self, status: int, content_type: str, length: int | None) -> Reply: ...
 
 
-class Identity:
+class _Identity:
     def feed(self, chunk: bytes) -> bytes:
         return chunk
 
@@ -88,7 +88,7 @@ class Rewrite:
         whole = not streaming and self._read_whole(length, json_body)
         body: BodyTransform
         if whole:
-            body = _WholeRewrite(self.rewriter) if json_body else Identity()
+            body = _WholeRewrite(self.rewriter) if json_body else _Identity()
         else:
             body = self.rewriter.stream()
         return Reply(
@@ -114,13 +114,8 @@ def terminal_error_event(content_type: str, message: str) -> bytes | None:
     if kind == "text/event-stream":
         return encode_event({"error": error}, "error")
     if kind in ("application/x-ndjson", "application/jsonl"):
-        return error_line(message)
+        return encode_line({"error": message})  # as Ollama ends a stream
     return None
-
-
-def error_line(message: str) -> bytes:
-    """An NDJSON stream's closing error record, as Ollama writes it."""
-    return encode_line({"error": message})
 
 
 def encode_line(record: object) -> bytes:
