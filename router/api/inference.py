@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from router.forwarding import (
     read_selector,
 )
 from router.records import RequestInfo
-from router.runtime import Lease, Runtime, RuntimeState
+from router.runtime import Lease, Runtime, RuntimeView, choose_config
 
 
 @dataclass(frozen=True)
@@ -82,14 +81,15 @@ async def forward(
 
 async def forward_to(
     request: web.Request,
-    runtime: Runtime,
+    runtime: Runtime | RuntimeView,
     path_qs: str,
     body: bytes | AsyncIterator[bytes] | None,
     info: RequestInfo,
 ) -> web.StreamResponse:
     """Forward to one known runtime, no model selection and no lease (sd-server job polls,
     vLLM's operational routes); recorded like every forwarded request."""
-    info.family = runtime.spec.family.value
+    family = runtime.family if isinstance(runtime, RuntimeView) else runtime.spec.family
+    info.family = family.value
     async with recorded(request, info) as result:
         if isinstance(body, bytes):
             result.bytes_in = len(body)
@@ -293,41 +293,11 @@ def _choose(
 
 
 def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
-    """No selector: the active runtime for the lane, else the only config that serves it."""
-    runtimes = request.app[RUNTIMES]
-    live = (
-        (RuntimeState.READY,)
-        if lane is Lane.EMBEDDINGS
-        else (RuntimeState.READY, RuntimeState.LOADING)
-    )
-    active = [
-        rt.config
-        for rt in runtimes.runtimes()
-        if lane in rt.spec.occupies and rt.state in live and lane in rt.config.lanes
-    ]
-    if lane is Lane.EMBEDDINGS:
-        # Round-robin across loaded embedding runtimes; never load one for an unnamed request.
-        if active:
-            return active[next(_ROUND_ROBIN) % len(active)]  # type: ignore[no-any-return]
-        embedders = [c.id for c in request.app[CATALOG].configs() if lane in c.lanes]
-        raise BadRequest(
-            'no embedding model is loaded; name one with a "model" field, ?model= or the '
-            f"X-Tensors-Model header: {', '.join(embedders) or '(none configured)'}",
-            param="model",
-        )
-    if active:
-        return active[0]  # type: ignore[no-any-return]
-    candidates = [c for c in request.app[CATALOG].configs() if lane in c.lanes]
-    if len(candidates) == 1:
-        return candidates[0]
-    names = ", ".join(c.id for c in candidates) or "(none configured)"
-    raise BadRequest(
-        f'name a model with a "model" field, ?model= or the X-Tensors-Model header; {lane} models: {names}',
-        param="model",
-    )
-
-
-_ROUND_ROBIN = itertools.count()
+    """No selector: the lane's active runtime, else the only config that serves it. An unnamed
+    embeddings request never loads a model (too costly a guess)."""
+    configs = request.app[CATALOG].configs()
+    views = request.app[RUNTIMES].views()
+    return choose_config(None, lane, configs, views, load_unnamed=lane is not Lane.EMBEDDINGS)
 
 
 def _check_served(
