@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
@@ -12,6 +11,7 @@ from router.api.common import Handler, read_control_json, resolve_model
 from router.appkeys import EVENTS, RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.errors import BadRequest
+from router.forwarding import encode_event
 from router.runtime import primary_lane
 
 TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
@@ -88,8 +88,7 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 def _sse(event: dict[str, Any]) -> bytes:
-    kind = event.get("event", "message")
-    return f"event: {kind}\ndata: {json.dumps(event, default=str)}\n\n".encode()
+    return encode_event(event, event.get("event", "message"))
 
 
 HANDLERS: dict[str, Handler] = {
