@@ -13,7 +13,7 @@ import traceback
 
 from bench import common as c
 
-SCRIPTS = ["rss", "latency", "rps", "analytics", "streams", "cold_start", "llama_router"]
+SCRIPTS = ["rss", "latency", "rps", "analytics", "streams", "cold_start", "real_backend"]
 
 
 def main(argv: list[str] | None = None) -> int:

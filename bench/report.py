@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
+from bench import real_backend
 
 RESULTS = c.BENCH / "RESULTS.md"
 CHART = c.BENCH / "results.png"
@@ -57,7 +58,7 @@ def targets(d: dict[str, dict[str, Any]]) -> list[str]:
     rss_idle = g(rss, "points", "idle, after load test", "rss_mib")
     rows = [
         (
-            "Router-added p50 latency, 1 connection",
+            "Router-added p50 latency, 1 connection (instant upstream)",
             "<= 0.5 ms",
             g(lat, "summary", "arms", "router", "added_p50_ms"),
             0.5,
@@ -147,6 +148,7 @@ def targets(d: dict[str, dict[str, Any]]) -> list[str]:
             "",
             3,
         ),
+        *real_backend.target_rows(d.get("real_backend", {})),
     ]
     out = ["| Goal | Target | Reached | Verdict |", "|---|---|---|---|"]
     for name, tgt, val, lim, hib, unit, nd in rows:
@@ -284,28 +286,9 @@ def section(d: dict[str, dict[str, Any]], command: str, elapsed: str) -> str:
                 f"Direct arm argv (read from the router's backend process): "
                 f"`{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv))}`."
             )
-    lr = d.get("llama_router")
-    if lr and "summary" in lr:
-        s = lr["summary"]
-        L += [
-            "",
-            "### tensor-router vs llama-server router mode (real llama-server, 1 connection,"
-            " max_tokens 4)",
-            "",
-            "| Arm | p50 ms | RPS |",
-            "|---|---|---|",
-        ]
-        for arm, v in s.items():
-            if isinstance(v, dict):
-                L.append(f"| {arm} | {f(v['p50_ms'], 3)} | {f(v['rps'], 0)} |")
-        L.append(
-            f"\ntensor-router added p50 {f(s.get('router_added_p50_ms'), 3)} ms (ratio "
-            f"{f(s.get('router_p50_ratio'), 3)}); llama-server router mode added "
-            f"{f(s.get('llama_router_added_p50_ms'), 3)} ms over its own child (ratio "
-            f"{f(s.get('llama_router_p50_ratio'), 3)})."
-        )
-    elif lr:
-        L += ["", f"llama-server router mode: {lr.get('skipped')}"]
+    rb = d.get("real_backend")
+    if rb:
+        L += real_backend.report_lines(rb, d.get("latency"))
     rss = d.get("rss")
     if rss and "points" in rss:
         L += [
