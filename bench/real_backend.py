@@ -131,11 +131,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = c.Opts.parse(argv, __doc__ or "")
     llama = c.llama_server_path()
     if not llama or not c.nginx_path():
-        data = {
+        skipped: dict[str, Any] = {
             "skipped": {"all": c.skip("real backend", "llama-server" if not llama else "nginx")}
         }
-        c.save(opts, "real_backend", data)
-        return data
+        c.save(opts, "real_backend", skipped)
+        return skipped
     from router.demo_models import generate_demo_models
 
     with c.workdir("real-backend") as wd, c.Stack() as stack:
@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results = c.interleave(
             list(urls), opts.reps, lambda arm, rep: run_arm(urls[arm], opts.block)
         )
-    data = {"summary": summarize(results), "client": "http.client, httpx, wrk", "blocks": results}
+    data: dict[str, Any] = {"summary": summarize(results), "blocks": results}
+    data["client"] = "http.client, httpx, wrk"
     c.save(opts, "real_backend", data)
     return data
 
