@@ -80,6 +80,7 @@ lint: venv
 	$(VENV)/bin/ruff check router backends tests bench
 	$(VENV)/bin/ruff format --check router backends tests bench
 	$(VENV)/bin/mypy router backends
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 bench: llama-server
 	$(PY) -m bench
@@ -89,4 +90,4 @@ soak: venv
 	$(PY) -m bench.soak --seconds 600
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
