@@ -3,7 +3,9 @@
 `RouterHarness` writes `.kcpps` files and a Settings whose program sections point at
 executable wrappers around tests/fakes/fake_backend.py, starts `create_app()` on an aiohttp
 TestServer (real 127.0.0.1 socket, handler cancellation on, as `tensor-router start` runs it)
-and hands out an httpx client. Fault switches per family go in FAKE_BACKEND.
+and hands out an httpx client. Fault switches per family go in FAKE_BACKEND. The per-family
+dicts are keyed by `Family` value (`"llamacpp"`, `"whispercpp"`, ...), the keys of
+`router.config.PROGRAM_SECTIONS`.
 
 Extensions for the reliability-matrix tests (R rows):
 - `faults_for_model[model_id] = "--exit-at-start 1"`: switches for one model only (the family's
@@ -33,19 +35,11 @@ from aiohttp.test_utils import TestServer
 
 from router.app import create_app
 from router.appkeys import RUNTIMES
-from router.config import Settings
+from router.config import PROGRAM_SECTIONS, Settings
 from router.edge import listener
 from router.runtime import RuntimeManager
 from tests.fakes.wrappers import _write_script, write_fake_binary
 from tests.proctree import live_descendants
-
-SECTION_OF = {
-    "llamacpp": "llama",
-    "kobold": "kobold",
-    "sdcpp": "sdcpp",
-    "whisper": "whispercpp",
-    "vllm": "vllm",
-}
 
 
 class RouterHarness:
@@ -83,7 +77,7 @@ class RouterHarness:
 
     def settings(self, **runtime: Any) -> Settings:
         sections: dict[str, Any] = {}
-        for family, section in SECTION_OF.items():
+        for family, section in PROGRAM_SECTIONS.items():
             binary = self.programs.get(family) or self.binary(family)
             env = {"FAKE_BACKEND": self.faults[family]} if family in self.faults else {}
             sections[section] = {"binary_path": binary, "env": env}

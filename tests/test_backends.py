@@ -544,11 +544,16 @@ def test_s20_argv_never_carries_unsafe_tokens(
         return
     assert "--onready" not in argv and "--allow-config-onready" not in argv
     assert "--trust-remote-code" not in argv
-    # A path may only appear as the value of a harmless flag, never as -m or a positional.
+    # A path may only appear as a value of a harmless flag, never as -m or a positional. To
+    # argparse (KoboldCpp, vLLM) bare tokens after a flag are all its values (nargs="+").
+    adapter = adapter_for(family)
     for index, token in enumerate(argv):
         if token == "/etc/shadow":
-            assert argv[index - 1].startswith("-")
-            assert argv[index - 1] not in {"-m", "--model", "--diffusion-model", "--config"}
+            flag = next((t for t in reversed(argv[:index]) if t.startswith("-")), None)
+            assert flag is not None
+            assert flag not in {"-m", "--model", "--diffusion-model", "--config"}
+            if not adapter.argparse_style:
+                assert argv[index - 1] == flag
     host_flags = {"--listen-ip", "-l"} if family is Family.SDCPP else {"--host"}
     for index, token in enumerate(argv[:-1]):
         if token in host_flags:

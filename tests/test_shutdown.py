@@ -23,7 +23,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.harness import SECTION_OF, RouterHarness, SseEvent, chat, read_sse
+from tests.harness import PROGRAM_SECTIONS, RouterHarness, SseEvent, chat, read_sse
 from tests.proctree import enable_subreaper, live_descendants, reap_zombie_children
 
 CHAT = "/v1/chat/completions"
@@ -63,7 +63,7 @@ class RouterProcess:
         self.log = h.tmp / "router.log"
         self.proc: subprocess.Popen[bytes] | None = None
         sections = {}
-        for family, section in SECTION_OF.items():
+        for family, section in PROGRAM_SECTIONS.items():
             env = {"FAKE_BACKEND": h.faults[family]} if family in h.faults else {}
             sections[section] = {"binary_path": str(h.binary(family)), "env": env}
         self.config.write_text(

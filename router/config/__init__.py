@@ -9,6 +9,7 @@ from router.config.catalog import Catalog
 from router.config.kcpps import ModelConfig
 from router.config.load import load_settings, resolve_config_path
 from router.config.schema import (
+    PROGRAM_SECTIONS,
     AnalyticsSection,
     ProgramSection,
     Settings,
@@ -18,6 +19,7 @@ from router.config.schema import (
 from router.config.unload_policy import evicts, static_lanes
 
 __all__ = [
+    "PROGRAM_SECTIONS",
     "AnalyticsSection",
     "Catalog",
     "ModelConfig",
