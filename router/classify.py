@@ -7,8 +7,9 @@ earlier one shadows it). Several records may share one template when methods nee
 handlers or flags. The first template that matches a path decides 404 vs 405, so a wrong method
 on a known path is a 405 and never falls through to a catch-all.
 
-`classify(method, path) -> Route` is the interface of record; `match(method, path) -> Match`
-also returns the path parameters (`{"prompt_id": ...}`, `{"tail": ...}`). Both are pure.
+`match(method, path) -> Match` is the interface: the Route, the path parameters
+(`{"prompt_id": ...}`, `{"tail": ...}`) and the method; pure, raising RouteNotFound (404) or
+MethodNotAllowed (405).
 `python -m router.classify` prints the markdown table embedded in docs/routes.md.
 """
 
@@ -106,10 +107,6 @@ class Route:
     def allowed(self) -> frozenset[str]:
         """Declared methods plus HEAD wherever GET is allowed."""
         return self.methods | {"HEAD"} if "GET" in self.methods else self.methods
-
-    @property
-    def proxied(self) -> bool:
-        return self.handler == "proxy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,11 +398,6 @@ def match(method: str, path: str) -> Match:
         if method in route.allowed:
             return Match(route, params, method)
     raise MethodNotAllowed(method[:32], set().union(*(r.allowed for r in routes)))
-
-
-def classify(method: str, path: str) -> Route:
-    """The interface of record (docs/architecture.md): the Route only. See `match`."""
-    return match(method, path).route
 
 
 def routes_markdown() -> str:

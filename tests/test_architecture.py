@@ -34,9 +34,7 @@ def test_the_tree_keeps_every_contract() -> None:
 
 def copy_tree(tmp: Path) -> Path:
     for package in ("router", "backends"):
-        shutil.copytree(
-            ROOT / package, tmp / package, ignore=shutil.ignore_patterns("__pycache__")
-        )
+        shutil.copytree(ROOT / package, tmp / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
     return tmp
 
