@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,32 @@ def chat(model: str, *, stream: bool = False, **extra: Any) -> Mapping[str, Any]
         "stream": stream,
         **extra,
     }
+
+
+async def stream_chat(
+    client: httpx.AsyncClient, body: Mapping[str, Any], started: asyncio.Event | None = None
+) -> tuple[int, list[SseEvent]]:
+    """POST a chat completion and read its stream to the end; `started` is set once the
+    response headers arrived (for tests that act while the stream is running)."""
+    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        if started is not None:
+            started.set()
+        return r.status_code, await read_sse(r)
+
+
+async def wait_for(predicate: Callable[[], object], deadline: float = 2.0) -> bool:
+    """Whether `predicate` came true within `deadline` seconds. It reads state a background
+    task or another process changes, which offers no event to await, so it is polled."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(predicate())
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -24,16 +24,12 @@ import pytest
 import yaml
 
 from tests.harness import PROGRAM_SECTIONS, RouterHarness, SseEvent, chat, read_sse
+from tests.harness import free_port as _free_port
+from tests.harness import wait_for as _wait_for
 from tests.proctree import enable_subreaper, live_descendants, reap_zombie_children
 
 CHAT = "/v1/chat/completions"
 CLI = Path(sys.executable).with_name("tensor-router")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _gone(pid: int) -> bool:
@@ -41,15 +37,6 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-async def _wait_for(predicate, deadline: float) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return bool(predicate())
 
 
 class RouterProcess:
