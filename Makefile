@@ -85,7 +85,8 @@ lint: venv
 bench: llama-server
 	$(PY) -m bench
 
-# R12: 10 minutes of alternating models, client aborts and unloads against fake backends.
+# R12: 10 minutes of alternating models, client aborts and unloads against fake backends;
+# exits non-zero when a check fails (bench/soak.py). tests/test_soak.py runs 2 minutes of it.
 soak: venv
 	$(PY) -m bench.soak --seconds 600
 
