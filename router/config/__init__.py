@@ -1,6 +1,6 @@
 """Configuration: the router.yaml schema and its loading, .kcpps parsing, the model catalog,
-and the unload-policy triggers. The lowest layer beside `domain` and `errors`: it does no
-routing and imports nothing above it.
+and the unload-policy triggers. A bottom layer (docs/architecture.md): it does no routing and
+imports only `router.domain`.
 """
 
 from __future__ import annotations
