@@ -107,8 +107,8 @@ async def test_no_writer_process_when_analytics_is_off_or_in_process(tmp_path: P
     assert stored(inline.path) == [row_from_raw(raw(1))]
 
 
-def frame(seq: int, raws: list[Raw], rows: list[tuple[Any, ...]] | None = None) -> bytes:
-    payload = pickle.dumps((seq, raws, rows or []))
+def frame(seq: int, raws: list[Raw]) -> bytes:
+    payload = pickle.dumps((seq, raws))
     return event_writer.LENGTH.pack(len(payload)) + payload
 
 
@@ -131,7 +131,7 @@ def test_the_process_writes_everything_after_its_router_has_gone(tmp_path: Path)
     assert proc.stdin and proc.stdout and proc.stderr
     proc.stdout.close()  # nobody reads the acknowledgements any more
     bad = ("not", "a", "record")
-    proc.stdin.write(frame(1, [raw(0), bad, raw(1)]) + frame(2, [raw(2)], [row_from_raw(raw(3))]))
+    proc.stdin.write(frame(1, [raw(0), bad, raw(1)]) + frame(2, [raw(2), raw(3)]))
     proc.stdin.close()
     assert proc.wait(timeout=20) == 0
     assert [row[COLUMNS.index("bytes_in")] for row in stored(path)] == [0, 1, 2, 3]
