@@ -236,3 +236,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+# One request's record as Recorder.record hands it to Store.record_raw, in rows.Raw's order.
+RAW_DEFAULTS: Mapping[str, Any] = {
+    "wall": 1_764_400_000.0, "route": "/v1/chat/completions", "surface": "openai",
+    "lane": "text", "model": "m1", "node_id": "n1", "backend": "llamacpp", "status": 200,
+    "upstream_status": 200, "error": None, "queue_wait_ms": 0.5, "ttfb_ms": 1.25,
+    "duration_s": 0.0125, "bytes_in": 0, "bytes_out": 0, "aborted": False, "tail": b"",
+}  # fmt: skip
+
+
+def raw_record(**fields: Any) -> tuple[Any, ...]:
+    unknown = fields.keys() - RAW_DEFAULTS.keys()
+    if unknown:
+        raise TypeError(f"not a field of rows.Raw: {sorted(unknown)}")
+    return tuple({**RAW_DEFAULTS, **fields}.values())

@@ -19,20 +19,15 @@ from router.config import AnalyticsSection
 from router.store import Store, event_writer
 from router.store.channel import FRAME_ROWS
 from router.store.rows import COLUMNS, Raw, row_from_raw
+from tests.harness import raw_record
 
 SCRIPT = Path(event_writer.__file__).resolve()
 
 
 def raw(i: int, **kw: Any) -> Raw:
-    values: dict[str, Any] = {
-        "wall": 1_764_400_000.0 + i, "route": "/v1/chat/completions", "surface": "openai",
-        "lane": "text", "model": "m1", "node_id": "n1", "backend": "llamacpp", "status": 200,
-        "upstream_status": 200, "error": None, "queue_wait_ms": 0.5, "ttfb_ms": 1.25,
-        "duration_s": 0.0125, "bytes_in": i, "bytes_out": 2 * i, "aborted": False,
-        "tail": b'{"usage":{"prompt_tokens":%d,"completion_tokens":1}}' % i,
-    }  # fmt: skip
-    values.update(kw)
-    return tuple(values.values())
+    tail = b'{"usage":{"prompt_tokens":%d,"completion_tokens":1}}' % i
+    fields = {"wall": 1_764_400_000.0 + i, "bytes_in": i, "bytes_out": 2 * i, "tail": tail}
+    return raw_record(**{**fields, **kw})
 
 
 def stored(path: Path) -> list[tuple[Any, ...]]:

@@ -21,6 +21,7 @@ from router.errors import BadRequest, InternalError
 from router.store import CaptureFilter, Store, argv_without_secrets, sanitize_kcpps
 from router.store import writer as writer_module
 from router.store.rows import Raw
+from tests.harness import raw_record
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "ZZ-PROMPT-MARKER-7f3a9c"
@@ -37,26 +38,11 @@ async def open_store(tmp_path: Path, **kw: Any) -> Store:
     )
 
 
-def event(
-    *,
-    time: float = 1_764_400_000.0,
-    route: str = "/v1/chat/completions",
-    model: str = "m1",
-    node_id: str = "n1",
-    status: int = 200,
-    upstream_status: int | None = 200,
-    error_message: str | None = None,
-    queue_wait_ms: float = 1.0,
-    duration_ms: float = 10.0,
-    bytes_in: int = 0,
-    tail: bytes = b'{"usage":{"total_tokens":3}}',
-) -> Raw:
-    """What Recorder.record hands to `Store.record_raw` (rows.Raw, in its order)."""
-    return (
-        time, route, "openai", "text", model, node_id, "llamacpp", status, upstream_status,
-        error_message, queue_wait_ms, 2.0, duration_ms / 1000.0, bytes_in, 0, status == 499,
-        tail,
-    )  # fmt: skip
+def event(*, time: float = 1_764_400_000.0, duration_ms: float = 10.0, **fields: Any) -> Raw:
+    """A request's record; 499 is an abort, as the recorder marks it."""
+    defaults = {"queue_wait_ms": 1.0, "ttfb_ms": 2.0, "tail": b'{"usage":{"total_tokens":3}}'}
+    fields = {**defaults, "aborted": fields.get("status") == 499, **fields}
+    return raw_record(wall=time, duration_s=duration_ms / 1000.0, **fields)
 
 
 def count(path: Path, table: str = "analytics_events") -> int:
@@ -272,7 +258,7 @@ async def test_summary_counts_errors_aborts_percentiles_and_buckets(tmp_path: Pa
     t0 = 1_700_000_000.0
     for i in range(1, 21):
         store.record_raw(event(time=t0 + i, duration_ms=float(i), queue_wait_ms=float(i) / 10))
-    store.record_raw(event(time=t0 + 30, status=502, upstream_status=500, error_message="no"))
+    store.record_raw(event(time=t0 + 30, status=502, upstream_status=500, error="no"))
     store.record_raw(event(time=t0 + 4000, status=499, model="m2", route="/api/chat"))
     store.record_raw(event(time=t0 + 4001, status=200, node_id="other"))
     result = await store.summary(t0, t0 + 7200)
