@@ -24,7 +24,9 @@ from types import MappingProxyType
 from router.domain import Family, Lane, Role, Surface
 from router.errors import MethodNotAllowed, RouteNotFound
 
-SAFE_METHODS = frozenset({"GET", "HEAD"})
+# The methods a route declares that change nothing. Not the edge's SAFE_METHODS, which also
+# lets OPTIONS (a browser's preflight, never a declared route method) past the Origin rule.
+READ_METHODS = frozenset({"GET", "HEAD"})
 _PARAM = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
 # Percent-encoded '/', '\', NUL and '.' have no business in a decoded path: they mean a client
 # double-encoded a separator or traversal that a backend might decode a second time.
@@ -101,7 +103,7 @@ class Route:
     state_changing: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state_changing", not self.methods <= SAFE_METHODS)
+        object.__setattr__(self, "state_changing", not self.methods <= READ_METHODS)
 
     @property
     def allowed(self) -> frozenset[str]:
@@ -119,7 +121,7 @@ class Match:
 
     @property
     def state_changing(self) -> bool:
-        return self.method not in SAFE_METHODS
+        return self.method not in READ_METHODS
 
 
 # fmt: off
@@ -149,7 +151,7 @@ def _r(
 ) -> Route:
     """Row builder: defaults follow the methods (GET-only rows have no body and read the query)."""
     mset = frozenset(methods.split())
-    get_only = mset <= SAFE_METHODS
+    get_only = mset <= READ_METHODS
     if sel is None:
         sel = QUERY_SELECTOR if get_only else TEXT_SELECTOR
     return Route(
@@ -165,7 +167,7 @@ def _inf(template: str, methods: str, surface: Surface, lane: Lane | None, **kw:
 
 def _admin(template: str, methods: str, handler: str, surface: Surface = Surface.SITE,
            body: BodyMode | None = None, **kw: object) -> Route:
-    body = body or (_N if frozenset(methods.split()) <= SAFE_METHODS else _C)
+    body = body or (_N if frozenset(methods.split()) <= READ_METHODS else _C)
     return _r(template, methods, surface, None, Role.ADMIN, handler, sel=NO_SELECTOR,
               body=body, **kw)  # type: ignore[arg-type]
 

@@ -401,7 +401,7 @@ def test_table_invariants():
         if r.handler == "proxy":
             assert r.served_by, f"{r.template}: a forwarded route names its backends"
             assert r.vllm == (Family.VLLM in r.served_by), r.template
-        if r.methods <= cl.SAFE_METHODS and r.template != "/v1/realtime":
+        if r.methods <= cl.READ_METHODS and r.template != "/v1/realtime":
             assert r.body is BodyMode.NONE, r.template
         if r.lane is Lane.IMAGE and r.handler == "proxy" and r.body is not BodyMode.NONE:
             assert "sd_model_checkpoint" in r.selector.json_keys, r.template
