@@ -1,16 +1,23 @@
 """Hostile HTTP at the edge, through the real app on a real socket: S7 (a gzip body that
-inflates far past the cap) and S8 (request smuggling shapes) never reach a backend."""
+inflates far past the cap) and S8 (request smuggling shapes) never reach a backend; a handler
+that fails after its response started never gets a second response written into its body."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from router import app as app_module
+from router.api import meta
+from router.appkeys import METRICS
+from router.errors import BadGateway
 from tests.harness import RouterHarness, harness_fixture
 
 
@@ -82,3 +89,76 @@ def test_s8_aiohttp_uses_its_c_http_parser() -> None:
     from aiohttp import http_parser
 
     assert http_parser.HttpRequestParser.__module__ == "aiohttp._http_parser"
+
+
+# --- a failure after the response started (edge_errors never writes a second response) ----
+
+
+async def exchange_to_eof(port: int, request: bytes) -> bytes:
+    """Everything the router sends on one connection until it closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 20)
+    finally:
+        writer.close()
+
+
+def status_lines(raw_bytes: bytes) -> list[bytes]:
+    return re.findall(rb"HTTP/1\.[01] \d{3}[^\r\n]*", raw_bytes)
+
+
+def requests_counted(app: web.Application, route: str) -> float:
+    total = 0.0
+    for family in app[METRICS].registry.collect():
+        for sample in family.samples:
+            if sample.name == "tensor_router_requests_total" and sample.labels["route"] == route:
+                total += sample.value
+    return total
+
+
+def post(path: str, body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    ).encode() + data
+
+
+async def test_backend_dying_mid_ollama_stream_gets_no_second_status_line(
+    harness: RouterHarness,
+) -> None:
+    harness.faults["llamacpp"] = "--crash-after-tokens 3"
+    await harness.start()
+    assert harness.server is not None and harness.app is not None
+    body = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    answer = await exchange_to_eof(harness.server.port, post("/api/chat", body))
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert status_lines(answer) == [status_lines(answer)[0]], answer
+    assert b'"done": false' in answer or b'"done":false' in answer  # records did arrive
+    assert requests_counted(harness.app, "/api/chat") == 1  # one analytics event
+
+
+async def test_a_handler_failing_after_prepare_only_loses_its_connection(
+    harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any handler, through create_app's real middleware stack and dispatcher."""
+
+    async def prepares_then_fails(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(b'{"partial": true}\n')
+        raise BadGateway("the backend went away")
+
+    monkeypatch.setitem(app_module.HANDLERS, "meta.health", prepares_then_fails)
+    await harness.start()
+    assert harness.server is not None
+    get = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    answer = await exchange_to_eof(harness.server.port, get)  # keep-alive asked: still closed
+    assert status_lines(answer) == [b"HTTP/1.1 200 OK"], answer
+    assert b'{"partial": true}' in answer
+    assert b"0\r\n\r\n" not in answer  # no chunk terminator: the client sees a cut body
+    monkeypatch.setitem(app_module.HANDLERS, "meta.health", meta.HANDLERS["meta.health"])
+    assert harness.client is not None
+    assert (await harness.client.get("/health")).status_code == 200  # the router is fine
