@@ -44,16 +44,24 @@ async def wait_true(predicate, deadline: float) -> bool:  # type: ignore[no-unty
 
 
 class RouterProcess:
-    """`tensor-router start --config router.yaml` with fake backends, on a free port."""
+    """`tensor-router start --config router.yaml` with fake backends, on a free port.
+
+    `name` keeps a second router of the same test apart (its own YAML, log and data folder).
+    """
 
     def __init__(
-        self, h: RouterHarness, server: dict[str, Any] | None = None, **runtime: object
+        self,
+        h: RouterHarness,
+        server: dict[str, Any] | None = None,
+        name: str = "router",
+        **runtime: object,
     ) -> None:
         self.h = h
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.config = h.tmp / "router.yaml"
-        self.log = h.tmp / "router.log"
+        self.config = h.tmp / f"{name}.yaml"
+        self.log = h.tmp / f"{name}.log"
+        data = h.tmp / ("data" if name == "router" else f"data-{name}")
         self.proc: subprocess.Popen[bytes] | None = None
         sections = {}
         for family, section in SECTION_OF.items():
@@ -65,7 +73,7 @@ class RouterProcess:
                     "security": {"profile": "trusted_lan"},
                     "server": {"bind": f"127.0.0.1:{self.port}", **(server or {})},
                     "models": {"config_dir": str(h.kcpps_dir)},
-                    "analytics": {"database_path": str(h.tmp / "data" / "router.sqlite")},
+                    "analytics": {"database_path": str(data / "router.sqlite")},
                     "runtime": {"stop_grace": 1, "load_timeout": 20, **runtime},
                     **sections,
                 }
@@ -134,8 +142,8 @@ def tmp_harness(tmp_path: Path) -> Iterator[RouterHarness]:
 
 
 def new_router(
-    h: RouterHarness, server: dict[str, Any] | None = None, **runtime: object
+    h: RouterHarness, server: dict[str, Any] | None = None, name: str = "router", **runtime: object
 ) -> RouterProcess:
-    r = RouterProcess(h, server, **runtime)
+    r = RouterProcess(h, server, name, **runtime)
     h.routers.append(r)  # type: ignore[attr-defined]
     return r
