@@ -40,7 +40,7 @@ GC_THRESHOLDS = (10_000, 10, 10)
 FD_HEADROOM = 256
 
 
-def _raise_fd_limit(max_connections: int) -> None:
+def raise_fd_limit(max_connections: int) -> None:
     """Lift the soft open-file limit toward the hard one so the connection cap fits under it:
     systemd and most shells start services at 1024, which is the default cap alone."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -70,7 +70,7 @@ async def serve(
     on_ready: Callable[[list[str]], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    _raise_fd_limit(settings.server.max_connections)
+    raise_fd_limit(settings.server.max_connections)
     app = create_app(settings)
     stop = stop or asyncio.Event()
     app[SHUTDOWN] = stop.set

@@ -10,6 +10,7 @@ import asyncio
 import gzip
 import json
 import re
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -272,3 +273,20 @@ async def test_s3_a_full_listener_keeps_room_for_the_loopback_operator(
     finally:
         for writer in held:
             writer.close()
+
+
+def test_the_open_file_limit_is_lifted_to_fit_the_connection_cap() -> None:
+    """systemd starts services with a soft limit of 1024, the default cap alone."""
+    script = (
+        "import resource\n"
+        "from router.server import raise_fd_limit\n"
+        "_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))\n"
+        "raise_fd_limit(1024)\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], hard)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, check=True, text=True
+    ).stdout
+    soft, hard = (int(x) for x in out.split())
+    assert soft == min(1024 + 256, hard if hard >= 0 else 1024 + 256)
