@@ -15,7 +15,14 @@ import click
 import httpx
 
 from router import __version__
-from router.config import Settings, SettingsError, load_settings, resolve_config_path
+from router.config import (
+    Catalog,
+    Settings,
+    SettingsError,
+    load_settings,
+    parse_duration,
+    resolve_config_path,
+)
 
 OLLAMA_PORT = 11434
 
@@ -62,21 +69,24 @@ def _run(main_coro: Any) -> None:
     asyncio.run(main_coro)
 
 
+def _scanned_catalog(settings: Settings) -> Catalog:
+    """The catalog as `start` would see it: every .kcpps read once, no watcher left running."""
+    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
+
+    async def scan() -> None:
+        await catalog.refresh()
+        await catalog.close()
+
+    asyncio.run(scan())
+    return catalog
+
+
 @main.command("check-config")
 @click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
 def check_config(config: str | None) -> None:
     """Validate router.yaml and every .kcpps file it points at."""
-    from router.config import Catalog
-
     settings = _settings(config)
-    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
-
-    async def scan() -> Catalog:
-        await catalog.refresh()
-        await catalog.close()
-        return catalog
-
-    asyncio.run(scan())
+    catalog = _scanned_catalog(settings)
     click.echo(f"{settings.source or 'defaults'}: ok ({len(catalog.all_configs())} model configs)")
     for name, problem in catalog.errors.items():
         click.echo(f"{name}: {problem}", err=True)
@@ -88,16 +98,7 @@ def check_config(config: str | None) -> None:
 @click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
 def models(config: str | None) -> None:
     """List the model IDs the catalog serves."""
-    from router.config import Catalog
-
-    settings = _settings(config)
-    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
-
-    async def scan() -> None:
-        await catalog.refresh()
-        await catalog.close()
-
-    asyncio.run(scan())
+    catalog = _scanned_catalog(_settings(config))
     for cfg in catalog.all_configs():
         lanes = ",".join(sorted(lane.value for lane in cfg.lanes))
         image = f" image:{cfg.image_id}" if cfg.image_id else ""
@@ -189,8 +190,6 @@ def unload(config: str | None, url: str | None, target: str) -> None:
 @click.option("--model", help="only this model")
 def analytics(config: str | None, url: str | None, since: str, model: str | None) -> None:
     """Requests, errors, latency and tokens per model, from a running router's store."""
-    from router.config import parse_duration
-
     now = time.time()
     query = f"?from={now - parse_duration(since):.3f}&to={now + 1:.3f}"
     if model:
@@ -253,18 +252,11 @@ def demo_models(out_dir: Path, with_image: bool, with_whisper: bool) -> None:
 def demo_config(config: str | None, data_dir: Path) -> None:
     """Print the router.yaml to serve: CONFIG when its .kcpps files point at real models, else
     a demo config over tiny generated models (written once into DATA_DIR)."""
-    from router.config import Catalog
     from router.demo_models import generate_demo_models, write_demo_router_yaml
 
     settings = _settings(config)
-    catalog = Catalog(settings.models.config_dir, settings.backend.mode, settings.models.file_roots)
-
-    async def servable() -> int:
-        await catalog.refresh()
-        await catalog.close()
-        return sum(1 for c in catalog.configs() if not catalog.missing_files(c))
-
-    if asyncio.run(servable()):
+    catalog = _scanned_catalog(settings)
+    if any(not catalog.missing_files(c) for c in catalog.configs()):
         click.echo(settings.source)
         return
     click.echo(f"{settings.models.config_dir}: no model file found; using demo models", err=True)
