@@ -22,7 +22,7 @@ import ipaddress
 import json
 from collections import Counter
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import StreamReader, web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
@@ -149,11 +149,12 @@ class GuardedRequestHandler(RequestHandler):
         self._unread: StreamReader | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._raw = transport  # type: ignore[assignment]
+        # A TCP server's transports are stream transports (asyncio's or uvloop's).
+        self._raw = raw = cast(asyncio.Transport, transport)
         self._peer = _peer_of(transport)
         refusal = self._guard.refusal(self._peer)
         if refusal is not None:
-            self._reject(transport, refusal)  # type: ignore[arg-type]
+            self._reject(raw, refusal)
             return
         self._guard.admit(self._peer)
         self._counted = True
