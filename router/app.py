@@ -264,6 +264,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         observer=observer_factory(store),
     )
     app[RUNTIMES] = manager
+    app[METRICS].watch(manager)
     hold_watchdog()  # started now, off every cold-start path; stopped with the router
     startup = asyncio.create_task(_startup_model(app)) if settings.models.startup_model else None
     try:
@@ -272,6 +273,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         if startup is not None:
             startup.cancel()
         await manager.shutdown(0)
+        app[METRICS].unwatch()
         release_watchdog()
 
 

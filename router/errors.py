@@ -138,9 +138,25 @@ class GatewayTimeout(RouterError):
 
 
 class LoadFailed(BadGateway):
-    """A backend could not be started or did not become ready."""
+    """A backend could not be started or did not become ready; `exit_code` and `output_tail`
+    are what the load-errors table keeps."""
 
     code = "model_load_failed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        output_tail: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.output_tail = output_tail
+
+
+class BackendExited(LoadFailed):
+    """The child exited before it was ready (a port taken under it is one reason)."""
 
 
 # URL paths of the APIs the router speaks are advice to the client ("use /v1/embeddings"),

@@ -7,6 +7,7 @@ supervisor. Each test is named after its matrix row and ends with no backend pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -18,6 +19,7 @@ import httpx
 import psutil
 import pytest
 
+from backends.process import SupervisedProcess
 from router.runtime import loader
 from router.runtime.loader import free_port
 from tests.fakes.wrappers import fake_argv
@@ -175,11 +177,25 @@ async def test_r5_foreign_process_on_the_port_is_never_proxied_to(
         foreign.wait(5)
 
 
+def _count_spawns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every backend child the supervisor really starts, by pid."""
+    started: list[int] = []
+    real_start = SupervisedProcess.start
+
+    async def start(self: SupervisedProcess) -> None:
+        await real_start(self)
+        started.append(self.pid or 0)
+
+    monkeypatch.setattr(SupervisedProcess, "start", start)
+    return started
+
+
 async def test_r5_port_held_by_a_silent_listener_fails_fast(
     harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The port is bound by something that accepts but never answers: the child cannot bind
-    and exits; the load fails at that exit, not at the probe or load timeout."""
+    """The chosen port is bound by something that accepts but never answers: no backend is
+    started on it (a child could only fail to bind), so the load fails at a bind check."""
+    spawned = _count_spawns(monkeypatch)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen(16)
@@ -191,9 +207,44 @@ async def test_r5_port_held_by_a_silent_listener_fails_fast(
         r = await client.post("/v1/chat/completions", json=chat("chat-a"))
         elapsed = time.monotonic() - started
     assert r.status_code == 502, r.text
+    assert f"port {port} is in use" in r.json()["error"]["message"]
+    assert spawned == []
+    assert elapsed < 1.0, f"the load took {elapsed:.2f}s to fail"  # R5: < 1 s
+    assert harness.runtimes.status_of("chat-a") == "unloaded"
+
+
+async def test_r5_port_taken_under_the_child_fails_at_its_exit_without_respawning(
+    harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A silent listener takes the port between the router's check and the child's bind: the
+    child exits, the load fails at that exit, and it is not respawned on the held port."""
+    spawned = _count_spawns(monkeypatch)
+    squatter = socket.socket()
+    port = free_port()
+    real_in_use = loader.port_in_use
+
+    def taken_right_after_the_check(candidate: int) -> bool:
+        held = real_in_use(candidate)
+        if not spawned and squatter.fileno() != -1 and not held:
+            with contextlib.suppress(OSError):  # already listening: a later check
+                squatter.bind(("127.0.0.1", candidate))
+                squatter.listen(16)
+        return held
+
+    monkeypatch.setattr(loader, "free_port", lambda: port)
+    monkeypatch.setattr(loader, "port_in_use", taken_right_after_the_check)
+    with squatter:
+        harness.model("chat-a")
+        client = await harness.start(harness.settings(stop_grace=1))
+        started = time.monotonic()
+        r = await client.post("/v1/chat/completions", json=chat("chat-a"))
+        elapsed = time.monotonic() - started
+    assert r.status_code == 502, r.text
     assert "exited" in r.json()["error"]["message"]
+    assert len(spawned) == 1, spawned
     assert elapsed < 2.0, f"the load took {elapsed:.2f}s to fail"
     assert harness.runtimes.status_of("chat-a") == "unloaded"
+    assert _gone(spawned[0])
 
 
 # ---- R6 / R7: a backend that cannot start -------------------------------------------------

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from router.api.common import Handler, match_of, parse_json_object, read_capped, route_of
 from router.api.inference import Override, forward
-from router.api.lanes import active_runtime, choose_config
+from router.api.lanes import active_view, choose_config
 from router.appkeys import CATALOG, COMFY, RUNTIMES, SESSION, SETTINGS
 from router.comfy import (
     check_upload_name,
@@ -50,7 +50,6 @@ from router.forwarding import (
 )
 from router.media import ffmpeg as media_ffmpeg
 from router.media import parse_form
-from router.runtime import RuntimeState
 
 log = logging.getLogger(__name__)
 FORM_SLACK = 1 * MiB  # multipart framing and small fields around the 32 MiB file itself
@@ -75,9 +74,9 @@ def _image_configs(request: web.Request) -> list[ModelConfig]:
 
 def _kobold_behind(request: web.Request) -> bool:
     """Would a fall-through reach KoboldCpp (the only backend with ComfyUI routes)?"""
-    runtime = active_runtime(request.app, Lane.IMAGE)
-    if runtime is not None:
-        return runtime.config.backend_mode is BackendMode.KOBOLD  # type: ignore[no-any-return]
+    active = active_view(request.app, Lane.IMAGE)
+    if active is not None:
+        return active.config.backend_mode is BackendMode.KOBOLD
     return any(c.backend_mode is BackendMode.KOBOLD for c in _image_configs(request))
 
 
@@ -109,15 +108,15 @@ async def _submit_video(
             "found on this node (media.ffmpeg, PATH, imageio-ffmpeg); the job was not accepted",
             code="ffmpeg_unavailable",
         )
-    runtime = active_runtime(request.app, Lane.IMAGE)
-    if runtime is None:
+    active = active_view(request.app, Lane.IMAGE)
+    if active is None:
         raise BadRequest(
             "a video workflow runs on the active image model and none is loaded; load one "
             "first (POST /router/v1/load, or any image request)",
             code="no_active_image_model",
         )
     prompt_id = _prompt_id(payload, state.jobs)
-    call = await _backend_call(runtime.config, payload["prompt"], plan, state, settings)
+    call = await _backend_call(active.config, payload["prompt"], plan, state, settings)
     number = payload.get("number")
     if isinstance(number, bool) or not isinstance(number, int | float):
         number = state.jobs.next_number()
@@ -198,10 +197,9 @@ async def history(request: web.Request) -> web.StreamResponse:
 async def _history_all(request: web.Request, jobs: JobRunner) -> dict[str, Any]:
     """The backend's history (only from a KoboldCpp already up), then the router's jobs."""
     merged: dict[str, Any] = {}
-    runtime = active_runtime(request.app, Lane.IMAGE)
-    if runtime is not None and runtime.state is RuntimeState.READY:
-        if runtime.config.backend_mode is BackendMode.KOBOLD:
-            merged.update(await _backend_history(request, runtime.config))
+    active = active_view(request.app, Lane.IMAGE)
+    if active is not None and active.ready and active.config.backend_mode is BackendMode.KOBOLD:
+        merged.update(await _backend_history(request, active.config))
     finished = [j for j in jobs.jobs() if j.state is not JobState.RUNNING]
     max_items = request.query.get("max_items", "")
     if max_items.isdigit():
@@ -234,8 +232,8 @@ async def _history_post(request: web.Request) -> web.StreamResponse:
     for prompt_id in body.get("delete") or []:
         if isinstance(prompt_id, str):
             jobs.forget(prompt_id)
-    runtime = active_runtime(request.app, Lane.IMAGE)
-    if runtime is not None and runtime.config.backend_mode is BackendMode.KOBOLD:
+    active = active_view(request.app, Lane.IMAGE)
+    if active is not None and active.config.backend_mode is BackendMode.KOBOLD:
         return await forward(request, Override(Selection(None, raw, True)))
     return web.Response(status=200)
 
@@ -312,7 +310,7 @@ def _field(parts: dict[str, Any], name: str) -> str:
 
 def _upload_target(request: web.Request, model: str | None) -> ModelConfig | None:
     """KoboldCpp to tee to, or None when the image lane has no ComfyUI backend."""
-    if model is None and active_runtime(request.app, Lane.IMAGE) is None:
+    if model is None and active_view(request.app, Lane.IMAGE) is None:
         if all(c.backend_mode is not BackendMode.KOBOLD for c in _image_configs(request)):
             return None
     return choose_config(request.app, model, Lane.IMAGE)

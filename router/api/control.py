@@ -22,9 +22,9 @@ async def load(request: web.Request) -> web.StreamResponse:
     body = await read_control_json(request, required=True)
     config = resolve_model(request, body.get("model"))
     lane = _lane_for(config, body.get("lane"), str(body["model"]))
-    runtime = await request.app[RUNTIMES].load(config, lane)
+    loaded = await request.app[RUNTIMES].load(config, lane)
     return web.json_response(
-        {"model": body["model"], "status": runtime.state.value, "runtime": runtime.key}
+        {"model": body["model"], "status": loaded.state.value, "runtime": loaded.key}
     )
 
 

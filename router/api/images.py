@@ -26,7 +26,7 @@ from aiohttp import web
 
 from router.api import inference
 from router.api.common import Handler, arrived, match_of, read_control_json, route_of
-from router.api.lanes import active_runtime, choose_config, public_id, resolve_for_lane
+from router.api.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.appkeys import CATALOG, IMAGES, PROXY, RECORDER, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -41,7 +41,7 @@ from router.forwarding import (
 )
 from router.media import ImageLane
 from router.records import RequestInfo
-from router.runtime import Lease, Runtime, RuntimeState
+from router.runtime import Lease, Runtime, RuntimeView
 
 JOB_POLL_S = 1.0
 JOB_HOLD_MAX_S = 3600.0  # a job sd-server never finishes must not pin the lane forever
@@ -82,9 +82,9 @@ async def images_context(app: web.Application) -> AsyncIterator[None]:
 
 def current_model(app: web.Application) -> str | None:
     """The active image runtime's ID, else the remembered one while it still resolves."""
-    runtime = active_runtime(app, Lane.IMAGE)
-    if runtime is not None:
-        return public_id(runtime.config, Lane.IMAGE)
+    active = active_view(app, Lane.IMAGE)
+    if active is not None:
+        return public_id(active.config, Lane.IMAGE)
     remembered = lane_state(app).remembered
     if remembered is not None and app[CATALOG].resolve(remembered) is not None:
         return remembered
@@ -98,14 +98,14 @@ async def options(request: web.Request) -> web.StreamResponse:
     if request.method == "POST":
         return await _set_options(request)
     answer: dict[str, Any] = {"samples_format": "png"}
-    runtime = active_runtime(request.app, Lane.IMAGE)
-    if runtime is not None and runtime.state is RuntimeState.READY:
-        answer.update(await _backend_options(request, runtime))
+    active = active_view(request.app, Lane.IMAGE)
+    if active is not None and active.ready:
+        answer.update(await _backend_options(request, active))
     answer["sd_model_checkpoint"] = current_model(request.app)
     return web.json_response(answer)
 
 
-async def _backend_options(request: web.Request, runtime: Runtime) -> dict[str, Any]:
+async def _backend_options(request: web.Request, runtime: RuntimeView) -> dict[str, Any]:
     """The backend's own options (a plus, never required): {} when it cannot tell."""
     timeout = aiohttp.ClientTimeout(total=5)
     try:
@@ -185,9 +185,9 @@ async def _selection(request: web.Request) -> Selection:
 
 
 async def _discovery(request: web.Request) -> web.StreamResponse:
-    runtime = active_runtime(request.app, Lane.IMAGE)
-    if runtime is not None:
-        model = public_id(runtime.config, Lane.IMAGE)
+    active = active_view(request.app, Lane.IMAGE)
+    if active is not None:
+        model = public_id(active.config, Lane.IMAGE)
         return await inference.forward(request, Selection(model, b"", not request.body_exists))
     tail = match_of(request).params.get("tail", "")
     if request.path.startswith("/sdapi/") and tail in _LIST_ROUTES:
@@ -264,7 +264,7 @@ async def _hold_until_done(app: web.Application, job_id: str, lease: Lease) -> N
     timeout = aiohttp.ClientTimeout(total=10)
     pause = 0.05  # fast at first: most jobs on a warm model end within seconds
     try:
-        while time.monotonic() < deadline and lease.runtime.state is RuntimeState.READY:
+        while time.monotonic() < deadline and app[RUNTIMES].is_serving(lease.runtime):
             await asyncio.sleep(pause)
             pause = min(pause * 2, JOB_POLL_S)
             async with app[SESSION].get(url, timeout=timeout) as resp:
@@ -279,8 +279,8 @@ async def _hold_until_done(app: web.Application, job_id: str, lease: Lease) -> N
 
 async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:
     runtime = lane_state(request.app).jobs.get(job_id)
-    live = runtime is not None and runtime in request.app[RUNTIMES].runtimes()
-    if runtime is None or not live or runtime.state is not RuntimeState.READY:
+    # A draining runtime still serves the job it is finishing; a stopped one never saw it.
+    if runtime is None or not request.app[RUNTIMES].is_serving(runtime):
         return web.json_response({"error": "job not found"}, status=404)
     info = _info(request, public_id(runtime.config, Lane.IMAGE))
     body = await request.read() if request.body_exists else None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from router.forwarding import (
     read_selector,
 )
 from router.records import RequestInfo
-from router.runtime import Lease, RuntimeState
+from router.runtime import Lease, choose_config
 
 
 @dataclass(frozen=True)
@@ -223,41 +222,11 @@ def _choose(
 
 
 def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
-    """No selector: the active runtime for the lane, else the only config that serves it."""
-    runtimes = request.app[RUNTIMES]
-    live = (
-        (RuntimeState.READY,)
-        if lane is Lane.EMBEDDINGS
-        else (RuntimeState.READY, RuntimeState.LOADING)
-    )
-    active = [
-        rt.config
-        for rt in runtimes.runtimes()
-        if lane in rt.spec.occupies and rt.state in live and lane in rt.config.lanes
-    ]
-    if lane is Lane.EMBEDDINGS:
-        # Round-robin across loaded embedding runtimes; never load one for an unnamed request.
-        if active:
-            return active[next(_ROUND_ROBIN) % len(active)]  # type: ignore[no-any-return]
-        embedders = [c.id for c in request.app[CATALOG].configs() if lane in c.lanes]
-        raise BadRequest(
-            'no embedding model is loaded; name one with a "model" field, ?model= or the '
-            f"X-Tensors-Model header: {', '.join(embedders) or '(none configured)'}",
-            param="model",
-        )
-    if active:
-        return active[0]  # type: ignore[no-any-return]
-    candidates = [c for c in request.app[CATALOG].configs() if lane in c.lanes]
-    if len(candidates) == 1:
-        return candidates[0]
-    names = ", ".join(c.id for c in candidates) or "(none configured)"
-    raise BadRequest(
-        f'name a model with a "model" field, ?model= or the X-Tensors-Model header; {lane} models: {names}',
-        param="model",
-    )
-
-
-_ROUND_ROBIN = itertools.count()
+    """No selector: the lane's active runtime, else the only config that serves it. An unnamed
+    embeddings request never loads a model (too costly a guess)."""
+    configs = request.app[CATALOG].configs()
+    views = request.app[RUNTIMES].views()
+    return choose_config(None, lane, configs, views, load_unnamed=lane is not Lane.EMBEDDINGS)
 
 
 def _check_served(

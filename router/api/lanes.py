@@ -1,6 +1,6 @@
 """Which configuration a media request goes to: the one it names, else the lane's active
-runtime, else the only configuration serving the lane (the rule docs/decisions.md states for
-every route without a selector). Shared by the image, voice, music and ComfyUI handlers.
+runtime, else the only configuration serving the lane (`router.runtime.choose_config`, the
+rule every surface shares). Used by the image, voice, music and ComfyUI handlers.
 """
 
 from __future__ import annotations
@@ -11,22 +11,14 @@ from router.appkeys import CATALOG, RUNTIMES
 from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest, ModelNotFound
-from router.runtime import Runtime, RuntimeState
-
-_LIVE = (RuntimeState.LOADING, RuntimeState.READY)
-
-
-def active_runtime(app: web.Application, lane: Lane) -> Runtime | None:
-    """The runtime loading or serving `lane` now (never starts one)."""
-    for runtime in app[RUNTIMES].runtimes():
-        if lane in runtime.spec.occupies and runtime.state in _LIVE and not runtime.draining:
-            return runtime
-    return None
+from router.runtime import RuntimeView, public_id
+from router.runtime import active_view as _active_view
+from router.runtime import choose_config as _choose_config
 
 
-def public_id(config: ModelConfig, lane: Lane) -> str:
-    """The ID clients use for `config` on `lane` (image lanes have their own IDs)."""
-    return config.image_id if lane is Lane.IMAGE and config.image_id else config.id
+def active_view(app: web.Application, lane: Lane) -> RuntimeView | None:
+    """A snapshot of the runtime loading or serving `lane` now (never starts one)."""
+    return _active_view(lane, app[RUNTIMES].views())
 
 
 def resolve_for_lane(app: web.Application, model: str, lane: Lane) -> ModelConfig:
@@ -40,17 +32,8 @@ def resolve_for_lane(app: web.Application, model: str, lane: Lane) -> ModelConfi
 
 def choose_config(app: web.Application, model: str | None, lane: Lane) -> ModelConfig:
     """The named model, else the lane's active runtime, else the only config serving it."""
-    if model is not None:
-        return resolve_for_lane(app, model, lane)
-    runtime = active_runtime(app, lane)
-    if runtime is not None:
-        return runtime.config  # type: ignore[no-any-return]
-    candidates = [c for c in app[CATALOG].configs() if lane in c.lanes]
-    if len(candidates) == 1:
-        return candidates[0]
-    names = ", ".join(public_id(c, lane) for c in candidates) or "(none configured)"
-    raise BadRequest(
-        f'name a model with a "model" field, ?model= or the X-Tensors-Model header; '
-        f"{lane} models: {names}",
-        param="model",
-    )
+    named = resolve_for_lane(app, model, lane) if model is not None else None
+    return _choose_config(named, lane, app[CATALOG].configs(), app[RUNTIMES].views())
+
+
+__all__ = ["active_view", "choose_config", "public_id", "resolve_for_lane"]

@@ -116,10 +116,7 @@ async def models_state_set(request: web.Request) -> web.StreamResponse:
     if disabled and model_id == config.id:
         runtimes = request.app[RUNTIMES]
         lanes = frozenset(
-            lane
-            for rt in runtimes.runtimes()
-            if rt.config.id == config.id
-            for lane in rt.spec.occupies
+            lane for v in runtimes.views() if v.config.id == config.id for lane in v.occupies
         )
         if lanes:
             await runtimes.unload(lanes)

@@ -17,7 +17,6 @@ from router.api.common import Handler, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES
 from router.config import ModelConfig
 from router.domain import Lane
-from router.runtime import RuntimeState
 
 OLLAMA_COMPAT_VERSION = "0.12.0"
 
@@ -73,9 +72,9 @@ async def tags(request: web.Request) -> web.StreamResponse:
 
 async def ps(request: web.Request) -> web.StreamResponse:
     loaded = {
-        rt.config.id: rt
-        for rt in request.app[RUNTIMES].runtimes()
-        if rt.state is RuntimeState.READY and rt.spec.occupies & {Lane.TEXT, Lane.EMBEDDINGS}
+        v.config.id
+        for v in request.app[RUNTIMES].views()
+        if v.ready and v.occupies & {Lane.TEXT, Lane.EMBEDDINGS}
     }
     models = []
     for config in _text_configs(request):

@@ -38,7 +38,7 @@ from router.edge import upstream_request_headers
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
 from router.records import RequestInfo
-from router.runtime import Lease
+from router.runtime import Lease, choose_config
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 30.0  # a client that vanished without a FIN must not hold the lease forever
@@ -134,16 +134,13 @@ def _choose(request: web.Request, model: str | None) -> ModelConfig:
                 param="model",
             )
         return config
-    for runtime in request.app[RUNTIMES].runtimes():
-        if Lane.VOICE in runtime.spec.occupies and _serves_realtime(runtime.config):
-            return runtime.config
-    candidates = [c for c in catalog.configs() if _serves_realtime(c)]
-    if len(candidates) == 1:
-        return candidates[0]
-    names = ", ".join(c.id for c in candidates) or "(none configured)"
-    raise BadRequest(
-        f"name a model with ?model= or the X-Tensors-Model header; realtime models: {names}",
-        param="model",
+    return choose_config(
+        None,
+        Lane.VOICE,
+        catalog.configs(),
+        request.app[RUNTIMES].views(),
+        serves=_serves_realtime,
+        what="realtime",
     )
 
 

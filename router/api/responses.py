@@ -27,7 +27,7 @@ from router.appkeys import RUNTIMES, SETTINGS
 from router.domain import MiB
 from router.errors import NotFound
 from router.forwarding import ModelRewriter, Selection, StreamRewriter, read_selector
-from router.runtime import Lease, Runtime, RuntimeManager, RuntimeState
+from router.runtime import Lease, Runtime, RuntimeManager
 
 MAX_REMEMBERED = 10_000
 SCAN_LIMIT = 64 * 1024  # the id comes first; a body that hides it deeper is not followed
@@ -64,11 +64,7 @@ class ResponseTable:
     def alive(self, runtime: Runtime) -> bool:
         # A draining runtime is about to stop: leasing it would queue behind the swap and then
         # load the model afresh, in a process that never saw the id.
-        return (
-            runtime.state is RuntimeState.READY
-            and not runtime.draining
-            and any(rt is runtime for rt in self._manager.runtimes())
-        )
+        return self._manager.is_serving(runtime, new_work=True)
 
 
 _TABLES: weakref.WeakKeyDictionary[RuntimeManager, ResponseTable] = weakref.WeakKeyDictionary()

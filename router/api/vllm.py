@@ -32,7 +32,7 @@ from router.errors import (
 )
 from router.forwarding import ModelRewriter, ProxyResult, UpstreamRequest, read_selector
 from router.records import RequestInfo
-from router.runtime import Runtime, RuntimeState
+from router.runtime import RuntimeView
 
 # op (the last segment of the route template) -> vLLM's own path.
 BACKEND_PATH: dict[str, str] = {
@@ -97,16 +97,13 @@ def _since(started: float) -> float:
     return (time.monotonic() - started) * 1000.0
 
 
-async def _pick_runtime(request: web.Request) -> Runtime:
+async def _pick_runtime(request: web.Request) -> RuntimeView:
+    """The ready vLLM runtime to ask: a snapshot, since these calls hold no lease."""
     selection = await read_selector(request, route_of(request), 0)
-    running = [
-        rt
-        for rt in request.app[RUNTIMES].runtimes()
-        if rt.spec.family is Family.VLLM and rt.state is RuntimeState.READY
-    ]
-    running.sort(key=lambda rt: _LANE_ORDER.index(rt.spec.lane))
+    running = [v for v in request.app[RUNTIMES].views() if v.family is Family.VLLM and v.ready]
+    running.sort(key=lambda v: _LANE_ORDER.index(v.lane))
     if selection.model is None:
-        configs = {rt.config.id for rt in running}
+        configs = {v.config.id for v in running}
         if not running:
             raise ServiceUnavailable("no vLLM model is running; load one with /router/v1/load")
         if len(configs) > 1:
@@ -121,7 +118,7 @@ async def _pick_runtime(request: web.Request) -> Runtime:
         raise ModelNotFound(selection.model)
     if config.backend_mode is not BackendMode.VLLM:
         raise BadRequest(f"model {config.id!r} is not served by vLLM", param="model")
-    ours = [rt for rt in running if rt.config.id == config.id]
+    ours = [v for v in running if v.config.id == config.id]
     if not ours:
         raise ServiceUnavailable(
             f"model {config.id!r} is not running; load it with /router/v1/load"

@@ -3,8 +3,54 @@ apps in one process do not collide)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from router.domain import Lane
+
+if TYPE_CHECKING:
+    from router.runtime import RuntimeView
+
+
+class RuntimeReader(Protocol):
+    """What the gauges read from the runtime manager (records must not import the runtime)."""
+
+    def views(self) -> Sequence[RuntimeView]: ...
+    def queue_length(self, lane: Lane) -> int: ...
+
+
+class RuntimeGauges(Collector):
+    """`queued` and `in_flight` by lane, read at scrape time from the manager's snapshots.
+
+    A lease counts once, under its runtime's primary lane (`RuntimeView.lane`): a KoboldCpp
+    runtime occupying text, image and voice must not add each request three times
+    (docs/decisions.md, "Metrics"). A queued request waits in exactly one lane's queue.
+    """
+
+    def __init__(self, reader: RuntimeReader) -> None:
+        self._reader = reader
+
+    def collect(self) -> Iterator[Metric]:
+        queued = GaugeMetricFamily(
+            "tensor_router_queued", "Requests waiting for a runtime, by lane.", labels=["lane"]
+        )
+        in_flight = GaugeMetricFamily(
+            "tensor_router_in_flight", "Requests being served, by lane.", labels=["lane"]
+        )
+        leases = {lane: 0 for lane in Lane}
+        for view in self._reader.views():
+            leases[view.lane] += view.leases
+        for lane in Lane:
+            queued.add_metric([lane.value], self._reader.queue_length(lane))
+            in_flight.add_metric([lane.value], leases[lane])
+        yield queued
+        yield in_flight
+
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
@@ -59,12 +105,18 @@ class Metrics:
             ["runtime", "state"],
             registry=r,
         )
-        self.in_flight = Gauge(
-            "tensor_router_in_flight", "Requests being served, by lane.", ["lane"], registry=r
-        )
-        self.queued = Gauge(
-            "tensor_router_queued", "Requests waiting for a runtime, by lane.", ["lane"], registry=r
-        )
+        self._gauges: RuntimeGauges | None = None
+
+    def watch(self, reader: RuntimeReader) -> None:
+        """Serve the queue and in-flight gauges from `reader` (one at a time)."""
+        self.unwatch()
+        self._gauges = RuntimeGauges(reader)
+        self.registry.register(self._gauges)
+
+    def unwatch(self) -> None:
+        if self._gauges is not None:
+            self.registry.unregister(self._gauges)
+            self._gauges = None
 
     def observe_request(
         self,

@@ -6,6 +6,7 @@ argv without secrets, and the backend's stdout/stderr as ordered chunks (the sto
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from router.runtime.state import Runtime
@@ -41,7 +42,7 @@ class CaptureObserver:
             self._store.finish_capture(self.attempt_id, status, exit_code, error)
 
 
-def observer_factory(store: Store):  # type: ignore[no-untyped-def]
+def observer_factory(store: Store) -> Callable[[Runtime], CaptureObserver | None]:
     """The runtime's observer factory: a capture per load when the node has captures on."""
 
     def make(runtime: Runtime) -> CaptureObserver | None:

@@ -26,7 +26,7 @@ from backends.process import SupervisedProcess
 from backends.registry import adapter_for
 from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
-from router.errors import LoadFailed
+from router.errors import BackendExited, LoadFailed
 
 log = logging.getLogger(__name__)
 OutputSink = Callable[[str, bytes], None]
@@ -56,12 +56,6 @@ PORT_ATTEMPTS = 3
 def _probe_cap(elapsed: float) -> float:
     """Longest pause between readiness probes, `elapsed` seconds after the spawn."""
     return 0.005 if elapsed < 1.0 else 0.025 if elapsed < 3.0 else 0.25
-
-
-class PortTaken(LoadFailed):
-    def __init__(self, message: str, port: int) -> None:
-        super().__init__(message)
-        self.port = port
 
 
 def port_in_use(port: int) -> bool:
@@ -98,27 +92,64 @@ class Loader:
         """Spawn and wait for readiness; `on_argv` sees the argv before the spawn (captures).
 
         The port is free when chosen but another process may bind it before the backend does
-        (R5): a child that exits early while its port is taken is retried on a new port.
+        (R5). No backend is started on a port known to be held: one found held before the
+        spawn is skipped at the cost of a bind check, and a child that exits early because its
+        port was taken under it is retried on a new port.
         """
+        taken: LoadFailed | None = None
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            try:
-                return await self._launch_once(spec, on_output, on_argv)
-            except PortTaken as exc:
-                log.warning(
-                    "%s: port %d taken before it bound (attempt %d)", spec.key, exc.port, attempt
+            port = free_port()
+            if port_in_use(port):
+                log.warning("%s: port %d is held (attempt %d)", spec.key, port, attempt)
+                taken = taken or LoadFailed(
+                    f"cannot start {spec.family} for {spec.config.id}: port {port} is in use by"
+                    " another process"
                 )
-                if attempt == PORT_ATTEMPTS:
+                continue
+            try:
+                return await self._launch_once(spec, port, on_output, on_argv)
+            except BackendExited as exc:
+                if not port_in_use(port):
                     raise
-        raise AssertionError("unreachable")
+                log.warning(
+                    "%s: port %d taken before it bound (attempt %d)", spec.key, port, attempt
+                )
+                taken = exc
+        assert taken is not None
+        raise taken
 
     async def _launch_once(
         self,
         spec: LaunchSpec,
+        port: int,
         on_output: OutputSink | None,
         on_argv: Callable[[list[str]], None] | None,
     ) -> Launched:
         adapter = adapter_for(spec.family)
-        port = free_port()
+        ready_line = asyncio.Event()
+        process, argv = await self._spawn(
+            adapter, spec, port, _tee(on_output, adapter, ready_line), on_argv
+        )
+        started = time.monotonic()
+        base_url = f"http://127.0.0.1:{port}"
+        await self._await_ready(adapter, process, base_url, spec, ready_line, started)
+        return Launched(
+            process,
+            port,
+            base_url,
+            adapter.local_model_id(spec.config, spec.lane),
+            argv,
+            time.monotonic() - started,
+        )
+
+    async def _spawn(
+        self,
+        adapter: Backend,
+        spec: LaunchSpec,
+        port: int,
+        on_output: OutputSink,
+        on_argv: Callable[[list[str]], None] | None,
+    ) -> tuple[SupervisedProcess, list[str]]:
         name = spec.key.replace("/", "_").replace("@", "_")
         try:
             workdir = self._write_launch_files(adapter, spec, name)
@@ -128,51 +159,44 @@ class Loader:
             raise LoadFailed(f"cannot launch {spec.config.id}: {exc}") from exc
         if on_argv is not None:
             on_argv(argv)
-        ready_line = asyncio.Event()
         process = SupervisedProcess(
-            argv,
-            env=env,
-            cwd=None,
-            name=name,
-            pidfile_dir=self._pidfile_dir,
-            on_output=_tee(on_output, adapter, ready_line),
+            argv, env=env, cwd=None, name=name, pidfile_dir=self._pidfile_dir, on_output=on_output
         )
-        started = time.monotonic()
         try:
             await process.start()
         except OSError as exc:
             raise LoadFailed(
                 f"cannot start {spec.family} for {spec.config.id}: {exc.strerror or exc}"
             ) from exc
-        base_url = f"http://127.0.0.1:{port}"
+        return process, argv
+
+    async def _await_ready(
+        self,
+        adapter: Backend,
+        process: SupervisedProcess,
+        base_url: str,
+        spec: LaunchSpec,
+        ready_line: asyncio.Event,
+        started: float,
+    ) -> None:
+        """Ready within `load_timeout`, or the child is stopped and the load fails."""
+        grace = self._settings.runtime.stop_grace
         try:
             await asyncio.wait_for(
                 self._until_ready(adapter, process, base_url, spec, ready_line, started),
                 self._settings.runtime.load_timeout,
             )
         except TimeoutError:
-            await process.stop(self._settings.runtime.stop_grace)
+            await process.stop(grace)
             raise _failed(
+                LoadFailed,
                 f"{spec.config.id} was not ready after {self._settings.runtime.load_timeout:g}s"
                 f" (runtime.load_timeout){_tail(process)}",
                 process,
             ) from None
-        except LoadFailed as exc:
-            await asyncio.shield(process.stop(self._settings.runtime.stop_grace))
-            if getattr(exc, "exited_early", False) and port_in_use(port):
-                raise PortTaken(exc.message, port) from exc
-            raise
         except BaseException:
-            await asyncio.shield(process.stop(self._settings.runtime.stop_grace))
+            await asyncio.shield(process.stop(grace))
             raise
-        return Launched(
-            process,
-            port,
-            base_url,
-            adapter.local_model_id(spec.config, spec.lane),
-            argv,
-            time.monotonic() - started,
-        )
 
     def _write_launch_files(self, adapter: Backend, spec: LaunchSpec, name: str) -> Path | None:
         """Files a backend reads at start (KoboldCpp's cleaned .kcpps copy), in its own folder."""
@@ -200,17 +224,17 @@ class Loader:
         try:
             while True:
                 if exited.done():
-                    error = _failed(
+                    raise _failed(
+                        BackendExited,
                         f"{spec.family} for {spec.config.id} exited with code {exited.result()}"
                         f" before it was ready{_tail(process)}",
                         process,
                         exited.result(),
                     )
-                    error.exited_early = True  # type: ignore[attr-defined]
-                    raise error
                 last_sign = max(started, process.last_output_at)
                 if no_progress and time.monotonic() - last_sign > no_progress:
                     raise _failed(
+                        LoadFailed,
                         f"{spec.config.id} printed nothing for {no_progress:g}s and is not ready"
                         f" (runtime.no_progress_timeout){_tail(process)}",
                         process,
@@ -222,7 +246,7 @@ class Loader:
                     try:
                         await adapter.verify(self._session, base_url, spec.config, spec.lane)
                     except BackendError as exc:  # not our child answering (R5)
-                        raise _failed(f"{spec.config.id}: {exc}", process) from exc
+                        raise _failed(LoadFailed, f"{spec.config.id}: {exc}", process) from exc
                     if not exited.done():
                         return
                     continue
@@ -263,12 +287,11 @@ def _tee(sink: OutputSink | None, adapter: Backend, ready_line: asyncio.Event) -
     return on_output
 
 
-def _failed(message: str, process: SupervisedProcess, exit_code: int | None = None) -> LoadFailed:
-    """A LoadFailed that also carries what the load-errors table keeps."""
-    error = LoadFailed(message)
-    error.exit_code = exit_code  # type: ignore[attr-defined]
-    error.output_tail = process.tail(40)  # type: ignore[attr-defined]
-    return error
+def _failed(
+    kind: type[LoadFailed], message: str, process: SupervisedProcess, exit_code: int | None = None
+) -> LoadFailed:
+    """A load error that also carries what the load-errors table keeps."""
+    return kind(message, exit_code=exit_code, output_tail=tuple(process.tail(40)))
 
 
 def _tail(process: SupervisedProcess, lines: int = 12) -> str:

@@ -1,14 +1,15 @@
 """The single owner of "what runs where": lanes, leases, swaps, drains and idle unloads.
 
 Callers never read a runtime's state and then act on it; they ask `ensure(config, lane)` and
-get a `Lease` (or a clear error). Every state change happens inside `_pump()`, which asks the
-pure `scheduler.decide()` what each lane should do next and applies it, so twenty concurrent
-requests for a cold model still cause exactly one spawn.
+get a `Lease` (or a clear error), and they decide on `views()`, frozen snapshots. Every state
+change happens inside `_pump()`, which asks the pure `scheduler.decide()` what each lane should
+do next and applies it, so twenty concurrent requests for a cold model still cause exactly
+one spawn; `_move()` changes a state and publishes its event in one step.
 
 A runtime occupies one lane (llama.cpp, sd.cpp, whisper.cpp, vLLM) or several (KoboldCpp serves
 every component of its config from one process). Before a runtime loads, every lane it
 *requires* (the lanes it occupies plus those named by its `router_unload_policy`) must be empty;
-a blocked load leaves a *claim* in those lanes, which the scheduler treats like a waiter, so
+a blocked load leaves a `Claim` in those lanes, which the scheduler treats like a waiter, so
 the lane drains and stops its current runtime in the ordinary way.
 """
 
@@ -17,66 +18,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from router.config import ModelConfig, Settings, evicts
-from router.domain import BackendMode, Lane
-from router.errors import LoadFailed, RouterError, ServiceUnavailable
-from router.records import EventBus
+from router.config import ModelConfig, evicts
+from router.domain import Lane
+from router.errors import ServiceUnavailable
 from router.runtime import scheduler
-from router.runtime.loader import Launched, Loader
+from router.runtime.lifecycle import RuntimeCore
+from router.runtime.queues import Claim, Entry, Waiter
 from router.runtime.state import (
     Lease,
-    LoadObserver,
-    ObserverFactory,
     Runtime,
     RuntimeSpec,
     RuntimeState,
-    Waiter,
+    RuntimeView,
     primary_lane,
     spec_for,
 )
 
 log = logging.getLogger(__name__)
-LoadErrorSink = Callable[[dict[str, Any]], None]
 
 
-class RuntimeManager:
-    def __init__(
-        self,
-        settings: Settings,
-        loader: Loader,
-        events: EventBus,
-        *,
-        on_load_error: LoadErrorSink | None = None,
-        observer: ObserverFactory | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._settings = settings
-        self._loader = loader
-        self._events = events
-        self._on_load_error = on_load_error
-        self._observer = observer
-        self._clock = clock
-        self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
-        self._queues: dict[Lane, list[Waiter]] = {lane: [] for lane in Lane}
-        self._runtimes: dict[str, Runtime] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._deadline: asyncio.TimerHandle | None = None
-        self._pumping = False
-        self._closing = False
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self.spawn_count = 0
+class RuntimeManager(RuntimeCore):
+    """Admission, queueing and the pump over the state `RuntimeCore` owns."""
 
     # ---- public API -------------------------------------------------------------------
 
     async def ensure(self, config: ModelConfig, lane: Lane) -> Lease:
         spec = spec_for(config, lane)
-        if self._closing:
-            raise ServiceUnavailable("the router is shutting down", retry_after=5)
+        self._check_open()
         arrived = self._clock()
         runtime = self._slots[lane]
         if (
@@ -84,11 +55,12 @@ class RuntimeManager:
             and runtime.key == spec.key
             and runtime.state is RuntimeState.READY
             and not runtime.draining
-            and not self._queues[lane]
+            and self._queues.is_empty(lane)
             and self._has_room(runtime)
         ):
             return self._grant(runtime, arrived)
-        return await self._enqueue(spec, lane, arrived)
+        timeout = self._settings.runtime.queue_timeout
+        return await self._enqueue(spec, lane, arrived, timeout, "runtime.queue_timeout")
 
     @contextlib.asynccontextmanager
     async def lease(self, config: ModelConfig, lane: Lane) -> AsyncIterator[Lease]:
@@ -98,11 +70,24 @@ class RuntimeManager:
         finally:
             lease.release()
 
-    async def load(self, config: ModelConfig, lane: Lane | None = None) -> Runtime:
-        """Explicit load (`/router/v1/load`, `startup_model`): ready, then released at once."""
+    async def load(self, config: ModelConfig, lane: Lane | None = None) -> RuntimeView:
+        """Explicit load (`/router/v1/load`, `startup_model`): ready, then released at once.
+
+        Bounded by how long a swap to this model may take, not by `queue_timeout`: that bounds
+        a request's wait for capacity, and cutting a load's caller off with it would leave
+        the load going on unseen (docs/decisions.md, "Explicit loads").
+        """
         lane = lane or primary_lane(config)
-        async with self.lease(config, lane) as lease:
-            return lease.runtime
+        spec = spec_for(config, lane)
+        self._check_open()
+        rt = self._settings.runtime
+        bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
+        setting = "runtime.max_batch_wait + stop_grace + load_timeout"
+        lease = await self._enqueue(spec, lane, self._clock(), bound, setting)
+        try:
+            return self._view(lease.runtime)
+        finally:
+            lease.release()
 
     async def unload(self, lanes: frozenset[Lane]) -> list[str]:
         """Stop the runtimes in `lanes` once their running work is done; returns their keys."""
@@ -115,11 +100,25 @@ class RuntimeManager:
 
     def report_failure(self, runtime: Runtime, reason: str) -> None:
         """The proxy saw a backend that no longer serves (R9): kill it; the next request relaunches."""
-        if runtime.state is RuntimeState.READY:
-            self._fail_running(runtime, reason)
+        self._fail_running(runtime, reason)
+
+    # ---- read API: snapshots, never the live objects to decide on -----------------------
+
+    def views(self) -> tuple[RuntimeView, ...]:
+        return tuple(self._view(rt) for rt in self._runtimes.values())
+
+    def is_serving(self, runtime: Runtime, *, new_work: bool = False) -> bool:
+        """Is this very process still ours and ready? With `new_work`: would it also take a
+        new lease now (a draining one serves its running work only, then stops)?"""
+        if (
+            self._runtimes.get(runtime.key) is not runtime
+            or runtime.state is not RuntimeState.READY
+        ):
+            return False
+        return not (new_work and runtime.draining)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        queued = {lane.value: sum(1 for w in q if w.future) for lane, q in self._queues.items()}
+        queued = {lane.value: self._queues.waiting(lane) for lane in Lane}
         return [rt.describe(queued) for rt in self._runtimes.values()]
 
     def status_of(self, config_id: str) -> str:
@@ -130,21 +129,18 @@ class RuntimeManager:
         return {rt.config.id for rt in self._runtimes.values()}
 
     def queue_length(self, lane: Lane) -> int:
-        return sum(1 for w in self._queues[lane] if w.future)
+        return self._queues.waiting(lane)
 
     def runtimes(self) -> list[Runtime]:
+        """The live objects (process handles for tests and tools); decide on `views()`."""
         return list(self._runtimes.values())
+
+    # ---- shutting down ----------------------------------------------------------------
 
     def refuse_new_work(self) -> None:
         """Shutdown, phase one: new and queued requests get 503; running work goes on."""
         self._closing = True
-        for queue in self._queues.values():
-            for waiter in queue:
-                if waiter.future and not waiter.future.done():
-                    waiter.future.set_exception(
-                        ServiceUnavailable("the router is shutting down", retry_after=5)
-                    )
-            queue.clear()
+        self._queues.refuse_all(_SHUTTING_DOWN())
 
     async def shutdown(self, drain_timeout: float) -> None:
         """Refuse new work, fail queued requests, let running work finish, stop every backend."""
@@ -166,9 +162,17 @@ class RuntimeManager:
 
     # ---- queueing ---------------------------------------------------------------------
 
-    async def _enqueue(self, spec: RuntimeSpec, lane: Lane, arrived: float) -> Lease:
-        queue = self._queues[lane]
-        waiting = sum(1 for w in queue if w.future)
+    def _check_open(self) -> None:
+        if self._closing:
+            raise _SHUTTING_DOWN()
+
+    def _view(self, runtime: Runtime) -> RuntimeView:
+        return runtime.view(self._queues.waiting_for(runtime.key))
+
+    async def _enqueue(
+        self, spec: RuntimeSpec, lane: Lane, arrived: float, bound: float, setting: str
+    ) -> Lease:
+        waiting = self._queues.waiting(lane)
         max_queue = self._settings.runtime.max_queue
         if waiting >= max_queue:
             raise ServiceUnavailable(
@@ -176,16 +180,15 @@ class RuntimeManager:
                 retry_after=scheduler.retry_after(waiting, max_queue),
             )
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(spec, arrived, future, lane)
-        queue.append(waiter)
+        waiter = Waiter(spec, arrived, lane, future)
+        self._queues.add(waiter)
         self._pump()
-        timeout = self._settings.runtime.queue_timeout
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout or None)
+            return await asyncio.wait_for(asyncio.shield(future), bound or None)
         except TimeoutError:
             self._abandon(waiter)
             raise ServiceUnavailable(
-                f"timed out after {timeout:g}s waiting for {spec.config.id} (runtime.queue_timeout)",
+                f"timed out after {bound:g}s waiting for {spec.config.id} ({setting})",
                 retry_after=scheduler.retry_after(waiting, max_queue),
             ) from None
         except asyncio.CancelledError:  # the client went away while queued (R23)
@@ -194,10 +197,8 @@ class RuntimeManager:
 
     def _abandon(self, waiter: Waiter) -> None:
         """A waiter gave up; a lease granted in the same instant goes straight back."""
-        with contextlib.suppress(ValueError):
-            self._queues[waiter.lane].remove(waiter)
+        self._queues.remove(waiter)
         future = waiter.future
-        assert future is not None
         if not future.done():
             future.cancel()
         elif not future.cancelled() and future.exception() is None:
@@ -229,11 +230,11 @@ class RuntimeManager:
             idle = self._settings.runtime.idle_unload
             if idle > 0 and runtime.state is RuntimeState.READY:
                 runtime.arm_idle_timer(idle, lambda: self._idle_unload(runtime))
-        if runtime.draining or runtime.unload_requested or any(self._queues.values()):
+        if runtime.draining or runtime.unload_requested or self._queues.any():
             self._pump()
 
     def _idle_unload(self, runtime: Runtime) -> None:
-        wanted = any(w.spec.key == runtime.key for q in self._queues.values() for w in q)
+        wanted = self._queues.wants(runtime.key)
         if runtime.leases == 0 and runtime.state is RuntimeState.READY and not wanted:
             log.info("idle unload of %s", runtime.key)
             runtime.unload_requested = True
@@ -246,22 +247,23 @@ class RuntimeManager:
             return
         self._pumping = True
         try:
-            for _ in range(64):  # each pass changes something or ends the loop
+            for _ in range(_MAX_PASSES):  # each pass changes something or ends the loop
                 if not any([self._pump_lane(lane) for lane in Lane]):
                     break
+            else:
+                log.warning(
+                    "runtime pump: still changing after %d passes; the next event resumes it",
+                    _MAX_PASSES,
+                )
         finally:
             self._pumping = False
         self._arm_deadline()
 
     def _pump_lane(self, lane: Lane) -> bool:
         runtime = self._slots[lane]
-        queue = self._queues[lane]
-        queue[:] = [w for w in queue if w.future is None or not w.future.done()]
         if runtime is not None and runtime.unload_requested:
-            if runtime.leases == 0 and runtime.state is RuntimeState.READY:
-                self._begin_stop(runtime)
-                return True
-            return False
+            return runtime.leases == 0 and self._begin_stop(runtime)
+        entries = self._queues.entries(lane)
         view = scheduler.LaneView(
             _phase(runtime),
             runtime.key if runtime else None,
@@ -269,14 +271,18 @@ class RuntimeManager:
             bool(runtime and lane in runtime.drain_requests),
             self._free(runtime),
         )
-        waiters = [scheduler.WaiterView(w.spec.key, w.enqueued_at) for w in queue]
+        waiters = [scheduler.WaiterView(e.spec.key, e.enqueued_at) for e in entries]
         decision = scheduler.decide(
             view, waiters, self._clock(), self._settings.runtime.max_batch_wait
         )
-        return self._apply(lane, runtime, queue, decision)
+        return self._apply(lane, runtime, entries, decision)
 
     def _apply(
-        self, lane: Lane, runtime: Runtime | None, queue: list[Waiter], decision: scheduler.Decision
+        self,
+        lane: Lane,
+        runtime: Runtime | None,
+        entries: list[Entry],
+        decision: scheduler.Decision,
     ) -> bool:
         changed = False
         if runtime is not None:
@@ -287,25 +293,22 @@ class RuntimeManager:
                 runtime.drain_requests.add(lane)
                 changed = True
             if decision.grant and not runtime.draining:
-                changed |= self._grant_waiters(runtime, [queue[i] for i in decision.grant])
-            if decision.stop and runtime.leases == 0 and runtime.state is RuntimeState.READY:
-                self._begin_stop(runtime)
-                changed = True
+                changed |= self._grant_waiters(runtime, [entries[i] for i in decision.grant])
+            if decision.stop and runtime.leases == 0:
+                changed |= self._begin_stop(runtime)
         if decision.load is not None:
             changed |= self._request_load(
-                next(w.spec for w in queue if w.spec.key == decision.load)
+                next(e.spec for e in entries if e.spec.key == decision.load)
             )
         return changed
 
-    def _grant_waiters(self, runtime: Runtime, waiters: list[Waiter]) -> bool:
-        granted = False
-        for waiter in waiters:
-            if waiter.future is None:  # a claim by this very runtime: satisfied
-                self._queues[waiter.lane].remove(waiter)
-            elif not waiter.future.done():
-                waiter.future.set_result(self._grant(runtime, waiter.enqueued_at))
-            granted = True
-        return granted
+    def _grant_waiters(self, runtime: Runtime, entries: list[Entry]) -> bool:
+        for entry in entries:
+            if isinstance(entry, Claim):  # a claim by this very runtime: satisfied
+                self._queues.remove(entry)
+            elif not entry.future.done():
+                entry.future.set_result(self._grant(runtime, entry.enqueued_at))
+        return bool(entries)
 
     def _request_load(self, spec: RuntimeSpec) -> bool:
         if spec.key in self._runtimes or self._closing:
@@ -315,13 +318,10 @@ class RuntimeManager:
         for lane in requires:
             holder = self._slots[lane]
             if holder is not None and holder.key != spec.key:
-                if not any(w.future is None and w.spec.key == spec.key for w in self._queues[lane]):
-                    self._queues[lane].insert(0, Waiter(spec, self._clock(), None, lane))
-                    added = True
+                added |= self._queues.claim(lane, spec, self._clock())
         if any(self._slots[lane] is not None for lane in requires):
             return added
-        for queue in self._queues.values():
-            queue[:] = [w for w in queue if not (w.future is None and w.spec.key == spec.key)]
+        self._queues.drop_claims(spec.key)
         runtime = Runtime(spec)
         for lane in spec.occupies:
             self._slots[lane] = runtime
@@ -347,14 +347,10 @@ class RuntimeManager:
         wait = self._settings.runtime.max_batch_wait
         deadlines = [
             d
-            for lane, queue in self._queues.items()
+            for lane in Lane
             if (rt := self._slots[lane]) is not None
             and rt.state is RuntimeState.READY
-            and (
-                d := scheduler.next_deadline(
-                    [scheduler.WaiterView(w.spec.key, w.enqueued_at) for w in queue], rt.key, wait
-                )
-            )
+            and (d := scheduler.next_deadline(self._queues.scheduler_view(lane), rt.key, wait))
             is not None
         ]
         if deadlines and not self._closing:
@@ -362,119 +358,12 @@ class RuntimeManager:
             delay = max(0.0, min(deadlines) - self._clock()) + 0.001
             self._deadline = loop.call_later(delay, self._pump)
 
-    # ---- lifecycle of one runtime ------------------------------------------------------
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+_MAX_PASSES = 64
 
-    async def _load(self, runtime: Runtime) -> None:
-        self._events.publish("loading", **runtime.identity())
-        seen = self._observer(runtime) if self._observer else None
-        try:
-            launched: Launched = await self._loader.launch(
-                runtime.spec, seen.output if seen else None, seen.launched if seen else None
-            )
-        except RouterError as exc:
-            self._load_failed(runtime, exc, seen)
-            return
-        except asyncio.CancelledError:
-            error = ServiceUnavailable("load cancelled: the router is stopping")
-            self._load_failed(runtime, error, seen)
-            raise
-        except Exception as exc:  # a bug must not leave the lane stuck in "loading"
-            log.exception("load of %s crashed", runtime.key)
-            self._load_failed(
-                runtime, LoadFailed(f"load of {runtime.config.id} failed: {exc}"), seen
-            )
-            return
-        if seen:
-            seen.finished("ok", None, None)
-        runtime.attach(launched)
-        runtime.transition(RuntimeState.READY)
-        self._events.publish("ready", **runtime.identity(), load_seconds=launched.load_seconds)
-        self._spawn(self._watch_exit(runtime))
-        # First serve the requests this runtime was loaded for. They queued before it was
-        # ready, so the batch window of a later waiter for another model may have expired
-        # meanwhile; scheduler.decide() would then stop the new runtime unused and load it
-        # again for the same waiters, forever (a livelock found by R18).
-        for lane in runtime.spec.occupies:
-            loaded_for = [w for w in self._queues[lane] if w.spec.key == runtime.key]
-            if loaded_for:
-                self._grant_waiters(runtime, loaded_for)
-        self._pump()
 
-    def _load_failed(
-        self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
-    ) -> None:
-        runtime.transition(RuntimeState.FAILED)
-        runtime.error = error.message
-        exit_code = getattr(error, "exit_code", None)
-        self._events.publish("failed", **runtime.identity(), reason=error.message)
-        if seen:
-            seen.finished("failed", exit_code, error.message)
-        if self._on_load_error:
-            self._on_load_error(
-                {
-                    **runtime.identity(),
-                    "backend": runtime.spec.family.value,
-                    "reason": error.message,
-                    "exit_code": exit_code,
-                    "output_tail": getattr(error, "output_tail", None),
-                    "attempt_id": seen.attempt_id if seen else None,
-                }
-            )
-        for queue in self._queues.values():
-            for waiter in list(queue):
-                if waiter.spec.key == runtime.key:
-                    queue.remove(waiter)
-                    if waiter.future and not waiter.future.done():
-                        waiter.future.set_exception(error)
-        self._vacate(runtime)
-
-    async def _watch_exit(self, runtime: Runtime) -> None:
-        assert runtime.process is not None
-        code = await runtime.process.wait_exit()
-        if runtime.state is RuntimeState.READY:
-            self._fail_running(runtime, f"the backend exited with code {code} while serving")
-
-    def _fail_running(self, runtime: Runtime, reason: str) -> None:
-        runtime.transition(RuntimeState.FAILED)
-        runtime.error = reason
-        self._events.publish("failed", **runtime.identity(), reason=reason)
-        if self._on_load_error:
-            self._on_load_error(
-                {**runtime.identity(), "backend": runtime.spec.family.value, "reason": reason}
-            )
-        self._spawn(self._stop_now(runtime))
-        self._vacate(runtime)
-
-    def _begin_stop(self, runtime: Runtime) -> None:
-        runtime.transition(RuntimeState.STOPPING)
-        self._events.publish("unloading", **runtime.identity())
-        self._spawn(self._finish_stop(runtime))
-
-    async def _finish_stop(self, runtime: Runtime) -> None:
-        await self._stop_now(runtime)
-        if runtime.state is RuntimeState.STOPPING:
-            runtime.transition(RuntimeState.STOPPED)
-        self._events.publish("unloaded", **runtime.identity())
-        self._vacate(runtime)
-
-    async def _stop_now(self, runtime: Runtime) -> None:
-        runtime.cancel_idle_timer()
-        if runtime.process is not None:
-            await runtime.process.stop(self._settings.runtime.stop_grace)
-
-    def _vacate(self, runtime: Runtime) -> None:
-        for lane, holder in self._slots.items():
-            if holder is runtime:
-                self._slots[lane] = None
-        if self._runtimes.get(runtime.key) is runtime:
-            del self._runtimes[runtime.key]
-        runtime.gone.set()
-        self._pump()
+def _SHUTTING_DOWN() -> ServiceUnavailable:
+    return ServiceUnavailable("the router is shutting down", retry_after=5)
 
 
 def _phase(runtime: Runtime | None) -> scheduler.Phase:
@@ -487,4 +376,4 @@ def _phase(runtime: Runtime | None) -> scheduler.Phase:
     }.get(runtime.state, scheduler.Phase.EMPTY)
 
 
-__all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "spec_for", "primary_lane", "BackendMode"]
+__all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]

@@ -1,7 +1,7 @@
 """Pure queueing and swap decisions for one lane (no I/O, no clocks of its own).
 
-runtime.py describes a lane as plain values and applies whatever `decide()` returns. Keeping
-the policy here lets it be tested exhaustively without processes:
+The runtime manager describes a lane as plain values and applies whatever `decide()` returns.
+Keeping the policy here lets it be tested exhaustively without processes:
 
 - Requests for the loaded model are granted at once while nobody waits for another model.
 - While others wait, requests for the loaded model still go first (batching, R17), but only
@@ -72,7 +72,7 @@ def decide(
         return Decision(drain=True, stop=True)  # idle, and only others wait: swap now
     window_open = now - min(w.enqueued_at for w in others) < max_batch_wait
     if window_open:
-        # Running and new work for the loaded model goes on; runtime.py re-runs decide()
+        # Running and new work for the loaded model goes on; the manager re-runs decide()
         # when the window closes (next_deadline) or the last lease is released.
         return Decision(grant=matching) if matching else NOTHING
     return Decision(drain=True, stop=lane.leases == 0)

@@ -1,6 +1,7 @@
 """One runtime: a supervised backend process serving one config on one or more lanes.
 
-Its state moves only along the checked transitions below; runtime.py is the only caller.
+Its state moves only along the checked transitions below; the manager is the only caller, and
+the rest of the router reads a frozen `RuntimeView` snapshot, never the live object.
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ class RuntimeState(StrEnum):
     FAILED = "failed"
 
 
-_ALLOWED = {
-    RuntimeState.LOADING: {RuntimeState.READY, RuntimeState.FAILED, RuntimeState.STOPPING},
-    RuntimeState.READY: {RuntimeState.STOPPING, RuntimeState.FAILED},
-    RuntimeState.STOPPING: {RuntimeState.STOPPED, RuntimeState.FAILED},
-    RuntimeState.STOPPED: set(),
-    RuntimeState.FAILED: set(),
+# A loading runtime is never stopped (it fails or becomes ready), and a stopping one is
+# never marked failed: its process exiting is the stop itself, not a crash.
+_ALLOWED: dict[RuntimeState, frozenset[RuntimeState]] = {
+    RuntimeState.LOADING: frozenset({RuntimeState.READY, RuntimeState.FAILED}),
+    RuntimeState.READY: frozenset({RuntimeState.STOPPING, RuntimeState.FAILED}),
+    RuntimeState.STOPPING: frozenset({RuntimeState.STOPPED}),
+    RuntimeState.STOPPED: frozenset(),
+    RuntimeState.FAILED: frozenset(),
 }
 
 
@@ -51,7 +54,7 @@ class Runtime:
         self.spec = spec
         self.state = RuntimeState.LOADING
         self.leases = 0
-        self.drain_requests: set[Any] = set()
+        self.drain_requests: set[Lane] = set()
         self.unload_requested = False
         self.process: SupervisedProcess | None = None
         self.base_url = ""
@@ -60,6 +63,7 @@ class Runtime:
         self.argv: list[str] = []
         self.error: str | None = None
         self.created_at = time.time()
+        self.since = self.created_at  # when it entered its current state (wall clock)
         self.ready_at: float | None = None
         self.last_release = time.monotonic()
         self.gone = asyncio.Event()
@@ -70,19 +74,23 @@ class Runtime:
         return self.spec.key
 
     @property
-    def config(self) -> Any:
+    def config(self) -> ModelConfig:
         return self.spec.config
 
     @property
     def draining(self) -> bool:
         return bool(self.drain_requests) or self.unload_requested
 
+    def can_move(self, new: RuntimeState) -> bool:
+        return new in _ALLOWED[self.state]
+
     def transition(self, new: RuntimeState) -> None:
-        if new not in _ALLOWED[self.state]:
+        if not self.can_move(new):
             raise IllegalTransition(f"{self.key}: {self.state} -> {new}")
         self.state = new
+        self.since = time.time()
         if new is RuntimeState.READY:
-            self.ready_at = time.time()
+            self.ready_at = self.since
 
     def attach(self, launched: Launched) -> None:
         self.process = launched.process
@@ -109,17 +117,71 @@ class Runtime:
         }
 
     def describe(self, queued: dict[str, int]) -> dict[str, Any]:
+        identity = self.identity()
         return {
-            **self.identity(),
+            **identity,
             "state": self.state.value,
             "pid": self.process.pid if self.process else None,
             "port": self.port or None,
             "in_flight": self.leases,
             "draining": self.draining,
-            "queued": {lane: queued.get(lane, 0) for lane in self.identity()["lanes"]},
+            "queued": {lane: queued.get(lane, 0) for lane in identity["lanes"]},
             "error": self.error,
             "ready_at": self.ready_at,
         }
+
+    def view(self, queued: int) -> RuntimeView:
+        return RuntimeView(
+            key=self.key,
+            config=self.config,
+            lane=primary_of(self.spec.occupies) or self.spec.lane,
+            occupies=self.spec.occupies,
+            family=self.spec.family,
+            state=self.state,
+            draining=self.draining,
+            leases=self.leases,
+            since=self.since,
+            pid=self.process.pid if self.process else None,
+            port=self.port or None,
+            base_url=self.base_url,
+            queued=queued,
+        )
+
+
+@dataclass(frozen=True)
+class RuntimeView:
+    """What one runtime was doing at one instant; handlers decide on this, never on `Runtime`.
+
+    `lane` is its primary lane (its leases are counted there, whichever lane asked for them);
+    `occupies` every lane it holds (several for KoboldCpp). `queued`: requests waiting for it.
+    """
+
+    key: str
+    config: ModelConfig
+    lane: Lane
+    occupies: frozenset[Lane]
+    family: Family
+    state: RuntimeState
+    draining: bool
+    leases: int
+    since: float
+    pid: int | None
+    port: int | None
+    base_url: str
+    queued: int
+
+    @property
+    def ready(self) -> bool:
+        return self.state is RuntimeState.READY
+
+    @property
+    def active(self) -> bool:
+        """Loading or serving, and not on its way out: the lane's model for unnamed requests
+        (docs/decisions.md, "The lane's active runtime")."""
+        return self.state in ACTIVE_STATES and not self.draining
+
+
+ACTIVE_STATES = frozenset({RuntimeState.LOADING, RuntimeState.READY})
 
 
 @dataclass(frozen=True)
@@ -145,7 +207,7 @@ def spec_for(config: ModelConfig, lane: Lane) -> RuntimeSpec:
     )
     key = f"{runtime_identity(config)}@{suffix}"
     # Lanes named by router_unload_policy; its family:/config: entries depend on what runs
-    # when the load starts and are resolved by runtime.py then.
+    # when the load starts and are resolved by the manager then.
     extra = static_lanes(config.unload_triggers)
     return RuntimeSpec(key, config, lane, family, occupies, occupies | extra)
 
@@ -169,11 +231,19 @@ def runtime_identity(config: ModelConfig) -> str:
 _JINJA_KEYS = frozenset({"jinja_kwargs", "router_jinja_kwargs_precedence"})
 
 
+_LANE_ORDER = (Lane.TEXT, Lane.IMAGE, Lane.EMBEDDINGS, Lane.VOICE, Lane.MUSIC)
+
+
+def primary_of(lanes: frozenset[Lane]) -> Lane | None:
+    """The first of `lanes` in the order text, image, embeddings, voice, music."""
+    return next((lane for lane in _LANE_ORDER if lane in lanes), None)
+
+
 def primary_lane(config: ModelConfig) -> Lane:
-    for lane in (Lane.TEXT, Lane.IMAGE, Lane.EMBEDDINGS, Lane.VOICE, Lane.MUSIC):
-        if lane in config.lanes:
-            return lane
-    raise BadRequest(f"model {config.id!r} has no servable component")
+    lane = primary_of(config.lanes)
+    if lane is None:
+        raise BadRequest(f"model {config.id!r} has no servable component")
+    return lane
 
 
 # ---- what the runtime manager hands out and keeps in its queues ---------------------
@@ -190,14 +260,6 @@ class LoadObserver(Protocol):
 
 
 ObserverFactory = Callable[[Runtime], LoadObserver | None]
-
-
-@dataclass(eq=False)
-class Waiter:
-    spec: RuntimeSpec
-    enqueued_at: float
-    future: asyncio.Future[Lease] | None  # None: a claim, not a request
-    lane: Lane
 
 
 @dataclass(eq=False)

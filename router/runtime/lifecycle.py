@@ -1,0 +1,183 @@
+"""The state the runtime manager owns, and the lifecycle of one runtime in it.
+
+`RuntimeCore` holds the slots, queues and runtimes; its methods move one runtime from loading
+to ready, failed or stopped, each move with its event (`_move`). `RuntimeManager` (manager.py)
+adds admission, queueing and the pump on top; nothing else subclasses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from router.config import Settings
+from router.domain import Lane
+from router.errors import LoadFailed, RouterError, ServiceUnavailable
+from router.records import EventBus
+from router.runtime.loader import Launched, Loader
+from router.runtime.queues import Entry, Queues
+from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
+
+log = logging.getLogger(__name__)
+LoadErrorSink = Callable[[dict[str, Any]], None]
+
+
+class RuntimeCore:
+    def __init__(
+        self,
+        settings: Settings,
+        loader: Loader,
+        events: EventBus,
+        *,
+        on_load_error: LoadErrorSink | None = None,
+        observer: ObserverFactory | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._loader = loader
+        self._events = events
+        self._on_load_error = on_load_error
+        self._observer = observer
+        self._clock = clock
+        self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
+        self._queues = Queues()
+        self._runtimes: dict[str, Runtime] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._deadline: asyncio.TimerHandle | None = None
+        self._pumping = False
+        self._closing = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.spawn_count = 0
+
+    # ---- what the manager provides ------------------------------------------------------
+
+    def _pump(self) -> None:
+        raise NotImplementedError
+
+    def _grant_waiters(self, runtime: Runtime, entries: list[Entry]) -> bool:
+        raise NotImplementedError
+
+    # ---- lifecycle of one runtime ------------------------------------------------------
+
+    def _move(self, runtime: Runtime, new: RuntimeState, event: str, **fields: Any) -> bool:
+        """Change the state and publish its event in one step. A move the transition table
+        forbids from the current state changes nothing and publishes nothing."""
+        if not runtime.can_move(new):
+            log.debug("%s: %s -> %s refused", runtime.key, runtime.state, new)
+            return False
+        runtime.transition(new)
+        self._events.publish(event, **runtime.identity(), **fields)
+        return True
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load(self, runtime: Runtime) -> None:
+        self._events.publish("loading", **runtime.identity())  # created in LOADING
+        seen = self._observer(runtime) if self._observer else None
+        try:
+            launched: Launched = await self._loader.launch(
+                runtime.spec, seen.output if seen else None, seen.launched if seen else None
+            )
+        except RouterError as exc:
+            self._load_failed(runtime, exc, seen)
+            return
+        except asyncio.CancelledError:
+            error = ServiceUnavailable("load cancelled: the router is stopping")
+            self._load_failed(runtime, error, seen)
+            raise
+        except Exception as exc:  # a bug must not leave the lane stuck in "loading"
+            log.exception("load of %s crashed", runtime.key)
+            self._load_failed(
+                runtime, LoadFailed(f"load of {runtime.config.id} failed: {exc}"), seen
+            )
+            return
+        if seen:
+            seen.finished("ok", None, None)
+        runtime.attach(launched)
+        moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
+        assert moved, "only _load moves a loading runtime"
+        self._spawn(self._watch_exit(runtime))
+        # First serve the requests this runtime was loaded for. They queued before it was
+        # ready, so the batch window of a later waiter for another model may have expired
+        # meanwhile; scheduler.decide() would then stop the new runtime unused and load it
+        # again for the same waiters, forever (a livelock found by R18).
+        for lane in runtime.spec.occupies:
+            loaded_for = [e for e in self._queues.entries(lane) if e.spec.key == runtime.key]
+            if loaded_for:
+                self._grant_waiters(runtime, loaded_for)
+        self._pump()
+
+    def _load_failed(
+        self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
+    ) -> None:
+        self._move(runtime, RuntimeState.FAILED, "failed", reason=error.message)
+        runtime.error = error.message
+        exit_code, tail = (
+            (error.exit_code, list(error.output_tail))
+            if isinstance(error, LoadFailed)
+            else (None, [])
+        )
+        if seen:
+            seen.finished("failed", exit_code, error.message)
+        if self._on_load_error:
+            self._on_load_error(
+                {
+                    **runtime.identity(),
+                    "backend": runtime.spec.family.value,
+                    "reason": error.message,
+                    "exit_code": exit_code,
+                    "output_tail": tail or None,
+                    "attempt_id": seen.attempt_id if seen else None,
+                }
+            )
+        self._queues.fail(runtime.key, error)
+        self._vacate(runtime)
+
+    async def _watch_exit(self, runtime: Runtime) -> None:
+        assert runtime.process is not None
+        code = await runtime.process.wait_exit()
+        self._fail_running(runtime, f"the backend exited with code {code} while serving")
+
+    def _fail_running(self, runtime: Runtime, reason: str) -> None:
+        """A ready runtime stopped serving; a stopping one exiting is its stop, not a failure."""
+        if not self._move(runtime, RuntimeState.FAILED, "failed", reason=reason):
+            return
+        runtime.error = reason
+        if self._on_load_error:
+            self._on_load_error(
+                {**runtime.identity(), "backend": runtime.spec.family.value, "reason": reason}
+            )
+        self._spawn(self._stop_now(runtime))
+        self._vacate(runtime)
+
+    def _begin_stop(self, runtime: Runtime) -> bool:
+        if not self._move(runtime, RuntimeState.STOPPING, "unloading"):
+            return False
+        self._spawn(self._finish_stop(runtime))
+        return True
+
+    async def _finish_stop(self, runtime: Runtime) -> None:
+        await self._stop_now(runtime)
+        self._move(runtime, RuntimeState.STOPPED, "unloaded")
+        self._vacate(runtime)
+
+    async def _stop_now(self, runtime: Runtime) -> None:
+        runtime.cancel_idle_timer()
+        if runtime.process is not None:
+            await runtime.process.stop(self._settings.runtime.stop_grace)
+
+    def _vacate(self, runtime: Runtime) -> None:
+        for lane, holder in self._slots.items():
+            if holder is runtime:
+                self._slots[lane] = None
+        if self._runtimes.get(runtime.key) is runtime:
+            del self._runtimes[runtime.key]
+        runtime.gone.set()
+        self._pump()
