@@ -101,7 +101,7 @@ def route_of(request: web.Request) -> Route:
         found = match(request.method, request.path)
         request[MATCH] = found
         request[ROUTE] = route = found.route
-    return route  # type: ignore[no-any-return]
+    return route
 
 
 def _secrets(settings: Settings) -> tuple[str, ...]:

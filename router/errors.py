@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -187,7 +188,7 @@ def sanitize(text: str, secrets: Iterable[str] = ()) -> str:
     return text
 
 
-def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> dict:
+def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> dict[str, Any]:
     message = sanitize(err.message, secrets)
     if surface is Surface.OLLAMA:
         return {"error": message}

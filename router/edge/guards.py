@@ -72,7 +72,9 @@ def surface_of(request: web.Request, route_of: RouteOf) -> Surface:
 # --- 1. peer CIDR -------------------------------------------------------------------------
 
 
-def peer_allowed(remote: str | None, networks: Iterable[ipaddress._BaseNetwork]) -> bool:
+def peer_allowed(
+    remote: str | None, networks: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]
+) -> bool:
     if not remote:
         return False
     try:
