@@ -245,7 +245,7 @@ ROUTES: tuple[Route, ...] = (
     _inf("/v1/responses/{id}", "GET", OAI, _T, handler="responses.follow", fam={_V}, vllm=True),
     _inf("/v1/responses/{id}", "DELETE", OAI, _T, handler="responses.follow", sel=QUERY_SELECTOR, body=_N, fam={_K, _L}),
     _inf("/v1/responses/{id}/cancel", "POST", OAI, _T, handler="responses.follow", fam={_V}, vllm=True),
-    _inf("/v1/messages", "POST", A, _T, fam=TEXT_FAMILIES, vllm=True),
+    _inf("/v1/messages", "POST", A, _T, handler="anthropic.messages", fam=TEXT_FAMILIES, vllm=True),
     _inf("/v1/messages/count_tokens", "POST", A, _T, fam={_L, _V}, vllm=True),
     _inf("/v1/messages/render", "POST", A, _T, fam={_V}, vllm=True, required=True),
     _inf("/cohere/v2/chat/render", "POST", VL, _T, fam={_V}, vllm=True, required=True),

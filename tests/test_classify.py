@@ -30,7 +30,7 @@ EXPECTED = [
     ("POST", "/v1/chat/completions/render", "proxy", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/completions/render", "proxy", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/chat/completions/batch", "proxy", Lane.TEXT, Surface.OPENAI),
-    ("POST", "/v1/messages", "proxy", Lane.TEXT, Surface.ANTHROPIC),
+    ("POST", "/v1/messages", "anthropic.messages", Lane.TEXT, Surface.ANTHROPIC),
     ("POST", "/v1/messages/count_tokens", "proxy", Lane.TEXT, Surface.ANTHROPIC),
     ("POST", "/v1/messages/render", "proxy", Lane.TEXT, Surface.ANTHROPIC),
     # Kobold

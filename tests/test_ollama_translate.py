@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.errors import BadGateway, BadRequest
-from router.ollama import ollama_ndjson
+from router.ollama import NdjsonStream
 from router.ollama.requests import (
     chat_request,
     embed_request,
@@ -536,12 +536,13 @@ async def agen(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
 
 
 async def run(chunks: Iterable[bytes], kind: str = "chat") -> list[dict[str, Any]]:
+    """The records the proxy writes when it feeds the chunks to the stream transform."""
     clock = itertools.count(T0 + 1000, 1000).__next__
-    out = []
-    async for line in ollama_ndjson(agen(chunks), kind, "pub", T0, clock=clock):  # type: ignore[arg-type]
-        assert line.endswith(b"\n") and line.count(b"\n") == 1
-        out.append(json.loads(line))
-    return out
+    stream = NdjsonStream(kind, "pub", T0, clock=clock)  # type: ignore[arg-type]
+    written = [stream.feed(chunk) async for chunk in agen(chunks)] + [stream.flush()]
+    body = b"".join(written)
+    assert body.endswith(b"\n") and all(w.endswith(b"\n") for w in written if w)
+    return [json.loads(line) for line in body.split(b"\n")[:-1]]
 
 
 async def test_stream_records_and_final_with_usage() -> None:

@@ -122,7 +122,7 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
 
 def test_empty_section_means_defaults(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, "server:\nruntime:\n"), {})
-    assert settings.server.max_connections == 256
+    assert settings.server.max_connections == 1024
 
 
 def test_relative_paths_resolve_against_the_yaml_folder(tmp_path: Path) -> None:

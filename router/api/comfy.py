@@ -90,7 +90,7 @@ async def prompt(request: web.Request) -> web.StreamResponse:
     raw = await read_capped(request, cap, "limits.workflow_media_mb")
     payload = parse_json_object(raw)
     if "prompt" not in payload:
-        raise BadRequest("No prompt provided", code="no_prompt")
+        raise BadRequest("No prompt provided", code="no_prompt", param="prompt")
     plan = inspect_workflow(payload["prompt"])
     if plan is None:
         return await forward(request, Override(_selection(request, raw)))
@@ -224,18 +224,29 @@ async def _backend_history(request: web.Request, config: ModelConfig) -> dict[st
 async def _history_post(request: web.Request) -> web.StreamResponse:
     cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
     raw = await read_capped(request, cap, "limits.max_control_body_mb")
-    body = parse_json_object(raw)
+    clear, delete = history_edits(parse_json_object(raw))
     jobs = request.app[COMFY].jobs
-    if body.get("clear") is True:
+    if clear:
         for job in jobs.jobs():
             jobs.forget(job.prompt_id)
-    for prompt_id in body.get("delete") or []:
-        if isinstance(prompt_id, str):
-            jobs.forget(prompt_id)
+    for prompt_id in delete:
+        jobs.forget(prompt_id)
     active = active_view(request.app, Lane.IMAGE)
     if active is not None and active.config.backend_mode is BackendMode.KOBOLD:
         return await forward(request, Override(Selection(None, raw, True)))
     return web.Response(status=200)
+
+
+def history_edits(body: dict[str, Any]) -> tuple[bool, list[str]]:
+    """ComfyUI's `{"clear": bool, "delete": [prompt_id, ...]}`; other keys are the backend's."""
+    clear, delete = body.get("clear", False), body.get("delete", [])
+    if not isinstance(clear, bool):
+        raise BadRequest("clear must be true or false", param="clear")
+    if delete is None:
+        delete = []
+    if not isinstance(delete, list) or not all(isinstance(p, str) for p in delete):
+        raise BadRequest("delete must be a list of prompt ids", param="delete")
+    return clear, delete
 
 
 # ---- GET /view --------------------------------------------------------------------------

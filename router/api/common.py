@@ -91,7 +91,7 @@ async def read_control_json(request: web.Request, *, required: bool = False) -> 
 
 def resolve_model(request: web.Request, model_id: Any) -> ModelConfig:
     if not isinstance(model_id, str) or not model_id:
-        raise BadRequest('"model" must be a non-empty string')
+        raise BadRequest('"model" must be a non-empty string', param="model")
     config = request.app[CATALOG].resolve(model_id)
     if config is None:
         raise ModelNotFound(model_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
@@ -12,9 +11,11 @@ from router.api.common import Handler, read_control_json, resolve_model
 from router.appkeys import EVENTS, RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.errors import BadRequest
+from router.forwarding import encode_event
 from router.runtime import primary_lane
 
 TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
+_LANES = tuple(lane.value for lane in Lane)
 SSE_HEARTBEAT = 15.0
 
 
@@ -33,17 +34,17 @@ def _lane_for(config: Any, lane: Any, model_id: str) -> Lane:
         if model_id == config.image_id:
             return Lane.IMAGE
         return primary_lane(config)
-    try:
-        return Lane(lane)
-    except ValueError:
-        raise BadRequest(f"lane must be one of {', '.join(lane.value for lane in Lane)}") from None
+    if not isinstance(lane, str) or lane not in _LANES:
+        raise BadRequest(f"lane must be one of {', '.join(_LANES)}", param="lane")
+    return Lane(lane)
 
 
 async def unload(request: web.Request) -> web.StreamResponse:
     body = await read_control_json(request)
     target = body.get("target", "all")
-    if target not in TARGETS:
-        raise BadRequest(f"target must be one of {', '.join(TARGETS)}")
+    # A list or an object is no lane name (and is not hashable: never look it up).
+    if not isinstance(target, str) or target not in TARGETS:
+        raise BadRequest(f"target must be one of {', '.join(TARGETS)}", param="target")
     stopped = await request.app[RUNTIMES].unload(TARGETS[target])
     return web.json_response({"target": target, "unloaded": stopped})
 
@@ -87,8 +88,7 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 
 def _sse(event: dict[str, Any]) -> bytes:
-    kind = event.get("event", "message")
-    return f"event: {kind}\ndata: {json.dumps(event, default=str)}\n\n".encode()
+    return encode_event(event, event.get("event", "message"))
 
 
 HANDLERS: dict[str, Handler] = {

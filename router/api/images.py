@@ -27,15 +27,11 @@ from aiohttp import web
 from router.api import inference
 from router.api.common import Handler, arrived, match_of, read_control_json, route_of
 from router.api.lanes import active_view, choose_config, public_id, resolve_for_lane
-from router.appkeys import CATALOG, IMAGES, PROXY, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
-from router.edge import upstream_request_headers
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import (
-    ModelRewriter,
-    ProxyResult,
     Selection,
-    UpstreamRequest,
     body_stream,
     read_selector,
 )
@@ -220,8 +216,8 @@ async def _submit(request: web.Request, selection: Selection) -> web.StreamRespo
     held = False
     try:
         body = _job_body(request, selection)
-        response, result = await _direct(request, lease.runtime, body, info)
-        job_id = _receipt_id(result)
+        response = await _direct(request, lease.runtime, body, info)
+        job_id = _receipt_id(response)
         if job_id is not None:
             state = lane_state(request.app)
             state.remember_job(job_id, lease.runtime)
@@ -239,12 +235,13 @@ def _job_body(request: web.Request, selection: Selection) -> bytes | Any:
     return body_stream(selection, request)
 
 
-def _receipt_id(result: ProxyResult) -> str | None:
-    # A job receipt is a few hundred bytes, so the proxy's kept tail is all of it.
-    if result.status != 202 or len(result.tail) >= 4096:
+def _receipt_id(response: web.StreamResponse) -> str | None:
+    # A job receipt is a few hundred bytes with a length, so the proxy answers it in one piece.
+    body = response.body if isinstance(response, web.Response) else None
+    if response.status != 202 or not isinstance(body, bytes | bytearray):
         return None
     try:
-        receipt = json.loads(result.tail)
+        receipt = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return None
     job_id = receipt.get("id") if isinstance(receipt, dict) else None
@@ -284,34 +281,14 @@ async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:
         return web.json_response({"error": "job not found"}, status=404)
     info = _info(request, public_id(runtime.config, Lane.IMAGE))
     body = await request.read() if request.body_exists else None
-    response, _ = await _direct(request, runtime, body, info)
-    return response
+    return await _direct(request, runtime, body, info)
 
 
 async def _direct(
     request: web.Request, runtime: Runtime, body: Any, info: RequestInfo
-) -> tuple[web.StreamResponse, ProxyResult]:
+) -> web.StreamResponse:
     """Forward to one known runtime (job polls must not be re-routed by model selection)."""
-    result = ProxyResult()
-    headers = upstream_request_headers(request.headers, extra_drop=("x-tensors-model",))
-    upstream = UpstreamRequest(
-        request.method, runtime.base_url + request.rel_url.raw_path_qs, headers, body,
-        isinstance(body, bytes | None),
-    )  # fmt: skip
-    info.family = runtime.spec.family.value
-    try:
-        response = await request.app[PROXY].forward(
-            request, upstream, ModelRewriter("", ""), result, lambda: 0.0
-        )
-        return response, result
-    except asyncio.CancelledError:
-        result.aborted, result.status = True, 499
-        raise
-    finally:
-        request.app[RECORDER].record(
-            info, status=result.status or 502, upstream_status=result.upstream_status,
-            ttfb_ms=result.ttfb_ms, bytes_out=result.bytes_out, aborted=result.aborted,
-        )  # fmt: skip
+    return await inference.forward_to(request, runtime, request.rel_url.raw_path_qs, body, info)
 
 
 def _info(request: web.Request, model: str) -> RequestInfo:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -29,20 +30,22 @@ from router.errors import (
 from router.forwarding import (
     ModelRewriter,
     ProxyResult,
+    Rewrite,
     Selection,
+    Translation,
     UpstreamRequest,
     body_stream,
     merge_chat_template_kwargs,
     read_selector,
 )
 from router.records import RequestInfo
-from router.runtime import Lease, choose_config
+from router.runtime import Lease, Runtime, RuntimeView, choose_config
 
 
 @dataclass(frozen=True)
 class Override:
-    """What a surface handler changed before forwarding (voice, images, Ollama on KoboldCpp):
-    the body it already read or rewrote, and optionally another backend path or headers."""
+    """What a surface handler changed before forwarding (voice, images, Ollama): the body it
+    already read or rewrote, and optionally another backend path or headers."""
 
     selection: Selection
     path_qs: str | None = None  # backend path and query; default: the request's own
@@ -50,20 +53,66 @@ class Override:
     # Called once a runtime is leased: may refuse (raise) or return a rewriter that also
     # watches the response (router/api/responses.py remembers which runtime made a response).
     on_lease: Callable[[Lease, ModelRewriter], ModelRewriter] | None = None
+    # Called once a runtime is leased: how the backend's answer becomes the client's (Ollama
+    # translates OpenAI answers); default: as it is, model IDs rewritten.
+    translation: Callable[[Lease], Translation] | None = None
+    # Answered by the router once a runtime is leased, nothing sent (Ollama's load request).
+    answer: Callable[[Lease], web.StreamResponse] | None = None
+
+
+# A handler that reads and checks the body itself passes this instead of an Override, so its
+# refusals are recorded like every other request's.
+Prepare = Callable[[], Awaitable[Override]]
 
 
 async def forward(
-    request: web.Request, override: Override | Selection | None = None
+    request: web.Request, override: Override | Selection | Prepare | None = None
 ) -> web.StreamResponse:
     """Forward one request; `override` when a handler already read (and kept) the body."""
-    if isinstance(override, Selection):
-        override = Override(override)
     route = route_of(request)
-    started = arrived(request)
-    info = RequestInfo(route.template, route.surface.value, _lane_name(route), started, time.time())
+    info = _info(request, route)
+    async with recorded(request, info) as result:
+        if isinstance(override, Selection):
+            override = Override(override)
+        elif callable(override):
+            override = await override()
+        return await _forward(request, route, info, result, override)
+
+
+async def forward_to(
+    request: web.Request,
+    runtime: Runtime | RuntimeView,
+    path_qs: str,
+    body: bytes | AsyncIterator[bytes] | None,
+    info: RequestInfo,
+) -> web.StreamResponse:
+    """Forward to one known runtime, no model selection and no lease (sd-server job polls,
+    vLLM's operational routes); recorded like every forwarded request."""
+    family = runtime.family if isinstance(runtime, RuntimeView) else runtime.spec.family
+    info.family = family.value
+    async with recorded(request, info) as result:
+        if isinstance(body, bytes):
+            result.bytes_in = len(body)
+        elif body is not None:
+            body = _counted(body, *_stream_limits(request), result)
+        upstream = UpstreamRequest(
+            request.method,
+            runtime.base_url + path_qs,
+            _headers(request),
+            body,
+            not isinstance(body, AsyncIterator),
+        )
+        return await request.app[PROXY].forward(
+            request, upstream, IDENTITY, result, _overhead(info, result, 0.0)
+        )
+
+
+@contextlib.asynccontextmanager
+async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[ProxyResult]:
+    """One analytics event for what happens inside, however it ends."""
     result = ProxyResult()
     try:
-        return await _forward(request, route, info, result, override)
+        yield result
     except asyncio.CancelledError:
         result.aborted, result.status = True, 499
         raise
@@ -83,6 +132,16 @@ async def forward(
             aborted=result.aborted,
             tail=result.tail,
         )
+
+
+def _info(request: web.Request, route: Route) -> RequestInfo:
+    return RequestInfo(
+        route.template, route.surface.value, _lane_name(route), arrived(request), time.time()
+    )
+
+
+IDENTITY = Rewrite(ModelRewriter("", ""))
+CHAT_COMPLETIONS = "/v1/chat/completions"
 
 
 async def _forward(
@@ -107,27 +166,23 @@ async def _forward(
     info.model, info.lane = public_id, lane.value
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
-    backend_path = (override.path_qs or request.path).split("?", 1)[0]
+    backend_path = _path(override.path_qs or request.path)
     _check_served(route, config, lane, request, backend_path)
-    lease = await request.app[RUNTIMES].ensure(config, lane)
-    info.queue_wait_ms = lease.queue_wait_ms
-    try:
-        return await _send(request, route, lease, override, config, public_id, info, result)
-    except BadGateway:
-        # (tests/real/test_router_llama.py) A backend killed just before this request was
-        # leased to it, before the router saw the exit: the request then fails on a pooled
-        # keep-alive connection ("Connection reset by peer"). If the process really exited,
-        # relaunch it and send once more, as "the next request relaunches it" promises.
-        if not await _backend_died(request, lease, override, result):
-            raise
-    finally:
-        lease.release()
-    lease = await request.app[RUNTIMES].ensure(config, lane)
-    info.queue_wait_ms += lease.queue_wait_ms
-    try:
-        return await _send(request, route, lease, override, config, public_id, info, result)
-    finally:
-        lease.release()
+    for resend in (False, True):
+        lease = await request.app[RUNTIMES].ensure(config, lane)
+        info.queue_wait_ms += lease.queue_wait_ms
+        try:
+            return await _send(request, lease, override, config, public_id, info, result)
+        except BadGateway:
+            # (tests/real/test_router_llama.py) A backend killed just before this request was
+            # leased to it, before the router saw the exit: the request then fails on a pooled
+            # keep-alive connection ("Connection reset by peer"). If the process really exited,
+            # relaunch it and send once more, as "the next request relaunches it" promises.
+            if resend or not await _backend_died(request, lease, override, result):
+                raise
+        finally:
+            lease.release()
+    raise AssertionError("unreachable")
 
 
 DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds
@@ -154,7 +209,6 @@ async def _backend_died(
 
 async def _send(
     request: web.Request,
-    route: Route,
     lease: Lease,
     override: Override,
     config: ModelConfig,
@@ -162,35 +216,52 @@ async def _send(
     info: RequestInfo,
     result: ProxyResult,
 ) -> web.StreamResponse:
+    if override.answer is not None:
+        response = override.answer(lease)
+        result.status = response.status
+        return response
     runtime = lease.runtime
     rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id)
     if override.on_lease is not None:
         rewriter = override.on_lease(lease, rewriter)
+    path_qs = override.path_qs or request.rel_url.raw_path_qs
     selection = override.selection
-    if config.jinja_kwargs and route.template == "/v1/chat/completions" and selection.complete:
+    # The config's template kwargs go with every chat completion the backend gets, whatever
+    # surface the client spoke (an Ollama /api/chat becomes one).
+    if config.jinja_kwargs and _path(path_qs) == CHAT_COMPLETIONS and selection.complete:
         merged = merge_chat_template_kwargs(
             selection.prefix, config.jinja_kwargs, config.jinja_precedence
         )
         selection = Selection(selection.model, merged, True, selection.source)
-    body, replayable = _body(request, route, selection, rewriter, result)
+    body, replayable = _body(request, selection, rewriter, result)
     upstream = UpstreamRequest(
         request.method,
-        runtime.base_url + (override.path_qs or request.rel_url.raw_path_qs),
+        runtime.base_url + path_qs,
         override.headers if override.headers is not None else _headers(request),
         body,
         replayable,
     )
-    wait_s = lease.queue_wait_ms / 1000.0
+    translation = (
+        override.translation(lease) if override.translation is not None else Rewrite(rewriter)
+    )
+    overhead_ms = _overhead(info, result, lease.queue_wait_ms / 1000.0)
+    response = await request.app[PROXY].forward(request, upstream, translation, result, overhead_ms)
+    if result.backend_failed:
+        request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
+    return response
 
+
+def _overhead(info: RequestInfo, result: ProxyResult, wait_s: float) -> Callable[[], float]:
     def overhead_ms() -> float:
         # Everything since arrival except the wait for a runtime and the backend's own time.
         spent = time.monotonic() - info.started - wait_s - (result.ttfb_ms or 0.0) / 1000.0
         return max(0.0, spent * 1000.0)
 
-    response = await request.app[PROXY].forward(request, upstream, rewriter, result, overhead_ms)
-    if result.backend_failed:
-        request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
-    return response
+    return overhead_ms
+
+
+def _path(path_qs: str) -> str:
+    return path_qs.split("?", 1)[0]
 
 
 def _choose(
@@ -262,7 +333,6 @@ def _use_instead(config: ModelConfig) -> str:
 
 def _body(
     request: web.Request,
-    route: Route,
     selection: Selection,
     rewriter: ModelRewriter,
     result: ProxyResult,
@@ -271,13 +341,18 @@ def _body(
         body = rewriter.request_body(selection.prefix) if selection.prefix else b""
         result.bytes_in = len(body)
         return (body if body or request.can_read_body else None), True
-    cap = int(request.app[SETTINGS].limits.max_stream_request_gb * 1024 * MiB)
-    idle = request.app[SETTINGS].server.header_timeout
-    return _counted(body_stream(selection, request), cap, result, idle), False
+    return _counted(body_stream(selection, request), *_stream_limits(request), result), False
+
+
+def _stream_limits(request: web.Request) -> tuple[int, float]:
+    """The cap on a streamed request body and how long it may stop arriving."""
+    settings = request.app[SETTINGS]
+    cap = int(settings.limits.max_stream_request_gb * 1024 * MiB)
+    return cap, settings.server.header_timeout
 
 
 async def _counted(
-    chunks: AsyncIterator[bytes], cap: int, result: ProxyResult, idle: float
+    chunks: AsyncIterator[bytes], cap: int, idle: float, result: ProxyResult
 ) -> AsyncIterator[bytes]:
     """The rest of a large body: counted against the cap, and cut when it stops arriving."""
     iterator = aiter(chunks)

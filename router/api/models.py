@@ -103,15 +103,19 @@ async def models_state_set(request: web.Request) -> web.StreamResponse:
     """`{"node_id", "local_id", "enabled"}` (the WebUI's shape; `model` and `disabled` are
     accepted too). Disabling also unloads the model once its running requests finish."""
     body = await read_control_json(request, required=True)
-    node_id = body.get("node_id") or request.app[SETTINGS].cluster.node_id
-    if node_id != request.app[SETTINGS].cluster.node_id:
-        raise NotFound(f"node {node_id!r} is not known here")
-    model_id = body.get("local_id") or body.get("model")
+    here = request.app[SETTINGS].cluster.node_id
+    node_id = _optional_str(body, "node_id") or here
+    if node_id != here:
+        raise NotFound(f"node {node_id!r} is not known here", param="node_id")
+    field = "local_id" if body.get("local_id") is not None else "model"
+    model_id = _optional_str(body, field)
+    if not model_id:
+        raise BadRequest('send {"local_id": "<model id>", "enabled": true|false}', param=field)
     disabled = _disabled_flag(body)
     catalog = request.app[CATALOG]
     config = next((c for c in catalog.all_configs() if model_id in (c.id, c.image_id)), None)
-    if config is None or not isinstance(model_id, str):
-        raise ModelNotFound(str(model_id))
+    if config is None:
+        raise ModelNotFound(model_id)
     await catalog.set_disabled(model_id, disabled)
     if disabled and model_id == config.id:
         runtimes = request.app[RUNTIMES]
@@ -123,12 +127,22 @@ async def models_state_set(request: web.Request) -> web.StreamResponse:
     return web.json_response({"node_id": node_id, "local_id": model_id, "enabled": not disabled})
 
 
+def _optional_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string", param=name)
+    return value
+
+
 def _disabled_flag(body: dict[str, Any]) -> bool:
-    if isinstance(body.get("enabled"), bool):
-        return not body["enabled"]
-    if isinstance(body.get("disabled"), bool):
-        return bool(body["disabled"])
-    raise BadRequest('send {"local_id": "<model id>", "enabled": true|false}')
+    for name, means_disabled in (("enabled", False), ("disabled", True)):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise BadRequest(f"{name} must be true or false", param=name)
+        return value is means_disabled
+    raise BadRequest('send {"local_id": "<model id>", "enabled": true|false}', param="enabled")
 
 
 _TEXT_SIDE = frozenset({Lane.TEXT, Lane.EMBEDDINGS})

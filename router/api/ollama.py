@@ -1,8 +1,7 @@
 """The Ollama surface answered by the router: tags, ps, version, show.
 
-Generation routes (`/api/chat`, `/api/generate`, `/api/embed`) go to a backend that speaks
-Ollama itself (KoboldCpp); translation to the OpenAI routes for llama-server and vLLM lives in
-router/api/ollama_translate.py.
+Generation routes (`/api/chat`, `/api/generate`, `/api/embed`) are in router/api/ollama_gen.py:
+forwarded as they are to KoboldCpp, translated for llama-server and vLLM (router/ollama/).
 """
 
 from __future__ import annotations

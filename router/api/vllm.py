@@ -19,18 +19,18 @@ from typing import Any
 
 from aiohttp import web
 
+from router.api import inference
 from router.api.common import Handler, arrived, read_json_object, route_of
-from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
+from router.appkeys import CATALOG, RUNTIMES, SETTINGS
 from router.config import Settings
 from router.domain import BackendMode, Family, Lane
-from router.edge import upstream_request_headers
 from router.errors import (
     BadRequest,
     ModelNotFound,
     RouteNotFound,
     ServiceUnavailable,
 )
-from router.forwarding import ModelRewriter, ProxyResult, UpstreamRequest, read_selector
+from router.forwarding import read_selector
 from router.records import RequestInfo
 from router.runtime import RuntimeView
 
@@ -67,34 +67,8 @@ async def admin(request: web.Request) -> web.StreamResponse:
     if op == "load_lora_adapter" and body is not None:
         check_lora_path(json.loads(body), runtime.config.path.parent, request.app[SETTINGS])
     info = RequestInfo(route.template, route.surface.value, None, arrived(request), time.time())
-    info.model, info.family = runtime.config.id, Family.VLLM.value
-    result = ProxyResult()
-    upstream = UpstreamRequest(
-        request.method,
-        runtime.base_url + BACKEND_PATH[op],
-        upstream_request_headers(request.headers, extra_drop=("x-tensors-model",)),
-        body,
-        True,
-    )
-    rewriter = ModelRewriter(runtime.config.id, runtime.config.id)
-    try:
-        return await request.app[PROXY].forward(
-            request, upstream, rewriter, result, lambda: _since(info.started)
-        )
-    finally:
-        request.app[RECORDER].record(
-            info,
-            status=result.status or 502,
-            upstream_status=result.upstream_status,
-            error_message=result.error_message,
-            ttfb_ms=result.ttfb_ms,
-            bytes_in=len(body or b""),
-            bytes_out=result.bytes_out,
-        )
-
-
-def _since(started: float) -> float:
-    return (time.monotonic() - started) * 1000.0
+    info.model = runtime.config.id
+    return await inference.forward_to(request, runtime, BACKEND_PATH[op], body, info)
 
 
 async def _pick_runtime(request: web.Request) -> RuntimeView:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -33,6 +33,8 @@ from router.errors import BadRequest, ModelNotFound, PayloadTooLarge
 from router.forwarding import Selection, boundary_of, read_selector
 from router.media import FormPart, build_form, ffmpeg, field_part, parse_form, part_name, part_spans
 
+_T = TypeVar("_T")
+_TYPE_NAMES: dict[type, str] = {str: "string", bool: "boolean"}
 TTS_REFUSED = (
     "text-to-speech is not available under backend_mode llama_sdcpp: llama-server has no "
     "/v1/audio/speech endpoint (llama.cpp removed --model-vocoder and --model-talker). Use a "
@@ -99,27 +101,38 @@ async def kobold_transcribe(request: web.Request) -> web.StreamResponse:
 def _kobold_form(body: dict[str, Any]) -> list[FormPart]:
     audio = _decode_audio(body.get("audio_data"))
     parts = [FormPart("file", audio, "audio", "application/octet-stream")]
-    language = body.get("langcode") or body.get("language")
-    if isinstance(language, str) and language.strip():
+    language = _optional(body, "langcode", str) or _optional(body, "language", str)
+    if language and language.strip():
         parts.append(FormPart("language", language.strip().encode()))
-    if isinstance(body.get("prompt"), str) and body["prompt"]:
-        parts.append(FormPart("prompt", body["prompt"].encode()))
-    if isinstance(body.get("suppress_non_speech"), bool):
-        parts.append(
-            FormPart("suppress_non_speech", str(body["suppress_non_speech"]).lower().encode())
-        )
+    if prompt := _optional(body, "prompt", str):
+        parts.append(FormPart("prompt", prompt.encode()))
+    suppress = _optional(body, "suppress_non_speech", bool)
+    if suppress is not None:
+        parts.append(FormPart("suppress_non_speech", str(suppress).lower().encode()))
     return parts
+
+
+def _optional(body: dict[str, Any], name: str, kind: type[_T]) -> _T | None:
+    """A field the router copies into whisper's form: absent/null, or of its one type."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, kind):
+        raise BadRequest(f'"{name}" must be a {_TYPE_NAMES[kind]}', param=name)
+    return value
 
 
 def _decode_audio(value: Any) -> bytes:
     if not isinstance(value, str) or not value:
-        raise BadRequest('"audio_data" must be base64 audio (or a data:audio/... URL)')
+        raise BadRequest(
+            '"audio_data" must be base64 audio (or a data:audio/... URL)', param="audio_data"
+        )
     if value.startswith("data:"):
         value = value.partition(",")[2]
     try:
         return base64.b64decode(value, validate=False)
     except (binascii.Error, ValueError):
-        raise BadRequest('"audio_data" is not valid base64') from None
+        raise BadRequest('"audio_data" is not valid base64', param="audio_data") from None
 
 
 async def _to_whisper(

@@ -124,7 +124,12 @@ class ServerSection(_Section):
     bind: str = "127.0.0.1:8080"
     allowed_cidrs: tuple[Cidr, ...] = DEFAULT_CIDRS
     allowed_hosts: tuple[HostName, ...] = ()
-    max_connections: int = Field(default=256, ge=1)
+    # An event loop holds a thousand idle sockets cheaply; the fd limit is raised to fit
+    # (server.py). One peer gets a share, and the last slots are kept for the operator (S1, S3).
+    max_connections: int = Field(default=1024, ge=1)
+    max_connections_per_peer: int = Field(default=64, ge=1)
+    reserved_connections: int = Field(default=8, ge=0)
+    reserved_cidrs: tuple[Cidr, ...] = ("127.0.0.1/32", "::1/128")
     header_timeout: PositiveDuration = 30.0
 
     @field_validator("bind")
@@ -141,8 +146,21 @@ class ServerSection(_Section):
     def port(self) -> int:
         return split_bind(self.bind)[1]
 
+    @model_validator(mode="after")
+    def _check_reserve(self) -> ServerSection:
+        # The default reserve shrinks to fit a small cap (listener.py); a chosen one must fit.
+        chosen = "reserved_connections" in self.model_fields_set
+        if chosen and self.reserved_connections >= self.max_connections:
+            raise ValueError(
+                "server.reserved_connections must be smaller than server.max_connections"
+            )
+        return self
+
     def networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(ipaddress.ip_network(c, strict=False) for c in self.allowed_cidrs)
+
+    def reserved_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(c, strict=False) for c in self.reserved_cidrs)
 
 
 class AuthSection(_Section):

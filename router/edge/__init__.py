@@ -4,6 +4,7 @@ Origin), authentication, and the hop-by-hop header rules both legs share.
 
 from __future__ import annotations
 
+from router.edge.guards import Middleware, RouteOf, surface_of
 from router.edge.headers import (
     downstream_response_headers,
     is_streaming,
@@ -12,8 +13,11 @@ from router.edge.headers import (
 )
 
 __all__ = [
+    "Middleware",
+    "RouteOf",
     "downstream_response_headers",
     "is_streaming",
     "mark_streaming",
+    "surface_of",
     "upstream_request_headers",
 ]

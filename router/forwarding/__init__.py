@@ -1,9 +1,18 @@
-"""The one path to a backend: the proxy, model-ID rewriting, the model selector, jinja profiles."""
+"""The one path to a backend: the proxy, how answers reach the client (rewritten or
+translated), model-ID rewriting, SSE framing, the model selector, jinja profiles."""
 
 from __future__ import annotations
 
 from router.forwarding.jinja import merge_chat_template_kwargs
 from router.forwarding.proxy import Proxy, ProxyResult, UpstreamRequest
+from router.forwarding.reply import (
+    BodyTransform,
+    Reply,
+    Rewrite,
+    Translation,
+    encode_line,
+    terminal_error_event,
+)
 from router.forwarding.rewrite import ModelRewriter, StreamRewriter
 from router.forwarding.selector import (
     Selection,
@@ -14,19 +23,29 @@ from router.forwarding.selector import (
     select_from_body,
     select_from_request_parts,
 )
+from router.forwarding.sse import Event, SSEParser, encode_event
 
 __all__ = [
+    "BodyTransform",
+    "Event",
     "ModelRewriter",
     "Proxy",
     "ProxyResult",
+    "Reply",
+    "Rewrite",
+    "SSEParser",
     "Selection",
     "StreamRewriter",
+    "Translation",
     "UpstreamRequest",
     "body_kind",
     "body_stream",
     "boundary_of",
+    "encode_event",
+    "encode_line",
     "merge_chat_template_kwargs",
     "read_selector",
     "select_from_body",
     "select_from_request_parts",
+    "terminal_error_event",
 ]

@@ -7,12 +7,14 @@
 - A backend that fails mid-stream ends the stream with a terminal error event in the stream's
   own format, so no client hangs or mistakes a cut stream for a finished one (R9, R10).
 - A client that goes away cancels the upstream request; it is recorded as 499 (R23).
+- What reaches the client is the caller's `Translation` (router/forwarding/reply.py): the
+  backend's answer with model IDs rewritten, or another API's shape (Ollama); every upstream
+  call goes through here, so each gets the points above.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,12 +23,11 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.edge import downstream_response_headers, is_streaming, mark_streaming
-from router.errors import BadGateway, GatewayTimeout, RouterError
-from router.forwarding.rewrite import ModelRewriter
+from router.edge import downstream_response_headers, mark_streaming
+from router.errors import BadGateway, GatewayTimeout
+from router.forwarding.reply import MAX_WHOLE_READ, Reply, Translation
 
-MAX_REWRITE_BODY = 64 * 1024 * 1024
-WHOLE_BODY_MAX = 256 * 1024
+TAIL_BYTES = 4096  # the last bytes of an answer, kept for the usage report
 CONNECT_BACKOFF = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
 
 
@@ -71,7 +72,7 @@ class Proxy:
         self,
         request: web.Request,
         upstream: UpstreamRequest,
-        rewriter: ModelRewriter,
+        translation: Translation,
         result: ProxyResult,
         overhead_ms: Callable[[], float],
     ) -> web.StreamResponse:
@@ -83,20 +84,22 @@ class Proxy:
         try:
             result.upstream_status = resp.status
             result.ttfb_ms = (time.monotonic() - sent_at) * 1000.0
-            headers = downstream_response_headers(resp.headers)
-            streaming = is_streaming(resp.headers.get("Content-Type"))
-            result.stream = streaming
-            if streaming:
-                mark_streaming(headers)
-            if not streaming and _whole(resp, rewriter):
-                return await self._whole(resp, headers, rewriter, result, overhead_ms)
-            out = web.StreamResponse(status=resp.status, reason=resp.reason, headers=headers)
-            if resp.content_length is not None and rewriter.identity:
+            reply = translation.reply(
+                resp.status, resp.headers.get("Content-Type", ""), resp.content_length
+            )
+            headers = _headers(resp, reply)
+            result.stream = reply.streaming
+            if reply.whole:
+                return await self._answer_whole(resp, headers, reply, result, overhead_ms)
+            out = web.StreamResponse(
+                status=reply.status, reason=_reason(resp, reply), headers=headers
+            )
+            if resp.content_length is not None and reply.same_length:
                 out.content_length = resp.content_length
             out.headers["X-Router-Overhead-Ms"] = f"{overhead_ms():.3f}"
             await out.prepare(request)
-            result.status = resp.status
-            await self._pump(request, resp, out, rewriter, result, streaming)
+            result.status = reply.status
+            await self._pump(request, resp, out, reply, result)
             return out
         except BaseException:
             resp.close()  # the backend sees the disconnect at once and frees its slot (R23)
@@ -134,9 +137,10 @@ class Proxy:
         raise AssertionError("unreachable")
 
     async def _write(self, request: web.Request, out: web.StreamResponse, data: bytes) -> None:
-        """Write, with a deadline only when the client is not keeping up (cheap otherwise)."""
+        """Write, with a deadline whenever the write could wait for the client (cheap when it
+        cannot: the client keeps up and the piece is small)."""
         transport = request.transport
-        if not self._idle_timeout or transport is None or not transport.get_write_buffer_size():
+        if not self._idle_timeout or transport is None or not _may_wait(transport, data):
             await out.write(data)
             return
         try:
@@ -152,21 +156,14 @@ class Proxy:
         request: web.Request,
         resp: aiohttp.ClientResponse,
         out: web.StreamResponse,
-        rewriter: ModelRewriter,
+        reply: Reply,
         result: ProxyResult,
-        streaming: bool,
     ) -> None:
-        stream = rewriter.stream()
         try:
             async for chunk in resp.content.iter_any():
                 result.bytes_out += len(chunk)
-                data = stream.feed(chunk)
-                if data:
-                    await self._write(request, out, data)
-                    result.tail = (result.tail + data)[-4096:]
-            rest = stream.flush()
-            if rest:
-                await self._write(request, out, rest)
+                await self._send(request, out, result, reply.body.feed(chunk))
+            await self._send(request, out, result, reply.body.flush())
             await out.write_eof()
         except ClientStalled as exc:
             # The client stopped reading (R22): free the backend slot rather than hold it open.
@@ -180,86 +177,118 @@ class Proxy:
             aiohttp.ClientOSError,
         ) as exc:
             await self._end_with_error(
-                out, resp, result, f"the backend stopped mid-response: {_why(exc)}"
+                request, out, reply, result, f"the backend stopped mid-response: {_why(exc)}"
             )
         except TimeoutError:
             result.backend_failed = True
             await self._end_with_error(
-                out, resp, result, f"the backend sent nothing for {self._idle_timeout:g}s"
+                request, out, reply, result, f"the backend sent nothing for {self._idle_timeout:g}s"
             )
+
+    async def _send(
+        self, request: web.Request, out: web.StreamResponse, result: ProxyResult, data: bytes
+    ) -> None:
+        if data:
+            await self._write(request, out, data)
+            result.tail = (result.tail + data)[-TAIL_BYTES:]
 
     async def _end_with_error(
         self,
+        request: web.Request,
         out: web.StreamResponse,
-        resp: aiohttp.ClientResponse,
+        reply: Reply,
         result: ProxyResult,
         message: str,
     ) -> None:
         result.error_message = message
         result.status = 502
-        event = terminal_error_event(resp.headers.get("Content-Type", ""), message)
+        event = reply.fail(message)
+        if event is None:
+            # Without a framing for an error event the connection is closed unfinished, which
+            # every HTTP client reports as an incomplete body rather than a short success.
+            if request.transport is not None:
+                request.transport.close()
+            return
         if event:
             await out.write(event)
-        # Without a framing for an error event the connection is closed unfinished, which
-        # every HTTP client reports as an incomplete body rather than a short success.
-        if event:
-            await out.write_eof()
-        else:
-            request_transport = out._req.transport if out._req else None  # noqa: SLF001
-            if request_transport is not None:
-                request_transport.close()
+        await out.write_eof()
 
-    async def _whole(
+    async def _answer_whole(
         self,
         resp: aiohttp.ClientResponse,
         headers: CIMultiDict[str],
-        rewriter: ModelRewriter,
+        reply: Reply,
         result: ProxyResult,
         overhead_ms: Callable[[], float],
     ) -> web.Response:
-        """A small answer in one piece: headers and body leave in one write (bench hot spot),
-        and a model ID in a JSON body can be rewritten."""
+        """The answer in one piece: headers and body leave in one write (bench hot spot), and
+        a body that can only be rewritten or translated whole is."""
         try:
-            body = await resp.read()
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            body = await _read_capped(resp)
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+        ) as exc:
             raise BadGateway(f"the backend stopped mid-response: {_why(exc)}") from exc
         except TimeoutError as exc:
             result.backend_failed = True
             raise GatewayTimeout(f"the backend sent nothing for {self._idle_timeout:g}s") from exc
-        data = rewriter.response_body(body) if _is_json(resp) else body
         result.bytes_out = len(body)
-        result.tail = data[-4096:]
-        result.status = resp.status
+        data = reply.body.feed(body) + reply.body.flush()
+        result.tail = data[-TAIL_BYTES:]
+        result.status = reply.status
         headers["X-Router-Overhead-Ms"] = f"{overhead_ms():.3f}"
-        return web.Response(status=resp.status, reason=resp.reason, headers=headers, body=data)
+        return web.Response(
+            status=reply.status, reason=_reason(resp, reply), headers=headers, body=data
+        )
 
 
-def terminal_error_event(content_type: str, message: str) -> bytes:
-    kind = content_type.split(";", 1)[0].strip().lower()
-    error = {"message": message, "type": "upstream_error", "code": 502}
-    if kind == "text/event-stream":
-        return b"event: error\ndata: " + json.dumps({"error": error}).encode() + b"\n\n"
-    if kind in ("application/x-ndjson", "application/jsonl"):
-        return json.dumps({"error": message}).encode() + b"\n"
-    return b""
-
-
-def _is_json(resp: aiohttp.ClientResponse) -> bool:
-    return "json" in (resp.headers.get("Content-Type") or "").lower()
-
-
-def _whole(resp: aiohttp.ClientResponse, rewriter: ModelRewriter) -> bool:
-    """Read whole: small bodies of known length, and JSON whose model ID must be rewritten."""
-    length = resp.content_length
-    if length is not None and length <= WHOLE_BODY_MAX:
-        return True
-    return (
-        not rewriter.identity and _is_json(resp) and (length is None or length <= MAX_REWRITE_BODY)
+async def _read_capped(resp: aiohttp.ClientResponse) -> bytes:
+    too_large = BadGateway(
+        f"the backend's answer is larger than {MAX_WHOLE_READ} bytes and cannot be rewritten"
     )
+    if resp.content_length is not None:
+        if resp.content_length > MAX_WHOLE_READ:
+            raise too_large
+        return await resp.read()
+    parts, total = [], 0
+    async for chunk in resp.content.iter_any():
+        total += len(chunk)
+        if total > MAX_WHOLE_READ:
+            raise too_large
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _may_wait(transport: asyncio.Transport, data: bytes) -> bool:
+    """Whether writing `data` can pause the connection until the client reads.
+
+    A write pauses once the transport's buffer passes its high-water mark. An empty buffer
+    alone does not rule that out: a large piece (the backend's bytes pile up while the router
+    waits on a slow client) can pass the mark in one write, and that wait had no deadline.
+    """
+    buffered = transport.get_write_buffer_size()
+    return bool(buffered) or len(data) > transport.get_write_buffer_limits()[1] // 2
+
+
+def _headers(resp: aiohttp.ClientResponse, reply: Reply) -> CIMultiDict[str]:
+    headers = downstream_response_headers(resp.headers)
+    if reply.content_type is not None:
+        headers.popall("Content-Encoding", None)
+        headers["Content-Type"] = reply.content_type
+    if reply.streaming:
+        mark_streaming(headers)
+    return headers
+
+
+def _reason(resp: aiohttp.ClientResponse, reply: Reply) -> str | None:
+    # The backend's reason phrase only for its own status; aiohttp words any other.
+    return resp.reason if reply.status == resp.status else None
 
 
 def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-__all__ = ["Proxy", "ProxyResult", "UpstreamRequest", "RouterError", "terminal_error_event"]
+__all__ = ["ClientStalled", "Proxy", "ProxyResult", "UpstreamRequest"]

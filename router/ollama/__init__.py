@@ -1,5 +1,6 @@
-"""Ollama <-> OpenAI translation: request bodies (`requests`), response bodies (`responses`) and
-the SSE -> NDJSON stream (`stream`). Pure: no I/O; the handlers are in router/api/ollama*.py.
+"""Ollama <-> OpenAI translation: request bodies (`requests`), response bodies (`responses`),
+the SSE -> NDJSON stream (`stream`) and the proxy's `Translation` that applies them to a
+backend's answer (`translation`). Pure: no I/O; the handlers are in router/api/ollama*.py.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from router.ollama.responses import (
     generate_response,
     legacy_embedding_response,
 )
-from router.ollama.stream import ollama_ndjson
+from router.ollama.stream import NdjsonStream
+from router.ollama.translation import OllamaTranslation, backend_error
 
 __all__ = [
     "CHAT_PATH",
     "COMPLETIONS_PATH",
     "EMBEDDINGS_PATH",
     "LoadKind",
+    "NdjsonStream",
+    "OllamaTranslation",
+    "backend_error",
     "chat_request",
     "chat_response",
     "embed_dimensions",
@@ -39,5 +44,4 @@ __all__ = [
     "is_load_request",
     "legacy_embedding_response",
     "load_response",
-    "ollama_ndjson",
 ]

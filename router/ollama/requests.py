@@ -1,8 +1,8 @@
 """Ollama /api/chat, /api/generate, /api/embed(dings) <-> OpenAI routes of llama-server and vLLM.
 
-Pure functions, no I/O: the Ollama handler resolves the model, calls `*_request`, sends the
-OpenAI body to the backend and hands the answer to `*_response` (or the SSE stream to
-`router.ollama.stream.ollama_ndjson`). docs/ollama.md holds the mapping table and why each
+Pure functions, no I/O: the Ollama handler resolves the model and calls `*_request`; the
+OpenAI body is forwarded and the answer goes through `*_response` (or, streamed, through
+`router.ollama.stream.NdjsonStream`), both applied by `router.ollama.translation`. docs/ollama.md holds the mapping table and why each
 choice was made. Every refusal is a `BadRequest`; a backend answer we cannot translate is a
 `BadGateway`. Times are wall-clock nanoseconds (`time.time_ns()`).
 """

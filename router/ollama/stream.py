@@ -1,4 +1,4 @@
-"""An OpenAI SSE byte stream -> Ollama NDJSON records.
+"""An OpenAI SSE byte stream -> Ollama NDJSON records, as the proxy's body transform.
 
 Input is whatever the backend sends, chunked anywhere: an event, a line or a UTF-8 sequence may
 be split across chunks, so bytes are framed by line before anything is decoded. Every outcome
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from router.errors import BadGateway, sanitize
+from router.forwarding import Event, SSEParser, encode_line
 from router.ollama.responses import (
     Kind,
     done_reason,
@@ -24,52 +25,6 @@ from router.ollama.responses import (
     reasoning_text,
     rfc3339,
 )
-
-Event = tuple[str, bytes]  # (event name, data)
-
-
-class SSEParser:
-    """Incremental server-sent-events framing (only `event:`, `data:` and llama-server's
-    nonstandard `error:` field matter here)."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self._name = ""
-        self._data: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[Event]:
-        self._buf += chunk
-        *lines, self._buf = self._buf.split(b"\n")
-        events: list[Event] = []
-        for line in lines:
-            self._line(line.removesuffix(b"\r"), events)
-        return events
-
-    def close(self) -> list[Event]:
-        """End of input: complete lines still form an event without their blank line; an
-        unterminated last line is a cut, not data, and is dropped."""
-        events: list[Event] = []
-        self._buf = b""
-        self._line(b"", events)
-        return events
-
-    def _line(self, line: bytes, events: list[Event]) -> None:
-        if not line:
-            if self._data:
-                events.append((self._name, b"\n".join(self._data)))
-            self._name, self._data = "", []
-            return
-        if line.startswith(b":"):
-            return
-        field, _, value = line.partition(b":")
-        value = value.removeprefix(b" ")
-        if field == b"event":
-            self._name = value.decode("utf-8", "replace")
-        elif field == b"data":
-            self._data.append(value)
-        elif field == b"error":  # llama-server writes `error: {json}` mid-stream
-            self._name = "error"
-            self._data.append(value)
 
 
 class _Translator:
@@ -96,9 +51,9 @@ class _Translator:
         except ValueError:
             obj = None
         if name == "error" or (isinstance(obj, dict) and "error" in obj):
-            return self._fail(_error_message(obj, text))
+            return self.fail(_error_message(obj, text))
         if not isinstance(obj, dict):
-            return self._fail("the backend sent an unreadable stream event")
+            return self.fail("the backend sent an unreadable stream event")
         if obj.get("usage") is not None:
             self.usage = obj["usage"]
         if obj.get("timings") is not None:
@@ -110,7 +65,7 @@ class _Translator:
 
     def at_eof(self) -> list[dict[str, Any]]:
         if self.finish is None:
-            return self._fail("the backend stream ended before the answer was finished")
+            return self.fail("the backend stream ended before the answer was finished")
         return self._close()
 
     def _choice(self, choice: dict[str, Any]) -> list[dict[str, Any]]:
@@ -172,7 +127,7 @@ class _Translator:
             try:
                 out.append(self._record("", "", tool_calls=ollama_tool_calls(openai_calls)))
             except BadGateway as err:
-                return self._fail(err.message)
+                return self.fail(err.message)
         now = self.clock()
         counters = metrics(
             self.usage,
@@ -185,7 +140,7 @@ class _Translator:
         out.append(final_record(self.kind, self.model, now, done_reason(self.finish), counters))
         return out
 
-    def _fail(self, message: str) -> list[dict[str, Any]]:
+    def fail(self, message: str) -> list[dict[str, Any]]:
         self.ended = True
         return [{"error": sanitize(message)}]
 
@@ -194,40 +149,51 @@ class _Translator:
             self.first_token_ns = self.clock()
 
 
-async def ollama_ndjson(
-    sse_chunks: AsyncIterator[bytes],
-    kind: Kind,
-    public_model: str,
-    started_ns: int,
-    *,
-    load_ns: int = 0,
-    clock: Callable[[], int] = time.time_ns,
-) -> AsyncIterator[bytes]:
-    """Translate the backend's SSE answer to Ollama NDJSON, one record per line.
+class NdjsonStream:
+    """The proxy's body transform for a streamed answer: SSE bytes in, Ollama records out.
 
     `started_ns` (and `clock`) are wall-clock nanoseconds; `load_ns` is the time the router
     spent starting the backend for this request, reported as Ollama's load_duration.
     """
-    parser = SSEParser()
-    state = _Translator(kind, public_model, started_ns, load_ns, clock)
-    async for chunk in sse_chunks:
-        for name, data in parser.feed(chunk):
-            for record in state.on_event(name, data):
-                yield _line(record)
-            if state.ended:
-                return
-    for name, data in parser.close():
-        for record in state.on_event(name, data):
-            yield _line(record)
-        if state.ended:
-            return
-    for record in state.at_eof():
-        yield _line(record)
 
+    def __init__(
+        self,
+        kind: Kind,
+        public_model: str,
+        started_ns: int,
+        *,
+        load_ns: int = 0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._parser = SSEParser()
+        self._state = _Translator(kind, public_model, started_ns, load_ns, clock)
 
-def _line(record: dict[str, Any]) -> bytes:
-    # "replace" because a JSON escape from the backend can decode to a lone surrogate.
-    return json.dumps(record, ensure_ascii=False).encode("utf-8", "replace") + b"\n"
+    def feed(self, chunk: bytes) -> bytes:
+        if self._state.ended:
+            return b""  # after the closing record the backend's rest has no reader
+        return self._records(self._parser.feed(chunk))
+
+    def flush(self) -> bytes:
+        if self._state.ended:
+            return b""
+        out = self._records(self._parser.close())
+        if self._state.ended:
+            return out
+        return out + b"".join(map(encode_line, self._state.at_eof()))
+
+    def fail(self, message: str) -> bytes:
+        """The backend was cut off: the one closing record, unless it was already sent."""
+        if self._state.ended:
+            return b""
+        return b"".join(map(encode_line, self._state.fail(message)))
+
+    def _records(self, events: list[Event]) -> bytes:
+        out: list[bytes] = []
+        for name, data in events:
+            out.extend(map(encode_line, self._state.on_event(name, data)))
+            if self._state.ended:
+                break
+        return b"".join(out)
 
 
 def _error_message(obj: Any, text: str) -> str:

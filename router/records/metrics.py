@@ -4,7 +4,7 @@ apps in one process do not collide)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -133,7 +133,7 @@ class Metrics:
             self.ttfb.labels(lane).observe(ttfb)
         self.queue_wait.labels(lane).observe(queue_wait)
 
-    def on_event(self, event: dict) -> None:
+    def on_event(self, event: dict[str, Any]) -> None:
         """Runtime events from the bus keep the load and state series current."""
         kind = event.get("event")
         runtime, family = event.get("runtime"), event.get("family", "")

@@ -119,7 +119,7 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         started_at, attempt_id = json.loads(raw)
         return float(started_at), str(attempt_id)
-    except (binascii.Error, ValueError, TypeError) as exc:
+    except (binascii.Error, ValueError, TypeError, RecursionError) as exc:
         raise BadRequest("the cursor is not one this router issued", param="cursor") from exc
 
 

@@ -73,6 +73,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--slow-health": "slow_health",
     "--refuse-for": "refuse_for",
     "--record-requests": "record_requests",
+    "--record-bodies": "record_bodies",
 }
 _BOOL = {
     "--embedding": "embedding",
@@ -124,6 +125,7 @@ class Opts:
     refuse_for: float = 0.0
     reset_after_body: bool = False
     record_requests: str = ""
+    record_bodies: str = ""  # generation request bodies as received, one JSON line each
     cancel_crashes: bool = False
     positional: list[str] = field(default_factory=list)
 
@@ -299,6 +301,12 @@ class State:
             with open(self.o.record_requests, "a") as fh:
                 fh.write(line + "\n")
 
+    def record_body(self, path: str, body: Any) -> None:
+        if self.o.record_bodies:
+            line = json.dumps({"path": path, "body": summarize(body)})
+            with open(self.o.record_bodies, "a") as fh:
+                fh.write(line + "\n")
+
 
 async def produce(st: State, n: int, emit: Any = None) -> list[str]:
     """Generate n tokens with the configured timing and faults; emit(i, tok) per token."""
@@ -374,6 +382,7 @@ def shape_reply(body: dict[str, Any], choice: dict[str, Any]) -> None:
 
 async def openai_generate(request: web.Request, st: State, model: str, chat: bool) -> Any:
     body = await json_body(request)
+    st.record_body(request.path, body)
     n = want_tokens(st, body, "max_tokens", "max_completion_tokens")
     cid, created = (
         f"{'chatcmpl' if chat else 'cmpl'}-{os.getpid()}-{st.generated}",
