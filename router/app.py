@@ -273,7 +273,8 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         if startup is not None:
-            startup.cancel()
+            startup.cancel()  # a load still running is stopped by the shutdown below
+            await asyncio.gather(startup, return_exceptions=True)
         await manager.shutdown(0)
         app[METRICS].unwatch()
         release_watchdog()

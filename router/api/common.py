@@ -24,7 +24,7 @@ def match_of(request: web.Request) -> Match:
     return request[MATCH]
 
 
-def route_of(request: web.Request) -> Route:
+def matched_route(request: web.Request) -> Route:
     return match_of(request).route
 
 

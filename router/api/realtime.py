@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.common import Handler, arrived, route_of
+from router.api.common import Handler, arrived, matched_route
 from router.appkeys import CATALOG, RECORDER, RUNTIMES, SESSION, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
@@ -95,7 +95,7 @@ class Outcome:
 async def connect(request: web.Request) -> web.StreamResponse:
     if not web.WebSocketResponse().can_prepare(request).ok:
         raise BadRequest("/v1/realtime is a WebSocket: connect with an Upgrade: websocket request")
-    route = route_of(request)
+    route = matched_route(request)
     selection = await read_selector(request, route, 0)
     config = _choose(request, selection.model)
     info = RequestInfo(
