@@ -2,10 +2,12 @@
 
 Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
-  0. connection level (router/edge/guards.py `GuardedRequestHandler`, installed by `serve()`):
-     connection cap, header deadline, request-line/header limits
-  1. `edge_errors`     stamps the arrival time; renders any RouterError escaping below in the
-                       surface's own shape; turns unexpected exceptions into a clean 500
+  0. connection level (router/edge/listener.py `GuardedRequestHandler`, installed by
+     `capped_site` in `serve()`): connection caps, header deadline, request-line/header limits
+  1. `edge_errors`     stamps the arrival time; the one place a RouterError raised below
+                       becomes a response, in the surface's own shape, keys blanked out;
+                       unexpected exceptions become a clean 500; after a response was
+                       prepared nothing more is written: the connection is closed
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
   6. `authenticate`    credential -> role; the route's declared role is checked
@@ -59,14 +61,14 @@ from router.appkeys import (
     ROUTE,
     RUNTIMES,
     SESSION,
+    SESSIONS,
     SETTINGS,
     SHUTDOWN,
     STORE,
 )
 from router.classify import Route, match
 from router.config import Catalog, Settings
-from router.domain import Surface
-from router.edge import auth, guards
+from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
@@ -100,14 +102,7 @@ def route_of(request: web.Request) -> Route:
         found = match(request.method, request.path)
         request[MATCH] = found
         request[ROUTE] = route = found.route
-    return route  # type: ignore[no-any-return]
-
-
-def _surface_guess(request: web.Request) -> Surface:
-    route = request.get(ROUTE)
-    if route is not None:
-        return route.surface  # type: ignore[no-any-return]
-    return Surface.OLLAMA if request.path.startswith("/api/") else Surface.OPENAI
+    return route
 
 
 def _secrets(settings: Settings) -> tuple[str, ...]:
@@ -115,7 +110,8 @@ def _secrets(settings: Settings) -> tuple[str, ...]:
     return keys + ((settings.cluster.token,) if settings.cluster.token else ())
 
 
-def edge_errors(settings: Settings) -> web.middleware:  # type: ignore[valid-type]
+def edge_errors(settings: Settings, route_of: RouteOf = route_of) -> Middleware:
+    """Middleware 1: the one renderer of errors (`route_of` is replaceable for edge tests)."""
     secrets = _secrets(settings)
 
     @web.middleware
@@ -123,17 +119,39 @@ def edge_errors(settings: Settings) -> web.middleware:  # type: ignore[valid-typ
         request[ARRIVED] = time.monotonic()
         try:
             return await handler(request)
-        except RouterError as err:
-            return render(err, _surface_guess(request), secrets)
-        except web.HTTPException:
-            raise
         except (asyncio.CancelledError, ConnectionResetError):
             raise
-        except Exception:
-            log.exception("unhandled error on %s %s", request.method, request.path)
-            return render(InternalError("internal error"), _surface_guess(request), secrets)
+        except Exception as exc:
+            if _answer_started(request):
+                return _abandon(request, exc)
+            if isinstance(exc, web.HTTPException):
+                raise  # aiohttp's own answers (e.g. a WebSocket handshake refusal)
+            if not isinstance(exc, RouterError):
+                log.exception("unhandled error on %s %s", request.method, request.path)
+                exc = InternalError("internal error")
+            return render(exc, surface_of(request, route_of), secrets)
 
     return edge
+
+
+def _answer_started(request: web.Request) -> bool:
+    """Has the status line of a response gone out already (a handler prepared its own)?"""
+    return request.writer.output_size > 0
+
+
+def _abandon(request: web.Request, exc: Exception) -> web.StreamResponse:
+    """A handler failed after its response started: a second status line written now would land
+    inside the open body. Cut the connection, so the client sees the body end abnormally. The
+    handler that prepared the response records its own analytics event (one per request)."""
+    log.warning(
+        "%s %s failed after its response started; closing the connection: %s",
+        request.method, request.path, exc if isinstance(exc, RouterError) else repr(exc),
+        exc_info=not isinstance(exc, RouterError | web.HTTPException),
+    )  # fmt: skip
+    if request.transport is not None:
+        request.transport.close()
+    # What aiohttp is handed back; its write meets the closed transport and is dropped.
+    return web.Response(status=500)
 
 
 async def dispatch(request: web.Request) -> web.StreamResponse:
@@ -146,16 +164,11 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     return await handler(request)
 
 
-def _unwrap_route(request: web.Request) -> Route:
-    """guards/auth call this; a classification error is raised as the edge renders it."""
-    return route_of(request)
-
-
 def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
     middlewares: list[Any] = [  # the order of the module docstring
         edge_errors(settings),
-        *guards.edge_middlewares(settings, _unwrap_route),
-        auth.auth_middleware(auth.KeyRing.from_settings(settings), settings, _unwrap_route),
+        *guards.edge_middlewares(settings, route_of),
+        auth.auth_middleware(auth.KeyRing.from_settings(settings), settings, route_of),
     ]
     app = web.Application(
         middlewares=middlewares,
@@ -167,6 +180,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
     app[SHUTDOWN] = _signal_self
+    app[SESSIONS] = Sessions()
     app.cleanup_ctx.extend(
         [_client_session, _store, _catalog, _runtimes, images.images_context, comfy.comfy_context]
     )
@@ -260,7 +274,8 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         if startup is not None:
-            startup.cancel()
+            startup.cancel()  # a load still running is stopped by the shutdown below
+            await asyncio.gather(startup, return_exceptions=True)
         await manager.shutdown(0)
         app[METRICS].unwatch()
         release_watchdog()

@@ -1,8 +1,9 @@
 """One exception hierarchy, translated at the edge by one renderer per API family.
 
-Handlers and middlewares raise `RouterError` subclasses; `render(err, surface)` turns them into
-the surface's own error shape and HTTP status (spec/inference-server-api.md, "Errors").
-Messages never carry absolute paths or keys: `sanitize()` runs on every rendered message.
+Handlers and middlewares raise `RouterError` subclasses; the app's `edge_errors` middleware is
+the one caller of `render(err, surface, secrets)`, which turns them into the surface's own error
+shape and HTTP status (spec/inference-server-api.md, "Errors"). Messages never carry absolute
+paths or keys: `sanitize()` runs on every rendered message.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -35,6 +37,7 @@ class RouterError(Exception):
         code: str | None = None,
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -42,6 +45,8 @@ class RouterError(Exception):
             self.code = code
         self.param = param
         self.headers = dict(headers or {})
+        # The connection cannot carry another request after this answer (an unread body).
+        self.close = close
 
 
 class BadRequest(RouterError):
@@ -100,14 +105,12 @@ class UnsupportedMediaType(RouterError):
     status, type = 415, "invalid_request_error"
 
 
+class URITooLong(RouterError):
+    status, type = 414, "invalid_request_error"
+
+
 class HeadersTooLarge(RouterError):
     status, type = 431, "invalid_request_error"
-
-
-class ClientClosed(RouterError):
-    """Recorded, never sent: the client went away (nginx's 499)."""
-
-    status, type = 499, "client_closed_request"
 
 
 class InternalError(RouterError):
@@ -185,7 +188,7 @@ def sanitize(text: str, secrets: Iterable[str] = ()) -> str:
     return text
 
 
-def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> dict:
+def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> dict[str, Any]:
     message = sanitize(err.message, secrets)
     if surface is Surface.OLLAMA:
         return {"error": message}
@@ -195,8 +198,10 @@ def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) 
 
 
 def render(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> web.Response:
-    """The one place an error becomes an HTTP response."""
-    status = 400 if err.status == 499 else err.status
-    return web.json_response(
-        error_body(err, surface, secrets), status=status, headers=err.headers or None
+    """An error as the surface's HTTP response (called by `app.edge_errors` only)."""
+    response = web.json_response(
+        error_body(err, surface, secrets), status=err.status, headers=err.headers or None
     )
+    if err.close:
+        response.force_close()
+    return response

@@ -1,8 +1,9 @@
 """Run the app: the guarded listener, signals, and the graceful stop of R27.
 
-SIGTERM or SIGINT: the listener closes at once; queued requests get 503; running requests
-finish up to `runtime.drain_timeout`; then every backend is stopped and buffered analytics are
-flushed (the cleanup contexts of create_app, in reverse order).
+SIGTERM or SIGINT: the listener closes at once; open realtime sessions are closed with 1001;
+queued requests get 503; running requests finish up to `runtime.drain_timeout`; then every
+backend is stopped and buffered analytics are flushed (the cleanup contexts of create_app, in
+reverse order).
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import resource
 import signal
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
 from router.app import create_app
-from router.appkeys import RUNTIMES, SHUTDOWN
+from router.appkeys import RUNTIMES, SESSIONS, SHUTDOWN
 from router.config import Settings
 from router.edge import listener
 
@@ -33,6 +35,25 @@ HANDLER_GRACE = 0.25
 # every 10,000 allocations; requests' short-lived cycles are still collected young.
 # Measured: +14 % requests per second, the same idle RSS (bench/RESULTS.md).
 GC_THRESHOLDS = (10_000, 10, 10)
+# File descriptors beyond the connection cap: backends' pipes and sockets, the store, logs.
+FD_HEADROOM = 256
+
+
+def raise_fd_limit(max_connections: int) -> None:
+    """Lift the soft open-file limit toward the hard one so the connection cap fits under it:
+    systemd and most shells start services at 1024, which is the default cap alone."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + FD_HEADROOM
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "the open-file limit (%d) is below server.max_connections + %d; raise LimitNOFILE "
+            "or lower server.max_connections",
+            soft, FD_HEADROOM,
+        )  # fmt: skip
 
 
 def _tune_gc() -> None:
@@ -48,6 +69,7 @@ async def serve(
     on_ready: Callable[[list[str]], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
+    raise_fd_limit(settings.server.max_connections)
     app = create_app(settings)
     stop = stop or asyncio.Event()
     app[SHUTDOWN] = stop.set
@@ -95,8 +117,10 @@ async def _drain(app: web.Application, sites: Sequence[web.BaseSite], drain_time
     deadline, R28), and streams still running at the deadline would be cut without an error
     event. Instead: close the listeners at once, refuse queued and new work (503), wait up to
     `drain_timeout` for the running requests' leases, then stop every backend, which ends any
-    stream still running with the proxy's terminal error event (R27).
+    stream still running with the proxy's terminal error event (R27). Realtime sessions hold a
+    lease but no work that ends by itself: they are closed first, with 1001 (R28).
     """
     for site in sites:
         await site.stop()
+    app[SESSIONS].going_away()
     await app[RUNTIMES].shutdown(drain_timeout)

@@ -9,20 +9,16 @@ from dataclasses import dataclass
 
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
+from router.app import edge_errors
 from router.config import Settings
 from router.config.schema import AuthSection, ClusterSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
-from router.edge import auth
-from router.edge.auth import (
-    AUTH_ROLE,
-    CREDENTIAL_HEADERS,
-    KeyRing,
-    auth_middleware,
-    presented_credential,
-    strip_credentials,
-)
+from router.edge import auth, upstream_request_headers
+from router.edge.auth import KeyRing, Policy, auth_middleware, presented_credential
+from router.edge.headers import CREDENTIAL_HEADERS
 
 INF, ADM, CLU = "inf-key-0123456789abcdef", "adm-key-0123456789abcdef", "clu-token-0123456789abcd"
 
@@ -73,19 +69,20 @@ def make_settings(
 
 
 async def client_for(aiohttp_client, conf: Settings):  # type: ignore[no-untyped-def]
-    seen: list[object] = []
+    """authenticate behind the app's real error renderer; the handler answers with the headers
+    production would forward to a backend."""
 
     async def handler(request: web.Request) -> web.Response:
-        seen.append(request[AUTH_ROLE])
-        return web.json_response({"forwarded": sorted(strip_credentials(request.headers))})
+        forwarded = upstream_request_headers(request.headers)
+        return web.json_response({"forwarded": sorted(forwarded), "host": request.host})
 
-    app = web.Application(
-        middlewares=[auth_middleware(KeyRing.from_settings(conf), conf, route_of)]
-    )
+    middlewares = [
+        edge_errors(conf, route_of),
+        auth_middleware(KeyRing.from_settings(conf), conf, route_of),
+    ]
+    app = web.Application(middlewares=middlewares)
     app.router.add_route("*", "/{tail:.*}", handler)
-    client = await aiohttp_client(app)
-    client.seen = seen
-    return client
+    return await aiohttp_client(app)
 
 
 # --- key ring -----------------------------------------------------------------------------
@@ -182,23 +179,12 @@ def test_presented_credential(headers: dict[str, str], expected: str | None) -> 
     assert presented_credential(CIMultiDict(headers)) == expected
 
 
-def test_strip_credentials_drops_only_credential_headers() -> None:
-    headers = CIMultiDict(
-        [
-            ("Authorization", "Bearer k"),
-            ("x-API-key", "k"),
-            ("Accept", "a"),
-            ("Accept", "b"),
-            ("Content-Type", "application/json"),
-        ]
-    )
-    out = strip_credentials(headers)
-    assert list(out.items()) == [
-        ("Accept", "a"),
-        ("Accept", "b"),
-        ("Content-Type", "application/json"),
-    ]
-    assert CREDENTIAL_HEADERS == {"authorization", "x-api-key"}
+async def test_credentials_are_not_among_the_forwarded_headers(aiohttp_client) -> None:
+    client = await client_for(aiohttp_client, make_settings())
+    sent = {"Authorization": f"Bearer {INF}", "Cookie": "s=1", "Accept": "a"}
+    body = await (await client.post("/v1/chat/completions", headers=sent)).json()
+    assert "Accept" in body["forwarded"]
+    assert not {h.lower() for h in body["forwarded"]} & {"authorization", "x-api-key", "cookie"}
 
 
 @pytest.mark.parametrize("param", ["key", "api_key", "token", "API_KEY"])
@@ -245,7 +231,7 @@ async def test_policy_table(aiohttp_client, profile, table) -> None:
             assert resp.status == status, (profile, path, cred)
             if status == 200:
                 forwarded = {h.lower() for h in (await resp.json())["forwarded"]}
-                assert "host" in forwarded and not forwarded & CREDENTIAL_HEADERS
+                assert "accept" in forwarded and not forwarded & CREDENTIAL_HEADERS
             if status == 401:
                 assert resp.headers["WWW-Authenticate"] == "Bearer"
 
@@ -260,11 +246,17 @@ async def test_errors_use_the_route_surface(aiohttp_client) -> None:
     assert forbidden["error"]["type"] == "permission_error"
 
 
-async def test_role_is_recorded_for_analytics(aiohttp_client) -> None:
-    client = await client_for(aiohttp_client, make_settings())
-    await client.post("/v1/chat/completions", headers=CREDS["admin"])
-    await client.get("/health")
-    assert client.seen == [Role.ADMIN, None]
+def test_policy_names_the_role_a_request_acts_with() -> None:
+    conf = make_settings()
+    policy = Policy(KeyRing.from_settings(conf), conf)
+
+    def request(headers: dict[str, str]) -> web.Request:
+        return make_mocked_request("POST", "/v1/chat/completions", headers=headers)
+
+    chat, health = ROUTES["/v1/chat/completions"], ROUTES["/health"]
+    assert policy.check(request(CREDS["admin"]), chat) is Role.ADMIN
+    assert policy.check(request(CREDS["inference"]), chat) is Role.INFERENCE
+    assert policy.check(request({}), health) is None
 
 
 # --- shutdown and keyless setups ----------------------------------------------------------

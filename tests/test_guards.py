@@ -1,7 +1,8 @@
 """Edge guards (router/edge/guards.py): CIDR, Host allowlist, size caps, Origin, connection level.
 
-Middleware rules run through aiohttp's test client; the connection cap, header deadline and
-parser limits run against a real listener (`capped_site`) with raw sockets.
+Middleware rules run through aiohttp's test client, behind the app's real error renderer
+(`edge_errors`); the connection caps, header deadline and parser limits run against a real
+listener (`capped_site`) with raw sockets.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import pytest
 from aiohttp import web
 
 from router import errors
+from router.api.common import read_capped
+from router.app import edge_errors
 from router.config import Settings
 from router.config.schema import LimitsSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
 from router.edge.guards import (
-    BODY_CAP,
-    CappedStream,
     HostAllowlist,
     body_cap_for,
     edge_middlewares,
@@ -81,6 +82,7 @@ def settings(**server: object) -> Settings:
 class Recorder:
     def __init__(self) -> None:
         self.paths: list[str] = []
+        self.conf = Settings()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.paths.append(request.path)
@@ -92,10 +94,9 @@ class Recorder:
         if request.path == "/slow":
             await asyncio.sleep(1.0)
         if request.can_read_body:
-            try:
-                body = b"".join([c async for c in CappedStream(request.content, request[BODY_CAP])])
-            except errors.PayloadTooLarge as err:
-                return errors.render(err, Surface.OPENAI)
+            # production's capped reader, with the cap the size guard applies to this route
+            cap = body_cap_for(route_of(request), self.conf)
+            body = await read_capped(request, cap, "the route's body cap")
             return web.json_response({"read": len(body)})
         return web.json_response({"ok": True})
 
@@ -108,7 +109,8 @@ def make_app(
         from router.edge.guards import host_allowlist
 
         middlewares[1] = host_allowlist(conf, route_of, allowlist)
-    app = web.Application(middlewares=middlewares)
+    recorder.conf = conf
+    app = web.Application(middlewares=[edge_errors(conf, route_of), *middlewares])
     app.router.add_route("*", "/{tail:.*}", recorder.handle)
     return app
 
@@ -278,24 +280,46 @@ async def test_chunked_body_is_cut_when_it_passes_the_cap(aiohttp_client, record
     assert "larger than" in (await resp.json())["error"]["message"]
 
 
-async def test_classify_errors_reach_the_outer_renderer(aiohttp_client, recorder) -> None:
-    caught: list[errors.RouterError] = []
-
-    @web.middleware
-    async def outer(request: web.Request, handler):  # type: ignore[no-untyped-def]
-        try:
-            return await handler(request)
-        except errors.RouterError as err:
-            caught.append(err)
-            return errors.render(err, Surface.OPENAI)
-
-    app = make_app(settings(), recorder)
-    app.middlewares.insert(0, outer)
-    client = await aiohttp_client(app)
-    assert (await client.get("/nope")).status == 404
-    assert [type(e) for e in caught] == [errors.RouteNotFound]
+async def test_classify_errors_and_refusals_are_rendered_by_edge_errors(
+    aiohttp_client, recorder
+) -> None:
+    client = await aiohttp_client(make_app(settings(), recorder))
+    missing = await client.get("/nope")
+    assert missing.status == 404 and "no route" in (await missing.json())["error"]["message"]
     refused = await client.get("/api/nope", headers={"Host": "attacker.example"})
     assert refused.status == 403 and isinstance((await refused.json())["error"], str)
+
+
+@pytest.mark.parametrize(
+    ("conf", "path", "headers"),
+    [
+        (settings(allowed_cidrs=("10.0.0.0/8",)), "/v1/models", {}),
+        (settings(), "/v1/models", {"Host": "attacker.example"}),
+        (tiny_limits(), "/router/v1/unload", {"Content-Length": "5000"}),
+        (settings(), "/api/tags", {"Origin": "https://evil.example"}),
+    ],
+    ids=["peer", "host", "size", "origin"],
+)
+async def test_guards_raise_and_never_render(conf, path, headers) -> None:
+    """Each guard alone raises its refusal: edge_errors is the one place it becomes a response."""
+    from aiohttp.test_utils import make_mocked_request
+
+    async def unreachable(request: web.Request) -> web.StreamResponse:
+        raise AssertionError("the guard let the request through")
+
+    defaults = {"Host": "127.0.0.1", **headers}
+    for guard in edge_middlewares(conf, route_of):
+        request = make_mocked_request("POST", path, headers=defaults)
+        try:
+            await guard(request, unreachable)
+        except AssertionError:
+            continue  # not this guard's business
+        except errors.RouterError as err:
+            assert err.status in (403, 413)
+            assert err.close is (err.status == 413)
+            break
+    else:
+        raise AssertionError("no guard refused the request")
 
 
 def test_body_cap_follows_classify_body_mode() -> None:
@@ -307,28 +331,6 @@ def test_body_cap_follows_classify_body_mode() -> None:
     conf = Settings()
     assert body_cap_for(WithBody(Surface.SITE, "control"), conf) == 8 * 1024 * 1024
     assert body_cap_for(WithBody(Surface.CONTROL, "stream"), conf) == 4 * 1024**3
-
-
-class FakeSource:
-    def __init__(self, chunks: list[bytes]) -> None:
-        self.chunks = chunks
-
-    async def read(self, n: int = -1) -> bytes:
-        return self.chunks.pop(0)[:n] if self.chunks else b""
-
-    async def readany(self) -> bytes:
-        return self.chunks.pop(0) if self.chunks else b""
-
-
-async def test_capped_stream_counts_every_read_path() -> None:
-    assert await CappedStream(FakeSource([b"ab", b"cd"]), 4).read() == b"abcd"
-    with pytest.raises(errors.PayloadTooLarge):
-        await CappedStream(FakeSource([b"ab", b"cde"]), 4).read()
-    stream = CappedStream(FakeSource([b"abc"]), 4, already=2)
-    with pytest.raises(errors.PayloadTooLarge):
-        await stream.read(3)
-    got = [c async for c in CappedStream(FakeSource([b"a", b"b"]), 2)]
-    assert got == [b"a", b"b"]
 
 
 # --- Origin (S15, S16) --------------------------------------------------------------------
@@ -479,6 +481,53 @@ async def test_sites_sharing_a_guard_share_the_cap(recorder) -> None:
         writer.close()
     finally:
         await runner.cleanup()
+
+
+async def held_from(peer: str, port: int, n: int) -> list[asyncio.StreamWriter]:
+    """n connections from `peer` (any 127.0.0.0/8 address is this machine on Linux), each
+    served once and then kept open."""
+    writers = []
+    for _ in range(n):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(peer, 0))
+        writer.write(GET)
+        assert (await read_response(reader))[0] == 200
+        writers.append(writer)
+    return writers
+
+
+async def request_from(peer: str, port: int, raw: bytes = GET) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(peer, 0))
+    writer.write(raw)
+    try:
+        return await read_response(reader)
+    finally:
+        writer.close()
+
+
+async def test_one_peer_address_cannot_take_more_than_its_share(recorder) -> None:
+    conf = settings(max_connections=20, max_connections_per_peer=4)
+    async with listener(conf, recorder) as port:
+        held = await held_from("127.0.0.2", port, 4)
+        status, body = await request_from("127.0.0.2", port)
+        assert status == 503 and b"max_connections_per_peer" in body
+        assert (await request_from("127.0.0.3", port))[0] == 200  # other peers are unaffected
+        held[0].close()
+        await asyncio.sleep(0.1)
+        assert (await request_from("127.0.0.2", port))[0] == 200  # its slot came back
+        for w in held[1:]:
+            w.close()
+
+
+async def test_the_last_slots_are_kept_for_reserved_peers(recorder) -> None:
+    conf = settings(max_connections=6, max_connections_per_peer=6, reserved_connections=2)
+    async with listener(conf, recorder) as port:
+        held = await held_from("127.0.0.2", port, 4)  # 127.0.0.2 is not in reserved_cidrs
+        status, body = await request_from("127.0.0.3", port)
+        assert status == 503 and b"server.max_connections" in body
+        operator = await held_from("127.0.0.1", port, 2)  # the reserve
+        assert (await request_from("127.0.0.1", port))[0] == 503  # the cap itself still holds
+        for w in held + operator:
+            w.close()
 
 
 async def wait_closed(reader: asyncio.StreamReader, within: float) -> tuple[bytes, float]:

@@ -12,138 +12,19 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
+import aiohttp
 import httpx
 import psutil
-import pytest
-import yaml
 
-from tests.harness import SECTION_OF, RouterHarness, SseEvent, chat, read_sse
-from tests.proctree import enable_subreaper, live_descendants, reap_zombie_children
+from tests.harness import RouterHarness, SseEvent, chat, read_sse, wait_for
+from tests.proctree import reap_zombie_children
+from tests.router_process import gone, new_router, tmp_harness
+
+__all__ = ["tmp_harness"]  # the fixture, imported for pytest
 
 CHAT = "/v1/chat/completions"
-CLI = Path(sys.executable).with_name("tensor-router")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-async def _wait_for(predicate, deadline: float) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return bool(predicate())
-
-
-class RouterProcess:
-    """`tensor-router start --config router.yaml` with fake backends, on a free port."""
-
-    def __init__(self, h: RouterHarness, **runtime: object) -> None:
-        self.h = h
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.config = h.tmp / "router.yaml"
-        self.log = h.tmp / "router.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        sections = {}
-        for family, section in SECTION_OF.items():
-            env = {"FAKE_BACKEND": h.faults[family]} if family in h.faults else {}
-            sections[section] = {"binary_path": str(h.binary(family)), "env": env}
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "security": {"profile": "trusted_lan"},
-                    "server": {"bind": f"127.0.0.1:{self.port}"},
-                    "models": {"config_dir": str(h.kcpps_dir)},
-                    "analytics": {"database_path": str(h.tmp / "data" / "router.sqlite")},
-                    "runtime": {"stop_grace": 1, "load_timeout": 20, **runtime},
-                    **sections,
-                }
-            )
-        )
-
-    async def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(  # noqa: ASYNC220 (a quick fork-exec)
-                [str(CLI), "start", "--config", str(self.config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        async with httpx.AsyncClient(base_url=self.base) as c:
-            end = time.monotonic() + 15
-            while time.monotonic() < end:
-                assert self.proc.poll() is None, self.log.read_text()[-2000:]
-                try:
-                    if (await c.get("/health", timeout=1)).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("the router never answered /health:\n" + self.log.read_text())
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    async def wait_exit(self, deadline: float) -> int | None:
-        assert self.proc is not None
-        await _wait_for(lambda: self.proc.poll() is not None, deadline)
-        return self.proc.poll()
-
-    def descendants(self) -> list[int]:
-        return [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-
-
-@pytest.fixture
-def tmp_harness(tmp_path: Path) -> Iterator[RouterHarness]:
-    enable_subreaper()
-    h = RouterHarness(tmp_path)
-    routers: list[RouterProcess] = []
-    h.routers = routers  # type: ignore[attr-defined]
-    try:
-        yield h
-    finally:
-        for r in routers:
-            r.kill()
-        deadline = time.monotonic() + 3
-        while live_descendants() and time.monotonic() < deadline:
-            reap_zombie_children()
-            time.sleep(0.05)
-        left = live_descendants()
-        for p in left:
-            p.kill()
-        time.sleep(0.1)
-        reap_zombie_children()
-        assert left == [], f"processes outlived the router: {left}"
-
-
-def _router(h: RouterHarness, **runtime: object) -> RouterProcess:
-    r = RouterProcess(h, **runtime)
-    h.routers.append(r)  # type: ignore[attr-defined]
-    return r
 
 
 def _three_lanes(h: RouterHarness) -> list[str]:
@@ -169,7 +50,7 @@ async def test_r4_kill9_router_leaves_no_backend(tmp_harness: RouterHarness) -> 
     h = tmp_harness
     models = _three_lanes(h)
     h.wrap["llamacpp"] = "fork"  # one backend with a grandchild: only the watchdog covers it
-    router = _router(h)
+    router = new_router(h)
     await router.start()
     runtimes = await _load_all(router.base, models)
     assert sorted(rt["lanes"][0] for rt in runtimes) == ["image", "text", "voice"]
@@ -179,8 +60,8 @@ async def test_r4_kill9_router_leaves_no_backend(tmp_harness: RouterHarness) -> 
     os.kill(router.pid, signal.SIGKILL)
     router.proc.wait(5)  # type: ignore[union-attr]
     killed_at = time.monotonic()
-    ok = await _wait_for(lambda: (reap_zombie_children() or True) and all(map(_gone, tree)), 2.0)
-    survivors = [pid for pid in tree if not _gone(pid)]
+    ok = await wait_for(lambda: (reap_zombie_children() or True) and all(map(gone, tree)), 2.0)
+    survivors = [pid for pid in tree if not gone(pid)]
     assert ok, f"{len(survivors)} processes outlived the router by 2 s: {survivors}"
     assert time.monotonic() - killed_at <= 2.0
 
@@ -191,7 +72,7 @@ async def test_r4_next_start_reaps_pidfile_survivors(tmp_harness: RouterHarness)
     h = tmp_harness
     h.model("chat-a")
     h.wrap["llamacpp"] = "setsid"
-    router = _router(h)
+    router = new_router(h)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base, timeout=20) as c:
         r = await c.post(CHAT, json=chat("chat-a"))
@@ -210,12 +91,12 @@ async def test_r4_next_start_reaps_pidfile_survivors(tmp_harness: RouterHarness)
     router.proc.wait(5)  # type: ignore[union-attr]
     await asyncio.sleep(0.5)
     reap_zombie_children()
-    assert not _gone(server_pid), "precondition: the setsid'ed server survived the kill"
+    assert not gone(server_pid), "precondition: the setsid'ed server survived the kill"
     assert json.loads(pidfiles[0].read_text())["tag"]
 
-    second = _router(h)
+    second = new_router(h)
     await second.start()
-    assert await _wait_for(lambda: (reap_zombie_children() or True) and _gone(server_pid), 2.0)
+    assert await wait_for(lambda: (reap_zombie_children() or True) and gone(server_pid), 2.0)
     assert list((h.tmp / "data" / "pids").glob("*.pid")) == []
     os.kill(second.pid, signal.SIGTERM)
     assert await second.wait_exit(5) == 0
@@ -248,7 +129,7 @@ async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
     h.model("chat-a")
     h.model("chat-b")
     h.faults["llamacpp"] = "--token-rate 10"
-    router = _router(h, drain_timeout=10)
+    router = new_router(h, drain_timeout=10)
     await router.start()
     runtimes = await _load_all(router.base, ["chat-a"])
     backend_pid = runtimes[0]["pid"]
@@ -273,7 +154,7 @@ async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
 
         os.kill(router.pid, signal.SIGTERM)
         term_at = time.monotonic()
-        assert await _wait_for(lambda: _connect_refused(router.port), 0.5), "listener still open"
+        assert await wait_for(lambda: _connect_refused(router.port), 0.5), "listener still open"
         reply = await queued
         assert reply.status_code == 503, reply.text
         assert reply.headers.get("retry-after")
@@ -284,7 +165,7 @@ async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
         assert len(tokens) == n and events[-1].data == "[DONE]", "a stream was cut"
     code = await router.wait_exit(5)
     assert code == 0, router.log.read_text()[-2000:]
-    assert _gone(backend_pid)
+    assert gone(backend_pid)
 
 
 async def test_r27_drain_deadline_ends_long_streams_with_an_error_event(
@@ -294,7 +175,7 @@ async def test_r27_drain_deadline_ends_long_streams_with_an_error_event(
     h.model("chat-a")
     h.faults["llamacpp"] = "--token-rate 10"
     drain = 1.0
-    router = _router(h, drain_timeout=drain)
+    router = new_router(h, drain_timeout=drain)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
         started = asyncio.Event()
@@ -321,7 +202,7 @@ async def test_r27_drain_deadline_ends_long_streams_with_an_error_event(
 
 async def test_r28_idle_keepalive_does_not_delay_shutdown(tmp_harness: RouterHarness) -> None:
     h = tmp_harness
-    router = _router(h, drain_timeout=10)
+    router = new_router(h, drain_timeout=10)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base) as client:
         assert (await client.get("/health")).status_code == 200  # keep-alive socket in the pool
@@ -338,7 +219,7 @@ async def test_r28_idle_event_subscriber_does_not_hold_past_the_drain_deadline(
 ) -> None:
     h = tmp_harness
     drain = 2.0
-    router = _router(h, drain_timeout=drain)
+    router = new_router(h, drain_timeout=drain)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
         subscribed = asyncio.Event()
@@ -359,3 +240,32 @@ async def test_r28_idle_event_subscriber_does_not_hold_past_the_drain_deadline(
         await asyncio.gather(sub, return_exceptions=True)
     assert code == 0
     assert took < drain + 1.0, f"shutdown took {took:.2f}s with drain_timeout {drain}s"
+
+
+async def test_r28_idle_realtime_socket_is_closed_with_1001_and_does_not_hold_shutdown(
+    tmp_harness: RouterHarness,
+) -> None:
+    h = tmp_harness
+    h.model(
+        "vl",
+        "vllm",
+        model_param="vl-text.safetensors",
+        whispermodel="vl-asr.safetensors",
+    )
+    drain = 60.0  # the socket's lease would hold the stop this long
+    router = new_router(h, drain_timeout=drain)
+    await router.start()
+    async with aiohttp.ClientSession() as session:
+        url = f"ws://127.0.0.1:{router.port}/v1/realtime?model=vl"
+        async with session.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=10)) as ws:
+            await ws.send_str("hello")
+            assert await ws.receive_str(timeout=20) == "hello"  # relayed: the session is open
+            os.kill(router.pid, signal.SIGTERM)  # ... and now idle
+            term_at = time.monotonic()
+            closing = await ws.receive(timeout=10)
+            assert closing.type is aiohttp.WSMsgType.CLOSE, closing
+            assert closing.data == 1001
+        code = await router.wait_exit(drain / 2)
+        took = time.monotonic() - term_at
+    assert code == 0, router.log.read_text()[-2000:]
+    assert took < 10, f"the stop took {took:.1f}s with one idle realtime socket"

@@ -13,7 +13,7 @@ import asyncio
 from aiohttp import web
 
 from router.api import inference
-from router.api.common import Handler, parse_json_object, route_of
+from router.api.common import Handler, matched_route, parse_json_object
 from router.appkeys import SETTINGS
 from router.domain import MiB
 from router.errors import BadRequest, RequestTimeout
@@ -33,7 +33,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     idle = settings.server.header_timeout
     try:
         async with asyncio.timeout(idle):  # S2, as for every forwarded body
-            selection: Selection = await read_selector(request, route_of(request), scan_limit)
+            selection: Selection = await read_selector(request, matched_route(request), scan_limit)
     except TimeoutError:
         raise RequestTimeout(
             f"the request body did not arrive within {idle:g}s (server.header_timeout)"

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router.api.common import Handler, match_of, parse_json_object, read_capped, route_of
+from router.api.common import Handler, match_of, matched_route, parse_json_object, read_capped
 from router.api.inference import Override, forward
 from router.api.lanes import active_view, choose_config
 from router.appkeys import CATALOG, COMFY, RUNTIMES, SESSION, SETTINGS
@@ -61,7 +61,7 @@ _VIEW_TYPES = frozenset({"output", "input", "temp"})
 
 def _selection(request: web.Request, raw: bytes) -> Selection:
     """The request's model selector, found the ordinary way in a body already read in full."""
-    rule = route_of(request).selector
+    rule = matched_route(request).selector
     ctype = request.headers.get("Content-Type", "")
     found = select_from_body(raw, True, ctype, rule)
     model, source = select_from_request_parts(rule, found, request.query, request.headers)

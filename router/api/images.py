@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 
 from router.api import inference
-from router.api.common import Handler, arrived, match_of, read_control_json, route_of
+from router.api.common import Handler, arrived, match_of, matched_route, read_control_json
 from router.api.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
@@ -171,7 +171,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
 async def _selection(request: web.Request) -> Selection:
     """The request's own selector, else the lane's current model, else the only image model."""
     scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
-    found = await read_selector(request, route_of(request), scan_limit)
+    found = await read_selector(request, matched_route(request), scan_limit)
     if found.model is not None:
         return found
     model = current_model(request.app)
@@ -292,7 +292,7 @@ async def _direct(
 
 
 def _info(request: web.Request, model: str) -> RequestInfo:
-    route = route_of(request)
+    route = matched_route(request)
     started = arrived(request)
     info = RequestInfo(route.template, route.surface.value, Lane.IMAGE.value, started, time.time())
     info.model = model

@@ -12,7 +12,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
-from router.api.common import Handler, arrived, route_of
+from router.api.common import Handler, arrived, matched_route
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.config import ModelConfig
@@ -69,7 +69,7 @@ async def forward(
     request: web.Request, override: Override | Selection | Prepare | None = None
 ) -> web.StreamResponse:
     """Forward one request; `override` when a handler already read (and kept) the body."""
-    route = route_of(request)
+    route = matched_route(request)
     info = _info(request, route)
     async with recorded(request, info) as result:
         if isinstance(override, Selection):

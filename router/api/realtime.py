@@ -12,6 +12,10 @@ than `limits.max_control_body_mb` is refused by aiohttp's reader before it is bu
 sender gets 1009 (R25). Writes wait for the peer to drain, so a client that stops reading
 stalls the backend side instead of growing the router's memory. Origin is checked by the edge
 (S16) before this handler runs.
+
+At shutdown every open session is closed with 1001 (going away) on both sides, before the drain
+waits for leases (R28): a session has no end of its own the drain could wait for, and an idle
+one would otherwise hold the router for the whole `runtime.drain_timeout`.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.common import Handler, arrived, route_of
-from router.appkeys import CATALOG, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.api.common import Handler, arrived, matched_route
+from router.appkeys import CATALOG, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
 from router.edge import upstream_request_headers
@@ -47,6 +51,7 @@ _WS_HEADERS = (
     "sec-websocket-protocol",
 )
 AnyWS = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
+GOING_AWAY = 1001
 
 
 @dataclass
@@ -62,7 +67,7 @@ class Outcome:
 async def connect(request: web.Request) -> web.StreamResponse:
     if not web.WebSocketResponse().can_prepare(request).ok:
         raise BadRequest("/v1/realtime is a WebSocket: connect with an Upgrade: websocket request")
-    route = route_of(request)
+    route = matched_route(request)
     selection = await read_selector(request, route, 0)
     config = _choose(request, selection.model)
     info = RequestInfo(
@@ -126,8 +131,9 @@ async def _session(request: web.Request, lease: Lease, traffic: list[int]) -> we
             heartbeat=HEARTBEAT_S,
             autoclose=False,
         )
-        await client.prepare(request)
-        await relay(client, backend, traffic)
+        with request.app[SESSIONS].opened() as stop:
+            await client.prepare(request)
+            await relay(client, backend, traffic, stop)
         return client
     finally:
         # Reached without a close from relay() when the client's connection dropped (aiohttp
@@ -163,20 +169,27 @@ async def _open_backend(
 
 
 async def relay(
-    client: web.WebSocketResponse, backend: aiohttp.ClientWebSocketResponse, traffic: list[int]
+    client: web.WebSocketResponse,
+    backend: aiohttp.ClientWebSocketResponse,
+    traffic: list[int],
+    stop: asyncio.Event,
 ) -> None:
-    """Both directions until one ends; its close code goes to the other side.
+    """Both directions until one ends (or `stop` is set); its close code goes to the other side.
 
     `traffic` counts payload bytes [client -> backend, backend -> client].
     """
     up = asyncio.ensure_future(pipe(client, backend, traffic, 0))
     down = asyncio.ensure_future(pipe(backend, client, traffic, 1))
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({up, down, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (up, down):
+        for task in (up, down, stopped):
             task.cancel()
-        await asyncio.gather(up, down, return_exceptions=True)
+        await asyncio.gather(up, down, stopped, return_exceptions=True)
+    if stopped in done and not (up in done or down in done):
+        await _going_away(client, backend)
+        return
     first = up if up in done else down
     failed = first.cancelled() or first.exception() is not None
     ended = Outcome(code=1011, sink_failed=True) if failed else first.result()
@@ -184,6 +197,12 @@ async def relay(
         await _finish(client, backend, ended, source_is_client=True)
     else:
         await _finish(backend, client, ended, source_is_client=False)
+
+
+async def _going_away(client: web.WebSocketResponse, backend: AnyWS) -> None:
+    for side in (client, backend):
+        with contextlib.suppress(Exception):
+            await side.close(code=GOING_AWAY, message=b"the router is shutting down")
 
 
 async def _finish(source: AnyWS, sink: AnyWS, ended: Outcome, *, source_is_client: bool) -> None:

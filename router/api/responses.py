@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, route_of
+from router.api.common import Handler, match_of, matched_route
 from router.api.inference import Override, forward
 from router.appkeys import RUNTIMES, SETTINGS
 from router.domain import MiB
@@ -167,7 +167,7 @@ class WatchingRewriter(ModelRewriter):
 
 async def _selection(request: web.Request) -> Selection:
     scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
-    return await read_selector(request, route_of(request), scan_limit)
+    return await read_selector(request, matched_route(request), scan_limit)
 
 
 async def create(request: web.Request) -> web.StreamResponse:

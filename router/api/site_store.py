@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from router.appkeys import MATCH, STORE
+from router.api.common import match_of
+from router.appkeys import STORE
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
 
@@ -37,14 +38,11 @@ def _store(request: web.Request) -> Store:
 
 
 def _path_param(request: web.Request, name: str) -> str:
-    """From the route table's match (app.py's dispatcher), else aiohttp's router (tests)."""
-    for params in (getattr(request.get(MATCH), "params", None),):
-        if params and name in params:
-            return str(params[name])
-    value = request.match_info.get(name)
+    """A parameter of the route table's match (app.py's dispatcher classified the request)."""
+    value = match_of(request).params.get(name)
     if not value:
         raise NotFound(f"missing path parameter {name}")
-    return value
+    return str(value)
 
 
 def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:

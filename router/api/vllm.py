@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api import inference
-from router.api.common import Handler, arrived, read_json_object, route_of
+from router.api.common import Handler, arrived, matched_route, read_json_object
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS
 from router.config import Settings
 from router.domain import BackendMode, Family, Lane
@@ -57,7 +57,7 @@ _LANE_ORDER = (Lane.TEXT, Lane.EMBEDDINGS, Lane.VOICE)
 
 
 async def admin(request: web.Request) -> web.StreamResponse:
-    route = route_of(request)
+    route = matched_route(request)
     op = route.template.rsplit("/", 1)[1]
     runtime = await _pick_runtime(request)
     flag = REQUIRED_FLAG.get(op)
@@ -73,7 +73,7 @@ async def admin(request: web.Request) -> web.StreamResponse:
 
 async def _pick_runtime(request: web.Request) -> RuntimeView:
     """The ready vLLM runtime to ask: a snapshot, since these calls hold no lease."""
-    selection = await read_selector(request, route_of(request), 0)
+    selection = await read_selector(request, matched_route(request), 0)
     running = [v for v in request.app[RUNTIMES].views() if v.family is Family.VLLM and v.ready]
     running.sort(key=lambda v: _LANE_ORDER.index(v.lane))
     if selection.model is None:

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from backends.whispercpp import INFERENCE_PATH
 from router.api import inference
-from router.api.common import Handler, parse_json_object, route_of
+from router.api.common import Handler, matched_route, parse_json_object
 from router.api.lanes import choose_config
 from router.appkeys import CATALOG, SETTINGS
 from router.config import ModelConfig
@@ -44,7 +44,7 @@ TTS_REFUSED = (
 
 async def _selection(request: web.Request) -> Selection:
     scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
-    return await read_selector(request, route_of(request), scan_limit)
+    return await read_selector(request, matched_route(request), scan_limit)
 
 
 def _voice_family(config: ModelConfig) -> Family | None:

@@ -1,10 +1,10 @@
-"""`router.yaml` -> typed, validated `Settings` (DESIGN.md section 3, docs/configuration.md).
+"""The `router.yaml` schema: typed, frozen `Settings` sections (DESIGN.md section 3,
+docs/configuration.md).
 
-No I/O beyond reading the YAML, the credential files named by the environment, and checking
-that `models.config_dir` exists. Every error is a `SettingsError` naming the key and the file.
-The schema models check each value on its own; the rules that span keys (credentials, cluster
-URLs, the secure-profile bind rule) run in `load_settings`, so tests elsewhere can build a
-`Settings` by hand without inventing production-grade keys.
+Pure: reading the YAML, the credential files and the rules that span keys (credentials, cluster
+URLs, the secure-profile bind rule) live in `router.config.load`. Each model here checks its
+own values only, so tests elsewhere can build a `Settings` by hand without inventing
+production-grade keys.
 """
 
 from __future__ import annotations
@@ -124,7 +124,12 @@ class ServerSection(_Section):
     bind: str = "127.0.0.1:8080"
     allowed_cidrs: tuple[Cidr, ...] = DEFAULT_CIDRS
     allowed_hosts: tuple[HostName, ...] = ()
-    max_connections: int = Field(default=256, ge=1)
+    # An event loop holds a thousand idle sockets cheaply; the fd limit is raised to fit
+    # (server.py). One peer gets a share, and the last slots are kept for the operator (S1, S3).
+    max_connections: int = Field(default=1024, ge=1)
+    max_connections_per_peer: int = Field(default=64, ge=1)
+    reserved_connections: int = Field(default=8, ge=0)
+    reserved_cidrs: tuple[Cidr, ...] = ("127.0.0.1/32", "::1/128")
     header_timeout: PositiveDuration = 30.0
 
     @field_validator("bind")
@@ -141,8 +146,21 @@ class ServerSection(_Section):
     def port(self) -> int:
         return split_bind(self.bind)[1]
 
+    @model_validator(mode="after")
+    def _check_reserve(self) -> ServerSection:
+        # The default reserve shrinks to fit a small cap (listener.py); a chosen one must fit.
+        chosen = "reserved_connections" in self.model_fields_set
+        if chosen and self.reserved_connections >= self.max_connections:
+            raise ValueError(
+                "server.reserved_connections must be smaller than server.max_connections"
+            )
+        return self
+
     def networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(ipaddress.ip_network(c, strict=False) for c in self.allowed_cidrs)
+
+    def reserved_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(c, strict=False) for c in self.reserved_cidrs)
 
 
 class AuthSection(_Section):
@@ -248,20 +266,14 @@ class ClusterSection(_Section):
         return value
 
 
-PROGRAM_SECTIONS = {
+# The settings section that configures each family's native program (the one map: the loader,
+# the adapters and the test harness all read it).
+PROGRAM_SECTIONS: Mapping[Family, str] = {
     Family.KOBOLD: "kobold",
     Family.LLAMACPP: "llama",
     Family.SDCPP: "sdcpp",
     Family.WHISPERCPP: "whispercpp",
     Family.VLLM: "vllm",
-}
-# binary_path and command unset: the program name is looked up on PATH when spawned.
-DEFAULT_COMMANDS: Mapping[Family, tuple[str, ...]] = {
-    Family.KOBOLD: ("koboldcpp",),
-    Family.LLAMACPP: ("llama-server",),
-    Family.SDCPP: ("sd-server",),
-    Family.WHISPERCPP: ("whisper-server",),
-    Family.VLLM: ("python3", "-m", "vllm.entrypoints.openai.api_server"),
 }
 
 
@@ -295,20 +307,6 @@ class Settings(_Section):
         object.__setattr__(self, "cluster", self.cluster.model_copy(update={"token": token}))
         return self
 
-    def program(self, family: Family) -> ProgramSection:
-        """The section configuring `family`'s native program."""
-        section: ProgramSection = getattr(self, PROGRAM_SECTIONS[family])
-        return section
-
-    def command_for(self, family: Family) -> tuple[str, ...]:
-        """argv prefix that starts `family`'s program (before the router's own flags)."""
-        section = self.program(family)
-        if section.command:
-            return section.command
-        if section.binary_path is not None:
-            return (str(section.binary_path),)
-        return DEFAULT_COMMANDS[family]
-
 
 def is_ip(text: str) -> bool:
     try:
@@ -336,7 +334,7 @@ def split_bind(bind: str) -> tuple[str, int]:
 
 __all__ = [
     "DEFAULT_CIDRS",
-    "DEFAULT_COMMANDS",
+    "PROGRAM_SECTIONS",
     "Duration",
     "PositiveDuration",
     "Settings",

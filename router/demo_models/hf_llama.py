@@ -89,7 +89,8 @@ def _write_tokenizer(out_dir: Path, vocab_size: int) -> dict[str, int]:
     (out_dir / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
     special = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
     (out_dir / "special_tokens_map.json").write_text(json.dumps(special, indent=2))
-    return tokenizer.get_vocab()
+    vocab: dict[str, int] = tokenizer.get_vocab()
+    return vocab
 
 
 def _config(shape: TinyLlama, vocab_size: int, ids: dict[str, int]) -> dict[str, object]:

@@ -1,6 +1,7 @@
 """Credentials -> role, and the per-route role check (the `authenticate` middleware).
 
-Runs after the edge guards (router/edge/guards.py documents the whole order). The policy table is
+Runs after the edge guards (router/edge/guards.py documents the whole order). Credentials are
+never forwarded: router/edge/headers.py drops them from every backend request. The policy table is
 in docs/security.md; in short: inference routes take inference or admin keys, admin routes
 admin keys, `/router/v1/node/...` only the cluster token, and the cluster token nothing else.
 
@@ -19,15 +20,12 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from aiohttp import web
-from multidict import CIMultiDict
 
 from router import errors
 from router.config import Settings
 from router.domain import Role, Surface
 from router.edge.guards import Handler, Middleware, RouteOf
 
-# Never forwarded to a backend: the router's keys are not the backends' business.
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key"})
 # Refused as credentials (they end up in logs and browser history); named in the 401 message.
 QUERY_CREDENTIAL_PARAMS = frozenset({"key", "api_key", "apikey", "token", "access_token"})
 SHUTDOWN_HANDLER = "control.shutdown"
@@ -39,8 +37,6 @@ ACCEPTED: Mapping[Role, frozenset[Role]] = {
     Role.ADMIN: frozenset({Role.ADMIN}),
     Role.CLUSTER: frozenset({Role.CLUSTER}),
 }
-# Set by authenticate: the role the request acted with (None: no key was needed), for analytics.
-AUTH_ROLE = web.RequestKey("auth_role", object)
 _NEEDS = {
     Role.INFERENCE: "an inference or admin key",
     Role.ADMIN: "an admin key",
@@ -126,12 +122,6 @@ def presented_credential(headers: Mapping[str, str]) -> str | None:
     return key or None
 
 
-def strip_credentials(headers: Mapping[str, str]) -> CIMultiDict[str]:
-    """A copy of `headers` without the router's credential headers, for the backend request."""
-    items = headers.items()
-    return CIMultiDict((k, v) for k, v in items if k.lower() not in CREDENTIAL_HEADERS)
-
-
 def is_shutdown(route: object) -> bool:
     return (
         getattr(route, "handler", None) == SHUTDOWN_HANDLER
@@ -207,16 +197,12 @@ class Policy:
 
 
 def auth_middleware(keyring: KeyRing, settings: Settings, route_of: RouteOf) -> Middleware:
-    """The `authenticate` middleware; sets `request[AUTH_ROLE]` for analytics."""
+    """The `authenticate` middleware: a refused request raises 401 / 403 (rendered by the app)."""
     policy = Policy(keyring, settings)
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        route = route_of(request)
-        try:
-            request[AUTH_ROLE] = policy.check(request, route)
-        except errors.RouterError as err:
-            return errors.render(err, route.surface)
+        policy.check(request, route_of(request))
         return await handler(request)
 
     return authenticate

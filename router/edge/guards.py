@@ -1,11 +1,12 @@
 """Edge guards: who may talk to the router, under which Host, with how much data.
 
-Order (DESIGN.md section 5, outermost first). The first three run at the connection level,
-before aiohttp builds a request, because a middleware only ever sees complete requests:
+Order (DESIGN.md section 5, outermost first). The connection-level guards run before aiohttp
+builds a request, because a middleware only ever sees complete requests:
 
-  0. router/edge/listener.py `GuardedRequestHandler` (one per TCP connection, installed by `GuardedTCPSite`):
-     connection cap -> 503 and close (S3); header deadline -> 408 and close (S1);
-     request line / header field / header count limits -> 414 / 431 / 431 (S4).
+  0. router/edge/listener.py `GuardedRequestHandler` (one per TCP connection, installed by
+     `capped_site`): per-peer and global connection caps with a reserve for the operator ->
+     503 and close (S1, S3); header deadline -> 408 and close (S1); request line / header
+     field / header count limits -> 414 / 431 / 431 (S4).
   1. `peer_cidr`       the peer address must be in `server.allowed_cidrs`          -> 403
   2. `host_allowlist`  the Host header must name this machine (DNS rebinding, S14) -> 403
   3. `size_caps`       Content-Length above the route's body cap (S5)             -> 413
@@ -14,7 +15,8 @@ before aiohttp builds a request, because a middleware only ever sees complete re
   5. `auth.authenticate` (router/edge/auth.py): credential -> role, route's role check.
 
 Middlewares take `route_of(request)`, which classifies the request once and caches the route
-in `request["route"]`; errors are rendered by `errors.render(err, route.surface)`.
+on the request. They raise `RouterError`s; the app's outermost `edge_errors` middleware is the
+one place those become responses, in the shape `surface_of` picks.
 """
 
 from __future__ import annotations
@@ -34,11 +36,10 @@ from router.config import Settings
 from router.domain import MiB, Surface
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Methods a cross-site page may send without the Origin rule (plain reads and CORS preflights);
+# not classify.SAFE_METHODS, which decides whether a route changes state.
+ORIGIN_FREE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _INTERFACE_REFRESH = 10.0
-
-# Set by size_caps: the body cap of the request's route, for CappedStream in proxy/selector.
-BODY_CAP = web.RequestKey("body_cap", int)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
@@ -59,21 +60,21 @@ RouteOf = Callable[[web.Request], Any]
 
 
 def surface_of(request: web.Request, route_of: RouteOf) -> Surface:
-    """The route's surface for error rendering; a guess by prefix when the path is unknown."""
+    """The error shape for this request: its route's surface, a guess by prefix when the path
+    is unknown (Ollama clients only read `{"error": "..."}`)."""
     try:
-        return route_of(request).surface
+        surface: Surface = route_of(request).surface
     except errors.RouterError:
         return Surface.OLLAMA if request.path.startswith("/api/") else Surface.OPENAI
-
-
-def _refuse(err: errors.RouterError, request: web.Request, route_of: RouteOf) -> web.Response:
-    return errors.render(err, surface_of(request, route_of))
+    return surface
 
 
 # --- 1. peer CIDR -------------------------------------------------------------------------
 
 
-def peer_allowed(remote: str | None, networks: Iterable[ipaddress._BaseNetwork]) -> bool:
+def peer_allowed(
+    remote: str | None, networks: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network]
+) -> bool:
     if not remote:
         return False
     try:
@@ -97,8 +98,7 @@ def peer_cidr(settings: Settings, route_of: RouteOf) -> Middleware:
     @web.middleware
     async def peer_cidr_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not allowed(request.remote):
-            err = errors.Forbidden("your address is not in server.allowed_cidrs")
-            return _refuse(err, request, route_of)
+            raise errors.Forbidden("your address is not in server.allowed_cidrs")
         return await handler(request)
 
     return peer_cidr_guard
@@ -203,12 +203,11 @@ def host_allowlist(
     async def host_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         host = request.headers.get("Host")
         if not hosts.allows(host):
-            err = errors.Forbidden(
+            raise errors.Forbidden(
                 "this Host name is not allowed; add it to server.allowed_hosts"
                 if host
                 else "the request has no Host header"
             )
-            return _refuse(err, request, route_of)
         return await handler(request)
 
     return host_guard
@@ -229,10 +228,6 @@ def body_cap_for(route: EdgeRoute, settings: Settings) -> int:
     return int(settings.limits.max_stream_request_gb * 1024 * MiB)
 
 
-def _too_large(cap: int) -> errors.PayloadTooLarge:
-    return errors.PayloadTooLarge(f"request body is larger than {cap} bytes")
-
-
 def size_caps(settings: Settings, route_of: RouteOf) -> Middleware:
     @web.middleware
     async def size_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -240,56 +235,12 @@ def size_caps(settings: Settings, route_of: RouteOf) -> Middleware:
         # to the app's outermost error renderer like any handler error.
         route = route_of(request)
         cap = body_cap_for(route, settings)
-        request[BODY_CAP] = cap
         if request.content_length is not None and request.content_length > cap:
-            response = errors.render(_too_large(cap), route.surface)
-            response.force_close()  # the unread body makes the connection useless
-            return response
+            # close: the unread body makes the connection useless for a next request
+            raise errors.PayloadTooLarge(f"request body is larger than {cap} bytes", close=True)
         return await handler(request)
 
     return size_guard
-
-
-class ByteSource(Protocol):
-    async def read(self, n: int = -1) -> bytes: ...
-    async def readany(self) -> bytes: ...
-
-
-class CappedStream:
-    """Reads a request body (chunked or not) and raises PayloadTooLarge past `cap` bytes.
-
-    `already` counts bytes consumed before wrapping (the selector's scanned prefix).
-    """
-
-    def __init__(self, source: ByteSource, cap: int, *, already: int = 0) -> None:
-        self._source, self.cap, self.received = source, cap, already
-
-    def _count(self, chunk: bytes) -> bytes:
-        self.received += len(chunk)
-        if self.received > self.cap:
-            raise _too_large(self.cap)
-        return chunk
-
-    async def read(self, n: int = -1) -> bytes:
-        if n < 0:
-            # Never buffer an unbounded body: read it piecewise and stop at the cap.
-            parts = []
-            while chunk := await self.readany():
-                parts.append(chunk)
-            return b"".join(parts)
-        return self._count(await self._source.read(n))
-
-    async def readany(self) -> bytes:
-        return self._count(await self._source.readany())
-
-    def __aiter__(self) -> CappedStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        chunk = await self.readany()
-        if not chunk:
-            raise StopAsyncIteration
-        return chunk
 
 
 # --- 4. Origin rule -----------------------------------------------------------------------
@@ -318,7 +269,7 @@ def origin_refusal(request: web.Request, route: EdgeRoute) -> errors.Forbidden |
         route.origin_strict
         or route.state_changing
         or websocket
-        or request.method not in SAFE_METHODS
+        or request.method not in ORIGIN_FREE_METHODS
     )
     if not guarded:
         return None  # top-level navigation and plain reads (the WebUI shell) stay open
@@ -335,10 +286,9 @@ def origin_refusal(request: web.Request, route: EdgeRoute) -> errors.Forbidden |
 def origin_rule(route_of: RouteOf) -> Middleware:
     @web.middleware
     async def origin_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        route = route_of(request)
-        refusal = origin_refusal(request, route)
+        refusal = origin_refusal(request, route_of(request))
         if refusal is not None:
-            return errors.render(refusal, route.surface)
+            raise refusal
         return await handler(request)
 
     return origin_guard

@@ -1,15 +1,28 @@
 """The listener: connection-level guards that run before aiohttp builds a request.
 
 A middleware only ever sees complete requests, so these live in the per-connection handler
-(`GuardedRequestHandler`, installed by `GuardedTCPSite`): connection cap -> 503 and close (S3);
-header deadline -> 408 and close (S1); request line / header field / header count limits ->
+(`GuardedRequestHandler`, installed by `GuardedTCPSite`): connection caps -> 503 and close (S1,
+S3); header deadline -> 408 and close (S1); request line / header field / header count limits ->
 414 / 431 / 431 (S4). router/edge/guards.py holds the request-level middlewares that follow.
+
+The caps (docs/security.md, "Connection caps"): one peer address holds at most
+`server.max_connections_per_peer` connections, so one misbehaving client cannot fill the
+listener (S1); the last `server.reserved_connections` slots of `server.max_connections` are
+kept for peers in `server.reserved_cidrs` (the operator on loopback), so /health, unload and
+shutdown stay reachable when the rest are taken (S3).
+
+These refusals happen where no aiohttp request (and so no middleware) exists: they are written
+as raw bytes, by `_refuse` only, always in the OpenAI shape (the path is not known yet).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import ipaddress
+import json
+from collections import Counter
+from http import HTTPStatus
+from typing import Any, cast
 
 from aiohttp import StreamReader, web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
@@ -43,34 +56,83 @@ def runner_kwargs(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _raw_response(err: errors.RouterError) -> bytes:
-    """A whole HTTP/1.1 error response, for the places that have no aiohttp request."""
-    response = errors.render(err, Surface.OPENAI)
-    body = response.body if isinstance(response.body, bytes) else b""
-    head = [f"HTTP/1.1 {err.status} {response.reason}", "Content-Type: application/json"]
-    head += [f"{k}: {v}" for k, v in err.headers.items()]
+def _refuse(transport: asyncio.Transport, err: errors.RouterError) -> None:
+    """Write a whole HTTP/1.1 error response on a connection that has no aiohttp request."""
+    body = json.dumps(errors.error_body(err, Surface.OPENAI)).encode()
+    head = [f"HTTP/1.1 {err.status} {HTTPStatus(err.status).phrase}"]
+    head += ["Content-Type: application/json", *(f"{k}: {v}" for k, v in err.headers.items())]
     head += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
-    return "\r\n".join(head).encode("latin-1") + body
+    # No isinstance check: uvloop's transports do not derive from asyncio's classes.
+    if not transport.is_closing():
+        transport.write("\r\n".join(head).encode("latin-1") + body)
+
+
+def _peer_of(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 class ConnectionGuard:
-    """State shared by every connection of a listener: the open count and the deadlines."""
+    """State shared by every connection of a router: open counts (total and per peer address)
+    and the header deadline."""
 
     def __init__(self, settings: Settings) -> None:
-        self.max_connections = settings.server.max_connections
-        self.header_timeout = settings.server.header_timeout
+        server = settings.server
+        self.max_connections = server.max_connections
+        self.max_per_peer = server.max_connections_per_peer
+        self.reserved = min(server.reserved_connections, server.max_connections - 1)
+        self.header_timeout = server.header_timeout
+        self._reserved_for = server.reserved_networks()
         self.open = 0
+        self.by_peer: Counter[str] = Counter()
+
+    def is_reserved_peer(self, peer: str) -> bool:
+        try:
+            addr = ipaddress.ip_address(peer.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in self._reserved_for)
+
+    def refusal(self, peer: str) -> errors.ServiceUnavailable | None:
+        """Why a new connection from `peer` is refused, or None to admit it."""
+        if self.by_peer[peer] >= self.max_per_peer:
+            return errors.ServiceUnavailable(
+                f"your address already has {self.max_per_peer} connections open "
+                "(server.max_connections_per_peer)",
+                retry_after=1,
+            )
+        limit = self.max_connections
+        if not self.is_reserved_peer(peer):
+            limit -= self.reserved
+        if self.open >= limit:
+            return errors.ServiceUnavailable(
+                f"{self.open} connections are already open (server.max_connections)",
+                retry_after=1,
+            )
+        return None
+
+    def admit(self, peer: str) -> None:
+        self.open += 1
+        self.by_peer[peer] += 1
+
+    def release(self, peer: str) -> None:
+        self.open -= 1
+        self.by_peer[peer] -= 1
+        if self.by_peer[peer] <= 0:
+            del self.by_peer[peer]  # peers come and go: the counter must not grow
 
 
-def parser_error_status(exc: BaseException) -> tuple[int, str]:
+def parser_error(exc: BaseException) -> errors.RouterError:
     """aiohttp answers every parser error with 400; name the limit that was hit instead."""
     if isinstance(exc, LineTooLong):
         if exc.args[1] == MAX_URL_BYTES:
-            return 414, f"the request line is longer than {MAX_URL_BYTES} bytes"
-        return 431, f"a request header is longer than {exc.args[1]} bytes"
+            return errors.URITooLong(f"the request line is longer than {MAX_URL_BYTES} bytes")
+        return errors.HeadersTooLarge(f"a request header is longer than {exc.args[1]} bytes")
     if isinstance(exc, HttpProcessingError) and "Too many headers" in exc.message:
-        return 431, f"the request has more than {MAX_HEADERS} headers"
-    return 400, "malformed HTTP request"
+        return errors.HeadersTooLarge(f"the request has more than {MAX_HEADERS} headers")
+    return errors.BadRequest("malformed HTTP request")
 
 
 class GuardedRequestHandler(RequestHandler):
@@ -80,26 +142,27 @@ class GuardedRequestHandler(RequestHandler):
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._counted = False
+        self._peer = ""
         self._raw: asyncio.Transport | None = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._between_requests = False
         self._unread: StreamReader | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._raw = transport  # type: ignore[assignment]
-        if self._guard.open >= self._guard.max_connections:
-            self._reject(transport)  # type: ignore[arg-type]
+        # A TCP server's transports are stream transports (asyncio's or uvloop's).
+        self._raw = raw = cast(asyncio.Transport, transport)
+        self._peer = _peer_of(transport)
+        refusal = self._guard.refusal(self._peer)
+        if refusal is not None:
+            self._reject(raw, refusal)
             return
-        self._guard.open += 1
+        self._guard.admit(self._peer)
         self._counted = True
         super().connection_made(transport)
         self._arm_head_timer()
 
-    def _reject(self, transport: asyncio.Transport) -> None:
-        err = errors.ServiceUnavailable(
-            f"{self._guard.max_connections} connections are already open", retry_after=1
-        )
-        transport.write(_raw_response(err))
+    def _reject(self, transport: asyncio.Transport, err: errors.RouterError) -> None:
+        _refuse(transport, err)
         if transport.can_write_eof():
             transport.write_eof()
         self._loop.call_later(REJECT_LINGER, transport.close)
@@ -125,7 +188,7 @@ class GuardedRequestHandler(RequestHandler):
         if not self._counted:
             return
         self._counted = False
-        self._guard.open -= 1
+        self._guard.release(self._peer)
         if self._unread is not None:
             self._unread.set_exception(asyncio.CancelledError())
             self._unread = None
@@ -158,8 +221,9 @@ class GuardedRequestHandler(RequestHandler):
     def _head_deadline(self) -> None:
         self._head_timer = None
         if self.transport is not None and self._request_count == 0:
-            err = errors.RequestTimeout("the request headers did not arrive in time")
-            self.transport.write(_raw_response(err))
+            _refuse(
+                self.transport, errors.RequestTimeout("the request headers did not arrive in time")
+            )
         self.force_close()
 
     def handle_error(
@@ -173,16 +237,25 @@ class GuardedRequestHandler(RequestHandler):
             return super().handle_error(request, status, exc, message)
         # Parser errors are the client's doing: no traceback in the log, no routing.
         self.log_debug("refused a malformed request from %s: %s", request.remote, exc)
-        code, text = parser_error_status(exc)
-        err = errors.BadRequest(text)
-        err.status = code
-        response = errors.render(err, Surface.OPENAI)
-        response.force_close()
-        return response
+        if self.transport is not None:
+            _refuse(self.transport, parser_error(exc))
+        self.force_close()
+        # Already answered: aiohttp's attempt to write this one meets the closed transport
+        # and ends the connection quietly.
+        return web.Response(status=400)
 
 
 class GuardedTCPSite(web.TCPSite):
-    """A TCPSite whose connections are `GuardedRequestHandler`s sharing one `guard`."""
+    """A TCPSite whose connections are `GuardedRequestHandler`s sharing one `guard`.
+
+    Uses aiohttp internals: `web.Server._loop` and `._kwargs` (to build the protocol as
+    `Server.__call__` does), `BaseSite._runner`, and TCPSite's private address fields (it sets
+    `_bound_port`, which `TCPSite.port` reads), and it replaces `TCPSite.start` to hand the
+    event loop its own protocol factory. aiohttp's major
+    version is bounded in pyproject.toml for that reason. Drop when aiohttp lets a runner or
+    site take a request-handler class or protocol factory (there is no such parameter in 3.14;
+    `web.Server` always builds a plain `RequestHandler`).
+    """
 
     def __init__(
         self,
@@ -214,6 +287,8 @@ class GuardedTCPSite(web.TCPSite):
             reuse_address=self._reuse_address,
             reuse_port=self._reuse_port,
         )
+        # TCPSite.port (and so .name, the logged address) reads this private field, which the
+        # replaced TCPSite.start would have set: it is the only way to learn a port-0 bind.
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 

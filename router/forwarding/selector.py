@@ -42,6 +42,14 @@ SELECTOR_HEADER = "X-Tensors-Model"
 MAX_MODEL_BYTES = 512
 _MAX_PART_HEADER_BYTES = 16 * 1024
 _WS = re.compile(r"[ \t\n\r]*")
+
+
+def _skip_ws(text: str, pos: int = 0) -> int:
+    """The index after the JSON white space at `pos` (the pattern matches the empty string)."""
+    found = _WS.match(text, pos)
+    return found.end() if found else pos
+
+
 _DECODER = json.JSONDecoder()
 _NAME_PARAM = re.compile(r';\s*name\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;\s]+))', re.IGNORECASE)
 _FILENAME_PARAM = re.compile(r";\s*filename\*?\s*=", re.IGNORECASE)
@@ -114,7 +122,7 @@ def _decode_utf8(data: bytes, *, truncated: bool) -> str:
 
 def _object_start(text: str) -> int | None:
     """Index after the opening '{', None for an empty body; BadRequest for any other value."""
-    pos = _WS.match(text).end()  # type: ignore[union-attr]
+    pos = _skip_ws(text)
     if pos == len(text):
         return None
     if text[pos] != "{":
@@ -168,15 +176,15 @@ def _top_level_items(text: str, pos: int, wanted: set[str]) -> Iterable[tuple[st
     """
     end = len(text)
     while True:
-        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        pos = _skip_ws(text, pos)
         if pos >= end or text[pos] == "}":
             return
         try:
             key, pos = _DECODER.raw_decode(text, pos)
-            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            pos = _skip_ws(text, pos)
             if not isinstance(key, str) or text[pos : pos + 1] != ":":
                 return
-            pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            pos = _skip_ws(text, pos + 1)
             value, pos = _DECODER.raw_decode(text, pos)
         except RecursionError:
             raise BadRequest("request body JSON is nested too deeply") from None
@@ -184,7 +192,7 @@ def _top_level_items(text: str, pos: int, wanted: set[str]) -> Iterable[tuple[st
             return
         if key in wanted:
             yield key, value
-        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        pos = _skip_ws(text, pos)
         if text[pos : pos + 1] != ",":
             return
         pos += 1

@@ -50,7 +50,7 @@ def _candidates(configured: str) -> list[str]:
 def _bundled() -> str | None:
     """The imageio-ffmpeg wheel's binary, when that optional package is installed."""
     try:
-        import imageio_ffmpeg  # type: ignore[import-untyped]
+        import imageio_ffmpeg
 
         return str(imageio_ffmpeg.get_ffmpeg_exe())
     except Exception:  # not installed, or no binary for this platform

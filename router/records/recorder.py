@@ -83,5 +83,5 @@ class Recorder:
                     bytes_out,
                     aborted,
                     tail,
-                )  # fmt: skip
+                )
             )

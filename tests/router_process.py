@@ -1,0 +1,139 @@
+"""A real `tensor-router start` process for the tests that need one (R4, R27, R28, S1, S3).
+
+Each router writes a router.yaml (trusted_lan, loopback bind on a free port, program sections
+pointing at fake backends) and runs the CLI as a subprocess. The test process is a child
+subreaper, so backends orphaned by a killed router are re-parented here: visible, and reaped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from tests.harness import PROGRAM_SECTIONS, RouterHarness, free_port, wait_for
+from tests.proctree import enable_subreaper, live_descendants, reap_zombie_children
+
+CLI = Path(sys.executable).with_name("tensor-router")
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class RouterProcess:
+    """`tensor-router start --config router.yaml` with fake backends, on a free port.
+
+    `name` keeps a second router of the same test apart (its own YAML, log and data folder).
+    """
+
+    def __init__(
+        self,
+        h: RouterHarness,
+        server: dict[str, Any] | None = None,
+        name: str = "router",
+        **runtime: object,
+    ) -> None:
+        self.h = h
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.config = h.tmp / f"{name}.yaml"
+        self.log = h.tmp / f"{name}.log"
+        data = h.tmp / ("data" if name == "router" else f"data-{name}")
+        self.proc: subprocess.Popen[bytes] | None = None
+        sections = {}
+        for family, section in PROGRAM_SECTIONS.items():
+            env = {"FAKE_BACKEND": h.faults[family]} if family in h.faults else {}
+            sections[section] = {"binary_path": str(h.binary(family)), "env": env}
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "security": {"profile": "trusted_lan"},
+                    "server": {"bind": f"127.0.0.1:{self.port}", **(server or {})},
+                    "models": {"config_dir": str(h.kcpps_dir)},
+                    "analytics": {"database_path": str(data / "router.sqlite")},
+                    "runtime": {"stop_grace": 1, "load_timeout": 20, **runtime},
+                    **sections,
+                }
+            )
+        )
+
+    async def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(  # noqa: ASYNC220 (a quick fork-exec)
+                [str(CLI), "start", "--config", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        async with httpx.AsyncClient(base_url=self.base) as c:
+            end = time.monotonic() + 15
+            while time.monotonic() < end:
+                assert self.proc.poll() is None, self.log.read_text()[-2000:]
+                try:
+                    if (await c.get("/health", timeout=1)).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.05)
+        raise AssertionError("the router never answered /health:\n" + self.log.read_text())
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def wait_exit(self, deadline: float) -> int | None:
+        assert self.proc is not None
+        await wait_for(lambda: self.proc.poll() is not None, deadline)
+        return self.proc.poll()
+
+    def descendants(self) -> list[int]:
+        return [p.pid for p in psutil.Process(self.pid).children(recursive=True)]
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def tmp_harness(tmp_path: Path) -> Iterator[RouterHarness]:
+    enable_subreaper()
+    h = RouterHarness(tmp_path)
+    routers: list[RouterProcess] = []
+    h.routers = routers  # type: ignore[attr-defined]
+    try:
+        yield h
+    finally:
+        for r in routers:
+            r.kill()
+        deadline = time.monotonic() + 3
+        while live_descendants() and time.monotonic() < deadline:
+            reap_zombie_children()
+            time.sleep(0.05)
+        left = live_descendants()
+        for p in left:
+            p.kill()
+        time.sleep(0.1)
+        reap_zombie_children()
+        assert left == [], f"processes outlived the router: {left}"
+
+
+def new_router(
+    h: RouterHarness, server: dict[str, Any] | None = None, name: str = "router", **runtime: object
+) -> RouterProcess:
+    r = RouterProcess(h, server, name, **runtime)
+    h.routers.append(r)  # type: ignore[attr-defined]
+    return r
