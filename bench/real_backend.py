@@ -78,14 +78,25 @@ def start_llama_router(stack: c.Stack, wd: Path, llama: str, model: Path) -> dic
     return urls
 
 
-def run_arm(url: str, block: float) -> dict[str, Any]:
+def run_arm(url: str, block: float, procs: dict[str, list[psutil.Process]]) -> dict[str, Any]:
+    """Every scenario once; with each, the CPU per request of the router and of llama-server
+    (the router's is what it costs a 2-core box, whoever's latency it lands in)."""
     one, stream = json.dumps(ONE).encode(), json.dumps(STREAM).encode()
-    return {
-        "1 conn, http.client": run_block("http.client", url, PATH, one, block),
-        "1 conn, httpx": run_block("httpx", url, PATH, one, block),
-        "8 conns, wrk": c.load_test(url + PATH, one.decode(), 8, block),
-        "64-token stream": run_block("http.client", url, PATH, stream, block),
+    blocks = {
+        "1 conn, http.client": lambda: run_block("http.client", url, PATH, one, block),
+        "1 conn, httpx": lambda: run_block("httpx", url, PATH, one, block),
+        "8 conns, wrk": lambda: c.load_test(url + PATH, one.decode(), 8, block),
+        "64-token stream": lambda: run_block("http.client", url, PATH, stream, block),
     }
+    out = {}
+    for name, run in blocks.items():
+        meters = {who: c.CpuMeter(p) for who, p in procs.items()}
+        res = run()
+        n = max(1, int(res.get("requests") or 1))
+        for who, meter in meters.items():
+            res[f"{who}_cpu_us"] = meter.percent() / 100.0 * (time.monotonic() - meter.t0) / n * 1e6
+        out[name] = res
+    return out
 
 
 def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -101,6 +112,8 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 "client_cpu_us": c.med([r.get("client_cpu_us") for r in reps]),
                 "header_p50_ms": c.med([r.get("header_p50_ms") for r in reps]),
                 "backend_p50_ms": c.med([r.get("backend_p50_ms") for r in reps]),
+                "router_cpu_us": c.med([r.get("router_cpu_us") for r in reps]),
+                "llama_cpu_us": c.med([r.get("llama_cpu_us") for r in reps]),
             }
         added = {
             a: [r["p50_ms"] - d["p50_ms"] for r, d in zip(v, blocks["direct"], strict=False)]
@@ -155,10 +168,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         stack.proc(nginx)
         urls = {"direct": direct, "router": router.url, "nginx": nginx_url}
         urls.update(start_llama_router(stack, wd, llama, files["chat-a"]))
+        backend = int(router.backend("chat-a")["pid"])
+        assert router.proc is not None
+        procs = {"router": c.tree(router.proc.pid, exclude={backend}), "llama": c.tree(backend)}
         for url in urls.values():  # warm-up: caches, first allocations, pooled connections
-            run_arm(url, 0.5)
+            run_arm(url, 0.5, procs)
         results = c.interleave(
-            list(urls), opts.reps, lambda arm, rep: run_arm(urls[arm], opts.block)
+            list(urls), opts.reps, lambda arm, rep: run_arm(urls[arm], opts.block, procs)
         )
     data: dict[str, Any] = {"summary": summarize(results), "blocks": results}
     data["client"] = "http.client, httpx, wrk"
@@ -235,8 +251,8 @@ def report_lines(d: dict[str, Any], instant: dict[str, Any] | None = None) -> li
     for sc, x in s.items():
         cells = [_cell(x["arms"][a]) for a in arms]
         L.append(
-            f"| {sc} | " + " | ".join(cells) + f" | {c_(x.get('router_over_nginx'), 1)}x | "
-            f"{c_(x.get('llama_router_over_router'), 1)}x | {c_(x.get('header_minus_added_ms'), 3)} |"
+            f"| {sc} | " + " | ".join(cells) + f" | {_x(x.get('router_over_nginx'))} | "
+            f"{_x(x.get('llama_router_over_router'))} | {c_(x.get('header_minus_added_ms'), 3)} |"
         )
     own = s["1 conn, http.client"]["arms"]
     cpu = {sc.split(", ")[1]: s[sc]["arms"]["direct"]["client_cpu_us"] for sc in SCENARIOS[:2]}
@@ -249,6 +265,16 @@ def report_lines(d: dict[str, Any], instant: dict[str, Any] | None = None) -> li
         f"{c_(own['router']['header_p50_ms'], 3)} ms. llama-server router mode over its own child: "
         f"{c_(s['1 conn, http.client'].get('llama_router_over_child_ms'), 3)} ms."
     )
+    L.append("\nCPU per request, us (router process / tensor-router's llama-server), by arm:")
+    for sc, x in s.items():
+        L.append(
+            f"{sc}: "
+            + ", ".join(
+                f"{a} {c_(v['router_cpu_us'], 0)} / {c_(v['llama_cpu_us'], 0)}"
+                for a, v in x["arms"].items()
+            )
+            + "."
+        )
     if instant and "summary" in instant:
         L += ["", "### Added p50 by upstream, ms: instant (nginx `return 200`, wrk) and real", ""]
         L.append(
@@ -264,6 +290,10 @@ def report_lines(d: dict[str, Any], instant: dict[str, Any] | None = None) -> li
 
 def _cell(arm: dict[str, Any]) -> str:
     return f"{c_(arm['p50_ms'], 3)} (+{c_(arm['added_p50_ms'], 3)})"
+
+
+def _x(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1f}x"
 
 
 def c_(v: Any, nd: int) -> str:
