@@ -14,7 +14,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs.
+client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> benchmarks.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from aiohttp import web
 from backends.process import hold_watchdog, reap_stale, release_watchdog
 from router.api import (
     anthropic,
+    benchmarks,
     comfy,
     control,
     images,
@@ -91,6 +92,7 @@ HANDLERS: dict[str, Handler] = {
     **voice.HANDLERS,
     **comfy.HANDLERS,
     **site_store.HANDLERS,
+    **benchmarks.HANDLERS,
 }
 
 
@@ -181,7 +183,15 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[SHUTDOWN] = _signal_self
     app[realtime.SESSIONS] = realtime.Sessions()
     app.cleanup_ctx.extend(
-        [_client_session, _store, _catalog, _runtimes, images.images_context, comfy.comfy_context]
+        [
+            _client_session,
+            _store,
+            _catalog,
+            _runtimes,
+            images.images_context,
+            comfy.comfy_context,
+            benchmarks.benchmarks_context,
+        ]
     )
     app.on_shutdown.append(_begin_drain)
     app.router.add_route("*", "/{tail:.*}", dispatch)

@@ -12,6 +12,7 @@ import aiohttp
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from router.benchmarks import Benchmarks
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.forwarding import Proxy
@@ -31,6 +32,7 @@ STORE: web.AppKey[Store] = web.AppKey("store")
 RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
 IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chosen model, jobs
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
+BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -1,4 +1,5 @@
-"""`Store`: the node's SQLite file (analytics, load captures, load errors, model state).
+"""`Store`: the node's SQLite file (analytics, load captures, load errors, model state, and
+benchmark runs through the `BenchmarkRuns` mixin).
 
 All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
 are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
@@ -27,6 +28,7 @@ from router.config import AnalyticsSection
 from router.errors import sanitize
 from router.store import analytics as an
 from router.store import captures as cap
+from router.store.benchmarks import BenchmarkRuns
 from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
 from router.store.rows import Raw, rows_from_raws
@@ -40,7 +42,7 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store:
+class Store(BenchmarkRuns):
     def __init__(
         self,
         path: Path,
