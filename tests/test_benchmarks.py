@@ -190,8 +190,10 @@ async def test_progress_is_published_on_the_event_stream(harness: RouterHarness)
     reader = asyncio.create_task(read_events(client, "benchmark_finished", seen, subscribed))
     await asyncio.wait_for(subscribed.wait(), WAIT_S)
     # The handler subscribes once its headers are out: wait until the bus has the subscriber.
-    while harness.app is not None and harness.app[EVENTS].subscriber_count == 0:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
+    assert harness.app is not None
+    async with asyncio.timeout(WAIT_S):
+        while harness.app[EVENTS].subscriber_count == 0:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
     record = (
         await client.post(RUN, json={"model_id": "chat", "sections": ["runtime", "llm"]})
     ).json()
