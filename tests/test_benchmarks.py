@@ -189,11 +189,13 @@ async def test_progress_is_published_on_the_event_stream(harness: RouterHarness)
     subscribed = asyncio.Event()
     reader = asyncio.create_task(read_events(client, "benchmark_finished", seen, subscribed))
     await asyncio.wait_for(subscribed.wait(), WAIT_S)
-    # The handler subscribes once its headers are out: wait until the bus has the subscriber.
+    # The handler subscribes just after its headers are out: ping the bus until the stream
+    # carries the ping, so the run's first event cannot be published before the subscription.
     assert harness.app is not None
     async with asyncio.timeout(WAIT_S):
-        while harness.app[EVENTS].subscriber_count == 0:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        while not any(e["event"] == "test_ping" for e in seen):
+            harness.app[EVENTS].publish("test_ping")
+            await asyncio.sleep(0.05)
     record = (
         await client.post(RUN, json={"model_id": "chat", "sections": ["runtime", "llm"]})
     ).json()
