@@ -233,10 +233,14 @@ async def test_one_run_per_node_a_second_is_409_until_the_first_ends(
         while (await asyncio.wait_for(queue.get(), WAIT_S))["event"] != "benchmark_started":
             pass
         busy = await client.post(RUN, json={"model_id": "chat", "sections": ["llm"]})
+        # A run in progress is visible: its rows are written when they start.
+        during = (await client.get(LIST, params={"model_id": "chat"})).json()
     assert busy.status_code == 409, busy.text
     error = busy.json()["error"]
     assert (error["type"], error["code"]) == ("benchmark_error", "benchmark_running")
+    assert during["latest"]["status"] == "running" and during["latest"]["finished_at"] is None
     done = await asyncio.wait_for(first, WAIT_S)
+    assert during["latest"]["run_id"] == done.json()["run_id"]
     assert done.json()["status"] == "success"
     assert done.json()["run_id"] in error["message"]
     # Free again once it has finished.
@@ -305,3 +309,31 @@ async def test_the_cli_runs_a_benchmark_against_the_running_router(
     assert "success" in out
     code, out, err = await cli("chat", "--sections", "warp")
     assert code != 0 and "400" in err and "warp" in err
+
+
+async def test_a_run_cut_by_the_router_stopping_is_stored_as_failed(
+    harness: RouterHarness,
+) -> None:
+    harness.model("chat")
+    harness.faults["llamacpp"] = "--ttft 30"
+    client = await harness.start()
+    assert harness.app is not None
+    # Loaded first, so the section's lease is granted without a wait: by the time its
+    # `running` event is read here, its request is with the backend.
+    assert (await client.post("/router/v1/load", json={"model": "chat"})).status_code == 200
+    async with harness.app[EVENTS].subscribe() as queue:
+        post = asyncio.create_task(client.post(RUN, json={"model_id": "chat", "sections": ["llm"]}))
+        while (await asyncio.wait_for(queue.get(), WAIT_S)).get("status") != "running":
+            pass
+        started = time.monotonic()
+        await harness.close()
+    assert time.monotonic() - started < WAIT_S  # the run was stopped, not waited for
+    assert isinstance((await asyncio.gather(post, return_exceptions=True))[0], BaseException)
+    with sqlite3.connect(harness.tmp / "data" / "router.sqlite") as db:
+        rows = db.execute(
+            "SELECT section, status, error, finished_at FROM benchmark_runs"
+        ).fetchall()
+    assert sorted(row[0] for row in rows) == ["llm", "run"]
+    for _, status, error, finished_at in rows:
+        assert status == "failed" and error == "the router stopped during the run"
+        assert finished_at is not None
