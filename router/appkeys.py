@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
     from router.runtime import RuntimeManager
+    from router.site import SiteFiles
     from router.store import Store
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
@@ -31,6 +32,7 @@ STORE: web.AppKey[Store] = web.AppKey("store")
 RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
 IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chosen model, jobs
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
+SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
