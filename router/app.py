@@ -46,6 +46,7 @@ from router.api import (
     ollama_gen,
     realtime,
     responses,
+    site_assets,
     site_inventory,
     site_store,
     vllm,
@@ -94,6 +95,7 @@ HANDLERS: dict[str, Handler] = {
     **comfy.HANDLERS,
     **site_store.HANDLERS,
     **site_inventory.HANDLERS,
+    **site_assets.HANDLERS,
 }
 
 

@@ -112,7 +112,7 @@ def runnable(doc: Mapping[str, Any], paths: Mapping[str, str]) -> dict[str, Any]
             out[slot.field] = path
         else:
             listed = out.get(slot.field)
-            items = listed if isinstance(listed, list) else []
+            items = list(listed) if isinstance(listed, list) else []
             items.extend([""] * (slot.position + 1 - len(items)))
             items[slot.position] = path
             out[slot.field] = items
