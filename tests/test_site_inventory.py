@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
+from router.appkeys import STORE
 from router.demo_models.gguf_llama import write_llama_gguf
 from tests.harness import RouterHarness, chat
 from tests.site_helpers import count_reads, site_settings, write
@@ -137,8 +140,6 @@ async def test_hashing_leaves_the_event_loop_free(harness: RouterHarness) -> Non
     h.model("chat")
     client = await h.start(site_settings(h))
     reads = count_reads(h)
-    import threading
-
     reads.gate = threading.Event()
     pending = asyncio.create_task(client.get(INV))
     try:
@@ -149,6 +150,34 @@ async def test_hashing_leaves_the_event_loop_free(harness: RouterHarness) -> Non
     finally:
         reads.gate.set()
     assert (await pending).status_code == 200
+
+
+async def test_a_read_survives_the_client_that_asked(harness: RouterHarness) -> None:
+    h = harness
+    h.model("chat")
+    client = await h.start(site_settings(h))
+    reads = count_reads(h)
+    reads.gate = threading.Event()
+    assert h.app is not None
+    store, added = h.app[STORE], asyncio.Event()
+    keep = store.add_file_hash
+
+    def spy(row: tuple[str, int, int, str, str | None, float]) -> None:
+        keep(row)
+        added.set()
+
+    store.add_file_hash = spy  # type: ignore[method-assign]
+    pending = asyncio.create_task(client.get(INV))
+    await asyncio.to_thread(reads.entered.wait, 10)
+    pending.cancel()  # the client goes away while its file is being read
+    with contextlib.suppress(asyncio.CancelledError):
+        await pending
+    reads.gate.set()
+    await asyncio.wait_for(added.wait(), 10)  # the finished read is stored all the same
+    r = await client.get(INV)
+    assert r.status_code == 200
+    assert reads.reads == [str((h.models_dir / "chat.gguf").resolve())]
+    assert r.json()["models"][0]["model_hash"] == sha(h.models_dir / "chat.gguf")
 
 
 async def test_runtime_state_and_unload(harness: RouterHarness) -> None:

@@ -116,22 +116,20 @@ async def _resolve_doc(site: SiteFiles, doc: Mapping[str, Any]) -> list[dict[str
         slots = portable_slots(doc)
     except PortableError as err:
         raise BadRequest(str(err), param=err.field) from None
-    results = []
-    for slot in slots:
-        found = await site.locate(slot.sha256, slot.filename)
-        results.append(
-            {
-                "field": slot.field,
-                "position": slot.position,
-                "hash": slot.sha256,
-                "filename": slot.filename,
-                "resolved": found is not None,
-                "source": found.source if found else None,
-                "path": found.stat.path if found else None,
-                "failure": None if found else "no file under models.file_roots has this SHA-256",
-            }
-        )
-    return results
+    located = await site.locate([(slot.sha256, slot.filename) for slot in slots])
+    return [
+        {
+            "field": slot.field,
+            "position": slot.position,
+            "hash": slot.sha256,
+            "filename": slot.filename,
+            "resolved": found is not None,
+            "source": found.source if found else None,
+            "path": found.stat.path if found else None,
+            "failure": None if found else "no file under models.file_roots has this SHA-256",
+        }
+        for slot, found in zip(slots, located, strict=True)
+    ]
 
 
 async def _resolve_item(request: web.Request, item: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,9 +39,7 @@ class HashRows(Protocol):
 
     async def file_hashes(self) -> dict[str, tuple[int, int, str, str | None]]: ...
 
-    async def put_file_hashes(
-        self, rows: Sequence[tuple[str, int, int, str, str | None, float]]
-    ) -> None: ...
+    def add_file_hash(self, row: tuple[str, int, int, str, str | None, float]) -> None: ...
 
 
 def digest_file(stat: FileStat) -> Digest | None:
@@ -90,15 +88,9 @@ class HashCache:
             else:
                 todo.setdefault(stat.real, stat)
         fresh = await asyncio.gather(*(self._read(s) for s in todo.values()))
-        rows = []
         for stat, digest in zip(todo.values(), fresh, strict=True):
-            if digest is None:
-                continue
-            out[stat.real] = digest
-            meta = json.dumps(digest.metadata) if digest.metadata is not None else None
-            rows.append((stat.real, stat.size, stat.mtime_ns, digest.sha256, meta, time.time()))
-        if rows:
-            await self.rows.put_file_hashes(rows)
+            if digest is not None:
+                out[stat.real] = digest
         return out
 
     async def _read(self, stat: FileStat) -> Digest | None:
@@ -113,7 +105,15 @@ class HashCache:
 
     async def _read_now(self, stat: FileStat) -> Digest | None:
         async with self._slots:
-            return await asyncio.to_thread(self.hasher, stat)
+            digest = await asyncio.to_thread(self.hasher, stat)
+        # Kept here, in the shared task, so a read finished for a client that went away (or
+        # timed out on a long cold inventory) is not lost.
+        if digest is not None:
+            meta = json.dumps(digest.metadata) if digest.metadata is not None else None
+            self.rows.add_file_hash(
+                (stat.real, stat.size, stat.mtime_ns, digest.sha256, meta, time.time())
+            )
+        return digest
 
 
 def _meta(raw: str | None) -> Mapping[str, Any] | None:

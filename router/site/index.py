@@ -59,26 +59,31 @@ class SiteFiles:
                 return await asyncio.to_thread(stat_file, candidate, self.real_roots)
         return None
 
-    async def locate(self, sha256: str, filename: str = "") -> Located | None:
-        """Where this node holds `sha256`: a cached row still true, else hash the scan."""
-        roots = self.real_roots
-        rows = await self.cache.known()
-        cached = [p for p, row in rows.items() if row[2] == sha256]
-        current = await asyncio.to_thread(lambda: [stat_file(p, roots) for p in cached])
-        for stat in current:
-            row = rows.get(stat.real) if stat is not None else None
-            if stat is not None and row is not None and (row[0], row[1]) == stat.stamp:
-                return Located("index", stat)
-        listed = await self.scan()
-        # Files with the expected name first: the likely match is hashed before the rest.
-        named = [s for s in listed if os.path.basename(s.path) == filename]
-        for group in (named, [s for s in listed if s not in named]):
-            digests = await self.digests(group)
-            for stat in group:
-                digest = digests.get(stat.real)
-                if digest is not None and digest.sha256 == sha256:
-                    return Located("file_roots", stat)
-        return None
+    async def locate(self, wanted: Sequence[tuple[str, str]]) -> list[Located | None]:
+        """Where this node holds each (sha256, expected file name): a cached row that is
+        still true, else the scan, hashed once for all of them (files with an expected name
+        first, so the likely match is read before the rest)."""
+        found: dict[str, Located] = {}
+        for sha in {w[0] for w in wanted}:
+            holders = await self.holders(sha)
+            if holders:
+                found[sha] = Located("index", holders[0])
+        missing = {sha for sha, _ in wanted if sha not in found}
+        if missing:
+            listed = await self.scan()
+            names = {name for sha, name in wanted if sha in missing}
+            named = [s for s in listed if os.path.basename(s.path) in names]
+            rest = [s for s in listed if os.path.basename(s.path) not in names]
+            for group in (named, rest):
+                if not missing:
+                    break
+                digests = await self.digests(group)
+                for stat in group:
+                    digest = digests.get(stat.real)
+                    if digest is not None and digest.sha256 in missing:
+                        found[digest.sha256] = Located("file_roots", stat)
+                        missing.discard(digest.sha256)
+        return [found.get(sha) for sha, _ in wanted]
 
     async def holders(self, sha256: str) -> list[FileStat]:
         """Every cached file with this hash that is still the file that was hashed (no reads)."""

@@ -332,17 +332,9 @@ class Store:
         async with self._reader.execute(sql) as cursor:
             return {r[0]: (r[1], r[2], r[3], r[4]) for r in await cursor.fetchall()}
 
-    async def put_file_hashes(
-        self, rows: Sequence[tuple[str, int, int, str, str | None, float]]
-    ) -> None:
-        """Upsert hash rows; returns once they are on disk (one transaction for the batch)."""
-        if not rows:
-            return
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        for row in rows[:-1]:
-            self._writer.add_op(Op(_UPSERT_HASH, row))
-        self._writer.add_op(Op(_UPSERT_HASH, rows[-1], future), urgent=True)
-        await future
+    def add_file_hash(self, row: tuple[str, int, int, str, str | None, float]) -> None:
+        """Buffer one upsert, O(1); written with the next batch (a read settles it first)."""
+        self._writer.add_op(Op(_UPSERT_HASH, row))
 
     # -- consistent copies --------------------------------------------------------------
 
