@@ -1,6 +1,6 @@
 """Configuration: the router.yaml schema and its loading, .kcpps parsing, the model catalog,
-and the unload-policy triggers. The lowest layer beside `domain` and `errors`: it does no
-routing and imports nothing above it.
+and the unload-policy triggers. A bottom layer (docs/architecture.md): it does no routing and
+imports only `router.domain`.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from router.config.catalog import Catalog
 from router.config.kcpps import ModelConfig
 from router.config.load import load_settings, resolve_config_path
 from router.config.schema import (
+    PROGRAM_SECTIONS,
     AnalyticsSection,
     ProgramSection,
     Settings,
@@ -18,6 +19,7 @@ from router.config.schema import (
 from router.config.unload_policy import evicts, static_lanes
 
 __all__ = [
+    "PROGRAM_SECTIONS",
     "AnalyticsSection",
     "Catalog",
     "ModelConfig",
