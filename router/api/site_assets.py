@@ -82,8 +82,9 @@ async def _document(request: web.Request, item: Mapping[str, Any]) -> tuple[str,
     if inline is not None:
         if not isinstance(inline, dict):
             raise BadRequest("kcpps must be a JSON object", param="kcpps")
-        name = item.get("filename") or f"{item.get('id') or 'portable'}.kcpps"
-        return str(name), inline
+        # Only echoed back: an inline document is never looked up by name.
+        model_id = item.get("id")
+        return (f"{model_id}.kcpps" if _safe_id(model_id) else "portable.kcpps"), inline
     name = item.get("filename") or (
         f"{item['id']}.kcpps" if isinstance(item.get("id"), str) else None
     )
@@ -100,6 +101,10 @@ async def _document(request: web.Request, item: Mapping[str, Any]) -> tuple[str,
     if not isinstance(doc, dict):
         raise BadRequest(f"{name} is not a JSON object", param="filename")
     return name, doc
+
+
+def _safe_id(value: Any) -> bool:
+    return isinstance(value, str) and ID_PATTERN.match(value) is not None
 
 
 def _read_small(path: Path) -> bytes | None:
