@@ -14,7 +14,8 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> benchmarks.
+client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
+files -> benchmarks.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from router.api import (
     ollama_gen,
     realtime,
     responses,
+    site_assets,
+    site_inventory,
     site_store,
     vllm,
     voice,
@@ -62,13 +65,14 @@ from router.appkeys import (
     ROUTE,
     RUNTIMES,
     SESSION,
+    SESSIONS,
     SETTINGS,
     SHUTDOWN,
     STORE,
 )
 from router.classify import Route, match
 from router.config import Catalog, Settings
-from router.edge import Middleware, RouteOf, auth, guards, surface_of
+from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
@@ -92,6 +96,8 @@ HANDLERS: dict[str, Handler] = {
     **voice.HANDLERS,
     **comfy.HANDLERS,
     **site_store.HANDLERS,
+    **site_inventory.HANDLERS,
+    **site_assets.HANDLERS,
     **benchmarks.HANDLERS,
 }
 
@@ -181,7 +187,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
     app[SHUTDOWN] = _signal_self
-    app[realtime.SESSIONS] = realtime.Sessions()
+    app[SESSIONS] = Sessions()
     app.cleanup_ctx.extend(
         [
             _client_session,
@@ -190,6 +196,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _runtimes,
             images.images_context,
             comfy.comfy_context,
+            site_inventory.site_context,
             benchmarks.benchmarks_context,
         ]
     )

@@ -1,9 +1,11 @@
 """The HTTP edge: connection-level guards (listener), request guards (CIDR, Host, size,
-Origin), authentication, and the hop-by-hop header rules both legs share.
+Origin), authentication, the hop-by-hop header rules both legs share, and the registry of
+long-lived sessions shutdown tells to go away.
 """
 
 from __future__ import annotations
 
+from router.edge.bodies import read_capped_stream
 from router.edge.guards import Middleware, RouteOf, surface_of
 from router.edge.headers import (
     downstream_response_headers,
@@ -11,13 +13,16 @@ from router.edge.headers import (
     mark_streaming,
     upstream_request_headers,
 )
+from router.edge.sessions import Sessions
 
 __all__ = [
     "Middleware",
     "RouteOf",
+    "Sessions",
     "downstream_response_headers",
     "is_streaming",
     "mark_streaming",
+    "read_capped_stream",
     "surface_of",
     "upstream_request_headers",
 ]
