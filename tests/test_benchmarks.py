@@ -337,3 +337,21 @@ async def test_a_run_cut_by_the_router_stopping_is_stored_as_failed(
     for _, status, error, finished_at in rows:
         assert status == "failed" and error == "the router stopped during the run"
         assert finished_at is not None
+
+
+async def test_a_model_that_does_not_load_fails_its_sections_with_the_load_error(
+    harness: RouterHarness,
+) -> None:
+    harness.model("broken")
+    harness.faults_for_model["broken"] = "--exit-at-start 3"
+    client = await harness.start()
+    body = {"model_id": "broken", "sections": ["runtime", "llm"], "iterations": 2}
+    record = (await client.post(RUN, json=body)).json()
+    assert record["status"] == "failed" and record["error"] == "failed sections: runtime, llm"
+    for name in ("runtime", "llm"):
+        section = record["sections"][name]
+        assert section["status"] == "failed" and section["metrics"] == []
+        assert "exit" in section["error"] and "code 3" in section["error"], section["error"]
+    # Each failed load is recorded like any other (load errors).
+    errors = (await client.get("/router/v1/site/load-errors")).json()["errors"]
+    assert len(errors) >= 4 and {e["model"] for e in errors} == {"broken"}

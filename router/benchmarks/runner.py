@@ -193,12 +193,12 @@ class Benchmarks:
 
     async def _load_once(self, config: ModelConfig, started: float) -> Iteration:
         """Unload whatever holds the model's lanes, then load it, through the manager."""
-        lane = primary_lane(config)
-        await self._runtimes.unload(spec_for(config, lane).occupies)
-        unloaded = time.monotonic()
         try:
+            lane = primary_lane(config)
+            await self._runtimes.unload(spec_for(config, lane).occupies)
+            unloaded = time.monotonic()
             await self._runtimes.load(config, lane)
-        except RouterError as exc:
+        except RouterError as exc:  # no servable lane, or the load failed (its reason)
             return Iteration(_since(started), error=exc.message)
         load_ms = _since(unloaded)
         sample = {
