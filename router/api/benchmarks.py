@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.common import Handler, read_control_json
-from router.appkeys import BENCHMARKS, CATALOG, EVENTS, RUNTIMES, SESSION, SETTINGS, STORE
+from router.appkeys import BENCHMARKS, CATALOG, EVENTS, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import benchmarks_service, listing, parse_run_request
 from router.errors import BadRequest, ModelNotFound, NotFound
 
@@ -79,7 +79,7 @@ async def run(request: web.Request) -> web.StreamResponse:
 async def benchmarks_context(app: web.Application) -> AsyncIterator[None]:
     """After the runtimes (a run leases them) and closed before them."""
     service = benchmarks_service(
-        app[SETTINGS].cluster.node_id, app[RUNTIMES], app[SESSION], app[EVENTS], app[STORE]
+        app[SETTINGS].cluster.node_id, app[RUNTIMES], app[EVENTS], app[STORE]
     )
     async with service as benchmarks:
         app[BENCHMARKS] = benchmarks

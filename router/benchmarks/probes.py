@@ -2,8 +2,9 @@
 
 The runner leases the runtime through `RuntimeManager.ensure()` (so a probe queues, swaps and
 batches like any client request) and calls a probe with the lease; the probe speaks the
-backend's own API on the lease's loopback URL, with the router's client session. Each workload
-is small and fixed, so runs of one model compare with each other. The parsing of what comes
+backend's own API on the lease's loopback URL, with the benchmark service's own client
+session (runner.py says why). Each workload is small and fixed, so runs of one model compare
+with each other. The parsing of what comes
 back is pure (`llm_sample`, `chunk_fields`) and unit-tested.
 """
 

@@ -232,16 +232,19 @@ def _run_error(sections: list[Summary]) -> str | None:
 
 @contextlib.asynccontextmanager
 async def benchmarks_service(
-    node_id: str,
-    runtimes: RuntimeManager,
-    session: aiohttp.ClientSession,
-    events: EventBus,
-    store: Store,
+    node_id: str, runtimes: RuntimeManager, events: EventBus, store: Store
 ) -> AsyncIterator[Benchmarks]:
-    """The service for the app's lifetime; rows a crashed router left `running` are failed."""
+    """The service for the app's lifetime; rows a crashed router left `running` are failed.
+
+    Probes use a session of their own that opens a connection per request: a pooled keep-alive
+    connection llama-server had closed after a streamed answer failed the next iteration (real
+    tier), and a fresh loopback connection costs well under a millisecond.
+    """
     await store.fail_unfinished_benchmarks(STOPPED, time.time())
-    service = Benchmarks(node_id, runtimes, session, events, store)
-    try:
-        yield service
-    finally:
-        await service.close()
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        service = Benchmarks(node_id, runtimes, session, events, store)
+        try:
+            yield service
+        finally:
+            await service.close()
