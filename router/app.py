@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -45,6 +46,7 @@ from router.api import (
     ollama_gen,
     realtime,
     responses,
+    site_configs,
     site_store,
     vllm,
     voice,
@@ -66,7 +68,7 @@ from router.appkeys import (
     STORE,
 )
 from router.classify import Route, match
-from router.config import Catalog, Settings
+from router.config import Catalog, CatalogChange, Settings
 from router.edge import Middleware, RouteOf, auth, guards, surface_of
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
@@ -75,6 +77,10 @@ from router.runtime import Loader, RuntimeManager, observer_factory
 from router.store import Store
 
 log = logging.getLogger(__name__)
+
+# How often `models.config_dir` is rescanned for files added, edited or removed on disk.
+# A poll, not inotify: it also sees network mounts and editors that replace the file.
+CATALOG_POLL_SECONDS = 2.0
 
 HANDLERS: dict[str, Handler] = {
     **meta.HANDLERS,
@@ -91,6 +97,7 @@ HANDLERS: dict[str, Handler] = {
     **voice.HANDLERS,
     **comfy.HANDLERS,
     **site_store.HANDLERS,
+    **site_configs.HANDLERS,
 }
 
 
@@ -234,12 +241,25 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
     for name, problem in catalog.errors.items():
         log.warning("skipped %s: %s", name, problem)
     app[CATALOG] = catalog
-    watcher = asyncio.create_task(catalog.watch(2.0))
+    # Announced from here on (the first scan above is the startup state, not a change).
+    catalog.on_change = functools.partial(_announce_catalog, app[EVENTS])
+    watcher = asyncio.create_task(catalog.watch(CATALOG_POLL_SECONDS))
     yield
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
     await catalog.close()
+
+
+def _announce_catalog(bus: EventBus, change: CatalogChange) -> None:
+    """The `catalog` event on /router/v1/events: what a refresh added, changed or removed."""
+    bus.publish(
+        "catalog",
+        added=list(change.added),
+        changed=list(change.changed),
+        removed=list(change.removed),
+        errors=dict(change.errors),
+    )
 
 
 def state_dir(settings: Settings) -> Path:

@@ -97,6 +97,10 @@ class RequestTimeout(RouterError):
     status, type = 408, "invalid_request_error"
 
 
+class Conflict(RouterError):
+    status, type = 409, "invalid_request_error"
+
+
 class PayloadTooLarge(RouterError):
     status, type = 413, "invalid_request_error"
 

@@ -5,7 +5,7 @@ routing and imports nothing above it.
 
 from __future__ import annotations
 
-from router.config.catalog import Catalog
+from router.config.catalog import Catalog, CatalogChange
 from router.config.kcpps import ModelConfig
 from router.config.load import load_settings, resolve_config_path
 from router.config.schema import (
@@ -20,6 +20,7 @@ from router.config.unload_policy import evicts, static_lanes
 __all__ = [
     "AnalyticsSection",
     "Catalog",
+    "CatalogChange",
     "ModelConfig",
     "ProgramSection",
     "Settings",
