@@ -335,3 +335,37 @@ async def test_a_running_runtime_keeps_its_config_until_reloaded(h: RouterHarnes
     assert (await client(h).post("/router/v1/load", json={"model": "base"})).status_code == 200
     (fresh,) = h.runtimes.runtimes()
     assert fresh.config.raw["contextsize"] == 1234
+
+
+async def test_a_target_that_is_not_a_regular_file_is_409_and_left_alone(h: RouterHarness) -> None:
+    elsewhere = h.tmp / "elsewhere.kcpps"
+    elsewhere.write_bytes(b"{}")
+    (h.kcpps_dir / "link.kcpps").symlink_to(elsewhere)
+    os.mkfifo(h.kcpps_dir / "pipe.kcpps")  # reading it would block the worker thread
+    for name in ("link", "pipe"):
+        body = {"id": name, "overwrite": True, "options": text_options(h)}
+        assert_error(await client(h).post(f"{SITE}/apply", json=body), 409, "filename")
+        assert_error(await client(h).delete(SITE, params={"id": name}), 409, "filename")
+    assert (h.kcpps_dir / "link.kcpps").is_symlink() and elsewhere.read_bytes() == b"{}"
+
+
+# ---- the catalog's change hook ------------------------------------------------------------------
+
+
+async def test_catalog_reports_each_change_once(tmp_path: Path) -> None:
+    from router.config import Catalog, CatalogChange
+    from router.domain import BackendMode
+
+    seen: list[CatalogChange] = []
+    catalog = Catalog(tmp_path, BackendMode.LLAMA_SDCPP, on_change=seen.append)
+    (tmp_path / "a.kcpps").write_text('{"model_param": "a.gguf"}')
+    await catalog.refresh()
+    await catalog.refresh()  # nothing changed: no call
+    assert [c.added for c in seen] == [("a",)]
+    (tmp_path / "b.kcpps").write_text("{not json")
+    await catalog.refresh()  # only the errors changed
+    assert seen[-1].added == () and "b.kcpps" in seen[-1].errors
+    (tmp_path / "a.kcpps").unlink()
+    await catalog.refresh()
+    assert seen[-1].removed == ("a",) and len(seen) == 3
+    await catalog.close()

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, Literal
 
 from router.config.kcpps import (
     ID_PATTERN,
+    MAX_KCPPS_BYTES,
     KcppsError,
     ModelConfig,
     canonical_key,
@@ -241,8 +243,14 @@ def fsync_folder(folder: Path) -> None:
 
 
 def existing(path: Path) -> bytes | None:
-    """The current bytes of a regular file, None when absent; OSError when it is a folder."""
+    """The current bytes of the file at `path` (enough to compare with a new one), None when
+    absent. OSError when it is not a regular file: a symlink, folder or FIFO is left alone
+    (reading a FIFO would block; replacing a symlink would silently retarget it)."""
     try:
-        return path.read_bytes()
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{path.name} is not a regular file")
+    with open(path, "rb") as fh:
+        return fh.read(MAX_KCPPS_BYTES + 1)  # a larger file differs from anything we write
