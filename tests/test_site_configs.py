@@ -369,3 +369,26 @@ async def test_catalog_reports_each_change_once(tmp_path: Path) -> None:
     await catalog.refresh()
     assert seen[-1].removed == ("a",) and len(seen) == 3
     await catalog.close()
+
+
+async def test_admin_role_only(tmp_path: Path) -> None:
+    from router.config.schema import AuthSection, SecuritySection
+
+    async for h in harness_fixture(tmp_path):
+        base = h.settings()
+        await h.start(
+            base.model_copy(
+                update={
+                    "security": SecuritySection(profile="secure"),
+                    "auth": AuthSection(inference_keys=("user-key",), admin_keys=("admin-key",)),
+                }
+            )
+        )
+        body = {"id": "new", "options": text_options(h)}
+        for headers, status in (({}, 401), ({"Authorization": "Bearer user-key"}, 403)):
+            for route in ("config-file/apply", "cook/apply"):
+                resp = await client(h).post(f"/router/v1/site/{route}", json=body, headers=headers)
+                assert resp.status_code == status, (route, resp.text)
+        admin = {"Authorization": "Bearer admin-key"}
+        resp = await client(h).post(f"{SITE}/apply", json=body, headers=admin)
+        assert resp.status_code == 200, resp.text
