@@ -80,13 +80,15 @@ lint: venv
 	$(VENV)/bin/ruff check router backends tests bench
 	$(VENV)/bin/ruff format --check router backends tests bench
 	$(VENV)/bin/mypy router backends
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 bench: llama-server
 	$(PY) -m bench
 
-# R12: 10 minutes of alternating models, client aborts and unloads against fake backends.
+# R12: 10 minutes of alternating models, client aborts and unloads against fake backends;
+# exits non-zero when a check fails (bench/soak.py). tests/test_soak.py runs 2 minutes of it.
 soak: venv
 	$(PY) -m bench.soak --seconds 600
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -20,21 +20,12 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from router.config import ModelConfig, ProgramSection, Settings
+from router.config import PROGRAM_SECTIONS, ModelConfig, ProgramSection, Settings
 from router.domain import BackendMode, Family, Lane, family_for
 
 LOOPBACK = "127.0.0.1"
 PROBE_TIMEOUT = 2.0
 VERIFY_TIMEOUT = 10.0
-
-# Settings section that configures each family's program.
-SECTION = {
-    Family.KOBOLD: "kobold",
-    Family.LLAMACPP: "llama",
-    Family.SDCPP: "sdcpp",
-    Family.WHISPERCPP: "whispercpp",
-    Family.VLLM: "vllm",
-}
 
 # Refused in every family's extra_args (S20), whatever the program: any family's spelling
 # of the listen address or port (so no argv ever names another host), KoboldCpp's shell
@@ -95,7 +86,7 @@ class Backend(ABC):
     # -- program and launch ------------------------------------------------------------
 
     def section(self, settings: Settings) -> ProgramSection:
-        section: ProgramSection = getattr(settings, SECTION[self.family])
+        section: ProgramSection = getattr(settings, PROGRAM_SECTIONS[self.family])
         return section
 
     def program(self, settings: Settings) -> list[str]:
@@ -104,7 +95,7 @@ class Backend(ABC):
         if section.command:
             return list(section.command)
         if section.binary_path is not None:
-            return [str(_checked_binary(section.binary_path, SECTION[self.family]))]
+            return [str(_checked_binary(section.binary_path, PROGRAM_SECTIONS[self.family]))]
         found = self.find_default()
         if found is None:
             raise BackendUnavailable(
@@ -154,7 +145,7 @@ class Backend(ABC):
         check_args(
             extra,
             self.managed_flags | ALWAYS_REFUSED,
-            source=f"{SECTION[self.family]}.extra_args",
+            source=f"{PROGRAM_SECTIONS[self.family]}.extra_args",
             argparse_style=self.argparse_style,
             known_short=self.known_short,
         )
@@ -168,7 +159,7 @@ class Backend(ABC):
         for name in configured:
             if name in self.managed_env or name.startswith(_ROUTER_ENV_PREFIX):
                 raise UnsafeArguments(
-                    f"{SECTION[self.family]}.env", name, "is managed by the router"
+                    f"{PROGRAM_SECTIONS[self.family]}.env", name, "is managed by the router"
                 )
         return {**self.default_env(config, lane), **configured}
 

@@ -344,10 +344,6 @@ class WatchdogClient:
             if not self._records and not self._held:
                 self._close()
 
-    @property
-    def watchdog_pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
     def _send(self, line: str) -> None:
         for _attempt in range(2):
             if self._proc is None or self._proc.poll() is not None:

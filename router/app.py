@@ -63,13 +63,14 @@ from router.appkeys import (
     ROUTE,
     RUNTIMES,
     SESSION,
+    SESSIONS,
     SETTINGS,
     SHUTDOWN,
     STORE,
 )
 from router.classify import Route, match
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Middleware, RouteOf, auth, guards, surface_of
+from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
@@ -186,7 +187,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
     app[SHUTDOWN] = _signal_self
-    app[realtime.SESSIONS] = realtime.Sessions()
+    app[SESSIONS] = Sessions()
     app.cleanup_ctx.extend(
         [_client_session, _store, _catalog, _runtimes, images.images_context, comfy.comfy_context]
     )

@@ -14,6 +14,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
+    from router.edge.sessions import Sessions
     from router.forwarding import Proxy
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
@@ -31,6 +32,8 @@ STORE: web.AppKey[Store] = web.AppKey("store")
 RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
 IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chosen model, jobs
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
+# Open realtime sessions, told to go away (1001) when shutdown begins (R28).
+SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -7,8 +7,9 @@ earlier one shadows it). Several records may share one template when methods nee
 handlers or flags. The first template that matches a path decides 404 vs 405, so a wrong method
 on a known path is a 405 and never falls through to a catch-all.
 
-`classify(method, path) -> Route` is the interface of record; `match(method, path) -> Match`
-also returns the path parameters (`{"prompt_id": ...}`, `{"tail": ...}`). Both are pure.
+`match(method, path) -> Match` is the interface: the Route, the path parameters
+(`{"prompt_id": ...}`, `{"tail": ...}`) and the method; pure, raising RouteNotFound (404) or
+MethodNotAllowed (405).
 `python -m router.classify` prints the markdown table embedded in docs/routes.md.
 """
 
@@ -23,7 +24,9 @@ from types import MappingProxyType
 from router.domain import Family, Lane, Role, Surface
 from router.errors import MethodNotAllowed, RouteNotFound
 
-SAFE_METHODS = frozenset({"GET", "HEAD"})
+# The methods a route declares that change nothing. Not the edge's SAFE_METHODS, which also
+# lets OPTIONS (a browser's preflight, never a declared route method) past the Origin rule.
+READ_METHODS = frozenset({"GET", "HEAD"})
 _PARAM = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
 # Percent-encoded '/', '\', NUL and '.' have no business in a decoded path: they mean a client
 # double-encoded a separator or traversal that a backend might decode a second time.
@@ -100,16 +103,12 @@ class Route:
     state_changing: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state_changing", not self.methods <= SAFE_METHODS)
+        object.__setattr__(self, "state_changing", not self.methods <= READ_METHODS)
 
     @property
     def allowed(self) -> frozenset[str]:
         """Declared methods plus HEAD wherever GET is allowed."""
         return self.methods | {"HEAD"} if "GET" in self.methods else self.methods
-
-    @property
-    def proxied(self) -> bool:
-        return self.handler == "proxy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +121,7 @@ class Match:
 
     @property
     def state_changing(self) -> bool:
-        return self.method not in SAFE_METHODS
+        return self.method not in READ_METHODS
 
 
 # fmt: off
@@ -152,7 +151,7 @@ def _r(
 ) -> Route:
     """Row builder: defaults follow the methods (GET-only rows have no body and read the query)."""
     mset = frozenset(methods.split())
-    get_only = mset <= SAFE_METHODS
+    get_only = mset <= READ_METHODS
     if sel is None:
         sel = QUERY_SELECTOR if get_only else TEXT_SELECTOR
     return Route(
@@ -168,7 +167,7 @@ def _inf(template: str, methods: str, surface: Surface, lane: Lane | None, **kw:
 
 def _admin(template: str, methods: str, handler: str, surface: Surface = Surface.SITE,
            body: BodyMode | None = None, **kw: object) -> Route:
-    body = body or (_N if frozenset(methods.split()) <= SAFE_METHODS else _C)
+    body = body or (_N if frozenset(methods.split()) <= READ_METHODS else _C)
     return _r(template, methods, surface, None, Role.ADMIN, handler, sel=NO_SELECTOR,
               body=body, **kw)  # type: ignore[arg-type]
 
@@ -402,11 +401,6 @@ def match(method: str, path: str) -> Match:
         if method in route.allowed:
             return Match(route, params, method)
     raise MethodNotAllowed(method[:32], set().union(*(r.allowed for r in routes)))
-
-
-def classify(method: str, path: str) -> Route:
-    """The interface of record (docs/architecture.md): the Route only. See `match`."""
-    return match(method, path).route
 
 
 def routes_markdown() -> str:

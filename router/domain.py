@@ -69,18 +69,6 @@ class Family(StrEnum):
     VLLM = "vllm"
 
 
-class UnloadPolicy(StrEnum):
-    """`router_unload_policy`: which other lanes stop before a different config loads."""
-
-    NONE = "none"
-    TEXT = "text"
-    IMAGE = "image"
-    EMBEDDINGS = "embeddings"
-    VOICE = "voice"
-    MUSIC = "music"
-    ALL = "all"
-
-
 def family_for(mode: BackendMode, lane: Lane) -> Family | None:
     """The program that serves `lane` under `mode` (DESIGN.md section 4); None = not served."""
     if mode is BackendMode.KOBOLD:

@@ -17,9 +17,8 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from router.api import realtime
 from router.app import create_app
-from router.appkeys import RUNTIMES, SHUTDOWN
+from router.appkeys import RUNTIMES, SESSIONS, SHUTDOWN
 from router.config import Settings
 from router.edge import listener
 
@@ -123,5 +122,5 @@ async def _drain(app: web.Application, sites: Sequence[web.BaseSite], drain_time
     """
     for site in sites:
         await site.stop()
-    app[realtime.SESSIONS].going_away()
+    app[SESSIONS].going_away()
     await app[RUNTIMES].shutdown(drain_timeout)

@@ -3,7 +3,9 @@
 `RouterHarness` writes `.kcpps` files and a Settings whose program sections point at
 executable wrappers around tests/fakes/fake_backend.py, starts `create_app()` on an aiohttp
 TestServer (real 127.0.0.1 socket, handler cancellation on, as `tensor-router start` runs it)
-and hands out an httpx client. Fault switches per family go in FAKE_BACKEND.
+and hands out an httpx client. Fault switches per family go in FAKE_BACKEND. The per-family
+dicts are keyed by `Family` value (`"llamacpp"`, `"whispercpp"`, ...), the keys of
+`router.config.PROGRAM_SECTIONS`.
 
 Extensions for the reliability-matrix tests (R rows):
 - `faults_for_model[model_id] = "--exit-at-start 1"`: switches for one model only (the family's
@@ -21,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,19 +36,11 @@ from aiohttp.test_utils import TestServer
 
 from router.app import create_app
 from router.appkeys import RUNTIMES
-from router.config import Settings
+from router.config import PROGRAM_SECTIONS, Settings
 from router.edge import listener
 from router.runtime import RuntimeManager
 from tests.fakes.wrappers import _write_script, write_fake_binary
 from tests.proctree import live_descendants
-
-SECTION_OF = {
-    "llamacpp": "llama",
-    "kobold": "kobold",
-    "sdcpp": "sdcpp",
-    "whisper": "whispercpp",
-    "vllm": "vllm",
-}
 
 
 class RouterHarness:
@@ -83,7 +78,7 @@ class RouterHarness:
 
     def settings(self, **runtime: Any) -> Settings:
         sections: dict[str, Any] = {}
-        for family, section in SECTION_OF.items():
+        for family, section in PROGRAM_SECTIONS.items():
             binary = self.programs.get(family) or self.binary(family)
             env = {"FAKE_BACKEND": self.faults[family]} if family in self.faults else {}
             sections[section] = {"binary_path": binary, "env": env}
@@ -212,3 +207,48 @@ def chat(model: str, *, stream: bool = False, **extra: Any) -> Mapping[str, Any]
         "stream": stream,
         **extra,
     }
+
+
+async def stream_chat(
+    client: httpx.AsyncClient, body: Mapping[str, Any], started: asyncio.Event | None = None
+) -> tuple[int, list[SseEvent]]:
+    """POST a chat completion and read its stream to the end; `started` is set once the
+    response headers arrived (for tests that act while the stream is running)."""
+    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        if started is not None:
+            started.set()
+        return r.status_code, await read_sse(r)
+
+
+async def wait_for(predicate: Callable[[], object], deadline: float = 2.0) -> bool:
+    """Whether `predicate` came true within `deadline` seconds. It reads state a background
+    task or another process changes, which offers no event to await, so it is polled."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(predicate())
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# One request's record as Recorder.record hands it to Store.record_raw, in rows.Raw's order.
+RAW_DEFAULTS: Mapping[str, Any] = {
+    "wall": 1_764_400_000.0, "route": "/v1/chat/completions", "surface": "openai",
+    "lane": "text", "model": "m1", "node_id": "n1", "backend": "llamacpp", "status": 200,
+    "upstream_status": 200, "error": None, "queue_wait_ms": 0.5, "ttfb_ms": 1.25,
+    "duration_s": 0.0125, "bytes_in": 0, "bytes_out": 0, "aborted": False, "tail": b"",
+}  # fmt: skip
+
+
+def raw_record(**fields: Any) -> tuple[Any, ...]:
+    unknown = fields.keys() - RAW_DEFAULTS.keys()
+    if unknown:
+        raise TypeError(f"not a field of rows.Raw: {sorted(unknown)}")
+    return tuple({**RAW_DEFAULTS, **fields}.values())

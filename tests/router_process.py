@@ -20,8 +20,7 @@ import psutil
 import pytest
 import yaml
 
-from router.runtime.loader import free_port
-from tests.harness import SECTION_OF, RouterHarness
+from tests.harness import PROGRAM_SECTIONS, RouterHarness, free_port, wait_for
 from tests.proctree import enable_subreaper, live_descendants, reap_zombie_children
 
 CLI = Path(sys.executable).with_name("tensor-router")
@@ -32,15 +31,6 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-async def wait_true(predicate, deadline: float) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return bool(predicate())
 
 
 class RouterProcess:
@@ -64,7 +54,7 @@ class RouterProcess:
         data = h.tmp / ("data" if name == "router" else f"data-{name}")
         self.proc: subprocess.Popen[bytes] | None = None
         sections = {}
-        for family, section in SECTION_OF.items():
+        for family, section in PROGRAM_SECTIONS.items():
             env = {"FAKE_BACKEND": h.faults[family]} if family in h.faults else {}
             sections[section] = {"binary_path": str(h.binary(family)), "env": env}
         self.config.write_text(
@@ -106,7 +96,7 @@ class RouterProcess:
 
     async def wait_exit(self, deadline: float) -> int | None:
         assert self.proc is not None
-        await wait_true(lambda: self.proc.poll() is not None, deadline)
+        await wait_for(lambda: self.proc.poll() is not None, deadline)
         return self.proc.poll()
 
     def descendants(self) -> list[int]:

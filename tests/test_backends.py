@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from backends.registry import adapter_for
 from router.config import ModelConfig, ProgramSection, Settings
 from router.config.schema import ModelsSection, VllmSection
 from router.domain import BackendMode, Family, Lane
+from tests.harness import free_port
 
 ROOT = Path("/models")
 CMD = ("prog",)
@@ -544,11 +544,16 @@ def test_s20_argv_never_carries_unsafe_tokens(
         return
     assert "--onready" not in argv and "--allow-config-onready" not in argv
     assert "--trust-remote-code" not in argv
-    # A path may only appear as the value of a harmless flag, never as -m or a positional.
+    # A path may only appear as a value of a harmless flag, never as -m or a positional. To
+    # argparse (KoboldCpp, vLLM) bare tokens after a flag are all its values (nargs="+").
+    adapter = adapter_for(family)
     for index, token in enumerate(argv):
         if token == "/etc/shadow":
-            assert argv[index - 1].startswith("-")
-            assert argv[index - 1] not in {"-m", "--model", "--diffusion-model", "--config"}
+            flag = next((t for t in reversed(argv[:index]) if t.startswith("-")), None)
+            assert flag is not None
+            assert flag not in {"-m", "--model", "--diffusion-model", "--config"}
+            if not adapter.argparse_style:
+                assert argv[index - 1] == flag
     host_flags = {"--listen-ip", "-l"} if family is Family.SDCPP else {"--host"}
     for index, token in enumerate(argv[:-1]):
         if token in host_flags:
@@ -659,12 +664,6 @@ def serve_json(aiohttp_server: Any) -> ServerFactory:
     return start
 
 
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_llamacpp_is_ready_after_503(serve_json: ServerFactory) -> None:
     answers = iter([(503, {"error": {"message": "Loading model"}})] * 2)
     base = await serve_json({"/health": lambda: next(answers, (200, {"status": "ok"}))})
@@ -678,7 +677,7 @@ async def test_is_ready_false_when_refused() -> None:
     async with aiohttp.ClientSession() as session:
         for family in Family:
             assert (
-                await adapter_for(family).is_ready(session, f"http://127.0.0.1:{unused_port()}")
+                await adapter_for(family).is_ready(session, f"http://127.0.0.1:{free_port()}")
                 is False
             )
 
@@ -700,7 +699,7 @@ async def test_llamacpp_verify_checks_model_path(serve_json: ServerFactory) -> N
             await LLAMA.verify(session, bad, config, Lane.TEXT)
         assert "/models" not in str(err.value)  # no absolute paths in messages
         with pytest.raises(IdentityMismatch):
-            await LLAMA.verify(session, f"http://127.0.0.1:{unused_port()}", config, Lane.TEXT)
+            await LLAMA.verify(session, f"http://127.0.0.1:{free_port()}", config, Lane.TEXT)
 
 
 async def test_sdcpp_verify(serve_json: ServerFactory) -> None:
@@ -810,5 +809,5 @@ async def test_real_llama_server_text_and_embeddings(tmp_path: Path) -> None:
         jinja_kwargs={"enable_thinking": False},
     )  # fmt: skip
     for lane in (Lane.TEXT, Lane.EMBEDDINGS):
-        port = unused_port()
+        port = free_port()
         await _run_until_ready(LLAMA.argv(config, lane, port, settings), config, lane, port)

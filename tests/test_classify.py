@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router import classify as cl
-from router.classify import ROUTES, BodyMode, Match, classify, match, routes_markdown
+from router.classify import ROUTES, BodyMode, Match, match, routes_markdown
 from router.domain import Family, Lane, Role, Surface
 from router.errors import MethodNotAllowed, RouteNotFound
 
@@ -187,7 +187,7 @@ EXPECTED = [
 
 @pytest.mark.parametrize(("method", "path", "handler", "lane", "surface"), EXPECTED)
 def test_every_family_is_classified(method, path, handler, lane, surface):
-    route = classify(method, path)
+    route = match(method, path).route
     assert (route.handler, route.lane, route.surface) == (handler, lane, surface)
 
 
@@ -223,9 +223,9 @@ def test_every_family_is_classified(method, path, handler, lane, surface):
 )
 def test_unlisted_paths_are_404(path):
     with pytest.raises(RouteNotFound):
-        classify("POST", path)
+        match("POST", path)
     with pytest.raises(RouteNotFound):
-        classify("GET", path)
+        match("GET", path)
 
 
 @pytest.mark.parametrize(
@@ -270,7 +270,7 @@ def test_unsafe_paths_are_404(path):
 )
 def test_wrong_method_is_405_with_allow(method, path, allow):
     with pytest.raises(MethodNotAllowed) as info:
-        classify(method, path)
+        match(method, path)
     assert info.value.allow == allow
     assert info.value.headers["Allow"] == ", ".join(allow)
     assert info.value.status == 405
@@ -286,10 +286,10 @@ def test_head_is_allowed_wherever_get_is():
 
 
 def test_trailing_slash_is_ignored_but_not_doubled():
-    assert classify("GET", "/v1/models/").handler == "models.openai_list"
-    assert classify("GET", "/router/v1/site/inventory/").handler == "site.inventory"
+    assert match("GET", "/v1/models/").route.handler == "models.openai_list"
+    assert match("GET", "/router/v1/site/inventory/").route.handler == "site.inventory"
     with pytest.raises(RouteNotFound):
-        classify("GET", "/v1/models//")
+        match("GET", "/v1/models//")
 
 
 def test_path_params_are_returned():
@@ -340,7 +340,7 @@ def test_origin_strict_on_every_ollama_and_llama_server_route():
     llama = [r for r in ROUTES if r.surface is Surface.LLAMACPP]
     assert len(ollama) == 8 and len(llama) == 10
     assert all(r.origin_strict for r in ollama + llama)
-    assert not classify("GET", "/v1/models").origin_strict
+    assert not match("GET", "/v1/models").route.origin_strict
 
 
 def test_only_chat_completions_and_render_require_a_model():
@@ -355,9 +355,9 @@ def test_only_chat_completions_and_render_require_a_model():
 
 
 def test_state_changing_follows_methods():
-    assert classify("POST", "/router/v1/unload").state_changing
-    assert not classify("GET", "/api/tags").state_changing
-    both = classify("GET", "/sdapi/v1/options")
+    assert match("POST", "/router/v1/unload").route.state_changing
+    assert not match("GET", "/api/tags").route.state_changing
+    both = match("GET", "/sdapi/v1/options").route
     assert both.state_changing  # the route has an unsafe method ...
     assert not match("GET", "/sdapi/v1/options").state_changing  # ... this request does not
     assert match("POST", "/sdapi/v1/options").state_changing
@@ -380,7 +380,7 @@ VLLM_ALLOWLIST = [
 
 @pytest.mark.parametrize(("method", "path"), VLLM_ALLOWLIST)
 def test_vllm_allowlist(method, path):
-    route = classify(method, path)
+    route = match(method, path).route
     assert route.vllm and Family.VLLM in route.served_by
 
 
@@ -390,7 +390,7 @@ def test_vllm_allowlist(method, path):
      ("POST", "/v1/responses/input_tokens"), ("POST", "/completion"), ("POST", "/v1/audio/speech")],
 )  # fmt: skip
 def test_not_on_vllm_allowlist(method, path):
-    assert not classify(method, path).vllm
+    assert not match(method, path).route.vllm
 
 
 def test_table_invariants():
@@ -398,12 +398,12 @@ def test_table_invariants():
     for r in ROUTES:
         assert handler_name.match(r.handler), r.handler
         assert r.methods and r.methods <= {"GET", "POST", "PUT", "PATCH", "DELETE"}
-        if r.proxied:
+        if r.handler == "proxy":
             assert r.served_by, f"{r.template}: a forwarded route names its backends"
             assert r.vllm == (Family.VLLM in r.served_by), r.template
-        if r.methods <= cl.SAFE_METHODS and r.template != "/v1/realtime":
+        if r.methods <= cl.READ_METHODS and r.template != "/v1/realtime":
             assert r.body is BodyMode.NONE, r.template
-        if r.lane is Lane.IMAGE and r.proxied and r.body is not BodyMode.NONE:
+        if r.lane is Lane.IMAGE and r.handler == "proxy" and r.body is not BodyMode.NONE:
             assert "sd_model_checkpoint" in r.selector.json_keys, r.template
     templates = [r.template for r in ROUTES]
     catch_all = templates.index("/v1/{tail:.+}")

@@ -17,15 +17,10 @@ import pytest
 import yaml
 
 from tests.fakes.wrappers import write_fake_binary
+from tests.harness import free_port
 
 ADMIN = "adm-cli-control-3c9d5e71"
 CLI = [sys.executable, "-m", "router.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_ready(url: str) -> None:
@@ -45,7 +40,7 @@ def router(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     kcpps.mkdir()
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
     (kcpps / "chat-a.kcpps").write_text(json.dumps({"model_param": str(tmp_path / "m.gguf")}))
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "router.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -115,7 +110,7 @@ def test_start_with_ollama_also_listens_on_11434(tmp_path: Path) -> None:
         if probe.connect_ex(("127.0.0.1", 11434)) == 0:
             pytest.fail("port 11434 is already in use on this machine; stop that service first")
     (tmp_path / "kcpps").mkdir()
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "router.yaml"
     config.write_text(
         yaml.safe_dump(

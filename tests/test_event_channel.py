@@ -19,20 +19,15 @@ from router.config import AnalyticsSection
 from router.store import Store, event_writer
 from router.store.channel import FRAME_ROWS
 from router.store.rows import COLUMNS, Raw, row_from_raw
+from tests.harness import raw_record
 
 SCRIPT = Path(event_writer.__file__).resolve()
 
 
 def raw(i: int, **kw: Any) -> Raw:
-    values: dict[str, Any] = {
-        "wall": 1_764_400_000.0 + i, "route": "/v1/chat/completions", "surface": "openai",
-        "lane": "text", "model": "m1", "node_id": "n1", "backend": "llamacpp", "status": 200,
-        "upstream_status": 200, "error": None, "queue_wait_ms": 0.5, "ttfb_ms": 1.25,
-        "duration_s": 0.0125, "bytes_in": i, "bytes_out": 2 * i, "aborted": False,
-        "tail": b'{"usage":{"prompt_tokens":%d,"completion_tokens":1}}' % i,
-    }  # fmt: skip
-    values.update(kw)
-    return tuple(values.values())
+    tail = b'{"usage":{"prompt_tokens":%d,"completion_tokens":1}}' % i
+    fields = {"wall": 1_764_400_000.0 + i, "bytes_in": i, "bytes_out": 2 * i, "tail": tail}
+    return raw_record(**{**fields, **kw})
 
 
 def stored(path: Path) -> list[tuple[Any, ...]]:
@@ -107,8 +102,8 @@ async def test_no_writer_process_when_analytics_is_off_or_in_process(tmp_path: P
     assert stored(inline.path) == [row_from_raw(raw(1))]
 
 
-def frame(seq: int, raws: list[Raw], rows: list[tuple[Any, ...]] | None = None) -> bytes:
-    payload = pickle.dumps((seq, raws, rows or []))
+def frame(seq: int, raws: list[Raw]) -> bytes:
+    payload = pickle.dumps((seq, raws))
     return event_writer.LENGTH.pack(len(payload)) + payload
 
 
@@ -131,7 +126,7 @@ def test_the_process_writes_everything_after_its_router_has_gone(tmp_path: Path)
     assert proc.stdin and proc.stdout and proc.stderr
     proc.stdout.close()  # nobody reads the acknowledgements any more
     bad = ("not", "a", "record")
-    proc.stdin.write(frame(1, [raw(0), bad, raw(1)]) + frame(2, [raw(2)], [row_from_raw(raw(3))]))
+    proc.stdin.write(frame(1, [raw(0), bad, raw(1)]) + frame(2, [raw(2), raw(3)]))
     proc.stdin.close()
     assert proc.wait(timeout=20) == 0
     assert [row[COLUMNS.index("bytes_in")] for row in stored(path)] == [0, 1, 2, 3]

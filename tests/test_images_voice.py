@@ -39,7 +39,7 @@ def with_limits(settings: Settings, **limits: Any) -> Settings:
 
 def record_whisper(harness: RouterHarness) -> Path:
     path = harness.tmp / "whisper-requests.jsonl"
-    harness.faults["whisper"] = f"--record-requests {path}"
+    harness.faults["whispercpp"] = f"--record-requests {path}"
     return path
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from router.config import ModelConfig
 from router.config.kcpps import KcppsError, parse_kcpps
-from router.domain import BackendMode, Lane, UnloadPolicy
+from router.domain import BackendMode, Lane
 
 BASE = Path("/srv/kcpps")
 EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "kcpps"
@@ -186,7 +186,7 @@ def test_router_settings_parsed() -> None:
         mode=BackendMode.KOBOLD,
     )
     assert config.backend_mode is BackendMode.VLLM
-    assert config.unload_policy is UnloadPolicy.IMAGE
+    assert config.unload_triggers == {"image"}
     assert config.jinja_kwargs == {"enable_thinking": True}
     assert config.jinja_precedence == "client"
     assert config.serve_args == ("--max-model-len", "4096")
@@ -196,7 +196,7 @@ def test_router_settings_parsed() -> None:
 def test_router_settings_defaults() -> None:
     config = parse({"model_param": "a.gguf"}, mode=BackendMode.KOBOLD)
     assert config.backend_mode is BackendMode.KOBOLD
-    assert config.unload_policy is UnloadPolicy.NONE
+    assert config.unload_triggers == frozenset()
     assert (config.jinja_kwargs, config.jinja_precedence) == ({}, "config")
     assert (config.serve_args, config.run_embed_separate) == ((), False)
     assert config.config_sha256 == hashlib.sha256(b'{"model_param": "a.gguf"}').hexdigest()

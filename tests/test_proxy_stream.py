@@ -22,14 +22,17 @@ from aiohttp import web
 
 from router.domain import Lane
 from tests.fakes.wrappers import fake_argv
-from tests.harness import RouterHarness, SseEvent, chat, read_sse
+from tests.harness import (
+    RouterHarness,
+    SseEvent,
+    chat,
+    free_port,
+    read_sse,
+    stream_chat,
+    wait_for,
+)
 
 CHAT = "/v1/chat/completions"
-
-
-async def _stream(client: httpx.AsyncClient, body: dict) -> tuple[int, list[SseEvent]]:
-    async with client.stream("POST", CHAT, json=body) as r:
-        return r.status_code, await read_sse(r)
 
 
 def _tokens(events: list[SseEvent]) -> list[str]:
@@ -51,21 +54,6 @@ def _assert_terminal_error(events: list[SseEvent]) -> None:
     assert all(e.data != "[DONE]" for e in events), "a cut stream must not look finished"
 
 
-async def _wait_for(predicate, deadline: float = 2.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return bool(predicate())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # ---- R9 / R10: a backend that hangs or dies mid-stream ------------------------------------
 
 
@@ -80,7 +68,7 @@ async def test_r9_hung_backend_streams_end_with_error_and_it_is_restarted(
     (first,) = harness.runtimes.runtimes()
     started = time.monotonic()
     results = await asyncio.gather(
-        *(_stream(client, chat("chat-a", stream=True, max_tokens=10)) for _ in range(4))
+        *(stream_chat(client, chat("chat-a", stream=True, max_tokens=10)) for _ in range(4))
     )
     elapsed = time.monotonic() - started
     for status, events in results:
@@ -89,7 +77,7 @@ async def test_r9_hung_backend_streams_end_with_error_and_it_is_restarted(
         _assert_terminal_error(events)
     assert elapsed < idle + 1.5, f"streams took {elapsed:.2f}s to end"
     # The stalled backend (its /health still 200) was failed and stopped...
-    assert await _wait_for(lambda: first.process.returncode is not None, 3)
+    assert await wait_for(lambda: first.process.returncode is not None, 3)
     assert first.gone.is_set()
     # ...and the next request relaunches it (2 tokens stay under the hang).
     r = await client.post(CHAT, json=chat("chat-a", max_tokens=2))
@@ -108,7 +96,7 @@ async def test_r10_crash_mid_stream_ends_every_stream_and_relaunches(
     (first,) = harness.runtimes.runtimes()
     results = await asyncio.wait_for(
         asyncio.gather(
-            *(_stream(client, chat("chat-a", stream=True, max_tokens=20)) for _ in range(6))
+            *(stream_chat(client, chat("chat-a", stream=True, max_tokens=20)) for _ in range(6))
         ),
         10,
     )
@@ -116,7 +104,7 @@ async def test_r10_crash_mid_stream_ends_every_stream_and_relaunches(
         assert status == 200
         assert len(_tokens(events)) <= 5
         _assert_terminal_error(events)
-    assert await _wait_for(lambda: first.process.returncode is not None, 3)
+    assert await wait_for(lambda: first.process.returncode is not None, 3)
     assert first.process.returncode == 134 and first.gone.is_set()
     r = await client.post(CHAT, json=chat("chat-a", max_tokens=3))
     assert r.status_code == 200, r.text
@@ -127,7 +115,7 @@ async def test_r10_crash_mid_stream_ends_every_stream_and_relaunches(
 
 
 async def _direct_backend(tmp: Path, *switches: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     model = tmp / "direct.gguf"
     model.write_bytes(b"GGUF")
     proc = subprocess.Popen(  # noqa: ASYNC220 (a quick fork-exec)
@@ -159,8 +147,8 @@ async def test_r20_events_are_not_coalesced_or_delayed(harness: RouterHarness) -
     try:
         body = chat("chat-a", stream=True, max_tokens=n)
         async with httpx.AsyncClient(base_url=base) as dc:
-            _, direct_events = await _stream(dc, body)
-        _, routed_events = await _stream(client, body)
+            _, direct_events = await stream_chat(dc, body)
+        _, routed_events = await stream_chat(client, body)
     finally:
         direct.terminate()
         direct.wait(5)
@@ -247,7 +235,7 @@ async def test_r22_stalled_reader_memory_is_bounded(harness: RouterHarness) -> N
         writer.close()
     # The stream is flow-controlled end to end: the backend is blocked, not buffered into us.
     await asyncio.sleep(0.2)
-    assert await _wait_for(lambda: runtime.leases == 0, 3), "the lease was not released"
+    assert await wait_for(lambda: runtime.leases == 0, 3), "the lease was not released"
 
 
 async def test_r22_stalled_reader_is_cut_after_a_send_deadline(harness: RouterHarness) -> None:
@@ -261,7 +249,7 @@ async def test_r22_stalled_reader_is_cut_after_a_send_deadline(harness: RouterHa
         await asyncio.wait_for(reader.read(1024), 5)
         assert await _slots_busy(runtime.base_url)
         # With a 1 s idle deadline, 3 s without reading must end the upstream request.
-        cut = await _wait_for(lambda: runtime.leases == 0, 3)
+        cut = await wait_for(lambda: runtime.leases == 0, 3)
         # The backend notices the closed upstream connection at its next write.
         for _ in range(40):  # polling another process: no event to wait on
             busy = await _slots_busy(runtime.base_url)
@@ -295,10 +283,10 @@ async def test_r23_disconnect_after_five_tokens_reaches_the_backend(
                 if seen == 5:
                     break
         closed_at = time.time()
-    assert await _wait_for(lambda: any(x["disconnected"] for x in _chat_records(harness, record)))
+    assert await wait_for(lambda: any(x["disconnected"] for x in _chat_records(harness, record)))
     gone = next(x for x in _chat_records(harness, record) if x["disconnected"])
     assert gone["time"] - closed_at < 1.0
-    assert await _wait_for(lambda: harness.runtimes.runtimes()[0].leases == 0)
+    assert await wait_for(lambda: harness.runtimes.runtimes()[0].leases == 0)
 
 
 async def test_r23_disconnect_during_prefill_reaches_the_backend(harness: RouterHarness) -> None:
@@ -310,7 +298,7 @@ async def test_r23_disconnect_during_prefill_reaches_the_backend(harness: Router
     with pytest.raises(httpx.ReadTimeout):  # nothing arrives during the 3 s prefill
         await client.post(CHAT, json=chat("chat-a"), timeout=0.5)
     closed_at = time.time()
-    assert await _wait_for(lambda: any(x["disconnected"] for x in _chat_records(harness, record)))
+    assert await wait_for(lambda: any(x["disconnected"] for x in _chat_records(harness, record)))
     gone = next(x for x in _chat_records(harness, record) if x["disconnected"])
     assert gone["time"] - closed_at < 1.0
 
@@ -323,11 +311,11 @@ async def test_r23_disconnect_while_queued_never_reaches_a_backend(
     harness.model("chat-b")
     harness.faults["llamacpp"] = f"--token-rate 10 --record-requests {record}"
     client = await harness.start()
-    long_a = asyncio.create_task(_stream(client, chat("chat-a", stream=True, max_tokens=15)))
-    assert await _wait_for(lambda: bool(_chat_records(harness, record)), 10)
+    long_a = asyncio.create_task(stream_chat(client, chat("chat-a", stream=True, max_tokens=15)))
+    assert await wait_for(lambda: bool(_chat_records(harness, record)), 10)
     with pytest.raises(httpx.ReadTimeout):  # B queues behind A's stream; the client gives up
         await client.post(CHAT, json=chat("chat-b"), timeout=0.5)
-    assert await _wait_for(lambda: harness.runtimes.queue_length(Lane.TEXT) == 0, 1)
+    assert await wait_for(lambda: harness.runtimes.queue_length(Lane.TEXT) == 0, 1)
     status, events = await long_a
     assert status == 200 and events[-1].data == "[DONE]"
     await asyncio.sleep(0.3)  # were B still queued, its load would start now
@@ -366,7 +354,7 @@ async def test_r30_proxy_retries_connect_within_the_window(harness: RouterHarnes
     app.router.add_post(CHAT, answer)
     runner = web.AppRunner(app)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     real_base = runtime.base_url
     runtime.base_url = f"http://127.0.0.1:{port}"
     try:
@@ -404,7 +392,7 @@ async def test_r32_death_after_first_byte_is_not_retried(harness: RouterHarness)
     harness.model("chat-a")
     harness.faults["llamacpp"] = f"--crash-after-tokens 2 --record-requests {record}"
     client = await harness.start(harness.settings(stop_grace=1))
-    status, events = await _stream(client, chat("chat-a", stream=True, max_tokens=10))
+    status, events = await stream_chat(client, chat("chat-a", stream=True, max_tokens=10))
     assert status == 200
     assert _tokens(events) == ["tok0 ", "tok1 "]
     _assert_terminal_error(events)

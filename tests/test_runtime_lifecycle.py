@@ -21,9 +21,8 @@ import pytest
 
 from backends.process import SupervisedProcess
 from router.runtime import loader
-from router.runtime.loader import free_port
 from tests.fakes.wrappers import fake_argv
-from tests.harness import RouterHarness, chat
+from tests.harness import RouterHarness, chat, free_port, wait_for
 
 # Shared 2-core box: timing bounds get this much slack on top of the ideal.
 SLACK = 0.3
@@ -274,15 +273,6 @@ async def _stop(task: asyncio.Task[None]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def _wait_for(predicate, deadline: float = 2.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return bool(predicate())
-
-
 async def _load_errors(client: httpx.AsyncClient, needle: str, deadline: float = 3.0) -> list:
     """GET /router/v1/site/load-errors until an entry mentions `needle` (the store is async)."""
     end = time.monotonic() + deadline
@@ -311,7 +301,7 @@ async def test_r6_exit_at_start_fails_fast(harness: RouterHarness) -> None:
         assert "exited with code 1" in message, message
         assert "failed to load model" in message, "the backend's stderr line is missing"
         assert elapsed < 1.5, f"the failure took {elapsed:.2f}s (not the 20s load timeout)"
-        assert await _wait_for(lambda: any(e.get("event") == "failed" for e in events))
+        assert await wait_for(lambda: any(e.get("event") == "failed" for e in events))
         failed = next(e for e in events if e.get("event") == "failed")
         assert failed["model"] == "chat-a"
         assert "failed to load model" in failed["reason"]
@@ -348,7 +338,7 @@ async def test_r7_missing_binary_is_an_immediate_error(
         assert "no-such-llama-server" in message and "llama.binary_path" in message, message
         assert str(harness.tmp) not in message, "error bodies carry no absolute paths"
         assert elapsed < 0.5
-        assert await _wait_for(lambda: any(e.get("event") == "failed" for e in events))
+        assert await wait_for(lambda: any(e.get("event") == "failed" for e in events))
         assert await _load_errors(client, "no-such-llama-server"), "not in the load-errors log"
     finally:
         await _stop(task)
@@ -408,10 +398,10 @@ async def test_r13_idle_unload_waits_for_the_lease(harness: RouterHarness) -> No
             states.append(harness.runtimes.status_of("chat-a"))
         released = time.monotonic()
     assert len(states) > 10 and set(states) == {"ready"}, "unloaded while the lease was held"
-    assert await _wait_for(lambda: harness.runtimes.status_of("chat-a") != "ready", idle + 2)
+    assert await wait_for(lambda: harness.runtimes.status_of("chat-a") != "ready", idle + 2)
     unloaded_after = time.monotonic() - released
     assert unloaded_after >= idle - 0.05, f"unloaded {unloaded_after:.2f}s after the release"
-    assert await _wait_for(lambda: harness.runtimes.status_of("chat-a") == "unloaded", 3)
+    assert await wait_for(lambda: harness.runtimes.status_of("chat-a") == "unloaded", 3)
 
 
 async def test_r13_idle_unload_counts_from_last_release(harness: RouterHarness) -> None:
@@ -435,4 +425,4 @@ async def test_r14_idle_unload_never_interrupts_a_slow_load(harness: RouterHarne
     assert time.monotonic() - started >= 1.5
     assert harness.runtimes.spawn_count == 1
     # ...and it still unloads once idle.
-    assert await _wait_for(lambda: harness.runtimes.status_of("chat-a") == "unloaded", 3)
+    assert await wait_for(lambda: harness.runtimes.status_of("chat-a") == "unloaded", 3)

@@ -13,14 +13,9 @@ import time
 import httpx
 
 from router.runtime import RuntimeState
-from tests.harness import RouterHarness, SseEvent, chat, read_sse
+from tests.harness import RouterHarness, SseEvent, chat, stream_chat
 
 CHAT = "/v1/chat/completions"
-
-
-async def _stream(client: httpx.AsyncClient, body: dict) -> tuple[int, list[SseEvent]]:
-    async with client.stream("POST", CHAT, json=body) as r:
-        return r.status_code, await read_sse(r)
 
 
 async def _post(client: httpx.AsyncClient, body: dict) -> tuple[httpx.Response, float]:
@@ -168,7 +163,7 @@ async def test_r17_expired_batch_window_does_not_livelock_the_swap(
     harness.faults["llamacpp"] = "--token-rate 10"
     client = await harness.start(harness.settings(stop_grace=1, max_batch_wait=0.3))
     assert (await client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
-    a_long = asyncio.create_task(_stream(client, chat("chat-a", stream=True, max_tokens=8)))
+    a_long = asyncio.create_task(stream_chat(client, chat("chat-a", stream=True, max_tokens=8)))
     await asyncio.sleep(0.3)
     b = asyncio.create_task(client.post(CHAT, json=chat("chat-b", max_tokens=1), timeout=8))
     await asyncio.sleep(0.05)
@@ -186,7 +181,7 @@ async def test_r18_requests_during_a_swap_get_answers_or_503(harness: RouterHarn
     harness.faults["llamacpp"] = "--token-rate 10"
     client = await harness.start(harness.settings(stop_grace=1, max_queue=3, max_batch_wait=0))
     assert (await client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
-    a_long = asyncio.create_task(_stream(client, chat("chat-a", stream=True, max_tokens=8)))
+    a_long = asyncio.create_task(stream_chat(client, chat("chat-a", stream=True, max_tokens=8)))
     await asyncio.sleep(0.3)
     # B arrives: A drains. During the drain and B's load, more requests for both models.
     mixed = ["chat-b", "chat-a", "chat-b", "chat-a", "chat-a", "chat-b", "chat-a", "chat-b"]

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from router import server
-from router.runtime.loader import free_port
-from tests.harness import RouterHarness
+from tests.harness import RouterHarness, free_port
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from router.config import (
 )
 from router.config.load import placeholder_reason
 from router.config.schema import split_bind
-from router.domain import Family
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "configs" / "router.example.yaml"
@@ -166,20 +165,6 @@ def test_resolve_config_path() -> None:
     assert resolve_config_path(None, env) == Path("/etc/tr/router.yaml")
     assert resolve_config_path(None, {}) is None
     assert resolve_config_path(None, {"TENSOR_ROUTER_CONFIG": " "}) is None
-
-
-def test_commands_default_to_program_names_on_path(tmp_path: Path) -> None:
-    body = """\
-        llama: {binary_path: bin/llama-server}
-        vllm: {command: [/opt/v/bin/python, -m, vllm.entrypoints.openai.api_server]}
-    """
-    settings = load_settings(write(tmp_path, body), {})
-    assert settings.command_for(Family.LLAMACPP) == (str(tmp_path / "bin" / "llama-server"),)
-    assert settings.command_for(Family.VLLM)[0] == "/opt/v/bin/python"
-    assert settings.command_for(Family.SDCPP) == ("sd-server",)
-    assert settings.command_for(Family.WHISPERCPP) == ("whisper-server",)
-    assert settings.command_for(Family.KOBOLD) == ("koboldcpp",)
-    assert settings.program(Family.VLLM) is settings.vllm
 
 
 def test_cidrs_and_hosts_are_normalized(tmp_path: Path) -> None:

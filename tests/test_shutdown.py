@@ -18,9 +18,9 @@ import aiohttp
 import httpx
 import psutil
 
-from tests.harness import RouterHarness, SseEvent, chat, read_sse
+from tests.harness import RouterHarness, SseEvent, chat, read_sse, wait_for
 from tests.proctree import reap_zombie_children
-from tests.router_process import gone, new_router, tmp_harness, wait_true
+from tests.router_process import gone, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]  # the fixture, imported for pytest
 
@@ -60,7 +60,7 @@ async def test_r4_kill9_router_leaves_no_backend(tmp_harness: RouterHarness) -> 
     os.kill(router.pid, signal.SIGKILL)
     router.proc.wait(5)  # type: ignore[union-attr]
     killed_at = time.monotonic()
-    ok = await wait_true(lambda: (reap_zombie_children() or True) and all(map(gone, tree)), 2.0)
+    ok = await wait_for(lambda: (reap_zombie_children() or True) and all(map(gone, tree)), 2.0)
     survivors = [pid for pid in tree if not gone(pid)]
     assert ok, f"{len(survivors)} processes outlived the router by 2 s: {survivors}"
     assert time.monotonic() - killed_at <= 2.0
@@ -96,7 +96,7 @@ async def test_r4_next_start_reaps_pidfile_survivors(tmp_harness: RouterHarness)
 
     second = new_router(h)
     await second.start()
-    assert await wait_true(lambda: (reap_zombie_children() or True) and gone(server_pid), 2.0)
+    assert await wait_for(lambda: (reap_zombie_children() or True) and gone(server_pid), 2.0)
     assert list((h.tmp / "data" / "pids").glob("*.pid")) == []
     os.kill(second.pid, signal.SIGTERM)
     assert await second.wait_exit(5) == 0
@@ -154,7 +154,7 @@ async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
 
         os.kill(router.pid, signal.SIGTERM)
         term_at = time.monotonic()
-        assert await wait_true(lambda: _connect_refused(router.port), 0.5), "listener still open"
+        assert await wait_for(lambda: _connect_refused(router.port), 0.5), "listener still open"
         reply = await queued
         assert reply.status_code == 503, reply.text
         assert reply.headers.get("retry-after")

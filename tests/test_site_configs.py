@@ -8,6 +8,7 @@ for a busy 2-core machine where the disk watcher polls every 2 s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -121,14 +122,23 @@ async def test_apply_writes_plain_kcpps_reloads_and_announces(h: RouterHarness) 
     assert [n for n in listing(h.kcpps_dir) if n.startswith(".")] == []  # no temp file left
 
 
-async def test_apply_event_reaches_the_events_stream(h: RouterHarness) -> None:
+async def test_apply_event_reaches_the_events_stream(
+    h: RouterHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert h.app is not None
     bus = h.app[EVENTS]
+    subscribed = asyncio.Event()
+    real_subscribe = bus.subscribe
+
+    @contextlib.asynccontextmanager
+    async def announced() -> AsyncIterator[asyncio.Queue[Event]]:
+        async with real_subscribe() as queue:
+            subscribed.set()  # the stream's handler subscribes after sending its headers
+            yield queue
+
+    monkeypatch.setattr(bus, "subscribe", announced)
     async with client(h).stream("GET", "/router/v1/events") as stream:
-        async with asyncio.timeout(EVENT_WAIT):
-            # The stream's handler subscribes just after sending its headers; no event marks it.
-            while bus.subscriber_count == 0:  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
+        await asyncio.wait_for(subscribed.wait(), EVENT_WAIT)
         resp = await client(h).post(
             f"{SITE}/apply", json={"id": "streamed", "options": text_options(h)}
         )

@@ -261,9 +261,9 @@ def test_build_reports_without_raising_on_junk() -> None:
         raise AssertionError("not consulted")
 
     for components in (None, [], "text", {"kind": "text"}):
-        plan = cook.build(components, {}, node_id="n", default_mode=BackendMode.KOBOLD,
+        plan = cook.plan_cook(components, {}, node_id="n", default_mode=BackendMode.KOBOLD,
                           resolve=never, probe=never, cpu_count=4)  # fmt: skip
         assert [f.code for f in plan.findings] == ["no_components"]
-    plan = cook.build([1, {"kind": ["text"]}], {}, node_id="n", default_mode=BackendMode.KOBOLD,
+    plan = cook.plan_cook([1, {"kind": ["text"]}], {}, node_id="n", default_mode=BackendMode.KOBOLD,
                       resolve=never, probe=never, cpu_count=4)  # fmt: skip
     assert [f.code for f in plan.findings] == ["invalid_component", "unknown_kind"]

@@ -19,6 +19,7 @@ from router.config import AnalyticsSection
 from router.domain import Surface
 from router.errors import BadRequest, RouterError, render
 from router.store import Store
+from tests.harness import raw_record
 
 SITE = "/router/v1/site"
 ClientFactory = Callable[[web.Application], Awaitable[TestClient]]
@@ -75,8 +76,8 @@ def test_times_are_unix_seconds_or_iso() -> None:
 
 
 async def test_analytics_summary_and_filters(store: Store, client: TestClient) -> None:
-    store.record({"time": 1_700_000_100, "route": "/v1/completions", "model": "a", "status": 200})
-    store.record({"time": 1_700_000_200, "route": "/v1/completions", "model": "b", "status": 500})
+    store.record_raw(raw_record(wall=1_700_000_100, route="/v1/completions", model="a"))
+    store.record_raw(raw_record(wall=1_700_000_200, route="/v1/completions", model="b", status=500))
     resp = await client.get(
         f"{SITE}/analytics",
         params={"from": "2023-11-14T22:13:20Z", "to": "1700003600", "node": "n1"},
@@ -101,7 +102,7 @@ async def test_analytics_summary_and_filters(store: Store, client: TestClient) -
 
 
 async def test_flush_reports_this_node_as_persisted(store: Store, client: TestClient) -> None:
-    store.record({"route": "/v1/completions", "status": 200})
+    store.record_raw(raw_record(route="/v1/completions"))
     resp = await client.post(f"{SITE}/analytics/flush")
     assert await resp.json() == {"persisted": ["n1"], "failed": []}
     with sqlite3.connect(store.path) as db:
@@ -152,7 +153,7 @@ async def test_store_download_streams_a_consistent_copy(
     store: Store, client: TestClient, tmp_path: Path
 ) -> None:
     for _ in range(100):
-        store.record({"route": "/v1/embeddings", "status": 200})  # still only in the buffer
+        store.record_raw(raw_record(route="/v1/embeddings"))  # still only in the buffer
     resp = await client.get(f"{SITE}/store/download", params={"node_id": "n1"})
     assert resp.status == 200
     assert resp.headers["Content-Type"] == "application/vnd.sqlite3"

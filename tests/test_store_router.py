@@ -17,9 +17,8 @@ import httpx
 import yaml
 
 from router.appkeys import STORE
-from router.runtime.loader import free_port
 from tests.fakes.wrappers import write_fake_binary
-from tests.harness import RouterHarness, chat
+from tests.harness import RouterHarness, chat, free_port
 
 ADMIN = "adm-store-test-7f3a91c2"
 

@@ -24,14 +24,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import WSMsgType, web
 
 from router.api.common import Handler, arrived, matched_route
-from router.appkeys import CATALOG, RECORDER, RUNTIMES, SESSION, SETTINGS
+from router.appkeys import CATALOG, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
 from router.edge import upstream_request_headers
@@ -53,33 +52,6 @@ _WS_HEADERS = (
 )
 AnyWS = web.WebSocketResponse | aiohttp.ClientWebSocketResponse
 GOING_AWAY = 1001
-
-
-class Sessions:
-    """The open sessions' stop signals, set by `going_away()` at shutdown."""
-
-    def __init__(self) -> None:
-        self._stops: set[asyncio.Event] = set()
-        self.closing = False
-
-    @contextlib.contextmanager
-    def opened(self) -> Iterator[asyncio.Event]:
-        stop = asyncio.Event()
-        if self.closing:
-            stop.set()
-        self._stops.add(stop)
-        try:
-            yield stop
-        finally:
-            self._stops.discard(stop)
-
-    def going_away(self) -> None:
-        self.closing = True
-        for stop in self._stops:
-            stop.set()
-
-
-SESSIONS = web.AppKey("realtime_sessions", Sessions)
 
 
 @dataclass

@@ -22,13 +22,13 @@ from typing import Any
 
 from aiohttp import web
 
+from router import site
 from router.api.common import Handler, match_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS
 from router.config import Catalog, ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest, Conflict, MethodNotAllowed, NotFound, RouteNotFound
-from router.site import configs, cook
-from router.site.configs import Finding
+from router.site import Finding
 
 COOK_MARKS = ".cook"  # config_dir/.cook/<id>.json: what cook wrote (a dot folder: never scanned)
 _LOCKS: weakref.WeakKeyDictionary[Catalog, asyncio.Lock] = weakref.WeakKeyDictionary()
@@ -47,7 +47,7 @@ class Draft:
 
     @property
     def data(self) -> bytes:
-        return configs.render(self.options)
+        return site.render(self.options)
 
 
 def _lock(catalog: Catalog) -> asyncio.Lock:
@@ -89,7 +89,7 @@ def _head(request: web.Request, node_id: str, draft_id: str, filename: str) -> d
 
 async def _current(path: Path) -> bytes | None:
     try:
-        return await asyncio.to_thread(configs.existing, path)
+        return await asyncio.to_thread(site.existing, path)
     except OSError:
         raise Conflict(f"{path.name} exists and is not a regular file", param="filename") from None
 
@@ -102,18 +102,18 @@ async def _check(
     settings, catalog = request.app[SETTINGS], request.app[CATALOG]
     path = settings.models.config_dir / filename
     config, parsed = await asyncio.to_thread(
-        configs.check_config, path, options, settings.backend.mode, settings.models.file_roots
+        site.check_config, path, options, settings.backend.mode, settings.models.file_roots
     )
     findings = [*findings, *parsed]
     if config is not None:
         missing = await asyncio.to_thread(catalog.missing_files, config)
-        findings += configs.catalog_findings(config, catalog.all_configs(), missing, "options")
+        findings += site.catalog_findings(config, catalog.all_configs(), missing, "options")
     return Draft(config_id, filename, options, findings, config, await _current(path))
 
 
 def _refuse(draft: Draft, overwrite: bool, code: str) -> None:
     """Apply writes nothing when the preview would show an error, or would overwrite unasked."""
-    error = configs.first_error(draft.findings)
+    error = site.first_error(draft.findings)
     if error is not None:
         more = sum(f.severity == "error" for f in draft.findings) - 1
         tail = f" (and {more} more; see preview)" if more else ""
@@ -129,7 +129,7 @@ def _refuse(draft: Draft, overwrite: bool, code: str) -> None:
 async def _write(request: web.Request, draft: Draft, *, cooked: bool) -> None:
     folder = request.app[SETTINGS].models.config_dir
     data = draft.data
-    await asyncio.to_thread(configs.write_atomic, folder, draft.filename, data)
+    await asyncio.to_thread(site.write_atomic, folder, draft.filename, data)
     marks = folder / COOK_MARKS
     if cooked:
         mark = json.dumps({"filename": draft.filename, "sha256": hashlib.sha256(data).hexdigest()})
@@ -140,7 +140,7 @@ async def _write(request: web.Request, draft: Draft, *, cooked: bool) -> None:
 
 def _mark(marks: Path, config_id: str, data: bytes) -> None:
     marks.mkdir(exist_ok=True)
-    configs.write_atomic(marks, f"{config_id}.json", data)
+    site.write_atomic(marks, f"{config_id}.json", data)
 
 
 def _unmark(marks: Path, config_id: str) -> None:
@@ -158,9 +158,9 @@ def _validation(draft: Draft, node_id: str) -> list[dict[str, Any]]:
 async def _config_file(request: web.Request, apply: bool) -> web.Response:
     body = await read_control_json(request, required=True)
     node_id = _node(request, body)
-    config_id, filename = configs.config_name(body)
+    config_id, filename = site.config_name(body)
     overwrite = _flag(body, "overwrite")
-    kept, screened = configs.screen_options(_options(body))
+    kept, screened = site.screen_options(_options(body))
     catalog = request.app[CATALOG]
     async with _lock(catalog):
         draft = await _check(request, config_id, filename, kept, screened)
@@ -183,13 +183,13 @@ async def _config_file(request: web.Request, apply: bool) -> web.Response:
 async def _config_file_delete(request: web.Request) -> web.Response:
     body = await read_control_json(request) or dict(request.query)
     node_id = _node(request, body)
-    config_id, filename = configs.config_name(body)
+    config_id, filename = site.config_name(body)
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
     async with _lock(catalog):
         if await _current(folder / filename) is None:
             raise NotFound(f"no configuration file {filename}", param="filename")
-        await asyncio.to_thread(configs.remove_file, folder, filename)
+        await asyncio.to_thread(site.remove_file, folder, filename)
         await asyncio.to_thread(_unmark, folder / COOK_MARKS, config_id)
         await catalog.refresh()
     return web.json_response({**_head(request, node_id, config_id, filename), "deleted": True})
@@ -201,25 +201,25 @@ async def _config_file_delete(request: web.Request) -> web.Response:
 async def _cook(request: web.Request, apply: bool) -> web.Response:
     body = await read_control_json(request, required=True)
     node_id = _node(request, body)
-    cook_id = configs.plain_name(body.get("id"), "id")
+    cook_id = site.plain_name(body.get("id"), "id")
     overwrite = _flag(body, "overwrite")
-    kept, screened = configs.screen_options(_options(body))
+    kept, screened = site.screen_options(_options(body))
     settings, catalog = request.app[SETTINGS], request.app[CATALOG]
     # A snapshot: the plan runs in a worker thread while refreshes may run on the loop.
     known = {i: c for c in catalog.all_configs() for i in (c.id, c.image_id) if i is not None}
     async with _lock(catalog):
         plan = await asyncio.to_thread(
-            cook.build,
+            site.plan_cook,
             body.get("components"),
             kept,
             node_id=node_id,
             default_mode=settings.backend.mode,
             resolve=known.get,
-            probe=functools.partial(cook.probe_model_file, roots=settings.models.file_roots),
+            probe=functools.partial(site.probe_model_file, roots=settings.models.file_roots),
             cpu_count=os.cpu_count() or 1,
         )
         findings = [*screened, *plan.findings]
-        draft = await _check(request, cook_id, cook_id + configs.SUFFIX, plan.options, findings)
+        draft = await _check(request, cook_id, cook_id + site.SUFFIX, plan.options, findings)
         if apply:
             _refuse(draft, overwrite, "invalid_cook")
             await _write(request, draft, cooked=True)
@@ -235,7 +235,7 @@ async def _cook(request: web.Request, apply: bool) -> web.Response:
     return web.json_response(answer)
 
 
-def _plan(request: web.Request, node_id: str, draft: Draft, plan: cook.CookPlan) -> dict[str, Any]:
+def _plan(request: web.Request, node_id: str, draft: Draft, plan: site.CookPlan) -> dict[str, Any]:
     config = draft.config
     image_id = config.image_id if config is not None else None
     text_side = config is not None and bool(config.lanes - {Lane.IMAGE})
@@ -261,8 +261,8 @@ def _plan(request: web.Request, node_id: str, draft: Draft, plan: cook.CookPlan)
 async def _cook_delete(request: web.Request, tail: str) -> web.Response:
     body = await read_control_json(request)
     node_id = _node(request, body)
-    cook_id = configs.plain_name(tail, "id")
-    filename = cook_id + configs.SUFFIX
+    cook_id = site.plain_name(tail, "id")
+    filename = cook_id + site.SUFFIX
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
     async with _lock(catalog):
@@ -277,7 +277,7 @@ async def _cook_delete(request: web.Request, tail: str) -> web.Response:
         if mark.get("sha256") != hashlib.sha256(current).hexdigest():
             raise Conflict(f"{filename} was edited after cook wrote it; delete it with DELETE "
                            "/router/v1/site/config-file", param="id", code="edited")  # fmt: skip
-        await asyncio.to_thread(configs.remove_file, folder, filename)
+        await asyncio.to_thread(site.remove_file, folder, filename)
         await asyncio.to_thread(_unmark, folder / COOK_MARKS, cook_id)
         await catalog.refresh()
     return web.json_response({**_head(request, node_id, cook_id, filename), "deleted": True})

@@ -1,8 +1,10 @@
 """ComfyUI video emulation.
 
-The pure half lives here: `workflow` (is a prompt a video job, and with which settings),
-`media` (which uploads it uses, upload-name rules) and `requests` (backend bodies and the
-/history record). Job running, uploads storage and /view are I/O and live elsewhere.
+Pure: `workflow` (is a prompt a video job, and with which settings), `media` (which uploads
+it uses, upload-name rules) and `requests` (backend bodies and the /history record). With I/O:
+`jobs` (the prompt registry and the background runner), `uploads` (the router's copies of
+uploaded files), `transcode` (ffmpeg to MP4), `serve` (/view, byte ranges) and `state` (what
+the app keeps). The face exports the pure half; handlers import the I/O modules by name.
 """
 
 from router.comfy.media import MediaRefs, check_upload_name, is_audio_upload, resolve_media

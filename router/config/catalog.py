@@ -38,10 +38,6 @@ class CatalogChange:
     removed: tuple[str, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)  # file name -> message, after
 
-    @property
-    def has_changes(self) -> bool:
-        return bool(self.added or self.changed or self.removed)
-
 
 @dataclass(frozen=True)
 class _FileState:
@@ -237,11 +233,6 @@ class Catalog:
             raise
         except Exception:
             log.exception("model catalog: hashing failed")
-
-    async def wait_hashed(self) -> None:
-        """Wait until every present model file has a hash (or could not be read)."""
-        while self._hash_task is not None and not self._hash_task.done():
-            await asyncio.shield(self._hash_task)
 
     def missing_files(self, config: ModelConfig) -> tuple[str, ...]:
         """Component keys whose file was absent at the last refresh."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from router.config.unload_policy import PolicyError, parse_triggers
-from router.domain import BackendMode, Lane, UnloadPolicy, family_for
+from router.domain import BackendMode, Lane, family_for
 
 MAX_KCPPS_BYTES = 1 << 20  # real files are a few KB; anything larger is not a launch config
 MAX_DEPTH = 32
@@ -84,7 +84,6 @@ class ModelConfig:
     components: Mapping[str, Path]  # component key ("model_param", "sdmodel", ...) -> file
     lanes: frozenset[Lane]  # capabilities, from which components are present
     image_id: str | None  # stem + "-" + diffusion model stem, when an image component exists
-    unload_policy: UnloadPolicy = UnloadPolicy.NONE  # the legacy single value, when it is one
     unload_triggers: frozenset[str] = frozenset()  # every entry (router/config/unload_policy.py)
     jinja_kwargs: Mapping[str, Any] = field(default_factory=dict)
     jinja_precedence: Literal["config", "client"] = "config"
@@ -147,8 +146,7 @@ def parse_kcpps(
         components=components,
         lanes=lanes,
         image_id=_image_id(config_id, components) if Lane.IMAGE in lanes else None,
-        unload_policy=_unload_policy(triggers := _triggers(raw.get("router_unload_policy"))),
-        unload_triggers=triggers,
+        unload_triggers=_triggers(raw.get("router_unload_policy")),
         jinja_kwargs=_jinja_kwargs(raw.get("jinja_kwargs")),
         jinja_precedence=_precedence(raw.get("router_jinja_kwargs_precedence")),
         serve_args=_serve_args(raw.get("serve_args")),
@@ -338,15 +336,6 @@ def _triggers(value: Any) -> frozenset[str]:
         return parse_triggers(value)
     except PolicyError as exc:
         raise KcppsError(str(exc)) from None
-
-
-def _unload_policy(triggers: frozenset[str]) -> UnloadPolicy:
-    """The single-value view of the trigger set (NONE when it names more than one thing)."""
-    if len(triggers) == 1:
-        (only,) = triggers
-        if only in {p.value for p in UnloadPolicy}:
-            return UnloadPolicy(only)
-    return UnloadPolicy.NONE
 
 
 def _jinja_kwargs(value: Any) -> dict[str, Any]:

@@ -1,10 +1,10 @@
-"""`router.yaml` -> typed, validated `Settings` (DESIGN.md section 3, docs/configuration.md).
+"""The `router.yaml` schema: typed, frozen `Settings` sections (DESIGN.md section 3,
+docs/configuration.md).
 
-No I/O beyond reading the YAML, the credential files named by the environment, and checking
-that `models.config_dir` exists. Every error is a `SettingsError` naming the key and the file.
-The schema models check each value on its own; the rules that span keys (credentials, cluster
-URLs, the secure-profile bind rule) run in `load_settings`, so tests elsewhere can build a
-`Settings` by hand without inventing production-grade keys.
+Pure: reading the YAML, the credential files and the rules that span keys (credentials, cluster
+URLs, the secure-profile bind rule) live in `router.config.load`. Each model here checks its
+own values only, so tests elsewhere can build a `Settings` by hand without inventing
+production-grade keys.
 """
 
 from __future__ import annotations
@@ -266,20 +266,14 @@ class ClusterSection(_Section):
         return value
 
 
-PROGRAM_SECTIONS = {
+# The settings section that configures each family's native program (the one map: the loader,
+# the adapters and the test harness all read it).
+PROGRAM_SECTIONS: Mapping[Family, str] = {
     Family.KOBOLD: "kobold",
     Family.LLAMACPP: "llama",
     Family.SDCPP: "sdcpp",
     Family.WHISPERCPP: "whispercpp",
     Family.VLLM: "vllm",
-}
-# binary_path and command unset: the program name is looked up on PATH when spawned.
-DEFAULT_COMMANDS: Mapping[Family, tuple[str, ...]] = {
-    Family.KOBOLD: ("koboldcpp",),
-    Family.LLAMACPP: ("llama-server",),
-    Family.SDCPP: ("sd-server",),
-    Family.WHISPERCPP: ("whisper-server",),
-    Family.VLLM: ("python3", "-m", "vllm.entrypoints.openai.api_server"),
 }
 
 
@@ -313,20 +307,6 @@ class Settings(_Section):
         object.__setattr__(self, "cluster", self.cluster.model_copy(update={"token": token}))
         return self
 
-    def program(self, family: Family) -> ProgramSection:
-        """The section configuring `family`'s native program."""
-        section: ProgramSection = getattr(self, PROGRAM_SECTIONS[family])
-        return section
-
-    def command_for(self, family: Family) -> tuple[str, ...]:
-        """argv prefix that starts `family`'s program (before the router's own flags)."""
-        section = self.program(family)
-        if section.command:
-            return section.command
-        if section.binary_path is not None:
-            return (str(section.binary_path),)
-        return DEFAULT_COMMANDS[family]
-
 
 def is_ip(text: str) -> bool:
     try:
@@ -354,7 +334,7 @@ def split_bind(bind: str) -> tuple[str, int]:
 
 __all__ = [
     "DEFAULT_CIDRS",
-    "DEFAULT_COMMANDS",
+    "PROGRAM_SECTIONS",
     "Duration",
     "PositiveDuration",
     "Settings",

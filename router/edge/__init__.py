@@ -1,5 +1,6 @@
 """The HTTP edge: connection-level guards (listener), request guards (CIDR, Host, size,
-Origin), authentication, and the hop-by-hop header rules both legs share.
+Origin), authentication, the hop-by-hop header rules both legs share, and the registry of
+long-lived sessions shutdown tells to go away.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from router.edge.headers import (
     mark_streaming,
     upstream_request_headers,
 )
+from router.edge.sessions import Sessions
 
 __all__ = [
     "Middleware",
     "RouteOf",
+    "Sessions",
     "downstream_response_headers",
     "is_streaming",
     "mark_streaming",

@@ -4,7 +4,7 @@ apps in one process do not collide)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -13,14 +13,20 @@ from prometheus_client.registry import Collector
 
 from router.domain import Lane
 
-if TYPE_CHECKING:
-    from router.runtime import RuntimeView
+
+class LeaseView(Protocol):
+    """The part of a runtime snapshot the gauges read (records sit below the runtime layer)."""
+
+    @property
+    def lane(self) -> Lane: ...
+    @property
+    def leases(self) -> int: ...
 
 
 class RuntimeReader(Protocol):
-    """What the gauges read from the runtime manager (records must not import the runtime)."""
+    """What the gauges read from the runtime manager."""
 
-    def views(self) -> Sequence[RuntimeView]: ...
+    def views(self) -> Sequence[LeaseView]: ...
     def queue_length(self, lane: Lane) -> int: ...
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from router.config.kcpps import (
+from router.config import (
     ID_PATTERN,
     MAX_KCPPS_BYTES,
     KcppsError,

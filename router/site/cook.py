@@ -1,7 +1,7 @@
 """Cook: one `.kcpps` built from chosen components, each taken from an existing configuration
 or a model file under `models.file_roots`.
 
-`build()` is pure apart from the `resolve` and `probe` callables it is handed (the catalog
+`plan_cook()` is pure apart from the `resolve` and `probe` callables it is handed (the catalog
 lookup and `probe_model_file`), so the handler runs it in a worker thread and tests can run it
 on plain values. It never raises on bad components: every problem becomes a finding, so a
 preview can show all of them at once.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from router.config.kcpps import AUX_COMPONENTS, LIST_COMPONENTS, ModelConfig
+from router.config import AUX_COMPONENTS, LIST_COMPONENTS, ModelConfig
 from router.domain import BackendMode, Lane, family_for
 from router.site.configs import Finding, is_path_like
 
@@ -77,7 +77,7 @@ def probe_model_file(text: str, roots: Sequence[Path]) -> tuple[Probe, str]:
     return ("ok" if real.exists() else "missing_file"), path
 
 
-def build(
+def plan_cook(
     components: Any,
     options: Mapping[str, Any],
     *,

@@ -36,8 +36,7 @@ class EventChannel:
         self._interval = interval
         self._fallback = fallback
         self._raws: list[Raw] = []
-        self._rows: list[Row] = []
-        self._unacked: dict[int, tuple[list[Raw], list[Row]]] = {}
+        self._unacked: dict[int, list[Raw]] = {}
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._seq = 0
         self._proc: asyncio.subprocess.Process | None = None
@@ -53,8 +52,7 @@ class EventChannel:
 
     @property
     def pending(self) -> int:
-        held = sum(len(r) + len(w) for r, w in self._unacked.values())
-        return len(self._raws) + len(self._rows) + held
+        return len(self._raws) + sum(len(raws) for raws in self._unacked.values())
 
     async def start(self) -> None:
         # -I -S: no site-packages, no environment; start_new_session: a terminal's Ctrl-C
@@ -70,11 +68,6 @@ class EventChannel:
     def add_raw(self, raw: Raw) -> None:
         self._raws.append(raw)
         if len(self._raws) >= FRAME_ROWS:
-            self._send()
-
-    def add_row(self, row: Row) -> None:
-        self._rows.append(row)
-        if len(self._rows) >= FRAME_ROWS:
             self._send()
 
     async def sync(self) -> int:
@@ -114,19 +107,18 @@ class EventChannel:
         if self._gone:
             self._hand_over()
             return self._seq
-        if not (self._raws or self._rows or marker):
+        if not (self._raws or marker):
             return self._seq
-        raws, rows = self._raws, self._rows
-        self._raws, self._rows = [], []
+        raws, self._raws = self._raws, []
         self._seq += 1
         try:
-            payload = pickle.dumps((self._seq, raws, rows), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((self._seq, raws), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # a value only the router can read: never fail the request
             log.error("analytics: a frame could not be encoded (%r); written in-process", exc)
-            self._fallback(rows_from_raws(raws, log_skipped) + rows)
-            raws, rows = [], []
-            payload = pickle.dumps((self._seq, raws, rows))
-        self._unacked[self._seq] = (raws, rows)
+            self._fallback(rows_from_raws(raws, log_skipped))
+            raws = []
+            payload = pickle.dumps((self._seq, raws))
+        self._unacked[self._seq] = raws
         if len(self._unacked) == LAG_WARNING_FRAMES:
             log.warning(
                 "analytics writer process is %d frames behind (database locked or disk slow?); "
@@ -170,10 +162,10 @@ class EventChannel:
         """From now on every record goes to the in-process writer, unacknowledged ones first."""
         self._gone = True
         rows: list[Row] = []
-        for raws, finished in (*self._unacked.values(), (self._raws, self._rows)):
-            rows += rows_from_raws(raws, log_skipped) + finished
+        for raws in (*self._unacked.values(), self._raws):
+            rows += rows_from_raws(raws, log_skipped)
         self._unacked.clear()
-        self._raws, self._rows = [], []
+        self._raws = []
         if rows:
             self._fallback(rows)
         for waiter in self._waiters.values():

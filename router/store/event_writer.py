@@ -5,8 +5,8 @@ needs nothing beyond the standard library and rows.py, so it starts in milliseco
 the per-request rounding, usage parsing and SQLite inserts here keeps them off the router's
 event loop and its interpreter lock (bench/analytics measured the difference).
 
-Protocol. In: frames of a 4-byte big-endian length and a pickle of `(seq, raws, rows)`, raws
-being `rows.Raw` records and rows finished rows. Out: the 8-byte big-endian `seq` of every
+Protocol. In: frames of a 4-byte big-endian length and a pickle of `(seq, raws)`, raws being
+`rows.Raw` records. Out: the 8-byte big-endian `seq` of every
 frame once its rows are committed (an empty frame is a sync marker). The router is the only
 writer of stdin, so unpickling it is as safe as the router itself.
 
@@ -109,8 +109,8 @@ def commit(db: sqlite3.Connection, rows: list[Row], parent: int) -> None:
 def serve(db: sqlite3.Connection, stdin: BinaryIO, ack_fd: int, parent: int) -> None:
     acking = True
     while (frame := read_frame(stdin)) is not None:
-        seq, raws, rows = pickle.loads(frame)
-        batch = rows_from_raws(raws, _skipped) + list(rows)
+        seq, raws = pickle.loads(frame)
+        batch = rows_from_raws(raws, _skipped)
         if batch:
             commit(db, batch, parent)
         if acking:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 TEXT_COLUMNS = ("route", "surface", "lane", "model", "node_id", "backend")
-INT_COLUMNS = ("status", "upstream_status", "bytes_in", "bytes_out")
 TOKEN_COLUMNS = ("prompt_tokens", "completion_tokens", "total_tokens")
 MILLIS_COLUMNS = ("queue_wait_ms", "ttfb_ms", "duration_ms")
 COLUMNS = (

@@ -114,15 +114,6 @@ class Store:
 
     # -- analytics ----------------------------------------------------------------------
 
-    def record(self, event: Mapping[str, Any]) -> None:
-        """Buffer one request's event; O(1), never touches the disk, never raises."""
-        if self.settings.enabled:
-            row = an.normalize_event(event, self.node_id)
-            if self._events is not None:
-                self._events.add_row(row)
-            else:
-                self._writer.add_events([row])
-
     def record_raw(self, raw: Raw) -> None:
         """The router's own per-request record (Recorder.record): one append, nothing more."""
         if self._events is not None:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from router.demo_models import generate_text_models
-from router.runtime.loader import free_port
+from tests.harness import free_port
 
 REAL_DIR = Path(__file__).parent
 READY_TIMEOUT_S = 30.0

@@ -14,7 +14,6 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import yaml
 from openai import AsyncOpenAI
 
 from router.demo_models import write_text_kcpps
-from tests.harness import RouterHarness
+from tests.harness import RouterHarness, free_port
 from tests.proctree import reap_zombie_children
 from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import LLAMA_ARGS, EventLog, write_config, write_demo_text_kcpps
@@ -295,12 +294,6 @@ async def read_sse_from(lines: AsyncIterator[str]) -> list[tuple[str, str]]:
     return events
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -313,7 +306,7 @@ def test_killed_router_leaves_no_llama_server(
 ) -> None:
     """R4: `kill -9` of a real `tensor-router start` takes its llama-server down within 2 s."""
     write_text_kcpps(tmp_path / "kcpps", demo_text)
-    port = _free_port()
+    port = free_port()
     config = {
         "security": {"profile": "trusted_lan"},
         "server": {"bind": f"127.0.0.1:{port}"},

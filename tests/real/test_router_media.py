@@ -41,8 +41,8 @@ TRANSCRIPT_TYPES = {
 
 
 async def whisper_router(h: RouterHarness, demo: dict[str, Path]) -> None:
-    h.programs["whisper"] = backend_binary("whisper-server", "WHISPER_SERVER_BIN")
-    h.extra_args["whisper"] = ["-t", "1"]  # two cores shared with other jobs
+    h.programs["whispercpp"] = backend_binary("whisper-server", "WHISPER_SERVER_BIN")
+    h.extra_args["whispercpp"] = ["-t", "1"]  # two cores shared with other jobs
     write_config(h, "whisper", whispermodel=demo["model"])
     await h.start()
 

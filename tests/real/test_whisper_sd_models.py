@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import struct
 import subprocess
 import time
@@ -31,6 +30,7 @@ from router.demo_models.whisper_ggml import (
     write_test_wav,
     write_whisper_ggml,
 )
+from tests.harness import free_port
 from tests.real.router_fixtures import backend_binary
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
@@ -40,12 +40,6 @@ READY_TIMEOUT_S = 60.0
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SD_MODEL_ID = "sd-cpp-local"
 Recorder = Callable[[str, object], None]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -115,7 +109,7 @@ def whisper_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def whisper_server(whisper_files: dict[str, Path]) -> Iterator[Server]:
     binary = backend_binary("whisper-server", "WHISPER_SERVER_BIN")
-    port = _free_port()
+    port = free_port()
     cmd = [str(binary), "-m", str(whisper_files["model"]), "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "-t", "1"]  # one thread: two shared cores
     log = whisper_files["model"].with_name(f"whisper-server-{port}.log")
@@ -208,7 +202,7 @@ def sdxs_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def sd_server(sdxs_model: Path) -> Iterator[Server]:
     binary = backend_binary("sd-server", "SD_SERVER_BIN")
-    port = _free_port()
+    port = free_port()
     cmd = [str(binary), "-m", str(sdxs_model), "--listen-ip", "127.0.0.1"]
     # --steps sets the default for /v1/images/generations, which has no steps field.
     cmd += ["--listen-port", str(port), "--steps", "1", "--threads", "2"]
