@@ -184,6 +184,11 @@ async def test_invalid_options_are_400_naming_the_field_and_nothing_is_written(
         preview = await client(h).post(f"{SITE}/preview", json={"id": "bad", "options": options})
         assert preview.status_code == 200
         assert any(f["severity"] == "error" for f in preview.json()["validation"])
+    # A lone surrogate is valid JSON but no file name; it must not crash the writer.
+    raw = b'{"id": "bad", "options": {"model_param": "m\\ud800.gguf"}}'
+    for route in ("preview", "apply"):
+        resp = await client(h).post(f"{SITE}/{route}", content=raw)
+        assert resp.status_code == (200 if route == "preview" else 400), resp.text
     for body, param in [
         ({"id": "bad", "options": []}, "options"),
         ({"id": "bad", "options": {}, "overwrite": "yes"}, "overwrite"),

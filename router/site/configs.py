@@ -149,8 +149,9 @@ def screen_options(options: Mapping[str, Any], prefix: str = "options") -> tuple
 
 
 def render(options: Mapping[str, Any]) -> bytes:
-    """The file's bytes: pretty-printed JSON, the way KoboldCpp saves one."""
-    return (json.dumps(options, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    """The file's bytes: pretty-printed JSON, ASCII with escapes as KoboldCpp saves one (which
+    also keeps a lone surrogate from a client's JSON writable)."""
+    return (json.dumps(options, indent=2) + "\n").encode("ascii")
 
 
 def check_config(
