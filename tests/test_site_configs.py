@@ -104,6 +104,21 @@ async def test_preview_reports_refused_keys_and_writes_nothing(h: RouterHarness)
     assert listing(h.kcpps_dir) == before
 
 
+async def test_preview_warns_of_ignored_lanes_and_missing_files(h: RouterHarness) -> None:
+    (h.models_dir / "pic.safetensors").write_bytes(b"SAFE")
+    options = {
+        "backend_mode": "vllm",
+        "model_param": str(h.models_dir / "not-there.gguf"),
+        "sdmodel": str(h.models_dir / "pic.safetensors"),
+    }
+    resp = await client(h).post(f"{SITE}/preview", json={"id": "v", "options": options})
+    found = {(f["field"], f["code"], f["severity"]) for f in resp.json()["validation"]}
+    assert found == {
+        ("options.sdmodel", "lane_ignored", "warning"),
+        ("options.model_param", "missing_file", "warning"),
+    }
+
+
 async def test_apply_writes_plain_kcpps_reloads_and_announces(h: RouterHarness) -> None:
     assert h.app is not None
     options = text_options(h, onready="echo hi", contextsize=4096)
