@@ -14,7 +14,8 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs.
+client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
+files.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from router.api import (
     ollama_gen,
     realtime,
     responses,
+    site_assets,
     site_configs,
+    site_inventory,
     site_store,
     vllm,
     voice,
@@ -98,6 +101,8 @@ HANDLERS: dict[str, Handler] = {
     **voice.HANDLERS,
     **comfy.HANDLERS,
     **site_store.HANDLERS,
+    **site_inventory.HANDLERS,
+    **site_assets.HANDLERS,
     **site_configs.HANDLERS,
 }
 
@@ -189,7 +194,15 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
     app.cleanup_ctx.extend(
-        [_client_session, _store, _catalog, _runtimes, images.images_context, comfy.comfy_context]
+        [
+            _client_session,
+            _store,
+            _catalog,
+            _runtimes,
+            images.images_context,
+            comfy.comfy_context,
+            site_inventory.site_context,
+        ]
     )
     app.on_shutdown.append(_begin_drain)
     app.router.add_route("*", "/{tail:.*}", dispatch)

@@ -204,6 +204,8 @@ ROUTES: tuple[Route, ...] = (
     _vllm_op("scale_elastic_ep", "POST"), _vllm_op("is_scaling_elastic_ep", "POST"),
     # -- site management (admin)
     _admin("/router/v1/site/inventory", "GET", "site.inventory"),
+    _admin("/router/v1/site/nodes/state", "GET", "site.nodes_state"),
+    _admin("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
     _admin("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
     _admin("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
     _admin("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),

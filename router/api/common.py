@@ -13,6 +13,7 @@ from router.appkeys import ARRIVED, CATALOG, MATCH, SETTINGS
 from router.classify import Match, Route
 from router.config import ModelConfig
 from router.domain import MiB
+from router.edge import read_capped_stream
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge, UnsupportedMediaType
 
 _CONTROL_TYPES = frozenset({"application/json", "application/octet-stream", "text/plain", ""})
@@ -34,21 +35,9 @@ def arrived(request: web.Request) -> float:
 
 
 async def read_capped(request: web.Request, cap: int, setting: str) -> bytes:
-    """The whole body, refused with 413 once it passes `cap` bytes.
-
-    Reads to the end of the body: a body arrives in as many pieces as the network cuts it into,
-    and `content.read(n)` answers only what is buffered so far.
-    """
+    """The whole body, refused with 413 once it passes `cap` bytes."""
     too_large = PayloadTooLarge(f"the body is larger than {cap} bytes ({setting})")
-    if request.content_length is not None and request.content_length > cap:
-        raise too_large
-    chunks, total = [], 0
-    async for chunk in request.content.iter_any():
-        total += len(chunk)
-        if total > cap:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return await read_capped_stream(request.content, request.content_length, cap, too_large)
 
 
 def parse_json_object(raw: bytes, *, required: bool = False) -> dict[str, Any]:

@@ -129,7 +129,7 @@ def _refuse(draft: Draft, overwrite: bool, code: str) -> None:
 async def _write(request: web.Request, draft: Draft, *, cooked: bool) -> None:
     folder = request.app[SETTINGS].models.config_dir
     data = draft.data
-    await asyncio.to_thread(site.write_atomic, folder, draft.filename, data)
+    await asyncio.to_thread(site.write_atomic, folder / draft.filename, data)
     marks = folder / COOK_MARKS
     if cooked:
         mark = json.dumps({"filename": draft.filename, "sha256": hashlib.sha256(data).hexdigest()})
@@ -140,7 +140,7 @@ async def _write(request: web.Request, draft: Draft, *, cooked: bool) -> None:
 
 def _mark(marks: Path, config_id: str, data: bytes) -> None:
     marks.mkdir(exist_ok=True)
-    site.write_atomic(marks, f"{config_id}.json", data)
+    site.write_atomic(marks / f"{config_id}.json", data)
 
 
 def _unmark(marks: Path, config_id: str) -> None:

@@ -130,6 +130,7 @@ def parse_kcpps(
     raw = _normalize_keys(_load_object(data))
     _migrate_legacy(raw)
     ignored = _strip_refused(raw)
+    _check_resolved(raw)
     mode = _backend_mode(raw.get("backend_mode"), default_mode)
     components = _components(raw, path.parent)
     _check_roots(components, file_roots)
@@ -315,6 +316,23 @@ def _strip_refused(raw: dict[str, Any]) -> tuple[str, ...]:
             dropped.append(key)
             del raw[key]
     return tuple(sorted(dropped))
+
+
+def unresolved_fields(raw: Mapping[str, Any]) -> list[str]:
+    """Component fields given as `<field>_hash` with no path: a portable config (docs/site.md)
+    that was copied in without being resolved on this node."""
+    keys = (*MAIN_COMPONENTS, *sorted(AUX_COMPONENTS))
+    return [k for k in keys if f"{k}_hash" in raw and raw.get(k) in (None, "", [])]
+
+
+def _check_resolved(raw: Mapping[str, Any]) -> None:
+    # Refused here, before any backend is started for it, rather than launched without a file.
+    missing = unresolved_fields(raw)
+    if missing:
+        raise KcppsError(
+            f"{missing[0]} is not resolved: the file carries {missing[0]}_hash but no path; "
+            "resolve it with POST /router/v1/site/model-assets/import"
+        )
 
 
 def _is_set(value: Any) -> bool:

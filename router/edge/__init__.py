@@ -5,6 +5,7 @@ long-lived sessions shutdown tells to go away.
 
 from __future__ import annotations
 
+from router.edge.bodies import read_capped_stream
 from router.edge.guards import Middleware, RouteOf, surface_of
 from router.edge.headers import (
     downstream_response_headers,
@@ -21,6 +22,7 @@ __all__ = [
     "downstream_response_headers",
     "is_streaming",
     "mark_streaming",
+    "read_capped_stream",
     "surface_of",
     "upstream_request_headers",
 ]

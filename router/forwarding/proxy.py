@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.edge import downstream_response_headers, mark_streaming
+from router.edge import downstream_response_headers, mark_streaming, read_capped_stream
 from router.errors import BadGateway, GatewayTimeout
 from router.forwarding.reply import MAX_WHOLE_READ, Reply, Translation
 
@@ -248,17 +248,7 @@ async def _read_capped(resp: aiohttp.ClientResponse) -> bytes:
     too_large = BadGateway(
         f"the backend's answer is larger than {MAX_WHOLE_READ} bytes and cannot be rewritten"
     )
-    if resp.content_length is not None:
-        if resp.content_length > MAX_WHOLE_READ:
-            raise too_large
-        return await resp.read()
-    parts, total = [], 0
-    async for chunk in resp.content.iter_any():
-        total += len(chunk)
-        if total > MAX_WHOLE_READ:
-            raise too_large
-        parts.append(chunk)
-    return b"".join(parts)
+    return await read_capped_stream(resp.content, resp.content_length, MAX_WHOLE_READ, too_large)
 
 
 def _may_wait(transport: asyncio.Transport, data: bytes) -> bool:

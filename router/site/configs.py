@@ -2,8 +2,9 @@
 
 Everything written here is checked by `parse_kcpps`, the parser the catalog loads with, so a
 file the site routes accept is a file the router serves. The pure parts (names, screening,
-findings) take no locks and touch no files; `write_atomic` and `remove_file` are the only
-writers and run in worker threads.
+findings) take no locks and touch no files; writes go through `router.site.portable.write_atomic`
+(temp file in the same folder, fsync, rename, fsync the folder) and deletes through
+`remove_file`, in worker threads.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,27 +205,6 @@ def catalog_findings(
 
 
 # ---- writing (blocking; run in a worker thread) ---------------------------------------------
-
-
-def write_atomic(folder: Path, name: str, data: bytes) -> None:
-    """Write `folder/name` so a reader sees the old file or the new one, never a mix.
-
-    The temp file is a dotfile in the same folder (the catalog skips dotfiles, and a rename
-    across file systems would not be atomic); it is fsynced before the rename and the folder
-    after it, so a power cut keeps one of the two versions. On any failure the temp file goes.
-    """
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temp, folder / name)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    fsync_folder(folder)
 
 
 def remove_file(folder: Path, name: str) -> None:

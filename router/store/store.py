@@ -314,6 +314,19 @@ class Store:
         self._writer.add_op(Op(_UPSERT_STATE, row, future), urgent=True)
         await future
 
+    # -- file hashes (router/site/hashing.py) -------------------------------------------
+
+    async def file_hashes(self) -> dict[str, tuple[int, int, str, str | None]]:
+        """Resolved path -> (size, mtime_ns, sha256, metadata JSON) for every cached file."""
+        await self._settle()
+        sql = "SELECT path, size, mtime_ns, sha256, metadata FROM file_hashes"
+        async with self._reader.execute(sql) as cursor:
+            return {r[0]: (r[1], r[2], r[3], r[4]) for r in await cursor.fetchall()}
+
+    def add_file_hash(self, row: tuple[str, int, int, str, str | None, float]) -> None:
+        """Buffer one upsert, O(1); written with the next batch (a read settles it first)."""
+        self._writer.add_op(Op(_UPSERT_HASH, row))
+
     # -- consistent copies --------------------------------------------------------------
 
     async def backup_to(self, dest: Path) -> int:
@@ -390,4 +403,10 @@ _UPSERT_STATE = (
     "INSERT INTO model_state (model_id, disabled, updated_at) VALUES (?, ?, ?)"
     " ON CONFLICT (model_id) DO UPDATE SET disabled = excluded.disabled,"
     " updated_at = excluded.updated_at"
+)
+_UPSERT_HASH = (
+    "INSERT INTO file_hashes (path, size, mtime_ns, sha256, metadata, hashed_at)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET size = excluded.size,"
+    " mtime_ns = excluded.mtime_ns, sha256 = excluded.sha256, metadata = excluded.metadata,"
+    " hashed_at = excluded.hashed_at"
 )

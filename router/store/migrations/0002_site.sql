@@ -6,6 +6,7 @@ CREATE TABLE file_hashes (
     size        INTEGER NOT NULL,
     mtime_ns    INTEGER NOT NULL,
     sha256      TEXT    NOT NULL,         -- 64 lowercase hex
+    metadata    TEXT,                     -- JSON: a GGUF's header keys, read with the hash
     hashed_at   REAL    NOT NULL          -- unix seconds
 );
 CREATE INDEX file_hashes_sha256 ON file_hashes (sha256);
