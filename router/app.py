@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -48,6 +49,7 @@ from router.api import (
     realtime,
     responses,
     site_assets,
+    site_configs,
     site_inventory,
     site_store,
     vllm,
@@ -71,7 +73,7 @@ from router.appkeys import (
     STORE,
 )
 from router.classify import Route, match
-from router.config import Catalog, Settings
+from router.config import Catalog, CatalogChange, Settings
 from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
@@ -80,6 +82,10 @@ from router.runtime import Loader, RuntimeManager, observer_factory
 from router.store import Store
 
 log = logging.getLogger(__name__)
+
+# How often `models.config_dir` is rescanned for files added, edited or removed on disk.
+# A poll, not inotify: it also sees network mounts and editors that replace the file.
+CATALOG_POLL_SECONDS = 2.0
 
 HANDLERS: dict[str, Handler] = {
     **meta.HANDLERS,
@@ -98,6 +104,7 @@ HANDLERS: dict[str, Handler] = {
     **site_store.HANDLERS,
     **site_inventory.HANDLERS,
     **site_assets.HANDLERS,
+    **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
 }
 
@@ -251,12 +258,25 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
     for name, problem in catalog.errors.items():
         log.warning("skipped %s: %s", name, problem)
     app[CATALOG] = catalog
-    watcher = asyncio.create_task(catalog.watch(2.0))
+    # Announced from here on (the first scan above is the startup state, not a change).
+    catalog.on_change = functools.partial(_announce_catalog, app[EVENTS])
+    watcher = asyncio.create_task(catalog.watch(CATALOG_POLL_SECONDS))
     yield
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
     await catalog.close()
+
+
+def _announce_catalog(bus: EventBus, change: CatalogChange) -> None:
+    """The `catalog` event on /router/v1/events: what a refresh added, changed or removed."""
+    bus.publish(
+        "catalog",
+        added=list(change.added),
+        changed=list(change.changed),
+        removed=list(change.removed),
+        errors=dict(change.errors),
+    )
 
 
 def state_dir(settings: Settings) -> Path:

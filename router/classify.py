@@ -228,6 +228,7 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/models/state", "GET", "site.models_state"),
     _admin("/router/v1/site/models/state", "POST", "site.models_state_set"),
     _admin("/router/v1/site/cook/{tail:.+}", "GET POST PUT DELETE", "site.cook"),
+    _admin("/router/v1/site/config-file", "DELETE", "site.config_file"),
     _admin("/router/v1/site/config-file/{tail:.+}", "GET POST PUT DELETE", "site.config_file"),
     _admin("/router/v1/site/model-files/{tail:.+}", "GET POST PUT DELETE", "site.model_files", body=_ST),
     _admin("/router/v1/site/model-assets/{tail:.+}", "GET POST PUT DELETE", "site.model_assets", body=_ST),

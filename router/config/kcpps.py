@@ -205,11 +205,26 @@ def _normalize_keys(obj: dict[str, Any]) -> dict[str, Any]:
     """Flag spellings (`--sd-clip-l`) become argparse dests, so refusals cannot be dodged."""
     out: dict[str, Any] = {}
     for key, value in obj.items():
-        name = key.lstrip("-").replace("-", "_") if key.startswith("-") else key
+        name = canonical_key(key)
         if name in out:
             raise KcppsError(f"key {_short(name)!r} is given twice (in two spellings)")
         out[name] = value
     return out
+
+
+def canonical_key(key: str) -> str:
+    """The argparse name a key is read as (`--sd-clip-l` -> `sd_clip_l`)."""
+    return key.lstrip("-").replace("-", "_") if key.startswith("-") else key
+
+
+def screened_key(key: str) -> Literal["refused", "dropped"] | None:
+    """How the loader treats a (canonical) key: refused when set, dropped always, else None.
+
+    For writers (router/site/configs.py) that must leave such keys out of what they write.
+    """
+    if key in REFUSED_KEYS or BINARY_KEY.search(key):
+        return "refused"
+    return "dropped" if key in DROPPED_KEYS else None
 
 
 def _migrate_legacy(raw: dict[str, Any]) -> None:
