@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from router.domain import Lane
-from router.errors import BadRequest, RouterError
+from router.errors import BadRequest, Conflict
 
 # In the order a run takes them: the load first, so later sections find the model warm.
 SECTIONS = ("runtime", "llm", "embed", "image", "voice", "music")
@@ -42,10 +42,10 @@ class BenchmarkError(BadRequest):
     type = "benchmark_error"
 
 
-class BenchmarkBusy(RouterError):
+class BenchmarkBusy(Conflict):
     """Runs serialize per node: a second one is refused while one runs (docs/decisions.md)."""
 
-    status, type, code = 409, "benchmark_error", "benchmark_running"
+    type, code = "benchmark_error", "benchmark_running"
 
 
 @dataclass(frozen=True)
