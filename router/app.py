@@ -14,13 +14,15 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs.
+client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
+files -> benchmarks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -35,6 +37,7 @@ from aiohttp import web
 from backends.process import hold_watchdog, reap_stale, release_watchdog
 from router.api import (
     anthropic,
+    benchmarks,
     comfy,
     control,
     images,
@@ -45,6 +48,9 @@ from router.api import (
     ollama_gen,
     realtime,
     responses,
+    site_assets,
+    site_configs,
+    site_inventory,
     site_store,
     vllm,
     voice,
@@ -67,7 +73,7 @@ from router.appkeys import (
     STORE,
 )
 from router.classify import Route, match
-from router.config import Catalog, Settings
+from router.config import Catalog, CatalogChange, Settings
 from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
@@ -76,6 +82,10 @@ from router.runtime import Loader, RuntimeManager, observer_factory
 from router.store import Store
 
 log = logging.getLogger(__name__)
+
+# How often `models.config_dir` is rescanned for files added, edited or removed on disk.
+# A poll, not inotify: it also sees network mounts and editors that replace the file.
+CATALOG_POLL_SECONDS = 2.0
 
 HANDLERS: dict[str, Handler] = {
     **meta.HANDLERS,
@@ -92,6 +102,10 @@ HANDLERS: dict[str, Handler] = {
     **voice.HANDLERS,
     **comfy.HANDLERS,
     **site_store.HANDLERS,
+    **site_inventory.HANDLERS,
+    **site_assets.HANDLERS,
+    **site_configs.HANDLERS,
+    **benchmarks.HANDLERS,
 }
 
 
@@ -182,7 +196,16 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
     app.cleanup_ctx.extend(
-        [_client_session, _store, _catalog, _runtimes, images.images_context, comfy.comfy_context]
+        [
+            _client_session,
+            _store,
+            _catalog,
+            _runtimes,
+            images.images_context,
+            comfy.comfy_context,
+            site_inventory.site_context,
+            benchmarks.benchmarks_context,
+        ]
     )
     app.on_shutdown.append(_begin_drain)
     app.router.add_route("*", "/{tail:.*}", dispatch)
@@ -235,12 +258,25 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
     for name, problem in catalog.errors.items():
         log.warning("skipped %s: %s", name, problem)
     app[CATALOG] = catalog
-    watcher = asyncio.create_task(catalog.watch(2.0))
+    # Announced from here on (the first scan above is the startup state, not a change).
+    catalog.on_change = functools.partial(_announce_catalog, app[EVENTS])
+    watcher = asyncio.create_task(catalog.watch(CATALOG_POLL_SECONDS))
     yield
     watcher.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await watcher
     await catalog.close()
+
+
+def _announce_catalog(bus: EventBus, change: CatalogChange) -> None:
+    """The `catalog` event on /router/v1/events: what a refresh added, changed or removed."""
+    bus.publish(
+        "catalog",
+        added=list(change.added),
+        changed=list(change.changed),
+        removed=list(change.removed),
+        errors=dict(change.errors),
+    )
 
 
 def state_dir(settings: Settings) -> Path:

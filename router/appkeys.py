@@ -12,6 +12,7 @@ import aiohttp
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from router.benchmarks import Benchmarks
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.edge.sessions import Sessions
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
     from router.runtime import RuntimeManager
+    from router.site import SiteFiles
     from router.store import Store
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
@@ -32,6 +34,8 @@ STORE: web.AppKey[Store] = web.AppKey("store")
 RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
 IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chosen model, jobs
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
+SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
+BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Asks the server to stop gracefully (server.py sets it to its stop event).

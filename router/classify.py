@@ -204,6 +204,8 @@ ROUTES: tuple[Route, ...] = (
     _vllm_op("scale_elastic_ep", "POST"), _vllm_op("is_scaling_elastic_ep", "POST"),
     # -- site management (admin)
     _admin("/router/v1/site/inventory", "GET", "site.inventory"),
+    _admin("/router/v1/site/nodes/state", "GET", "site.nodes_state"),
+    _admin("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
     _admin("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
     _admin("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
     _admin("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
@@ -226,6 +228,7 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/models/state", "GET", "site.models_state"),
     _admin("/router/v1/site/models/state", "POST", "site.models_state_set"),
     _admin("/router/v1/site/cook/{tail:.+}", "GET POST PUT DELETE", "site.cook"),
+    _admin("/router/v1/site/config-file", "DELETE", "site.config_file"),
     _admin("/router/v1/site/config-file/{tail:.+}", "GET POST PUT DELETE", "site.config_file"),
     _admin("/router/v1/site/model-files/{tail:.+}", "GET POST PUT DELETE", "site.model_files", body=_ST),
     _admin("/router/v1/site/model-assets/{tail:.+}", "GET POST PUT DELETE", "site.model_assets", body=_ST),

@@ -231,6 +231,64 @@ def errors(config: str | None, url: str | None, clear: bool) -> None:
         )
 
 
+@main.command()
+@_cfg
+@_url
+@click.argument("model")
+@click.option("--sections", help="comma list: runtime,llm,embed,image,voice,music or all")
+@click.option("--type", "kind", type=click.Choice(["general", "section"]),
+              help="general: every section (the default without --sections)")  # fmt: skip
+@click.option("--iterations", type=click.IntRange(1, 20), default=1, show_default=True)
+@click.option("--timeout", help="the run's time limit: 90s, 30m, 2h (default 30m)")
+@click.option("--node", help="node id (default: the router's own)")
+@click.option("--json", "as_json", is_flag=True, help="print the run record as JSON")
+def benchmark(
+    config: str | None,
+    url: str | None,
+    model: str,
+    sections: str | None,
+    kind: str | None,
+    iterations: int,
+    timeout: str | None,
+    node: str | None,
+    as_json: bool,
+) -> None:
+    """Benchmark MODEL on a running router (waits for the run to finish)."""
+    body: dict[str, Any] = {"model_id": model, "iterations": iterations}
+    if sections:
+        body["sections"] = [part.strip() for part in sections.split(",") if part.strip()]
+    if kind:
+        body["type"] = kind
+    if timeout:
+        body["timeout_seconds"] = parse_duration(timeout)
+    if node:
+        body["node_id"] = node
+    record = _call(config, url, "POST", "/router/v1/benchmarks/run", body)
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+    else:
+        _print_record(record)
+    if record.get("status") == "failed":
+        sys.exit(1)
+
+
+def _print_record(record: dict[str, Any]) -> None:
+    click.echo(
+        f"{record.get('model_id')} {record.get('type')} run {record.get('run_id')}: "
+        f"{record.get('status')} in {_ms(record.get('duration_ms'))} ms"
+    )
+    for name, section in (record.get("sections") or {}).items():
+        click.echo(f"  {name:<8} {section.get('status')}")
+        for m in section.get("metrics") or []:
+            click.echo(f"    {m.get('name'):<26} {_value(m.get('value'))} {m.get('unit')}")
+        if section.get("error"):
+            click.echo(f"    error: {section['error']}")
+
+
+def _value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 @main.command("demo-models")
 @click.argument("out_dir", type=click.Path(path_type=Path), default=Path("data/demo"))
 @click.option("--with-image/--no-image", default=False, help="also the ~290 MB SDXS image model")

@@ -68,6 +68,13 @@ class NotFound(RouterError):
     status, type = 404, "not_found_error"
 
 
+class Conflict(RouterError):
+    """The request is well formed but this node's state refuses it (a file exists, a field
+    does not resolve)."""
+
+    status, type = 409, "conflict_error"
+
+
 class RouteNotFound(NotFound):
     def __init__(self, path: str = "") -> None:
         super().__init__("File Not Found" if not path else f"no route for {path}")

@@ -7,7 +7,8 @@ from typing import Any
 from aiohttp import web
 
 from router.api.common import Handler, match_of, read_control_json, resolve_model
-from router.appkeys import CATALOG, RUNTIMES, SETTINGS
+from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
+from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest, ModelNotFound, NotFound
@@ -90,8 +91,17 @@ def router_record(request: web.Request, config: ModelConfig) -> dict[str, Any]:
 
 async def router_list(request: web.Request) -> web.StreamResponse:
     catalog = request.app[CATALOG]
-    data = [router_record(request, c) for c in catalog.all_configs()]
+    # One read for every model: the newest benchmark run of each, or null.
+    benchmarks = await request.app[STORE].latest_benchmarks()
+    data = [
+        {**router_record(request, c), "benchmark": _benchmark(benchmarks.get(c.id))}
+        for c in catalog.all_configs()
+    ]
     return web.json_response({"object": "list", "data": data, "errors": catalog.errors})
+
+
+def _benchmark(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if row is None else Summary.from_row(row).to_dict()
 
 
 async def models_state(request: web.Request) -> web.StreamResponse:

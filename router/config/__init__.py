@@ -5,8 +5,18 @@ imports only `router.domain`.
 
 from __future__ import annotations
 
-from router.config.catalog import Catalog
-from router.config.kcpps import ModelConfig
+from router.config.catalog import Catalog, CatalogChange
+from router.config.kcpps import (
+    AUX_COMPONENTS,
+    ID_PATTERN,
+    LIST_COMPONENTS,
+    MAX_KCPPS_BYTES,
+    KcppsError,
+    ModelConfig,
+    canonical_key,
+    parse_kcpps,
+    screened_key,
+)
 from router.config.load import load_settings, resolve_config_path
 from router.config.schema import (
     PROGRAM_SECTIONS,
@@ -19,16 +29,25 @@ from router.config.schema import (
 from router.config.unload_policy import evicts, static_lanes
 
 __all__ = [
+    "AUX_COMPONENTS",
+    "ID_PATTERN",
+    "LIST_COMPONENTS",
+    "MAX_KCPPS_BYTES",
     "PROGRAM_SECTIONS",
     "AnalyticsSection",
     "Catalog",
+    "CatalogChange",
+    "KcppsError",
     "ModelConfig",
     "ProgramSection",
     "Settings",
     "SettingsError",
+    "canonical_key",
     "evicts",
     "load_settings",
     "parse_duration",
+    "parse_kcpps",
     "resolve_config_path",
+    "screened_key",
     "static_lanes",
 ]

@@ -24,6 +24,7 @@ from router.domain import BackendMode, Lane
 log = logging.getLogger(__name__)
 
 StateCallback = Callable[[str, bool], Awaitable[None]]
+ChangeCallback = Callable[["CatalogChange"], None]
 _HashKey = tuple[str, int, int]  # (resolved path, size, mtime_ns)
 _CHUNK = 1 << 20
 
@@ -65,11 +66,15 @@ class Catalog:
         file_roots: Sequence[Path] = (),
         *,
         on_state_change: StateCallback | None = None,
+        on_change: ChangeCallback | None = None,
     ) -> None:
         self.config_dir = config_dir
         self.default_mode = default_mode
         self.file_roots = tuple(file_roots)
         self.on_state_change = on_state_change
+        # Told of every refresh that changed the set or the errors, whichever caller ran it
+        # (the poll watcher or a site route), so each change is announced exactly once.
+        self.on_change = on_change
         self._entries: dict[str, _Entry] = {}  # file name -> parse result
         self._by_id: dict[str, str] = {}  # text or image ID -> file name
         self._collisions: dict[str, str] = {}  # file name -> message
@@ -88,6 +93,7 @@ class Catalog:
         """Rescan the folder; reparse only files whose size or mtime changed."""
         async with self._lock:
             before = self._fingerprints()
+            errors_before = self.errors
             try:
                 listing = await asyncio.to_thread(_scan, self.config_dir)
             except OSError as exc:
@@ -108,7 +114,12 @@ class Catalog:
             self._prune_hashes()
             self._apply_hashes()
             self._kick_hasher()
-            return self._change(before)
+            change = self._change(before)
+            if self.on_change is not None and (
+                change.added or change.changed or change.removed or change.errors != errors_before
+            ):
+                self.on_change(change)
+            return change
 
     async def watch(self, interval: float) -> None:
         """Refresh every `interval` seconds until cancelled; a failed pass is logged."""

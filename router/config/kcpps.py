@@ -130,6 +130,7 @@ def parse_kcpps(
     raw = _normalize_keys(_load_object(data))
     _migrate_legacy(raw)
     ignored = _strip_refused(raw)
+    _check_resolved(raw)
     mode = _backend_mode(raw.get("backend_mode"), default_mode)
     components = _components(raw, path.parent)
     _check_roots(components, file_roots)
@@ -204,11 +205,26 @@ def _normalize_keys(obj: dict[str, Any]) -> dict[str, Any]:
     """Flag spellings (`--sd-clip-l`) become argparse dests, so refusals cannot be dodged."""
     out: dict[str, Any] = {}
     for key, value in obj.items():
-        name = key.lstrip("-").replace("-", "_") if key.startswith("-") else key
+        name = canonical_key(key)
         if name in out:
             raise KcppsError(f"key {_short(name)!r} is given twice (in two spellings)")
         out[name] = value
     return out
+
+
+def canonical_key(key: str) -> str:
+    """The argparse name a key is read as (`--sd-clip-l` -> `sd_clip_l`)."""
+    return key.lstrip("-").replace("-", "_") if key.startswith("-") else key
+
+
+def screened_key(key: str) -> Literal["refused", "dropped"] | None:
+    """How the loader treats a (canonical) key: refused when set, dropped always, else None.
+
+    For writers (router/site/configs.py) that must leave such keys out of what they write.
+    """
+    if key in REFUSED_KEYS or BINARY_KEY.search(key):
+        return "refused"
+    return "dropped" if key in DROPPED_KEYS else None
 
 
 def _migrate_legacy(raw: dict[str, Any]) -> None:
@@ -300,6 +316,23 @@ def _strip_refused(raw: dict[str, Any]) -> tuple[str, ...]:
             dropped.append(key)
             del raw[key]
     return tuple(sorted(dropped))
+
+
+def unresolved_fields(raw: Mapping[str, Any]) -> list[str]:
+    """Component fields given as `<field>_hash` with no path: a portable config (docs/site.md)
+    that was copied in without being resolved on this node."""
+    keys = (*MAIN_COMPONENTS, *sorted(AUX_COMPONENTS))
+    return [k for k in keys if f"{k}_hash" in raw and raw.get(k) in (None, "", [])]
+
+
+def _check_resolved(raw: Mapping[str, Any]) -> None:
+    # Refused here, before any backend is started for it, rather than launched without a file.
+    missing = unresolved_fields(raw)
+    if missing:
+        raise KcppsError(
+            f"{missing[0]} is not resolved: the file carries {missing[0]}_hash but no path; "
+            "resolve it with POST /router/v1/site/model-assets/import"
+        )
 
 
 def _is_set(value: Any) -> bool:

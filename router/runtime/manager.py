@@ -89,9 +89,15 @@ class RuntimeManager(RuntimeCore):
         finally:
             lease.release()
 
-    async def unload(self, lanes: frozenset[Lane]) -> list[str]:
-        """Stop the runtimes in `lanes` once their running work is done; returns their keys."""
-        targets = {rt for lane in lanes if (rt := self._slots[lane]) is not None}
+    async def unload(self, lanes: frozenset[Lane], *, model: str | None = None) -> list[str]:
+        """Stop the runtimes in `lanes` (only those serving config `model`, when given) once
+        their running work is done; returns their keys. Chosen and marked in one step, so a
+        swap cannot slip in between choosing a runtime and marking it."""
+        targets = {
+            rt
+            for lane in lanes
+            if (rt := self._slots[lane]) is not None and model in (None, rt.config.id)
+        }
         for runtime in targets:
             runtime.unload_requested = True
         self._pump()

@@ -1,4 +1,5 @@
-"""`Store`: the node's SQLite file (analytics, load captures, load errors, model state).
+"""`Store`: the node's SQLite file (analytics, load captures, load errors, model state, and
+benchmark runs through the `BenchmarkRuns` mixin).
 
 All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
 are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
@@ -27,6 +28,7 @@ from router.config import AnalyticsSection
 from router.errors import sanitize
 from router.store import analytics as an
 from router.store import captures as cap
+from router.store.benchmarks import BenchmarkRuns
 from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
 from router.store.rows import Raw, rows_from_raws
@@ -40,7 +42,7 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store:
+class Store(BenchmarkRuns):
     def __init__(
         self,
         path: Path,
@@ -314,6 +316,19 @@ class Store:
         self._writer.add_op(Op(_UPSERT_STATE, row, future), urgent=True)
         await future
 
+    # -- file hashes (router/site/hashing.py) -------------------------------------------
+
+    async def file_hashes(self) -> dict[str, tuple[int, int, str, str | None]]:
+        """Resolved path -> (size, mtime_ns, sha256, metadata JSON) for every cached file."""
+        await self._settle()
+        sql = "SELECT path, size, mtime_ns, sha256, metadata FROM file_hashes"
+        async with self._reader.execute(sql) as cursor:
+            return {r[0]: (r[1], r[2], r[3], r[4]) for r in await cursor.fetchall()}
+
+    def add_file_hash(self, row: tuple[str, int, int, str, str | None, float]) -> None:
+        """Buffer one upsert, O(1); written with the next batch (a read settles it first)."""
+        self._writer.add_op(Op(_UPSERT_HASH, row))
+
     # -- consistent copies --------------------------------------------------------------
 
     async def backup_to(self, dest: Path) -> int:
@@ -390,4 +405,10 @@ _UPSERT_STATE = (
     "INSERT INTO model_state (model_id, disabled, updated_at) VALUES (?, ?, ?)"
     " ON CONFLICT (model_id) DO UPDATE SET disabled = excluded.disabled,"
     " updated_at = excluded.updated_at"
+)
+_UPSERT_HASH = (
+    "INSERT INTO file_hashes (path, size, mtime_ns, sha256, metadata, hashed_at)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET size = excluded.size,"
+    " mtime_ns = excluded.mtime_ns, sha256 = excluded.sha256, metadata = excluded.metadata,"
+    " hashed_at = excluded.hashed_at"
 )

@@ -6,13 +6,14 @@ CREATE TABLE file_hashes (
     size        INTEGER NOT NULL,
     mtime_ns    INTEGER NOT NULL,
     sha256      TEXT    NOT NULL,         -- 64 lowercase hex
+    metadata    TEXT,                     -- JSON: a GGUF's header keys, read with the hash
     hashed_at   REAL    NOT NULL          -- unix seconds
 );
 CREATE INDEX file_hashes_sha256 ON file_hashes (sha256);
 
 CREATE TABLE benchmark_runs (
     id           TEXT    NOT NULL,        -- run id, shared by every section of one run
-    section      TEXT    NOT NULL,        -- runtime, llm, embed, image, voice, music, or 'general'
+    section      TEXT    NOT NULL,        -- runtime, llm, embed, image, voice, music, or 'run' (the whole run)
     node_id      TEXT    NOT NULL,
     model_id     TEXT    NOT NULL,
     type         TEXT    NOT NULL CHECK (type IN ('general', 'section')),
