@@ -10,28 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, read_control_json
+from router.api.common import Handler, node_of, read_control_json
 from router.appkeys import BENCHMARKS, CATALOG, EVENTS, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import benchmarks_service, listing, parse_run_request
-from router.errors import BadRequest, ModelNotFound, NotFound
+from router.errors import BadRequest, ModelNotFound
 
 DEFAULT_HISTORY = 20
 MAX_HISTORY = 200
-
-
-def _check_node(request: web.Request, node_id: Any) -> str:
-    here = request.app[SETTINGS].cluster.node_id
-    if node_id in (None, ""):
-        return here
-    if not isinstance(node_id, str):
-        raise BadRequest("node_id must be a string", param="node_id")
-    if node_id != here:
-        raise NotFound(f"unknown node {node_id[:64]!r}", param="node_id")
-    return here
 
 
 def _history_limit(request: web.Request) -> int:
@@ -48,7 +36,7 @@ def _history_limit(request: web.Request) -> int:
 
 
 async def list_runs(request: web.Request) -> web.StreamResponse:
-    node_id = _check_node(request, request.query.get("node_id"))
+    node_id = node_of(request)
     model_id = request.query.get("model_id") or request.query.get("model")
     if not model_id:
         raise BadRequest("model_id is required: GET /router/v1/benchmarks?model_id=<id>",
@@ -65,7 +53,7 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
 async def run(request: web.Request) -> web.StreamResponse:
     body = await read_control_json(request, required=True)
     # Every field is checked before anything starts or is stored.
-    _check_node(request, body.get("node_id"))
+    node_of(request, body)
     wanted = parse_run_request(body)
     config = request.app[CATALOG].resolve(wanted.model_id)
     if config is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -14,7 +14,7 @@ from router.classify import Match, Route
 from router.config import ModelConfig
 from router.domain import MiB
 from router.edge import read_capped_stream
-from router.errors import BadRequest, ModelNotFound, PayloadTooLarge, UnsupportedMediaType
+from router.errors import BadRequest, ModelNotFound, NotFound, PayloadTooLarge, UnsupportedMediaType
 
 _CONTROL_TYPES = frozenset({"application/json", "application/octet-stream", "text/plain", ""})
 
@@ -76,6 +76,24 @@ async def read_control_json(request: web.Request, *, required: bool = False) -> 
     if raw.strip() and request.content_type not in _CONTROL_TYPES:
         raise UnsupportedMediaType("send the body as application/json")
     return parse_json_object(raw, required=required)
+
+
+def node_of(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
+    """The `node_id` asked for (body first, then query; default this node); 404 for any other
+    node until the cluster forwards to registered nodes."""
+    value: Any = None
+    if body is not None and "node_id" in body:
+        value = body["node_id"]
+    elif "node_id" in request.query:
+        value = request.query["node_id"]
+    own = request.app[SETTINGS].cluster.node_id
+    if value is None or value == "":
+        return own
+    if not isinstance(value, str):
+        raise BadRequest("node_id must be a string", param="node_id")
+    if value != own:
+        raise NotFound(f"unknown node {value[:64]!r}", param="node_id")
+    return own
 
 
 def resolve_model(request: web.Request, model_id: Any) -> ModelConfig:

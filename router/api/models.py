@@ -6,12 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, read_control_json, resolve_model
+from router.api.common import Handler, match_of, node_of, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
-from router.errors import BadRequest, ModelNotFound, NotFound
+from router.errors import BadRequest, ModelNotFound
 
 OWNER = "tensor-router"
 
@@ -113,10 +113,7 @@ async def models_state_set(request: web.Request) -> web.StreamResponse:
     """`{"node_id", "local_id", "enabled"}` (the WebUI's shape; `model` and `disabled` are
     accepted too). Disabling also unloads the model once its running requests finish."""
     body = await read_control_json(request, required=True)
-    here = request.app[SETTINGS].cluster.node_id
-    node_id = _optional_str(body, "node_id") or here
-    if node_id != here:
-        raise NotFound(f"node {node_id!r} is not known here", param="node_id")
+    node_id = node_of(request, body)
     field = "local_id" if body.get("local_id") is not None else "model"
     model_id = _optional_str(body, field)
     if not model_id:

@@ -15,8 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, read_control_json
-from router.api.site_inventory import node_of
+from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
 from router.config.kcpps import ID_PATTERN, MAX_KCPPS_BYTES, KcppsError, parse_kcpps

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from router import site
-from router.api.common import Handler, match_of, read_control_json
+from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS
 from router.config import Catalog, ModelConfig
 from router.domain import Lane
@@ -52,16 +52,6 @@ class Draft:
 
 def _lock(catalog: Catalog) -> asyncio.Lock:
     return _LOCKS.setdefault(catalog, asyncio.Lock())
-
-
-def _node(request: web.Request, body: dict[str, Any]) -> str:
-    own = request.app[SETTINGS].cluster.node_id
-    node_id = body.get("node_id", request.query.get("node_id")) or own
-    if not isinstance(node_id, str):
-        raise BadRequest("node_id must be a string", param="node_id")
-    if node_id != own:
-        raise NotFound(f"unknown node {node_id[:64]!r}", param="node_id")
-    return node_id
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:
@@ -157,7 +147,7 @@ def _validation(draft: Draft, node_id: str) -> list[dict[str, Any]]:
 
 async def _config_file(request: web.Request, apply: bool) -> web.Response:
     body = await read_control_json(request, required=True)
-    node_id = _node(request, body)
+    node_id = node_of(request, body)
     config_id, filename = site.config_name(body)
     overwrite = _flag(body, "overwrite")
     kept, screened = site.screen_options(_options(body))
@@ -182,7 +172,7 @@ async def _config_file(request: web.Request, apply: bool) -> web.Response:
 
 async def _config_file_delete(request: web.Request) -> web.Response:
     body = await read_control_json(request) or dict(request.query)
-    node_id = _node(request, body)
+    node_id = node_of(request, body)
     config_id, filename = site.config_name(body)
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
@@ -200,7 +190,7 @@ async def _config_file_delete(request: web.Request) -> web.Response:
 
 async def _cook(request: web.Request, apply: bool) -> web.Response:
     body = await read_control_json(request, required=True)
-    node_id = _node(request, body)
+    node_id = node_of(request, body)
     cook_id = site.plain_name(body.get("id"), "id")
     overwrite = _flag(body, "overwrite")
     kept, screened = site.screen_options(_options(body))
@@ -260,7 +250,7 @@ def _plan(request: web.Request, node_id: str, draft: Draft, plan: site.CookPlan)
 
 async def _cook_delete(request: web.Request, tail: str) -> web.Response:
     body = await read_control_json(request)
-    node_id = _node(request, body)
+    node_id = node_of(request, body)
     cook_id = site.plain_name(tail, "id")
     filename = cook_id + site.SUFFIX
     folder = request.app[SETTINGS].models.config_dir

@@ -6,12 +6,12 @@ cluster layer will route those; until then this node answers only for itself.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, read_control_json
+from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, SITE_FILES, STORE
 from router.config import ModelConfig
 from router.domain import Lane
@@ -26,23 +26,6 @@ async def site_context(app: web.Application) -> AsyncIterator[None]:
     """The node's file index; its hash cache lives in the store opened before it."""
     app[SITE_FILES] = SiteFiles(app[SETTINGS].models.file_roots, app[STORE])
     yield
-
-
-def node_of(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
-    """The `node_id` asked for (body first, then query); 404 unless it is this node."""
-    value: Any = None
-    if body is not None and "node_id" in body:
-        value = body["node_id"]
-    elif "node_id" in request.query:
-        value = request.query["node_id"]
-    own = request.app[SETTINGS].cluster.node_id
-    if value is None or value == "":
-        return own
-    if not isinstance(value, str):
-        raise BadRequest("node_id must be a string", param="node_id")
-    if value != own:
-        raise NotFound(f"unknown node {value[:64]!r}", param="node_id")
-    return own
 
 
 def _flag(request: web.Request, name: str) -> bool:
