@@ -21,10 +21,12 @@ Extensions for the reliability-matrix tests (R rows):
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import shlex
 import socket
 import time
+import wave
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,3 +254,14 @@ def raw_record(**fields: Any) -> tuple[Any, ...]:
     if unknown:
         raise TypeError(f"not a field of rows.Raw: {sorted(unknown)}")
     return tuple({**RAW_DEFAULTS, **fields}.values())
+
+
+def wav_bytes(seconds: float = 0.1) -> bytes:
+    """Silent mono 16-bit PCM at 16 kHz."""
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(bytes(2 * int(16000 * seconds)))
+    return buf.getvalue()

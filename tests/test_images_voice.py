@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import os
 import subprocess
-import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,19 +16,9 @@ import pytest
 
 from router.config import Settings
 from router.media import ffmpeg
-from tests.harness import RouterHarness
+from tests.harness import RouterHarness, wav_bytes
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def wav_bytes(seconds: float = 0.1) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(bytes(2 * int(16000 * seconds)))
-    return buf.getvalue()
 
 
 def with_limits(settings: Settings, **limits: Any) -> Settings:

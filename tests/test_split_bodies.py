@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import io
 import json
-import wave
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ import pytest
 from router.appkeys import CATALOG, COMFY
 from router.domain import Lane
 from tests.fakes.fake_backend import tiny_png
-from tests.harness import RouterHarness, harness_fixture
+from tests.harness import RouterHarness, harness_fixture, wav_bytes
 from tests.test_comfy_jobs import form, video_workflow, wait_done
 
 pytestmark = pytest.mark.timeout(180)
@@ -65,16 +63,6 @@ async def post_split(
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj).encode()
-
-
-def wav_bytes(seconds: float) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes(bytes(2 * int(16000 * seconds)))
-    return buf.getvalue()
 
 
 def long_history(total: int) -> list[dict[str, str]]:

@@ -54,6 +54,14 @@ def _model(lease: Lease, config: ModelConfig) -> str:
     return lease.runtime.local_model_id or config.id
 
 
+async def _timed_json(session: aiohttp.ClientSession, url: str, **send: Any) -> tuple[Any, float]:
+    """POST, the JSON answer and how long the exchange took (ms)."""
+    started = time.monotonic()
+    async with session.post(url, timeout=UNBOUNDED, **send) as resp:
+        answer = await _json(resp)
+    return answer, _ms(started)
+
+
 async def _json(resp: aiohttp.ClientResponse) -> Any:
     raw = await resp.read()
     if resp.status != 200:
@@ -166,12 +174,7 @@ async def llm(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig)
 
 async def embed(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
     body = {"model": _model(lease, config), "input": EMBED_INPUTS}
-    started = time.monotonic()
-    async with session.post(
-        lease.base_url + "/v1/embeddings", json=body, timeout=UNBOUNDED
-    ) as resp:
-        answer = await _json(resp)
-    took = _ms(started)
+    answer, took = await _timed_json(session, lease.base_url + "/v1/embeddings", json=body)
     data = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(data, list) or not data:
         raise ProbeFailed("the backend's answer has no embeddings")
@@ -188,12 +191,7 @@ async def embed(session: aiohttp.ClientSession, lease: Lease, config: ModelConfi
 
 async def image(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
     # A1111's txt2img: sd-server and KoboldCpp both serve it, with the same body.
-    started = time.monotonic()
-    async with session.post(
-        lease.base_url + "/sdapi/v1/txt2img", json=IMAGE_BODY, timeout=UNBOUNDED
-    ) as resp:
-        answer = await _json(resp)
-    took = _ms(started)
+    answer, took = await _timed_json(session, lease.base_url + "/sdapi/v1/txt2img", json=IMAGE_BODY)
     images = answer.get("images") if isinstance(answer, dict) else None
     if not isinstance(images, list) or not images:
         raise ProbeFailed("the backend's answer has no image")
@@ -209,12 +207,9 @@ async def voice(session: aiohttp.ClientSession, lease: Lease, config: ModelConfi
                    content_type="audio/wav")  # fmt: skip
     form.add_field("model", _model(lease, config))
     form.add_field("response_format", "json")
-    started = time.monotonic()
-    async with session.post(
-        lease.base_url + "/v1/audio/transcriptions", data=form, timeout=UNBOUNDED
-    ) as resp:
-        answer = await _json(resp)
-    took = _ms(started)
+    answer, took = await _timed_json(
+        session, lease.base_url + "/v1/audio/transcriptions", data=form
+    )
     if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
         raise ProbeFailed("the backend's answer has no transcript")
     return {

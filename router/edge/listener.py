@@ -18,7 +18,6 @@ as raw bytes, by `_refuse` only, always in the OpenAI shape (the path is not kno
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 from collections import Counter
 from http import HTTPStatus
@@ -31,6 +30,7 @@ from aiohttp.web_protocol import RequestHandler
 from router import errors
 from router.config import Settings
 from router.domain import Surface
+from router.edge.guards import peer_allowed
 
 # Odd on purpose: never equal to the header field limit (a multiple of 1024), which is how a
 # parser LineTooLong is told apart as "request line" (414) or "header field" (431).
@@ -87,13 +87,7 @@ class ConnectionGuard:
         self.by_peer: Counter[str] = Counter()
 
     def is_reserved_peer(self, peer: str) -> bool:
-        try:
-            addr = ipaddress.ip_address(peer.split("%", 1)[0])
-        except ValueError:
-            return False
-        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped
-        return any(addr in net for net in self._reserved_for)
+        return peer_allowed(peer, self._reserved_for)
 
     def refusal(self, peer: str) -> errors.ServiceUnavailable | None:
         """Why a new connection from `peer` is refused, or None to admit it."""
