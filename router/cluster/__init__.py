@@ -6,6 +6,7 @@ registry that owns every node's state. The node client, the node routes and forw
 them.
 """
 
+from router.cluster.client import NodeClient, PeerError
 from router.cluster.identity import PublicModel, Replica, merge, public_image_id
 from router.cluster.protocol import (
     MIN_PROTOCOL_VERSION,
@@ -17,14 +18,19 @@ from router.cluster.protocol import (
 )
 from router.cluster.registry import NodeEntry, Registry
 from router.cluster.replicas import ReplicaView, SttNode, choose_replica, choose_stt_node
+from router.cluster.service import ClusterService, Target
 from router.cluster.urls import AllowList, normalize_base_url
 
 __all__ = [
     "MIN_PROTOCOL_VERSION",
     "PROTOCOL_VERSION",
     "AllowList",
+    "ClusterService",
+    "Target",
+    "NodeClient",
     "NodeEntry",
     "NodeModel",
+    "PeerError",
     "PublicModel",
     "Registry",
     "Replica",

@@ -1,0 +1,181 @@
+"""Several real routers on loopback: registration, polling, merged listings and relayed requests.
+
+Each node is a `tensor-router start` subprocess with its own configurations and fake backends;
+the master reaches slaves only through configured URLs with the cluster token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness import RouterHarness, free_port, read_sse
+from tests.router_process import RouterProcess, new_router, tmp_harness
+
+__all__ = ["tmp_harness"]
+
+TOKEN = "cluster-token-for-tests-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def node_configs(h: RouterHarness, name: str, models: dict[str, bytes]) -> Path:
+    folder = h.tmp / f"kcpps-{name}"
+    files = h.tmp / f"models-{name}"
+    folder.mkdir()
+    files.mkdir()
+    for model_id, content in models.items():
+        (files / f"{model_id}.gguf").write_bytes(content)
+        body = {"backend_mode": "llama_sdcpp", "model_param": str(files / f"{model_id}.gguf")}
+        (folder / f"{model_id}.kcpps").write_text(json.dumps(body))
+    return folder
+
+
+@dataclass
+class Cluster:
+    master: RouterProcess
+    slaves: list[RouterProcess]
+
+
+def cluster(
+    h: RouterHarness,
+    master_models: dict[str, bytes],
+    *slave_models: dict[str, bytes],
+    health_interval: float = 0.3,
+) -> Cluster:
+    master_port = free_port()
+    slave_ports = [free_port() for _ in slave_models]
+    urls = [f"http://127.0.0.1:{p}" for p in slave_ports]
+    master = new_router(
+        h,
+        name="master",
+        port=master_port,
+        kcpps_dir=node_configs(h, "master", master_models),
+        extra={
+            "cluster": {
+                "role": "master",
+                "node_id": "m",
+                "token": TOKEN,
+                "public_url": f"http://127.0.0.1:{master_port}",
+                "slave_urls": urls,
+                "health_interval": health_interval,
+            }
+        },
+    )
+    slaves = []
+    for i, (port, models) in enumerate(zip(slave_ports, slave_models, strict=True)):
+        name = f"s{i + 1}"
+        slaves.append(
+            new_router(
+                h,
+                name=name,
+                port=port,
+                kcpps_dir=node_configs(h, name, models),
+                extra={
+                    "cluster": {
+                        "role": "slave",
+                        "node_id": name,
+                        "token": TOKEN,
+                        "public_url": urls[i],
+                        "master_url": f"http://127.0.0.1:{master_port}",
+                        "sync_interval": 0.5,
+                    }
+                },
+            )
+        )
+    return Cluster(master, slaves)
+
+
+async def start_all(c: Cluster) -> None:
+    await c.master.start()
+    for s in c.slaves:
+        await s.start()
+
+
+async def listed_ids(client: httpx.AsyncClient) -> list[str]:
+    reply = await client.get("/v1/models")
+    assert reply.status_code == 200, reply.text
+    return sorted(m["id"] for m in reply.json()["data"])
+
+
+async def until(read: Callable[[], Awaitable[object]], want: object, deadline: float = 20) -> bool:
+    """Poll `read()` until it returns `want` (registration and polls run on their own clocks)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if await read() == want:
+            return True
+        await asyncio.sleep(0.05)
+    return await read() == want
+
+
+@pytest.fixture
+def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
+    yield tmp_harness
+
+
+async def test_master_lists_and_serves_a_slave_model(h: RouterHarness) -> None:
+    c = cluster(h, {"local-a": b"A"}, {"far-b": b"B"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["far-b", "local-a"])
+        listed = {m["id"]: m for m in (await client.get("/router/v1/models")).json()["data"]}
+        assert listed["far-b"]["node_id"] == "s1" and listed["far-b"]["source"] == "slave"
+        assert [r["node_id"] for r in listed["far-b"]["replicas"]] == ["s1"]
+        body = {"model": "far-b", "messages": [{"role": "user", "content": "hi"}]}
+        reply = await client.post("/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["model"] == "far-b"
+        async with client.stream(
+            "POST", "/v1/chat/completions", json={**body, "stream": True}
+        ) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            events = await read_sse(r)
+        chunks = [json.loads(e.data) for e in events if e.data.startswith("{")]
+        assert chunks and all(ch["model"] == "far-b" for ch in chunks)
+        assert events[-1].data == "[DONE]"
+        tags = (await client.get("/api/tags")).json()["models"]
+        assert sorted(t["name"] for t in tags) == ["far-b", "local-a"]
+
+
+async def test_node_routes_take_the_cluster_token_only(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    await start_all(c)
+    slave = c.slaves[0]
+    async with httpx.AsyncClient(base_url=slave.base, timeout=10) as client:
+        assert (await client.get("/router/v1/node/models")).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert (await client.get("/router/v1/node/models", headers=wrong)).status_code == 401
+        snap = (await client.get("/router/v1/node/models", headers=AUTH)).json()
+        assert snap["node_id"] == "s1" and [m["local_id"] for m in snap["models"]] == ["b"]
+        # A slave is no management surface.
+        assert (await client.get("/router/v1/site/inventory")).status_code == 404
+        inner = await client.get("/router/v1/node/inference//evil/v1/models", headers=AUTH)
+        assert inner.status_code == 404
+        site = await client.get("/router/v1/node/inference/router/v1/site/inventory", headers=AUTH)
+        assert site.status_code == 404
+
+
+async def test_unknown_url_and_duplicate_identity_are_refused(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    await c.master.start()
+    snap: dict[str, Any] = {"protocol": 1, "node_id": "x", "node_url": "http://127.0.0.1:1"}
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+        r = await client.post("/router/v1/node/register", json=snap, headers=AUTH)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "cluster_error"
+        own = {**snap, "node_id": "m", "node_url": c.slaves[0].base}
+        r = await client.post("/router/v1/node/register", json=own, headers=AUTH)
+        assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate_node"
+        old = {**snap, "protocol": 0, "node_id": "s1", "node_url": c.slaves[0].base}
+        r = await client.post("/router/v1/node/register", json=old, headers=AUTH)
+        assert (
+            r.status_code == 400
+            and "update tensor-router on node s1" in r.json()["error"]["message"]
+        )
