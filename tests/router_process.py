@@ -53,6 +53,7 @@ class RouterProcess:
         """`extra`: more top-level YAML sections (cluster, auth); `kcpps_dir`: this router's
         own configurations (a cluster test gives each node its own)."""
         self.h = h
+        self.name = name
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.config = h.tmp / f"{name}.yaml"

@@ -179,3 +179,133 @@ async def test_unknown_url_and_duplicate_identity_are_refused(h: RouterHarness) 
             r.status_code == 400
             and "update tensor-router on node s1" in r.json()["error"]["message"]
         )
+
+
+async def test_conflicting_identity_gets_a_suffix_and_ids_are_rewritten(h: RouterHarness) -> None:
+    c = cluster(h, {"q": b"master weights"}, {"q": b"other weights, other size"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["q", "q-2"])
+        body = {"model": "q-2", "messages": [{"role": "user", "content": "hi"}]}
+        reply = await client.post("/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["model"] == "q-2"
+        # Served by the slave, as its own `q`: the slave's analytics say so, the master's none.
+        assert await until(lambda: served_models(c.slaves[0]), ["q"])
+        assert await served_models(c.master) == []
+
+
+async def served_models(node: RouterProcess) -> list[str]:
+    """The models this node's own store recorded requests for (read from its SQLite file)."""
+    import sqlite3
+
+    if node.name == "master":
+        async with httpx.AsyncClient(base_url=node.base, timeout=10) as client:
+            await client.post("/router/v1/site/analytics/flush")
+    path = node.h.tmp / f"data-{node.name}" / "router.sqlite"
+
+    def read() -> list[str]:
+        with sqlite3.connect(path) as db:
+            rows = db.execute("SELECT DISTINCT model FROM analytics_events WHERE model IS NOT NULL")
+            return sorted(r[0] for r in rows)
+
+    try:
+        return await asyncio.to_thread(read)
+    except sqlite3.Error:
+        return []
+
+
+async def test_r34_an_address_in_a_request_is_refused_and_never_called(h: RouterHarness) -> None:
+    trap_hits: list[str] = []
+    from aiohttp import web
+
+    async def trap(request: web.Request) -> web.Response:
+        trap_hits.append(request.path)
+        return web.Response(text="trapped")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", trap)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    trap_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", trap_port).start()
+    try:
+        c = cluster(h, {"a": b"A"}, {"b": b"B"})
+        await start_all(c)
+        trap_url = f"http://127.0.0.1:{trap_port}"
+        async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+            replies = [
+                await client.get("/router/v1/site/inventory", params={"node_url": trap_url}),
+                await client.post(
+                    "/router/v1/site/models/state",
+                    json={"node_url": trap_url, "local_id": "a", "enabled": False},
+                ),
+                await client.get("/router/v1/site/load-errors", params={"node_url": trap_url}),
+            ]
+        assert [r.status_code for r in replies] == [400, 400, 400]
+        assert all("node_id" in r.json()["error"]["message"] for r in replies)
+        assert trap_hits == []
+    finally:
+        await runner.cleanup()
+
+
+async def test_duplicate_identity_stops_the_slave(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
+    # The second slave claims the first one's node id.
+    text = c.slaves[1].config.read_text().replace("node_id: s2", "node_id: s1")
+    c.slaves[1].config.write_text(text)
+    await c.master.start()
+    await c.slaves[0].start()
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b"])
+    await c.slaves[1].start()
+    assert await c.slaves[1].wait_exit(20) is not None
+    assert "already registered" in c.slaves[1].log.read_text()
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+        assert await listed_ids(client) == ["a", "b"]
+
+
+async def test_r33_a_slave_killed_mid_stream(h: RouterHarness) -> None:
+    """The client's stream ends with an error event, the node is marked unhealthy, new requests
+    go to the other replica, and the killed node rejoins after a restart."""
+    h.faults["llamacpp"] = "--tokens 400 --token-rate 20"
+    c = cluster(h, {}, {"shared": b"S"}, {"shared": b"S"})
+    await start_all(c)
+    body = {"model": "shared", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=60) as client:
+        assert await until(lambda: replica_nodes(client, "shared"), ["s1", "s2"])
+        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            lines = r.aiter_lines()
+            first = await anext(lines)
+            while not first.startswith("data:"):
+                first = await anext(lines)
+            victim = next(s for s in c.slaves if _serving(s))
+            victim.kill()
+            rest = [line async for line in lines]
+        assert any("error" in line for line in rest), rest[-5:]
+        assert "data: [DONE]" not in rest
+        survivor = next(s for s in c.slaves if s is not victim)
+        quick = {**body, "stream": False}
+        h.faults["llamacpp"] = ""
+        reply = await client.post("/v1/chat/completions", json=quick)
+        assert reply.status_code == 200, reply.text
+        assert await until(lambda: available_on(client, "shared"), [survivor.name])
+        await victim.start()
+        assert await until(lambda: available_on(client, "shared"), ["s1", "s2"], deadline=30)
+
+
+def _serving(node: RouterProcess) -> bool:
+    return bool(node.descendants())
+
+
+async def replica_nodes(client: httpx.AsyncClient, model_id: str) -> list[str]:
+    data = (await client.get("/router/v1/models")).json()["data"]
+    entry = next((m for m in data if m["id"] == model_id), None)
+    return sorted(r["node_id"] for r in entry["replicas"]) if entry else []
+
+
+async def available_on(client: httpx.AsyncClient, model_id: str) -> list[str]:
+    data = (await client.get("/router/v1/models")).json()["data"]
+    entry = next((m for m in data if m["id"] == model_id), None)
+    return sorted(r["node_id"] for r in entry["replicas"] if r["available"]) if entry else []

@@ -78,10 +78,21 @@ async def read_control_json(request: web.Request, *, required: bool = False) -> 
     return parse_json_object(raw, required=required)
 
 
+def refuse_addresses(request: web.Request, body: Mapping[str, Any] | None = None) -> None:
+    """R34: a node is named by its id from the registry; an address in a request is refused
+    (400), so it never receives anything from this router."""
+    if (body is not None and "node_url" in body) or "node_url" in request.query:
+        raise BadRequest(
+            "name the node by node_id; this router never contacts an address taken from a request",
+            param="node_url",
+        )
+
+
 def node_of(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
     """The `node_id` asked for (body first, then query; default this node); 404 for any other
     node until the cluster forwards to registered nodes."""
     value: Any = None
+    refuse_addresses(request, body)
     if body is not None and "node_id" in body:
         value = body["node_id"]
     elif "node_id" in request.query:

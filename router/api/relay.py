@@ -136,6 +136,10 @@ async def _relay_once(
     def overhead_ms() -> float:
         return max(0.0, (time.monotonic() - started) * 1000.0 - (result.ttfb_ms or 0.0))
 
-    return await request.app[PROXY].forward(
+    response = await request.app[PROXY].forward(
         request, upstream, Rewrite(rewriter), result, overhead_ms
     )
+    if result.error_message is not None:  # the node went away mid-answer (R33)
+        service.registry.poll_failed(target.node_url, result.error_message, time.time())
+        service.forget()
+    return response

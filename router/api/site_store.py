@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from router.api.common import match_of
+from router.api.common import match_of, refuse_addresses
 from router.appkeys import STORE
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
@@ -31,6 +31,8 @@ DOWNLOAD_CHUNK = 256 * 1024
 
 
 def _store(request: web.Request) -> Store:
+    """This node's store; every route here calls it first, so it also refuses addresses."""
+    refuse_addresses(request)
     store = request.app.get(STORE)
     if store is None:
         raise ServiceUnavailable("the router's store is not open")
