@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from tests.harness import RouterHarness, free_port, read_sse
-from tests.router_process import RouterProcess, new_router, tmp_harness
+from tests.router_process import CLI, RouterProcess, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]
 
@@ -143,6 +144,18 @@ async def test_master_lists_and_serves_a_slave_model(h: RouterHarness) -> None:
         assert events[-1].data == "[DONE]"
         tags = (await client.get("/api/tags")).json()["models"]
         assert sorted(t["name"] for t in tags) == ["far-b", "local-a"]
+    # The CLI shows the registry as the master sees it.
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [str(CLI), "nodes", "--url", c.master.base],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()[1:]}
+    assert rows["m"][1:3] == ["master", "ok"] and rows["s1"][1:3] == ["slave", "ok"]
+    assert rows["s1"][-1] == c.slaves[0].base
 
 
 async def test_node_routes_take_the_cluster_token_only(h: RouterHarness) -> None:
@@ -309,3 +322,47 @@ async def available_on(client: httpx.AsyncClient, model_id: str) -> list[str]:
     data = (await client.get("/router/v1/models")).json()["data"]
     entry = next((m for m in data if m["id"] == model_id), None)
     return sorted(r["node_id"] for r in entry["replicas"] if r["available"]) if entry else []
+
+
+async def test_clients_use_two_slaves_through_the_master(h: RouterHarness) -> None:
+    """The openai and ollama clients, pointed at the master, use models on two slaves with
+    streaming; one model with a replica on each slave is served by both in turn."""
+    import ollama
+    import openai
+
+    c = cluster(h, {}, {"alpha": b"A", "both": b"X"}, {"q": b"Q1 weights", "both": b"X"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["alpha", "both", "q"])
+        assert await until(lambda: replica_nodes(client, "both"), ["s1", "s2"])
+    oai = openai.AsyncOpenAI(base_url=c.master.base + "/v1", api_key="unused")
+    done = await oai.chat.completions.create(
+        model="alpha", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert done.model == "alpha" and done.choices[0].message.content
+    stream = await oai.chat.completions.create(
+        model="q", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    pieces = [chunk async for chunk in stream]
+    assert pieces and {p.model for p in pieces} == {"q"}
+    await oai.close()
+    olla = ollama.AsyncClient(host=c.master.base)
+    answer = await olla.chat(model="alpha", messages=[{"role": "user", "content": "hi"}])
+    assert answer.model == "alpha" and answer.message.content
+    parts = [
+        p
+        async for p in await olla.chat(
+            model="q", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    ]
+    assert parts[-1].done and {p.model for p in parts} == {"q"}
+    for _ in range(4):
+        reply = await olla.chat(model="both", messages=[{"role": "user", "content": "hi"}])
+        assert reply.model == "both"
+    served = [
+        await until(
+            lambda s=s: served_models(s), ["alpha", "both"] if s.name == "s1" else ["both", "q"]
+        )
+        for s in c.slaves
+    ]
+    assert served == [True, True]

@@ -16,6 +16,7 @@ from router.api.common import Handler, arrived, matched_route
 from router.api.relay import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
+from router.cluster import Target
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -59,6 +60,9 @@ class Override:
     translation: Callable[[Lease], Translation] | None = None
     # Answered by the router once a runtime is leased, nothing sent (Ollama's load request).
     answer: Callable[[Lease], web.StreamResponse] | None = None
+    # Chosen by a handler that reads its own body: another cluster node serves the request as
+    # the client sent it (router/api/relay.py).
+    relay_to: Target | None = None
 
     @property
     def plain(self) -> bool:
@@ -180,10 +184,9 @@ async def _forward(
                 f"the request body did not arrive within {idle:g}s (server.header_timeout)"
             ) from None
     selection = override.selection
-    if override.plain:
-        target = remote_target(request, selection)
-        if target is not None:
-            return await relay(request, selection, target, result)
+    target = override.relay_to or (remote_target(request, selection) if override.plain else None)
+    if target is not None:
+        return await relay(request, selection, target, result)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
     family = family_for(config.backend_mode, lane)
