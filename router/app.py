@@ -52,6 +52,7 @@ from router.api import (
     site_assets,
     site_configs,
     site_inventory,
+    site_relay,
     site_store,
     vllm,
     voice,
@@ -65,6 +66,7 @@ from router.appkeys import (
     EVENTS,
     MATCH,
     METRICS,
+    NODE_DISPATCH,
     PROXY,
     RECORDER,
     ROUTE,
@@ -173,11 +175,16 @@ def _abandon(request: web.Request, exc: Exception) -> web.StreamResponse:
 
 
 def handler_table(settings: Settings) -> dict[str, Handler]:
-    """The route table's handler names -> handlers for this node's role."""
-    if settings.cluster.role != "slave":
+    """The route table's handler names -> handlers for this node's role: a master relays the
+    site APIs that name another node; a slave serves none (404) to clients."""
+    role = settings.cluster.role
+    if role == "standalone":
         return HANDLERS
-    blocked = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
-    return HANDLERS | dict.fromkeys(blocked, _not_on_a_slave)
+    management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
+    if role == "master":
+        wrapped = {n: site_relay.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
+        return HANDLERS | wrapped
+    return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
 
 
 async def _not_on_a_slave(request: web.Request) -> web.StreamResponse:
@@ -229,6 +236,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     )
     app.on_shutdown.append(_begin_drain)
     app[DISPATCH] = dispatcher(handler_table(settings))
+    app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
     return app
 

@@ -45,6 +45,10 @@ CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
 DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
     "dispatch"
 )
+# Every handler, management ones included: what a slave runs for the master's node/site calls.
+NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
+    "node_dispatch"
+)
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
@@ -55,3 +59,5 @@ if TYPE_CHECKING:
 ARRIVED: web.RequestKey[float] = web.RequestKey("arrived", float)
 MATCH: web.RequestKey[Match] = web.RequestKey("match", object)  # type: ignore[arg-type]
 ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[arg-type]
+# The body a site handler read, kept so the request can be relayed to the node it names.
+RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)

@@ -366,3 +366,25 @@ async def test_clients_use_two_slaves_through_the_master(h: RouterHarness) -> No
         for s in c.slaves
     ]
     assert served == [True, True]
+
+
+async def test_site_apis_reach_a_slave_by_node_id(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B", "b2": b"B2"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b", "b2"])
+        inv = await client.get("/router/v1/site/inventory", params={"node_id": "s1"})
+        assert inv.status_code == 200, inv.text
+        assert inv.json()["node_id"] == "s1"
+        assert sorted(m["id"] for m in inv.json()["models"]) == ["b", "b2"]
+        off = {"node_id": "s1", "local_id": "b2", "enabled": False}
+        reply = await client.post("/router/v1/site/models/state", json=off)
+        assert reply.status_code == 200, reply.text
+        assert await until(lambda: listed_ids(client), ["a", "b"])
+        errors = await client.get("/router/v1/site/load-errors", params={"node_id": "s1"})
+        assert errors.status_code == 200 and errors.json()["nodes"] == ["s1"]
+        db = await client.get("/router/v1/site/store/download", params={"node_id": "s1"})
+        assert db.status_code == 200 and db.content.startswith(b"SQLite format 3")
+        assert "analytics-s1-" in db.headers["content-disposition"]
+        unknown = await client.get("/router/v1/site/inventory", params={"node_id": "nope"})
+        assert unknown.status_code == 404

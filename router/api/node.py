@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from router.api import control
 from router.api.common import Handler, match_of, read_control_json
-from router.appkeys import CLUSTER, DISPATCH, MATCH, ROUTE, RUNTIMES, SETTINGS
-from router.classify import match
+from router.appkeys import CLUSTER, DISPATCH, MATCH, NODE_DISPATCH, ROUTE, RUNTIMES, SETTINGS
+from router.classify import Match, match
 from router.cluster import Snapshot
 from router.cluster.local import snapshot
 from router.domain import Lane, Role
@@ -31,6 +31,8 @@ async def node_dispatch(request: web.Request) -> web.StreamResponse:
     tail = match_of(request).params.get("tail", "")
     if tail.startswith(INFERENCE):
         return await inference(request, "/" + tail[len(INFERENCE) :])
+    if tail.startswith(("site/", "benchmarks")):
+        return await management(request, "/router/v1/" + tail)
     handler = _TABLE.get((request.method, tail))
     if handler is None:
         raise RouteNotFound(request.path)
@@ -96,17 +98,31 @@ async def inference(request: web.Request, path: str) -> web.StreamResponse:
     found = match(request.method, path)  # RouteNotFound / MethodNotAllowed as for a client
     if found.route.role is not Role.INFERENCE:
         raise NotFound(f"{path} is not an inference route")
+    return await _dispatch_inner(request, path, found, request.app[DISPATCH])
+
+
+async def _dispatch_inner(
+    request: web.Request, path: str, found: Match, dispatch: Handler
+) -> web.StreamResponse:
     query = request.query_string
     headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
     inner = request.clone(rel_url=path + ("?" + query if query else ""), headers=headers)
     inner[ROUTE], inner[MATCH] = found.route, found
     try:
-        return await request.app[DISPATCH](inner)
+        return await dispatch(inner)
     except RouterError as err:
         if request.writer.output_size > 0:
             raise
         # The client's own API shape, not the node surface's: the master relays it unchanged.
         return render(err, found.route.surface, secrets_of(request.app[SETTINGS]))
+
+
+async def management(request: web.Request, path: str) -> web.StreamResponse:
+    """The master's site or benchmark call for this node, served by this node's handlers."""
+    found = match(request.method, path)
+    if not found.route.template.startswith(("/router/v1/site/", "/router/v1/benchmarks")):
+        raise RouteNotFound(path)
+    return await _dispatch_inner(request, path, found, request.app[NODE_DISPATCH])
 
 
 _TABLE: Mapping[tuple[str, str], Handler] = {

@@ -16,7 +16,7 @@ from router.cluster.protocol import (
     Snapshot,
     protocol_problem,
 )
-from router.cluster.registry import NodeEntry, Registry
+from router.cluster.registry import NodeEntry, Registry, RemoteNode
 from router.cluster.replicas import ReplicaView, SttNode, choose_replica, choose_stt_node
 from router.cluster.service import ClusterService, Target
 from router.cluster.urls import AllowList, normalize_base_url
@@ -33,6 +33,7 @@ __all__ = [
     "PeerError",
     "PublicModel",
     "Registry",
+    "RemoteNode",
     "Replica",
     "ReplicaView",
     "RuntimeStatus",
