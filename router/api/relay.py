@@ -54,7 +54,9 @@ def remote_target(request: web.Request, selection: Selection) -> Target | None:
     busy = local is not None and _busy(request, local.local_id)
     target = service.target(public, busy)
     if target is None:
-        raise BadGateway(f"model {public.public_id!r} has no available replicas")
+        raise BadGateway(
+            f"model {public.public_id!r} has no available replicas", code="no_available_replica"
+        )
     return None if target.replica.local else target
 
 
