@@ -50,6 +50,8 @@ def cluster(
     master_models: dict[str, bytes],
     *slave_models: dict[str, bytes],
     health_interval: float = 0.3,
+    slave_sections: dict[str, Any] | None = None,
+    slave_kcpps: list[Path] | None = None,
 ) -> Cluster:
     master_port = free_port()
     slave_ports = [free_port() for _ in slave_models]
@@ -78,8 +80,9 @@ def cluster(
                 h,
                 name=name,
                 port=port,
-                kcpps_dir=node_configs(h, name, models),
+                kcpps_dir=slave_kcpps[i] if slave_kcpps else node_configs(h, name, models),
                 extra={
+                    **(slave_sections or {}),
                     "cluster": {
                         "role": "slave",
                         "node_id": name,
@@ -87,7 +90,7 @@ def cluster(
                         "public_url": urls[i],
                         "master_url": f"http://127.0.0.1:{master_port}",
                         "sync_interval": 0.5,
-                    }
+                    },
                 },
             )
         )
