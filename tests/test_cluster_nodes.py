@@ -109,6 +109,10 @@ async def listed_ids(client: httpx.AsyncClient) -> list[str]:
     return sorted(m["id"] for m in reply.json()["data"])
 
 
+async def ps_names(client: httpx.AsyncClient) -> list[str]:
+    return sorted(m["name"] for m in (await client.get("/api/ps")).json()["models"])
+
+
 async def until(read: Callable[[], Awaitable[object]], want: object, deadline: float = 20) -> bool:
     """Poll `read()` until it returns `want` (registration and polls run on their own clocks)."""
     end = time.monotonic() + deadline
@@ -147,6 +151,8 @@ async def test_master_lists_and_serves_a_slave_model(h: RouterHarness) -> None:
         assert events[-1].data == "[DONE]"
         tags = (await client.get("/api/tags")).json()["models"]
         assert sorted(t["name"] for t in tags) == ["far-b", "local-a"]
+        # Loaded on the slave: /api/ps on the master shows it once a poll has seen it.
+        assert await until(lambda: ps_names(client), ["far-b"])
     # The CLI shows the registry as the master sees it.
     shown = await asyncio.to_thread(
         subprocess.run,
@@ -391,3 +397,32 @@ async def test_site_apis_reach_a_slave_by_node_id(h: RouterHarness) -> None:
         assert "analytics-s1-" in db.headers["content-disposition"]
         unknown = await client.get("/router/v1/site/inventory", params={"node_id": "nope"})
         assert unknown.status_code == 404
+
+
+async def test_flush_and_load_errors_cover_every_node(h: RouterHarness) -> None:
+    """Without a node filter the master answers for the cluster; a node that is down is
+    listed in `failed`, never failing the call."""
+    h.faults["llamacpp"] = "--exit-at-start 3"
+    c = cluster(h, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b", "c"])
+        for model in ("a", "b"):
+            body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 502
+        c.slaves[1].kill()
+        flushed = (await client.post("/router/v1/site/analytics/flush")).json()
+        assert sorted(flushed["persisted"]) == ["m", "s1"]
+        assert [f["node_id"] for f in flushed["failed"]] == ["s2"]
+        listed = (await client.get("/router/v1/site/load-errors")).json()
+        assert listed["nodes"] == ["m", "s1"]
+        assert sorted((e["node_id"], e["model"]) for e in listed["errors"]) == [
+            ("m", "a"),
+            ("s1", "b"),
+        ]
+        only = (await client.get("/router/v1/site/load-errors", params={"node_id": "s1"})).json()
+        assert [e["model"] for e in only["errors"]] == ["b"]
+        cleared = (await client.delete("/router/v1/site/load-errors")).json()
+        assert cleared["removed"] == 2 and sorted(cleared["cleared"]) == ["m", "s1"]
+        assert [f["node_id"] for f in cleared["failed"]] == ["s2"]
+        assert (await client.get("/router/v1/site/load-errors")).json()["errors"] == []
