@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import RouterHarness, free_port, read_sse
+from tests.harness import RouterHarness, free_port, read_sse, wav_bytes
 from tests.router_process import CLI, RouterProcess, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]
@@ -426,3 +426,32 @@ async def test_flush_and_load_errors_cover_every_node(h: RouterHarness) -> None:
         assert cleared["removed"] == 2 and sorted(cleared["cleared"]) == ["m", "s1"]
         assert [f["node_id"] for f in cleared["failed"]] == ["s2"]
         assert (await client.get("/router/v1/site/load-errors")).json()["errors"] == []
+
+
+async def test_multipart_transcription_through_the_master(h: RouterHarness) -> None:
+    """A multipart body relayed as sent, in several writes: the slave's whisper-server gets
+    the whole audio (the fake backend echoes its length)."""
+    c = cluster(h, {"a": b"A"}, {})
+    folder = h.tmp / "kcpps-s1"
+    (h.tmp / "models-s1" / "ggml-base.bin").write_bytes(b"ggml")
+    body = {
+        "backend_mode": "llama_sdcpp",
+        "whispermodel": str(h.tmp / "models-s1" / "ggml-base.bin"),
+    }
+    (folder / "ears.kcpps").write_text(json.dumps(body))
+    await start_all(c)
+    audio = wav_bytes(seconds=8.0)  # 256 KB: several writes on the way
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: router_ids(client), ["a", "ears"])
+        reply = await client.post(
+            "/v1/audio/transcriptions",
+            files={"file": ("a.wav", audio, "audio/wav")},
+            data={"model": "ears", "response_format": "json"},
+        )
+        assert reply.status_code == 200, reply.text
+        assert f"{len(audio)} bytes" in reply.text
+    assert await until(lambda: served_models(c.slaves[0]), ["ears"])
+
+
+async def router_ids(client: httpx.AsyncClient) -> list[str]:
+    return sorted(m["id"] for m in (await client.get("/router/v1/models")).json()["data"])
