@@ -101,8 +101,7 @@ async def relay(
             if result.upstream_status is not None or not selection.complete:
                 raise
             assert target.node_url is not None
-            service.registry.poll_failed(target.node_url, err.message, time.time())
-            service.forget()
+            service.node_failed(target.node_url, err.message)
             following = remote_target(request, selection)
             if following is None or following.replica.node_id in tried:
                 raise
@@ -142,6 +141,5 @@ async def _relay_once(
         request, upstream, Rewrite(rewriter), result, overhead_ms
     )
     if result.error_message is not None:  # the node went away mid-answer (R33)
-        service.registry.poll_failed(target.node_url, result.error_message, time.time())
-        service.forget()
+        service.node_failed(target.node_url, result.error_message)
     return response
