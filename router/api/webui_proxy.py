@@ -43,6 +43,7 @@ from router.webuis import (
     parse,
     prefix_of,
     rewrite_location,
+    runtime_lane,
     serving,
     what_to_load,
 )
@@ -152,7 +153,7 @@ def _exchange(request: web.Request, kind: Kind, state: WebUIs) -> web.Response:
     rest = request.rel_url.with_query(
         [(k, v) for k, v in request.query.items() if k != TICKET_PARAM]
     )
-    response = _redirect(str(rest.relative()))
+    response = _redirect(str(rest))
     if valid:
         listener = state.listener
         response.set_cookie(
@@ -173,7 +174,8 @@ async def _forward(request: web.Request, kind: Kind, path: str) -> web.StreamRes
     view = serving(kind, views)
     if view is None:
         raise _not_running(request, kind, views)
-    lane = next(ln for ln in kind.lanes if ln in view.occupies and ln in view.config.lanes)
+    lane = runtime_lane(kind, view)
+    assert lane is not None  # serving() chose it for this lane
     # No await between the view read above and ensure(): the runtime seen ready and not
     # draining is the one leased (it may queue behind busy work; it never loads another).
     lease = await manager.ensure(view.config, lane)

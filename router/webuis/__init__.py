@@ -11,6 +11,7 @@ from router.webuis.catalog import (
     lane_for,
     listed,
     loading,
+    runtime_lane,
     serving,
     what_to_load,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "parse",
     "prefix_of",
     "rewrite_location",
+    "runtime_lane",
     "serving",
     "what_to_load",
 ]

@@ -47,9 +47,15 @@ def _runtimes(kind: Kind, views: Iterable[RuntimeView]) -> list[RuntimeView]:
         if v.family is kind.family
         and not v.draining
         and v.state in (RuntimeState.LOADING, RuntimeState.READY)
-        and (lane := lane_for(kind, v.config)) is not None
-        and lane in v.occupies
+        and runtime_lane(kind, v) is not None
     ]
+
+
+def runtime_lane(kind: Kind, view: RuntimeView) -> Lane | None:
+    """The lane through which a runtime serves `kind` (a KoboldCpp one holds several)."""
+    if lane_for(kind, view.config) is None:
+        return None
+    return next((ln for ln in kind.lanes if ln in view.occupies and ln in view.config.lanes), None)
 
 
 def serving(kind: Kind, views: Iterable[RuntimeView]) -> RuntimeView | None:
@@ -146,6 +152,7 @@ __all__ = [
     "lane_for",
     "listed",
     "loading",
+    "runtime_lane",
     "serving",
     "what_to_load",
 ]
