@@ -17,9 +17,12 @@ from router.webuis import (
     Node,
     Refused,
     TokenStore,
+    api_path,
     backend_path,
+    bridge_cookie,
     catalog,
     parse,
+    referring_kind,
     rewrite_location,
     serving,
     what_to_load,
@@ -120,6 +123,35 @@ def test_every_kind_is_listed_once_with_a_ui_path_ending_in_a_slash() -> None:
         "kobold-lite", "kobold-lcpp", "kobold-sd", "kobold-music", "llama", "sdcpp", "whispercpp"
     ]  # fmt: skip
     assert all(k.ui_path.startswith("/") and k.ui_path.endswith("/") for k in KINDS)
+
+
+def test_root_calls_pass_only_the_kinds_api_paths() -> None:
+    assert api_path(LITE, "/api/v1/generate", "POST") == "/api/v1/generate"
+    assert api_path(WHISPER, "/v1/audio/transcriptions", "POST") == "/v1/audio/transcriptions"
+    for kind, root, method in (
+        (LITE, "/api/extra/shutdown", "POST"),  # denied
+        (LITE, "/index.html", "GET"),  # static files: under the prefix only
+        (LLAMA, "/props", "POST"),
+        (WHISPER, "/load", "POST"),
+    ):
+        with pytest.raises(Refused):
+            api_path(kind, root, method)
+
+
+def test_the_referring_kind() -> None:
+    host = "127.0.0.1:8081"
+    assert referring_kind(f"http://{host}/router/webuis/kobold-lite/", host) == "kobold-lite"
+    assert referring_kind(f"http://{host}/router/webuis/llama/c/1?x", host) == "llama"
+    for referer in (
+        None,
+        "",
+        f"http://{host}/router/webuis/llama",  # not a page under the prefix
+        f"http://{host}/router/v1/site/webuis",
+        "http://127.0.0.1:8080/router/webuis/llama/",  # the API's origin, not this one
+        f"ftp://{host}/router/webuis/llama/",
+    ):
+        assert referring_kind(referer, host) is None, referer
+    assert bridge_cookie("kobold-lite") == "tensors_router_backend_kobold_lite"
 
 
 # ---- listener paths and redirects -------------------------------------------------------------

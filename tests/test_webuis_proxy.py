@@ -333,6 +333,41 @@ async def test_an_unload_waits_for_a_running_ui_stream(
     assert h.runtimes.views() == ()
 
 
+async def test_root_calls_are_bridged_by_the_referer(
+    harness: RouterHarness, uis: list[UiListener]
+) -> None:
+    """UIs that build API URLs from the origin call `/completion`, not the prefixed path."""
+    h = harness
+    ui = await started(h, uis)
+    await enable(h, "llama")
+    await enable(h, "whispercpp")
+    assert (await load(h, "llama", "chat")).status_code == 200
+    assert (await open_ui(h, ui, "llama")).status_code == 200
+    origin = str(ui.server.make_url("")).rstrip("/")
+    page = {"Referer": f"{origin}/router/webuis/llama/"}
+    done = await ui.client.post("/completion", json={"prompt": "hi"}, headers=page)
+    assert done.status_code == 200, done.text
+    for headers, path, status in (
+        ({}, "/completion", 404),  # no page named
+        ({"Referer": "http://evil.example/router/webuis/llama/"}, "/completion", 404),
+        ({"Referer": f"{origin}/router/v1/site/webuis"}, "/completion", 404),
+        (page, "/assets/app.js", 403),  # static files are read under the prefix only
+        (page, "/props", 403),  # POST /props is not an API call of the llama page
+        ({"Referer": f"{origin}/router/webuis/whispercpp/"}, "/v1/audio/transcriptions", 401),
+        ({"Referer": f"{origin}/router/webuis/whispercpp/"}, "/load", 401),
+    ):
+        method = "GET" if path.endswith(".js") else "POST"
+        r = await ui.client.request(method, path, headers=headers, content=b"{}")
+        assert r.status_code == status, (headers, path, r.text)
+    # The bridge carries its own Path=/ cookie: without it the call is refused.
+    bare = httpx.AsyncClient(base_url=origin)
+    try:
+        r = await bare.post("/completion", json={"prompt": "hi"}, headers=page)
+        assert r.status_code == 401
+    finally:
+        await bare.aclose()
+
+
 async def test_the_listener_is_reported_off(harness: RouterHarness, tmp_path: Path) -> None:
     h = harness
     h.model("chat")

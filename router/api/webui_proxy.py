@@ -4,7 +4,9 @@ A request for `/router/webuis/<kind>/<tail>` passes, in order: the kind exists (
 path has the trailing slash (308); the kind is enabled (404); a ticket in the query is traded
 for a session cookie (302 without the ticket), or the cookie names this kind (401; secure
 profile only); the kind's allow-list maps the path onto the backend (403); a ready runtime
-of the kind is running (503 naming what to load). Then it is forwarded under a lease, so an
+of the kind is running (503 naming what to load). A page's call to the origin's root (many
+UIs build API URLs from `location.origin`) is bridged to the kind its Referer names, for that
+kind's API paths only and with its session. Then it is forwarded under a lease, so an
 unload waits for it, through the same proxy as every API request (streaming both ways, SSE
 as it comes). `on_prepare` puts the security headers on every answer and keeps a backend's
 redirects under the kind's prefix.
@@ -32,19 +34,24 @@ from router.runtime import RuntimeView
 from router.webuis import (
     BY_ID,
     COOKIE,
+    PREFIX,
     SECURITY_HEADERS,
     SESSION_TTL,
     TICKET_PARAM,
     Kind,
     Refused,
     WebUIs,
+    api_path,
     backend_path,
+    bridge_cookie,
     loading,
     parse,
     prefix_of,
+    referring_kind,
     rewrite_location,
     runtime_lane,
     serving,
+    unsafe,
     what_to_load,
 )
 
@@ -112,7 +119,10 @@ async def on_prepare(request: web.Request, response: web.StreamResponse) -> None
 
 
 async def serve(request: web.Request) -> web.StreamResponse:
-    ui = parse(request.raw_path.split("?", 1)[0], request.path)
+    raw_path = request.raw_path.split("?", 1)[0]
+    if not request.path.startswith(PREFIX):
+        return await _bridge(request, raw_path)
+    ui = parse(raw_path, request.path)
     kind = BY_ID.get(ui.kind_id) if ui is not None else None
     if ui is None or kind is None:
         raise NotFound("no backend WebUI here; open one from the admin WebUI")
@@ -120,20 +130,46 @@ async def serve(request: web.Request) -> web.StreamResponse:
         query = request.rel_url.raw_query_string
         return _redirect(prefix_of(kind) + (f"?{query}" if query else ""), status=308)
     state = request.app[WEBUIS]
-    if kind.id not in state.enabled:
-        raise NotFound("webui is not enabled (POST /router/v1/site/webuis/session)")
+    _check_enabled(kind, state)
     if TICKET_PARAM in request.query:
         return _exchange(request, kind, state)
-    if state.require_ticket and not state.sessions.check(request.cookies.get(COOKIE), kind.id):
-        raise Unauthorized(
-            f"no {kind.id} session: open the interface from the admin WebUI "
-            "(sessions last 15 minutes and are kept per interface)"
-        )
+    _check_session(request, kind, state, COOKIE)
     try:
         path = backend_path(kind, ui.tail, request.method)
     except Refused as exc:
         raise Forbidden(str(exc)) from None
     return await _forward(request, kind, path)
+
+
+async def _bridge(request: web.Request, raw_path: str) -> web.StreamResponse:
+    """A page's call to the origin's root (`fetch("/api/v1/generate")`, a form posting to
+    `/v1/audio/transcriptions`): the kind is the one its Referer names, only that kind's API
+    paths pass, and its session must come along (the Path=/ twin of the page cookie)."""
+    kind_id = referring_kind(request.headers.get("Referer"), request.host)
+    kind = BY_ID.get(kind_id or "")
+    if kind is None or unsafe(raw_path, request.path):
+        raise NotFound("no backend WebUI here; open one from the admin WebUI")
+    state = request.app[WEBUIS]
+    _check_enabled(kind, state)
+    _check_session(request, kind, state, bridge_cookie(kind.id))
+    try:
+        path = api_path(kind, request.path, request.method)
+    except Refused as exc:
+        raise Forbidden(str(exc)) from None
+    return await _forward(request, kind, path)
+
+
+def _check_enabled(kind: Kind, state: WebUIs) -> None:
+    if kind.id not in state.enabled:
+        raise NotFound("webui is not enabled (POST /router/v1/site/webuis/session)")
+
+
+def _check_session(request: web.Request, kind: Kind, state: WebUIs, cookie: str) -> None:
+    if state.require_ticket and not state.sessions.check(request.cookies.get(cookie), kind.id):
+        raise Unauthorized(
+            f"no {kind.id} session: open the interface from the admin WebUI "
+            "(sessions last 15 minutes and are kept per interface)"
+        )
 
 
 def _redirect(location: str, *, status: int = 302) -> web.Response:
@@ -155,16 +191,18 @@ def _exchange(request: web.Request, kind: Kind, state: WebUIs) -> web.Response:
     )
     response = _redirect(str(rest))
     if valid:
-        listener = state.listener
-        response.set_cookie(
-            COOKIE,
-            state.sessions.issue(kind.id),
-            path=prefix_of(kind),
-            max_age=int(SESSION_TTL),
-            httponly=True,
-            samesite="Strict",
-            secure=bool(listener and (listener.public_url or "").startswith("https:")),
-        )
+        https = (state.listener.public_url or "").startswith("https:") if state.listener else False
+        session = state.sessions.issue(kind.id)
+        for name, path in ((COOKIE, prefix_of(kind)), (bridge_cookie(kind.id), "/")):
+            response.set_cookie(
+                name,
+                session,
+                path=path,
+                max_age=int(SESSION_TTL),
+                httponly=True,
+                samesite="Strict",
+                secure=https,
+            )
     return response
 
 

@@ -15,9 +15,23 @@ from router.webuis.catalog import (
     serving,
     what_to_load,
 )
-from router.webuis.kinds import BY_ID, KINDS, PREFIX, Kind, Refused, backend_path
-from router.webuis.paths import UiPath, parse, prefix_of, rewrite_location
-from router.webuis.state import COOKIE, SECURITY_HEADERS, TICKET_PARAM, Listener, WebUIs
+from router.webuis.kinds import BY_ID, KINDS, PREFIX, Kind, Refused, api_path, backend_path
+from router.webuis.paths import (
+    UiPath,
+    parse,
+    prefix_of,
+    referring_kind,
+    rewrite_location,
+    unsafe,
+)
+from router.webuis.state import (
+    COOKIE,
+    SECURITY_HEADERS,
+    TICKET_PARAM,
+    Listener,
+    WebUIs,
+    bridge_cookie,
+)
 from router.webuis.tickets import SESSION_TTL, TICKET_TTL, TokenStore
 
 __all__ = [
@@ -36,7 +50,9 @@ __all__ = [
     "TokenStore",
     "UiPath",
     "WebUIs",
+    "api_path",
     "backend_path",
+    "bridge_cookie",
     "catalog",
     "compatible",
     "lane_for",
@@ -44,8 +60,10 @@ __all__ = [
     "loading",
     "parse",
     "prefix_of",
+    "referring_kind",
     "rewrite_location",
     "runtime_lane",
     "serving",
+    "unsafe",
     "what_to_load",
 ]

@@ -16,6 +16,7 @@ from router.domain import BackendMode, Family, Lane
 PREFIX = "/router/webuis/"
 _READ = frozenset({"GET", "HEAD"})
 _CALL = frozenset({"GET", "HEAD", "POST"})
+_POST = frozenset({"POST"})
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,27 @@ KINDS: tuple[Kind, ...] = (
     Kind("sdcpp", "stable-diffusion.cpp UI", Family.SDCPP, _NATIVE, (Lane.IMAGE,), "/",
          _apis(("/v1/models",), ("/sdcpp/v1/", "/sdapi/v1/", "/v1/images/"))),
     # whisper-server's /load swaps the model file the router launched it with: never.
+    # Its page posts to the inference path, which the router sets to the OpenAI one.
     Kind("whispercpp", "whisper.cpp server UI", Family.WHISPERCPP, _NATIVE, (Lane.VOICE,),
-         "/", (Api("/health", _READ), Api("/inference", frozenset({"POST"}))), ("/load",)),
+         "/", (Api("/health", _READ), Api("/inference", _POST),
+               Api("/v1/audio/transcriptions", _POST)), ("/load",)),
 )  # fmt: skip
 BY_ID: MappingProxyType[str, Kind] = MappingProxyType({k.id: k for k in KINDS})
+
+
+def _denied(kind: Kind, root: str) -> bool:
+    return any(root == d or root.startswith(d if d.endswith("/") else d + "/") for d in kind.denied)
+
+
+def api_path(kind: Kind, root: str, method: str) -> str:
+    """`root` when it is one of the kind's API paths for `method` (a page's call to the
+    origin's root, bridged by its Referer); raises `Refused` otherwise. Static files are
+    never served this way: they are read under the prefix."""
+    if not _denied(kind, root):
+        for api in kind.api:
+            if api.covers(root) and method in api.methods:
+                return root
+    raise Refused(f"{method} {root} is not one of the {kind.id} interface's API paths")
 
 
 def backend_path(kind: Kind, tail: str, method: str) -> str:
@@ -103,7 +121,7 @@ def backend_path(kind: Kind, tail: str, method: str) -> str:
     a read of the UI's static files under `ui_path`. Raises `Refused` otherwise.
     """
     root = "/" + tail
-    if any(root == d or root.startswith(d if d.endswith("/") else d + "/") for d in kind.denied):
+    if _denied(kind, root):
         raise Refused(f"{root} is never forwarded to the {kind.id} backend")
     for api in kind.api:
         if api.covers(root):
@@ -118,4 +136,4 @@ def backend_path(kind: Kind, tail: str, method: str) -> str:
     return kind.ui_path + tail
 
 
-__all__ = ["BY_ID", "KINDS", "PREFIX", "Api", "Kind", "Refused", "backend_path"]
+__all__ = ["BY_ID", "KINDS", "PREFIX", "Api", "Kind", "Refused", "api_path", "backend_path"]

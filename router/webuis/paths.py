@@ -28,7 +28,7 @@ class UiPath:
 def parse(raw_path: str, path: str) -> UiPath | None:
     """The kind and tail of a listener path; None for anything else or anything unsafe
     (`raw_path` is the path as sent, `path` as decoded)."""
-    if not path.startswith(PREFIX) or _unsafe(raw_path, path):
+    if not path.startswith(PREFIX) or unsafe(raw_path, path):
         return None
     kind_id, slash, tail = path[len(PREFIX) :].partition("/")
     if not kind_id:
@@ -36,10 +36,23 @@ def parse(raw_path: str, path: str) -> UiPath | None:
     return UiPath(kind_id, tail, bool(slash))
 
 
-def _unsafe(raw_path: str, path: str) -> bool:
+def unsafe(raw_path: str, path: str) -> bool:
+    """'..', '.', NUL, backslash, '//' or a percent-encoded separator in a path."""
     if "\x00" in path or "\\" in path or "//" in path or _BAD_ENCODED.search(raw_path):
         return True
     return any(seg in (".", "..") for seg in path.split("/"))
+
+
+def referring_kind(referer: str | None, host: str | None) -> str | None:
+    """The kind whose page sent a request to the origin's root (its `Referer`, which must
+    name this very origin and a path under `/router/webuis/<kind>/`), or None."""
+    if not referer or not host:
+        return None
+    parts = urlsplit(referer)
+    if parts.netloc.lower() != host.lower() or parts.scheme not in ("http", "https"):
+        return None
+    found = parse(parts.path, parts.path)
+    return found.kind_id if found is not None and found.slash else None
 
 
 def prefix_of(kind: Kind) -> str:
@@ -71,4 +84,4 @@ def rewrite_location(location: str, kind: Kind, backend_port: int) -> str:
     return prefix_of(kind) + inner + query + fragment
 
 
-__all__ = ["UiPath", "parse", "prefix_of", "rewrite_location"]
+__all__ = ["UiPath", "parse", "prefix_of", "referring_kind", "rewrite_location", "unsafe"]

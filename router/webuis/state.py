@@ -15,6 +15,13 @@ from router.webuis.tickets import TokenStore, sessions, tickets
 TICKET_PARAM = "tensors_router_ticket"
 COOKIE = "tensors_router_backend"
 
+
+def bridge_cookie(kind_id: str) -> str:
+    """The same session for a page's calls to the origin's root (Path=/): one name per kind,
+    so two open interfaces do not overwrite each other's."""
+    return f"{COOKIE}_{kind_id.replace('-', '_')}"
+
+
 # Response headers on every answer of the backend-UI listener. The pages are the backends'
 # own (inline scripts and styles included), so scripts may be inline, but nothing loads or
 # connects beyond this origin, and no other page may frame them (clickjacking).
@@ -28,8 +35,9 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    # The first URL carries the ticket; no page sends its address anywhere else.
-    "Referrer-Policy": "no-referrer",
+    # Pages name themselves to their own origin only (the root-path bridge reads it); the
+    # ticket URL is never a referrer: it answers with a redirect.
+    "Referrer-Policy": "same-origin",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
 
@@ -71,4 +79,12 @@ class WebUIs:
         self.listener: Listener | None = None
 
 
-__all__ = ["COOKIE", "CSP", "SECURITY_HEADERS", "TICKET_PARAM", "Listener", "WebUIs"]
+__all__ = [
+    "COOKIE",
+    "CSP",
+    "SECURITY_HEADERS",
+    "TICKET_PARAM",
+    "Listener",
+    "WebUIs",
+    "bridge_cookie",
+]
