@@ -9,8 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
 from router import server
+from router.app import create_app
 from router.config import Settings
 from tests.harness import RouterHarness, free_port
 
@@ -102,3 +104,15 @@ async def test_an_explicit_address_that_is_taken_fails_the_start(harness: Router
         )
         with pytest.raises(OSError):
             await asyncio.wait_for(server.serve(settings, stop=asyncio.Event()), 60)
+
+
+def test_no_listener_when_off_or_on_a_slave(harness: RouterHarness) -> None:
+    base = harness.settings()
+    assert (
+        server._backend_ui_runner(web.Application(), with_server(base, backend_ui_bind="off"))
+        is None
+    )
+    cluster = base.cluster.model_copy(update={"role": "slave"})
+    slave = base.model_copy(update={"cluster": cluster})
+    assert server._backend_ui_runner(web.Application(), slave) is None
+    assert server._backend_ui_runner(create_app(base), base) is not None
