@@ -237,6 +237,22 @@ async def served_models(node: RouterProcess) -> list[str]:
         return []
 
 
+async def served_rows(node: RouterProcess) -> list[str]:
+    """One model ID per request this node's store recorded."""
+    import sqlite3
+
+    path = node.h.tmp / f"data-{node.name}" / "router.sqlite"
+
+    def read() -> list[str]:
+        with sqlite3.connect(path) as db:
+            return [r[0] for r in db.execute("SELECT model FROM analytics_events")]
+
+    try:
+        return await asyncio.to_thread(read)
+    except sqlite3.Error:
+        return []
+
+
 async def test_r34_an_address_in_a_request_is_refused_and_never_called(h: RouterHarness) -> None:
     trap_hits: list[str] = []
     from aiohttp import web
@@ -455,3 +471,35 @@ async def test_multipart_transcription_through_the_master(h: RouterHarness) -> N
 
 async def router_ids(client: httpx.AsyncClient) -> list[str]:
     return sorted(m["id"] for m in (await client.get("/router/v1/models")).json()["data"])
+
+
+def voice_config(h: RouterHarness, node: str, model_id: str) -> None:
+    """A whisper configuration in `node`'s folders (made by cluster())."""
+    weights = h.tmp / f"models-{node}" / f"{model_id}.bin"
+    weights.write_bytes(b"ggml" + model_id.encode())
+    body = {"backend_mode": "llama_sdcpp", "whispermodel": str(weights)}
+    (h.tmp / f"kcpps-{node}" / f"{model_id}.kcpps").write_text(json.dumps(body))
+
+
+async def test_selectorless_speech_to_text_goes_to_the_node_with_it_loaded(
+    h: RouterHarness,
+) -> None:
+    """No model named: an idle capable node takes the first request, then the node that has
+    a speech model loaded keeps taking them, ahead of the master's own unloaded one."""
+    c = cluster(h, {}, {}, {})
+    voice_config(h, "master", "ears-m")
+    voice_config(h, "s1", "ears-1")
+    voice_config(h, "s2", "ears-2")
+    await start_all(c)
+    files = {"file": ("a.wav", wav_bytes(), "audio/wav")}
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: router_ids(client), ["ears-1", "ears-2", "ears-m"])
+        for _ in range(3):
+            reply = await client.post("/v1/audio/transcriptions", files=files)
+            assert reply.status_code == 200, reply.text
+
+    async def counts() -> list[int]:
+        return sorted([len(await served_rows(s)) for s in c.slaves])
+
+    assert await until(counts, [0, 3]), await counts()
+    assert await served_models(c.master) == []

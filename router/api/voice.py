@@ -25,8 +25,8 @@ from backends.whispercpp import INFERENCE_PATH
 from router.api import inference
 from router.api.common import Handler, matched_route, parse_json_object
 from router.api.lanes import choose_config
-from router.api.relay import remote_target
-from router.appkeys import CATALOG, SETTINGS
+from router.api.relay import remote_target, stt_target
+from router.appkeys import CATALOG, CLUSTER, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -48,8 +48,17 @@ async def _selection(request: web.Request) -> Selection:
     return await read_selector(request, matched_route(request), scan_limit)
 
 
-async def _relayed(request: web.Request, sel: Selection) -> web.StreamResponse | None:
-    """A model served by another cluster node: relayed as sent (that node converts it)."""
+async def _relayed(
+    request: web.Request, sel: Selection, *, place: bool = False
+) -> web.StreamResponse | None:
+    """A model served by another cluster node: relayed as sent (that node converts it).
+    `place`: a selectorless speech-to-text request may be placed on another node."""
+    if sel.model is None and place:
+        target = await stt_target(request)
+        if target is None:
+            return None
+        with request.app[CLUSTER].reserved(target.replica.node_id):
+            return await inference.forward(request, inference.Override(sel, relay_to=target))
     target = remote_target(request, sel)
     if target is None:
         return None
@@ -73,7 +82,7 @@ async def translations(request: web.Request) -> web.StreamResponse:
 
 async def _stt(request: web.Request, *, translate: bool) -> web.StreamResponse:
     sel = await _selection(request)
-    if (relayed := await _relayed(request, sel)) is not None:
+    if (relayed := await _relayed(request, sel, place=True)) is not None:
         return relayed
     config = choose_config(request.app, sel.model, Lane.VOICE)
     model = sel.model or config.id
@@ -93,7 +102,7 @@ async def _stt(request: web.Request, *, translate: bool) -> web.StreamResponse:
 async def kobold_transcribe(request: web.Request) -> web.StreamResponse:
     """`/api/extra/transcribe`: KoboldCpp takes it as sent; whisper-server gets a form."""
     sel = await _selection(request)
-    if (relayed := await _relayed(request, sel)) is not None:
+    if (relayed := await _relayed(request, sel, place=True)) is not None:
         return relayed
     config = choose_config(request.app, sel.model, Lane.VOICE)
     model = sel.model or config.id

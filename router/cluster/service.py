@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from router.cluster.client import NodeClient, PeerError
 from router.cluster.identity import PublicModel, Replica, merge
 from router.cluster.local import snapshot
-from router.cluster.protocol import NodeModel, Snapshot
+from router.cluster.protocol import NodeModel, RuntimeStatus, Snapshot
 from router.cluster.registry import Registry
 from router.cluster.replicas import choose_replica
 from router.config.schema import ClusterSection
@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 MODELS_PATH = "/router/v1/node/models"
 REGISTER_PATH = "/router/v1/node/register"
+STATUS_PATH = "/router/v1/node/runtime-status"
+# Placement asks every capable node; one that is slow to say how busy it is is left out.
+STATUS_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,8 @@ class ClusterService:
         self._on_fatal = on_fatal
         self._turns: dict[str, int] = {}
         self._view: _View | None = None
+        self._stt_turn = 0
+        self.pending: dict[str, int] = {}
         self._generation = 0
         self._rebuild: asyncio.Task[None] | None = None
         self.last_registration: float | None = None
@@ -166,6 +171,37 @@ class ClusterService:
             self._view = _View.of(merged, self.registry)
             if generation == self._generation:
                 return
+
+    async def runtime_statuses(self, node_ids: list[str]) -> dict[str, RuntimeStatus | None]:
+        """Each node's load now (None for one that does not answer within STATUS_TIMEOUT)."""
+
+        async def one(node_id: str) -> RuntimeStatus | None:
+            entry = self.registry.node(node_id)
+            if entry is None:
+                return None
+            try:
+                async with asyncio.timeout(STATUS_TIMEOUT):
+                    body = await self.client.call("GET", entry.node_url, STATUS_PATH)
+                return RuntimeStatus.model_validate(body)
+            except (TimeoutError, RouterError, ValidationError):
+                return None
+
+        answers = await asyncio.gather(*(one(n) for n in node_ids))
+        return dict(zip(node_ids, answers, strict=True))
+
+    def stt_turn(self) -> int:
+        self._stt_turn += 1
+        return self._stt_turn
+
+    @contextlib.contextmanager
+    def reserved(self, node_id: str) -> Iterator[None]:
+        """Counts a placed request against its node until it ends, so requests placed before
+        that node's next status do not all pile onto it."""
+        self.pending[node_id] = self.pending.get(node_id, 0) + 1
+        try:
+            yield
+        finally:
+            self.pending[node_id] -= 1
 
     def node_failed(self, node_url: str, reason: str) -> None:
         """A relayed request could not reach the node or lost it mid-answer (R33)."""
