@@ -40,6 +40,7 @@ from router.api import (
     benchmarks,
     comfy,
     control,
+    guardians,
     images,
     inference,
     meta,
@@ -118,6 +119,7 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **node.HANDLERS,
+    **guardians.HANDLERS,
     **site_webuis.HANDLERS,
 }
 
@@ -237,6 +239,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
+            guardians.guardians_context,
             _cluster,
             site_webuis.webuis_context,
         ]
