@@ -141,7 +141,9 @@ async def test_disk_space_refusal_before_any_byte(harness: RouterHarness, hub: F
     assert [s for s in hub.seen if "resolve" in s[2]] == [] and hub.requests_to("cdn") == []
 
 
-async def test_s22_gated_access_and_the_token_stays_on_the_endpoint(harness: RouterHarness, hub: FakeHub) -> None:
+async def test_s22_gated_access_and_the_token_stays_on_the_endpoint(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
     denied = (await client.post(f"{BASE}/plan", json={"repository": "acme/gated"})).json()
     assert denied["gated"] == "manual" and denied["access"] == "denied"

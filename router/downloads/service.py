@@ -61,8 +61,14 @@ class Downloads:
 
     async def start(self) -> None:
         origin = origin_of(self.settings.endpoint)
-        addresses = await asyncio.to_thread(resolve, origin.host, origin.port)
-        self._policy_key = REGISTRY.add(Policy.for_endpoint(self.settings.endpoint, addresses))
+        try:  # a slow resolver must not hold up the start: then only public addresses open
+            addresses = await asyncio.wait_for(asyncio.to_thread(resolve, origin.host, origin.port), 5.0)  # fmt: skip
+        except TimeoutError:
+            addresses = []
+        policy = Policy.for_endpoint(self.settings.endpoint, addresses)
+        self._policy_key = REGISTRY.add(policy)
+        log.info("downloader status enabled=true endpoint=%s token=%s opens=%s",
+                 self.settings.endpoint, self.hub.has_token, ",".join(sorted(policy.allowed)) or "public")  # fmt: skip
         await asyncio.to_thread(self.dir.mkdir, parents=True, exist_ok=True)
         for row in reversed(await self.store.download_jobs()):
             job = Job.from_row(row)
