@@ -87,7 +87,7 @@ async def test_download_lands_verified_and_is_catalogued(harness: RouterHarness,
 
 
 async def test_events_stream_progress_with_ids_until_the_end(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
-    hub.rate = 2 * 1024 * 1024
+    hub.rate = 1024 * 1024  # about a second: two progress ticks at least
     client = await harness.start(download_settings(harness, hub))
     job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
     async with client.stream("GET", f"{BASE}/jobs/{job['id']}/events") as response:
@@ -155,6 +155,8 @@ async def test_s22_gated_access_and_the_token_stays_on_the_endpoint(
     job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/gated"})).json()
     assert (await wait_job(client, job["id"]))["state"] == "completed"
     assert TOKEN not in str(job)
+    stored = b"".join(p.read_bytes() for p in (harness.tmp / "data").glob("router.sqlite*"))
+    assert TOKEN.encode() not in stored
     hub_auth = {s[3] for s in hub.requests_to("hub") if "resolve" in s[2]}
     assert hub_auth == {f"Bearer {TOKEN}"}
     assert hub.requests_to("cdn") and all(s[3] is None for s in hub.requests_to("cdn"))
@@ -204,6 +206,8 @@ async def test_cancel_removes_the_staging_and_lands_nothing(harness: RouterHarne
 async def test_unknown_tails_methods_nodes_and_disabled(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
     client = await harness.start(download_settings(harness, hub))
     assert (await client.get(f"{BASE}/nope")).status_code == 404
+    assert (await client.get(BASE)).json()["nodes"][0]["capability"]["enabled"] is True
+    assert (await client.post(BASE)).status_code == 405
     assert (await client.get(f"{BASE}/plan")).status_code == 405
     assert (await client.get(f"{BASE}/jobs/unknown")).status_code == 404
     assert (await client.get(f"{BASE}/capabilities?node_id=other")).status_code == 404
@@ -214,3 +218,18 @@ async def test_unknown_tails_methods_nodes_and_disabled(harness: RouterHarness, 
     caps = (await client.get(f"{BASE}/capabilities")).json()["nodes"][0]["capability"]
     assert caps["enabled"] is False and caps["reason"]
     assert (await client.post(f"{BASE}/plan", json={"repository": "acme/tiny"})).status_code == 503
+
+
+async def test_rescan_drops_gone_files_and_lists_untracked_ones(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json", "README.md"]})).json()  # fmt: skip
+    assert (await wait_job(client, job["id"]))["state"] == "completed"
+    root = harness.tmp / "library"
+    (root / "acme/tiny/README.md").unlink()
+    (root / "acme/tiny/config.json").write_text("edited, longer than before")
+    (root / "stray.gguf").write_bytes(b"GGUF")
+    report = (await client.post(f"{BASE}/rescan")).json()
+    assert report == {"checked": 2, "missing": ["acme/tiny/README.md"],
+                      "changed": ["acme/tiny/config.json"], "untracked": ["stray.gguf"]}  # fmt: skip
+    paths = [a["path"] for a in (await client.get(f"{BASE}/library")).json()["artifacts"]]
+    assert paths == ["acme/tiny/config.json"]

@@ -152,7 +152,7 @@ def _last_event_id(request: web.Request) -> int:
 
 async def dispatch(request: web.Request) -> web.StreamResponse:
     tail = match_of(request).params.get("tail", "")
-    if tail == "capabilities":
+    if tail in ("", "capabilities"):  # the bare path answers what the node can do
         _only(request, "GET")
         return await capabilities(request)
     parts = tail.split("/")
