@@ -233,3 +233,43 @@ async def test_rescan_drops_gone_files_and_lists_untracked_ones(harness: RouterH
                       "changed": ["acme/tiny/config.json"], "untracked": ["stray.gguf"]}  # fmt: skip
     paths = [a["path"] for a in (await client.get(f"{BASE}/library")).json()["artifacts"]]
     assert paths == ["acme/tiny/config.json"]
+
+
+async def test_s21_a_symlinked_folder_in_the_library_is_not_followed(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    outside = harness.tmp / "outside"
+    outside.mkdir()
+    (harness.tmp / "library" / "acme").mkdir(parents=True)
+    (harness.tmp / "library" / "acme" / "tiny").symlink_to(outside)
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    done = await wait_job(client, job["id"])
+    assert done["state"] == "failed" and "not a plain folder" in done["error"]
+    assert list(outside.iterdir()) == []
+
+
+async def test_one_transfer_per_job_and_per_target(harness: RouterHarness, hub: FakeHub) -> None:
+    hub.rate = 512 * 1024
+    client = await harness.start(download_settings(harness, hub))
+    first = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    busy = await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})  # fmt: skip
+    assert busy.status_code == 409 and "another job" in busy.text
+    second = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    assert second["state"] == "queued"  # max_concurrent 1
+    assert (await client.post(f"{BASE}/jobs/{second['id']}/pause")).json()["state"] == "paused"
+    assert (await client.post(f"{BASE}/jobs/{second['id']}/resume")).json()["state"] == "queued"
+    assert (await wait_job(client, first["id"]))["state"] == "completed"
+    assert (await wait_job(client, second["id"]))["state"] == "completed"
+    gets = [s for s in hub.requests_to("hub") if s[1] == "GET" and s[2].endswith("/config.json")]
+    assert len(gets) == 1  # the paused-then-resumed job ran once
+
+
+async def test_a_finished_job_outlives_the_router_and_its_stream_ends(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    assert (await wait_job(client, job["id"]))["state"] == "completed"
+    await harness.close()
+    client = await harness.start(download_settings(harness, hub))
+    assert (await client.get(f"{BASE}/jobs/{job['id']}")).json()["state"] == "completed"
+    async with client.stream("GET", f"{BASE}/jobs/{job['id']}/events") as response:
+        events = await read_sse(response)
+    assert [e.event for e in events] == ["state"] and '"completed"' in events[0].data

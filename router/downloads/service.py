@@ -73,6 +73,9 @@ class Downloads:
         for row in reversed(await self.store.download_jobs()):
             job = Job.from_row(row)
             self.jobs[job.id] = job
+            # Events are not stored: the first one of a loaded job is its state, so a stream
+            # opened on a finished job ends at once.
+            job.publish("state", restored=True, **job.progress(time.monotonic()))
             if job.state in (State.RUNNING, State.QUEUED):
                 self._requeue(job, "resumed after a router restart")
 
@@ -134,6 +137,9 @@ class Downloads:
             raise Conflict("; ".join(blockers), code="download_refused")
         if not plan.files:
             raise Conflict("every chosen file is already in the library", code="nothing_to_do")
+        busy = self._busy_targets() & {self.relative(plan.repository.id, f.path) for f in plan.files}  # fmt: skip
+        if busy:
+            raise Conflict(f"another job is downloading {sorted(busy)[0]!r}", code="download_busy")  # fmt: skip
         job = Job(uuid.uuid4().hex, self.node_id, plan.repository.id, plan.revision,
                   plan.repository.commit, plan.files)  # fmt: skip
         self.jobs[job.id] = job
@@ -141,6 +147,13 @@ class Downloads:
         await self.store.save_download_job(job.to_row())
         self._spawn(job)
         return job
+
+    def _busy_targets(self) -> set[str]:
+        return {
+            self.relative(job.repository, f.path)
+            for job in self.jobs.values() if job.state not in TERMINAL
+            for f in job.files if f.path not in job.done_paths
+        }  # fmt: skip
 
     def get(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -194,6 +207,9 @@ class Downloads:
         self._spawn(job)
 
     def _spawn(self, job: Job) -> None:
+        running = self._tasks.get(job.id)
+        if running is not None and not running.done():
+            return  # its loop sees the job queued again and runs it
         task = asyncio.create_task(self._run(job), name=f"download-{job.id}")
         self._tasks[job.id] = task
         task.add_done_callback(lambda _t: self._tasks.pop(job.id, None))
@@ -208,20 +224,26 @@ class Downloads:
     # -- the runner --------------------------------------------------------------------
 
     async def _run(self, job: Job) -> None:
-        async with self._slots:
-            if job.state is not State.QUEUED or self._closing:
-                return
-            await self._save(job, State.RUNNING)
-            ticker = asyncio.create_task(self._tick(job))
-            try:
-                outcome, error = await self._transfer_all(job)
-            finally:
-                ticker.cancel()
-            if outcome is State.RUNNING:
-                return  # the router is stopping: the next start resumes the job
-            if outcome in (State.FAILED, State.CANCELLED):
-                await asyncio.to_thread(remove_tree, self._staging(job))
-            await self._save(job, outcome, error)
+        # A loop: a job resumed while its last run was still ending runs again here (one task
+        # per job, never two transfers into the same part file).
+        while job.state is State.QUEUED and not self._closing:
+            async with self._slots:
+                if job.state is not State.QUEUED or self._closing:
+                    return
+                await self._run_once(job)
+
+    async def _run_once(self, job: Job) -> None:
+        await self._save(job, State.RUNNING)
+        ticker = asyncio.create_task(self._tick(job))
+        try:
+            outcome, error = await self._transfer_all(job)
+        finally:
+            ticker.cancel()
+        if outcome is State.RUNNING:
+            return  # the router is stopping: the next start resumes the job
+        if outcome in (State.FAILED, State.CANCELLED):
+            await asyncio.to_thread(remove_tree, self._staging(job))
+        await self._save(job, outcome, error)
 
     async def _transfer_all(self, job: Job) -> tuple[State, str | None]:
         staging = self._staging(job)
@@ -229,6 +251,8 @@ class Downloads:
         client = new_client()
         try:
             for index, item in enumerate(job.files):
+                if job.control.stop.is_set():
+                    raise Stopped(job.control.reason)
                 if item.path in job.done_paths:
                     continue
                 await self._transfer_one(job, client, index, item, staging / f"{index}.part")
@@ -238,6 +262,9 @@ class Downloads:
         except (TransferError, OSError) as exc:
             log.warning("download %s failed: %s", job.id, exc)
             return State.FAILED, str(exc)
+        except Exception as exc:  # a job is never left `running` by a bug or a store error
+            log.exception("download %s failed unexpectedly", job.id)
+            return State.FAILED, f"internal error: {type(exc).__name__}"
         finally:
             client.close()
         return State.COMPLETED, None
