@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from router.api import site_assets_hub
 from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
@@ -37,7 +38,7 @@ from router.site import (
 )
 
 MAX_BATCH = 100
-_LATER = frozenset({"jobs", "bind", "candidates", "substitute"})
+_LATER = frozenset({"jobs", "substitute"})
 
 
 def _config(request: web.Request, body: Mapping[str, Any]) -> ModelConfig:
@@ -229,6 +230,7 @@ _POSTS: dict[str, Callable[[web.Request, dict[str, Any]], Awaitable[web.Response
     "resolve": resolve,
     "resolve-batch": resolve_batch,
     "import": import_portable,
+    **site_assets_hub.ACTIONS,  # candidates, bind: on the hub (docs/downloads.md)
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import ipaddress
 import json
 import socket
@@ -29,6 +30,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from router.downloads.assets import MAX_CANDIDATE_REPOS, hf_uri, matching, search_terms
 from router.downloads.names import is_commit
 from router.downloads.plan import Access, Repository, split_listing
 from router.downloads.ssrf import IPAddress, Policy, literal_address, origin_of, refusal
@@ -182,6 +184,31 @@ class Hub:
             license=license_ if isinstance(license_, str) else None,
             flagged=_flagged(info.security_repo_status), tags=tuple(info.tags or ()),
         )  # fmt: skip
+
+    def candidates(self, sha256: str, filename: str) -> list[dict[str, Any]]:
+        """Files on the hub whose LFS SHA-256 is `sha256`, from repositories a search for the
+        file's name finds (at most MAX_CANDIDATE_REPOS per search term)."""
+        seen: set[str] = set()
+        found: list[dict[str, Any]] = []
+        for term in search_terms(filename):
+            for model in _hub_call(functools.partial(self._first_models, term), "search"):
+                if model.id in seen:
+                    continue
+                seen.add(model.id)
+                try:
+                    repo = self.repository(model.id, None)
+                except RouterError:
+                    continue  # gated, gone or refused: not a candidate
+                found += [{"repository": repo.id, "commit": repo.commit, "path": f.path,
+                           "size": f.size, "hf": hf_uri(repo.id, repo.commit, f.path)}
+                          for f in matching(repo, sha256)]  # fmt: skip
+            if found:
+                break
+        return found
+
+    def _first_models(self, term: str) -> list[Any]:
+        found = self._api.list_models(search=term, limit=MAX_CANDIDATE_REPOS)
+        return list(islice(found, MAX_CANDIDATE_REPOS))
 
     def file_url(self, repo_id: str, commit: str, path: str) -> str:
         return hf_hub_url(repo_id, path, revision=commit, endpoint=self.endpoint)
