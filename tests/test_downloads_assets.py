@@ -3,9 +3,13 @@ hub files that carry it; a bind pins it only when the commit resolves and the LF
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +67,48 @@ async def test_bind_checks_commit_path_and_hash_then_is_learned(harness: RouterH
     assert r.json()["hf"] == f"hf://acme/tiny@{COMMIT}/weights/model.gguf"
     learned = await client.post(f"{ASSETS}/candidates", json={"sha256": sha, "filename": "x.gguf"})
     assert learned.json()["learned"] == r.json()["hf"]
+
+
+async def _asset_job(client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    r = await client.post(f"{ASSETS}/jobs", json=body)
+    assert r.status_code == 202, r.text
+    end = time.monotonic() + 30
+    while True:
+        job = (await client.get(f"{ASSETS}/jobs/{r.json()['id']}")).json()
+        if job["state"] != "running" or time.monotonic() > end:
+            return job
+        await asyncio.sleep(0.05)
+
+
+async def test_asset_jobs_fetch_what_the_node_lacks_then_import_resolves(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    library = harness.tmp / "library"
+    settings = download_settings(harness, hub)
+    models = settings.models.model_copy(update={"file_roots": (harness.models_dir, library)})
+    client = await harness.start(settings.model_copy(update={"models": models}))
+    sha = _sha(hub, "weights/model.gguf")
+    doc = {"model_param_hash": sha, "model_param_filename": "model.gguf",
+           "model_param_hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf"}  # fmt: skip
+    job = await _asset_job(client, {"kcpps": doc, "id": "fetched"})
+    (field,) = job["fields"]
+    assert job["state"] == "resolved" and field["source"] == "hf:pinned", job
+    assert field["path"] == str(library / "acme/tiny/weights/model.gguf")
+    r = await client.post(f"{ASSETS}/import", json={"id": "fetched", "kcpps": doc})
+    assert r.status_code == 200, r.text
+    assert json.loads((harness.kcpps_dir / "fetched.kcpps").read_text())["model_param"] == field["path"]  # fmt: skip
+
+
+async def test_asset_jobs_use_learned_origins_and_refuse_a_wrong_hash(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    client = await harness.start(download_settings(harness, hub))
+    sha = _sha(hub, "big.gguf")
+    bound = await client.post(f"{ASSETS}/bind", json={"sha256": sha, "repository": "acme/tiny",
+                                                      "repository_path": "big.gguf", "commit": COMMIT})  # fmt: skip
+    assert bound.status_code == 200
+    job = await _asset_job(client, {"kcpps": {"model_param_hash": sha, "model_param_filename": "big.gguf"}})  # fmt: skip
+    assert job["state"] == "resolved" and job["fields"][0]["source"] == "hf:learned", job
+    wrong = {"model_param_hash": "2" * 64, "model_param_filename": "model.gguf",
+             "model_param_hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf"}  # fmt: skip
+    job = await _asset_job(client, {"kcpps": wrong})
+    assert job["state"] == "failed" and "LFS SHA-256" in job["fields"][0]["failure"], job
+    job = await _asset_job(client, {"kcpps": {"model_param_hash": "3" * 64, "model_param_filename": "zzz.gguf"}})  # fmt: skip
+    assert job["state"] == "failed" and "0 hub candidates" in job["fields"][0]["failure"]
+    assert (await client.get(f"{ASSETS}/jobs/unknown")).status_code == 404

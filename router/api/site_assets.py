@@ -8,6 +8,7 @@ finds (docs/site.md, "Model assets"). Import writes only when every field resolv
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api import site_assets_hub
+from router.api import site_asset_jobs, site_assets_hub
 from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
@@ -38,7 +39,7 @@ from router.site import (
 )
 
 MAX_BATCH = 100
-_LATER = frozenset({"jobs", "substitute"})
+_LATER = frozenset({"substitute"})
 
 
 def _config(request: web.Request, body: Mapping[str, Any]) -> ModelConfig:
@@ -241,6 +242,9 @@ async def model_assets(request: web.Request) -> web.Response:
         if request.method != "POST":
             raise MethodNotAllowed(request.method, {"POST"})
         return await action(request, await read_control_json(request, required=True))
+    if tail.split("/", 1)[0] == "jobs":  # background resolution through the hub
+        body = functools.partial(read_control_json, request, required=True)
+        return await site_asset_jobs.route(request, tail, body, _document, _resolve_doc)
     if tail.split("/", 1)[0] in _LATER:
         raise NotImplementedRoute(f"model-assets/{tail.split('/', 1)[0]} is not available yet")
     if "/" not in tail:

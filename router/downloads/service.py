@@ -53,6 +53,10 @@ class Downloads:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._policy_key: int | None = None
+        # model-assets jobs (router/api/site_asset_jobs.py): kept here, in memory, with
+        # their background tasks so a stop can wait for them.
+        self.asset_jobs: dict[str, dict[str, Any]] = {}
+        self.background: set[asyncio.Task[None]] = set()
         self._closing = False
 
     @property
@@ -83,6 +87,9 @@ class Downloads:
         """Stop the transfers; their jobs stay `running`/`queued` in the store and resume at
         the next start (their staged bytes are kept)."""
         self._closing = True
+        for extra in list(self.background):
+            extra.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
         for job in self.jobs.values():
             if job.state is State.RUNNING:
                 job.control.request("shutdown")
