@@ -16,6 +16,7 @@ import pytest
 from tests.download_helpers import download_settings, hub_fixture
 from tests.fakes.fake_hub import COMMIT, FakeHub
 from tests.harness import RouterHarness, harness_fixture
+from tests.site_helpers import site_settings
 
 ASSETS = "/router/v1/site/model-assets"
 
@@ -112,3 +113,27 @@ async def test_asset_jobs_use_learned_origins_and_refuse_a_wrong_hash(harness: R
     job = await _asset_job(client, {"kcpps": {"model_param_hash": "3" * 64, "model_param_filename": "zzz.gguf"}})  # fmt: skip
     assert job["state"] == "failed" and "0 hub candidates" in job["fields"][0]["failure"]
     assert (await client.get(f"{ASSETS}/jobs/unknown")).status_code == 404
+
+
+async def test_substitute_points_a_field_at_another_file_by_hash(harness: RouterHarness) -> None:
+    h = harness
+    h.model("chat")
+    other = h.models_dir / "chat-q8.gguf"
+    other.write_bytes(b"GGUF-other-quant")
+    client = await h.start(site_settings(h))
+    old_sha = hashlib.sha256(b"GGUF").hexdigest()
+    new_sha = hashlib.sha256(other.read_bytes()).hexdigest()
+    body = {"id": "chat", "field": "model_param", "expected_sha256": old_sha, "sha256": new_sha}
+    preview = await client.post(f"{ASSETS}/substitute", json=body)
+    assert preview.status_code == 200, preview.text
+    assert preview.json()["written"] is False and preview.json()["to"] == "chat-q8.gguf"
+    assert json.loads((h.kcpps_dir / "chat.kcpps").read_text())["model_param"].endswith("chat.gguf")  # fmt: skip
+    for change, status in (({"expected_sha256": "1" * 64}, 409), ({"sha256": "2" * 64}, 409),
+                           ({"field": "sdmodel"}, 404), ({"position": -1}, 400)):  # fmt: skip
+        r = await client.post(f"{ASSETS}/substitute", json={**body, **change, "confirm": True})
+        assert r.status_code == status, (change, r.text)
+    done = await client.post(f"{ASSETS}/substitute", json={**body, "confirm": True})
+    assert done.status_code == 200 and done.json()["written"] is True, done.text
+    assert json.loads((h.kcpps_dir / "chat.kcpps").read_text())["model_param"] == str(other)
+    stale = await client.post(f"{ASSETS}/substitute", json={**body, "confirm": True})
+    assert stale.status_code == 409  # the field now holds the other file
