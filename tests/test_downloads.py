@@ -273,3 +273,20 @@ async def test_a_finished_job_outlives_the_router_and_its_stream_ends(harness: R
     async with client.stream("GET", f"{BASE}/jobs/{job['id']}/events") as response:
         events = await read_sse(response)
     assert [e.event for e in events] == ["state"] and '"completed"' in events[0].data
+
+
+async def test_a_graceful_stop_mid_job_resumes_at_the_next_start(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    hub.rate = 256 * 1024
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    await wait_bytes(client, job["id"], 64 * 1024)
+    await harness.close()  # the service stops the transfer; the job stays `running` in the store
+    assert list((harness.tmp / "library/.staging").rglob("*.part"))
+    hub.rate = None
+    client = await harness.start(download_settings(harness, hub))
+    done = await wait_job(client, job["id"])
+    assert done["state"] == "completed", done
+    assert (harness.tmp / "library/acme/tiny/big.gguf").read_bytes() == hub.repos["acme/tiny"].files["big.gguf"]  # fmt: skip
+    assert any(s[4] and s[4].startswith("bytes=") for s in hub.requests_to("cdn"))
+    head = await client.head(f"{BASE}/jobs/{job['id']}/events")
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
