@@ -4,6 +4,7 @@ plan, a download with verification, refusals (S21, S22), pause/resume, cancel (i
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tests.download_helpers import (
     wait_job,
 )
 from tests.fakes.fake_hub import COMMIT, TOKEN, FakeHub
-from tests.harness import RouterHarness, harness_fixture, read_sse
+from tests.harness import RouterHarness, free_port, harness_fixture, read_sse
 
 
 @pytest.fixture
@@ -290,3 +291,13 @@ async def test_a_graceful_stop_mid_job_resumes_at_the_next_start(harness: Router
     assert any(s[4] and s[4].startswith("bytes=") for s in hub.requests_to("cdn"))
     head = await client.head(f"{BASE}/jobs/{job['id']}/events")
     assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
+
+
+async def test_an_unreachable_hub_is_reported_not_waited_for(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    settings = download_settings(harness, hub)
+    closed = settings.downloads.model_copy(update={"endpoint": f"http://127.0.0.1:{free_port()}"})
+    client = await harness.start(settings.model_copy(update={"downloads": closed}))
+    started = time.monotonic()
+    caps = (await client.get(f"{BASE}/capabilities")).json()["nodes"][0]["capability"]
+    assert caps["reachable"] is False and "unreachable" in caps["reason"]
+    assert time.monotonic() - started < 10

@@ -22,7 +22,14 @@ from itertools import islice
 from typing import Any, TypeVar
 
 import httpx2
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, set_client_factory
+from huggingface_hub import (
+    HfApi,
+    get_hf_file_metadata,
+    get_session,
+    hf_hub_url,
+    hf_raise_for_status,
+    set_client_factory,
+)
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -37,6 +44,7 @@ from router.downloads.ssrf import IPAddress, Policy, literal_address, origin_of,
 from router.errors import BadGateway, BadRequest, Forbidden, NotFound, RouterError
 
 API_TIMEOUT = httpx2.Timeout(30.0, connect=10.0)
+PROBE_TIMEOUT = 5.0
 MAX_SEARCH_LIMIT = 100
 MAX_SEARCH_OFFSET = 10_000
 _EXPAND = ["downloads", "likes", "gated", "tags", "pipeline_tag", "lastModified"]
@@ -144,8 +152,16 @@ class Hub:
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
     def reachable(self) -> tuple[bool, str | None]:
+        """One short request to the API (no retries: `list_models` would back off for
+        half a minute on a box without network)."""
+
+        def probe() -> None:
+            response = get_session().get(f"{self.endpoint}/api/models", params={"limit": 1},
+                                         headers=self.auth_headers(), timeout=PROBE_TIMEOUT)  # fmt: skip
+            hf_raise_for_status(response)
+
         try:
-            _hub_call(lambda: list(islice(self._api.list_models(limit=1), 1)), "probe")
+            _hub_call(probe, "probe")
         except RouterError as err:
             return False, err.message
         return True, None

@@ -327,17 +327,20 @@ class Downloads:
         """Drop library rows whose file is gone; report files that changed size and files in
         downloads.dir the library does not know (never hashed here: that is the inventory's)."""
         rows = await self.store.library_entries()
+        missing, changed, untracked = await asyncio.to_thread(self._check, rows)
+        for path in missing:
+            await self.store.delete_library_entry(path)
+        return {"checked": len(rows), "missing": missing, "changed": changed, "untracked": untracked}  # fmt: skip
+
+    def _check(self, rows: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
         missing, changed = [], []
         for row in rows:
             path = self.dir / row["path"]
             if not path.is_file():
                 missing.append(row["path"])
-                await self.store.delete_library_entry(row["path"])
             elif path.stat().st_size != row["size"]:
                 changed.append(row["path"])
-        known = {row["path"] for row in rows}
-        untracked = await asyncio.to_thread(self._untracked, known)
-        return {"checked": len(rows), "missing": missing, "changed": changed, "untracked": untracked}  # fmt: skip
+        return missing, changed, self._untracked({row["path"] for row in rows})
 
     def _untracked(self, known: set[str]) -> list[str]:
         found = []
