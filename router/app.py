@@ -56,8 +56,10 @@ from router.api import (
     site_inventory,
     site_relay,
     site_store,
+    site_webuis,
     vllm,
     voice,
+    webui_proxy,
 )
 from router.api.common import Handler
 from router.appkeys import (
@@ -66,6 +68,7 @@ from router.appkeys import (
     CLUSTER,
     DISPATCH,
     EVENTS,
+    MAIN_APP,
     MATCH,
     METRICS,
     NODE_DISPATCH,
@@ -116,6 +119,7 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **node.HANDLERS,
+    **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
 }
 
@@ -237,12 +241,29 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             benchmarks.benchmarks_context,
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
+            site_webuis.webuis_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)
     app[DISPATCH] = dispatcher(handler_table(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
+    return app
+
+
+def create_backend_ui_app(main: web.Application) -> web.Application:
+    """The backend-UI listener's app (docs/webuis.md): another origin than `main`'s, with the
+    same edge guards (its own Host names) and error renderer, serving only
+    `/router/webuis/<kind>/...` with `main`'s resources (start it after `main`)."""
+    settings = main[SETTINGS]
+    route_of = webui_proxy.listener_route_of
+    guarded = guards.edge_middlewares(webui_proxy.listener_settings(settings), route_of)
+    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    app = web.Application(middlewares=middlewares)
+    app[MAIN_APP] = main
+    app.on_startup.append(webui_proxy.share_resources)
+    app.on_response_prepare.append(webui_proxy.on_prepare)
+    app.router.add_route("*", "/{tail:.*}", webui_proxy.serve)
     return app
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from router.runtime import RuntimeManager
     from router.site import SiteFiles
     from router.store import Store
+    from router.webuis import WebUIs
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
@@ -51,6 +52,10 @@ DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = w
 NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
     "node_dispatch"
 )
+# Backend WebUIs: enabled kinds, tickets, sessions, the listener (docs/webuis.md).
+WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
+# The backend-UI listener's app: the management app it serves for (its resources are shared).
+MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
