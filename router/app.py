@@ -15,7 +15,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
 client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
-files -> benchmarks.
+files -> benchmarks -> downloads -> cluster.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from router.api import (
     responses,
     site_assets,
     site_configs,
+    site_downloads,
     site_fanout,
     site_inventory,
     site_relay,
@@ -121,6 +122,7 @@ HANDLERS: dict[str, Handler] = {
     **node.HANDLERS,
     **guardians.HANDLERS,
     **site_webuis.HANDLERS,
+    **site_downloads.HANDLERS,
 }
 
 # What a slave does not serve: it is no management surface (docs/cluster.md).
@@ -240,6 +242,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             site_inventory.site_context,
             benchmarks.benchmarks_context,
             guardians.guardians_context,
+            site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,
         ]

@@ -1,4 +1,4 @@
--- 0003: guardian models (docs/guardians.md): which multimodal model answers image requests
+-- 0004: guardian models (docs/guardians.md): which multimodal model answers image requests
 -- sent to a text-only model, at cluster, node or model scope; and, on each analytics event,
 -- the guardian that answered for the requested model.
 
