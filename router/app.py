@@ -40,6 +40,7 @@ from router.api import (
     benchmarks,
     comfy,
     control,
+    guardians,
     images,
     inference,
     meta,
@@ -119,6 +120,7 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **node.HANDLERS,
+    **guardians.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
 }
@@ -239,6 +241,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
+            guardians.guardians_context,
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,

@@ -14,6 +14,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService
+    from router.cluster.guardians import GuardianTable
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
@@ -56,6 +57,8 @@ NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]
 WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 # The backend-UI listener's app: the management app it serves for (its resources are shared).
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
+# Guardian assignments in force (router/api/guardians.py); replaced whole on a change.
+GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
