@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
     from router.runtime import RuntimeManager
+    from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
     from router.store import Store
 
@@ -36,6 +37,8 @@ IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chose
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
 SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
+BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend init jobs
+LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM offline switches
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Asks the server to stop gracefully (server.py sets it to its stop event).

@@ -212,7 +212,7 @@ def test_program_falls_back_to_path_then_explains(
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     assert WHISPER.program(Settings()) == [str(exe)]
-    # Not on PATH: the per-machine build folder of scripts/build-backends.sh.
+    # Not on PATH: the per-machine build folder (`<root>/bin`, backends/installs.py).
     (built / "bin").mkdir(parents=True)
     sd = built / "bin" / "sd-server"
     sd.write_text("#!/bin/sh\n")
