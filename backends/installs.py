@@ -17,12 +17,12 @@ one are kept (a runtime started from one may still be running), older ones are d
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import json
 import os
 import secrets
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +69,9 @@ class Layout:
 
     def new_build(self) -> tuple[Path, Path]:
         """A fresh (prefix, work) pair; the prefix is empty and nothing points at it yet."""
-        name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+        # Sortable by age (old_builds relies on it), unique with the random tail.
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        name = f"{stamp}-{secrets.token_hex(3)}"
         self.builds.mkdir(parents=True, exist_ok=True)
         prefix, work = self.builds / name, self.home / f"work-{name}"
         prefix.mkdir()
