@@ -14,8 +14,8 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> ComfyUI jobs -> site
-files -> benchmarks.
+client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> ComfyUI
+jobs -> site files -> benchmarks.
 """
 
 from __future__ import annotations
