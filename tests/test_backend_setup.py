@@ -21,8 +21,10 @@ import httpx
 import pytest
 
 from backends.registry import adapter_for
+from router.appkeys import EVENTS
 from router.config import Settings
 from router.domain import Family
+from router.setup import SetupJob
 from tests.harness import RouterHarness, wait_for
 
 INIT = "/router/v1/site/nodes/backends/init"
@@ -76,13 +78,16 @@ def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return built
 
 
-def settings_with_recipes(h: RouterHarness, recipes: list[dict[str, Any]]) -> Settings:
+def settings_with_recipes(
+    h: RouterHarness, recipes: list[dict[str, Any]], **setup: Any
+) -> Settings:
     path = h.tmp / "recipes.json"
     path.write_text(json.dumps({"recipes": recipes}))
     base = h.settings()
     # No binary_path for the families built here: the loader must find the built one.
+    setup = {"recipes_file": path, "cancel_grace": 2, **setup}
     update: dict[str, Any] = {
-        "setup": base.setup.model_copy(update={"recipes_file": path, "cancel_grace": 2}),
+        "setup": base.setup.model_copy(update=setup),
         "whispercpp": base.whispercpp.model_copy(update={"binary_path": None}),
         "sdcpp": base.sdcpp.model_copy(update={"binary_path": None}),
     }
@@ -123,6 +128,9 @@ async def test_init_builds_reports_progress_and_swaps_in(
 ) -> None:
     h = harness
     client = await start(h)
+    bus: list[dict[str, Any]] = []
+    assert h.app is not None
+    h.app[EVENTS].subscribe_callback(bus.append)
     before = backend((await client.get(STATE)).json(), "whisper-server")
     assert before["lifecycle_state"] == "not_initialized" and before["installed"] is False
 
@@ -158,7 +166,7 @@ async def test_init_builds_reports_progress_and_swaps_in(
     chunks = [(c["stream"], base64.b64decode(c["data"]).decode()) for c in out["chunks"]]
     stdout = "".join(text for stream, text in chunks if stream == "stdout")
     assert stdout == "wrote whisper-server\nheld\nfake v1\n"  # in order; the probe's last
-    assert [text for stream, text in chunks if stream == "stderr"] == ["a warning on stderr\n"]
+    assert "".join(text for stream, text in chunks if stream == "stderr") == "a warning on stderr\n"
     assert [c["sequence"] for c in out["chunks"]] == list(range(1, len(chunks) + 1))
     assert out["finished"] is True and out["truncated"] is False
 
@@ -173,6 +181,38 @@ async def test_init_builds_reports_progress_and_swaps_in(
     assert after["runtime_version"] == "whisper-server-fake-1"
     assert after["initialization_state"] == "succeeded"
     assert not list((root / "whisper-server").glob("work-*"))
+    # The same progress went to /router/v1/events.
+    announced = [e["phase"] for e in bus if e["event"] == "backend_init"]
+    assert announced == phases
+
+
+async def test_a_step_past_its_deadline_fails_and_is_stopped(
+    harness: RouterHarness, root: Path
+) -> None:
+    h = harness
+    recipes = [recipe("whisper-server", "whispercpp", h.tmp)]
+    client = await h.start(settings_with_recipes(h, recipes, step_timeout=1))
+    job = (await client.post(INIT, json={"backend_id": "whisper-server"})).json()
+    record = await job_done(client, job["id"])
+    assert record["state"] == "failed", record
+    assert record["error"] == "step hold ran longer than 1 s (setup.step_timeout)"
+    step_pid, grandchild = map(int, (h.tmp / "whisper-server.pids").read_text().split())
+    assert gone(step_pid) and gone(grandchild)
+    assert not list((root / "whisper-server" / "builds").iterdir())
+
+
+def test_output_is_capped_and_marked_truncated() -> None:
+    job = SetupJob("0" * 32, "local", "x", "1", ["a"], cap_bytes=10)
+    job.output("stdout", b"12345678")
+    job.output("stderr", b"abcdef")
+    job.output("stdout", b"dropped")
+    job.output("other", b"ignored")
+    assert [(c[1], c[3], c[4]) for c in job.chunks] == [
+        ("stdout", b"12345678", False),
+        ("stderr", b"ab", True),
+    ]
+    record = job.record()
+    assert record["output_bytes"] == 10 and record["output_truncated"] is True
 
 
 async def test_cancel_mid_build_keeps_the_old_build(harness: RouterHarness, root: Path) -> None:

@@ -31,6 +31,7 @@ from router.setup.runner import OutputSink, StepFailed, run_step
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
+JOBS_IN_MEMORY = 4
 Outcome = tuple[JobState, str | None, bool]  # state, error, retryable
 
 
@@ -90,6 +91,11 @@ class BackendSetup:
             raise Conflict(
                 f"{recipe.backend_id} is being built by another process on this node"
                 " (make backends?)",
+                param="backend_id",
+            ) from None
+        except OSError as exc:
+            raise Conflict(
+                f"cannot take the build lock under TENSOR_ROUTER_BACKENDS_DIR: {exc.strerror}",
                 param="backend_id",
             ) from None
         job = SetupJob(
@@ -155,6 +161,8 @@ class BackendSetup:
             outcome = (JobState.CANCELLED, "cancelled", True)
         except StepFailed as exc:
             outcome = (JobState.FAILED, str(exc), True)
+        except OSError as exc:  # the build folders (disk full, permissions)
+            outcome = (JobState.FAILED, f"cannot write the build: {exc.strerror or exc}", True)
         except Exception as exc:
             log.exception("init of %s failed", recipe.backend_id)
             outcome = (JobState.FAILED, f"internal error: {exc}", True)
@@ -211,6 +219,13 @@ class BackendSetup:
             log.warning("init job %s: its record was not saved: %r", job.id, exc)
         finally:
             self._tasks.pop(job.id, None)
+            self._forget_old_jobs()
+
+    def _forget_old_jobs(self) -> None:
+        """Finished jobs beyond the newest few are read back from disk (their output is big)."""
+        done = [job_id for job_id, job in self._jobs.items() if job.done]
+        for job_id in done[:-JOBS_IN_MEMORY]:
+            del self._jobs[job_id]
 
     async def _step(self, step: ResolvedStep, sink: OutputSink, seconds: float) -> None:
         await run_step(step, sink, seconds=seconds, grace=self._section.cancel_grace)
