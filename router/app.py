@@ -15,7 +15,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
 client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> ComfyUI
-jobs -> site files -> benchmarks.
+jobs -> site files -> benchmarks -> downloads -> cluster.
 """
 
 from __future__ import annotations
@@ -54,11 +54,15 @@ from router.api import (
     setup,
     site_assets,
     site_configs,
+    site_downloads,
+    site_fanout,
     site_inventory,
     site_relay,
     site_store,
+    site_webuis,
     vllm,
     voice,
+    webui_proxy,
 )
 from router.api.common import Handler
 from router.appkeys import (
@@ -69,6 +73,7 @@ from router.appkeys import (
     DISPATCH,
     EVENTS,
     LAUNCH_OPTIONS,
+    MAIN_APP,
     MATCH,
     METRICS,
     NODE_DISPATCH,
@@ -120,6 +125,8 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **node.HANDLERS,
+    **site_webuis.HANDLERS,
+    **site_downloads.HANDLERS,
     **setup.HANDLERS,
 }
 
@@ -190,7 +197,8 @@ def handler_table(settings: Settings) -> dict[str, Handler]:
     management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     if role == "master":
         wrapped = {n: site_relay.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
-        return HANDLERS | wrapped
+        merged = {n: fan(wrapped[n]) for n, fan in site_fanout.FANOUT.items() if n in wrapped}
+        return HANDLERS | wrapped | merged
     return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
 
 
@@ -239,13 +247,31 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
+            site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
+            site_webuis.webuis_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)
     app[DISPATCH] = dispatcher(handler_table(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
+    return app
+
+
+def create_backend_ui_app(main: web.Application) -> web.Application:
+    """The backend-UI listener's app (docs/webuis.md): another origin than `main`'s, with the
+    same edge guards (its own Host names) and error renderer, serving only
+    `/router/webuis/<kind>/...` with `main`'s resources (start it after `main`)."""
+    settings = main[SETTINGS]
+    route_of = webui_proxy.listener_route_of
+    guarded = guards.edge_middlewares(webui_proxy.listener_settings(settings), route_of)
+    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    app = web.Application(middlewares=middlewares)
+    app[MAIN_APP] = main
+    app.on_startup.append(webui_proxy.share_resources)
+    app.on_response_prepare.append(webui_proxy.on_prepare)
+    app.router.add_route("*", "/{tail:.*}", webui_proxy.serve)
     return app
 
 

@@ -63,6 +63,8 @@ class Override:
     # Chosen by a handler that reads its own body: another cluster node serves the request as
     # the client sent it (router/api/relay.py).
     relay_to: Target | None = None
+    # Wraps the relay's rewriter to watch the answer (a follow-up id to pin to that node).
+    relay_watch: Callable[[ModelRewriter], ModelRewriter] | None = None
 
     @property
     def plain(self) -> bool:
@@ -101,9 +103,12 @@ async def forward_to(
     path_qs: str,
     body: bytes | AsyncIterator[bytes] | None,
     info: RequestInfo,
+    *,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """Forward to one known runtime, no model selection and no lease (sd-server job polls,
-    vLLM's operational routes); recorded like every forwarded request."""
+    vLLM's operational routes, backend WebUIs under their caller's lease); recorded like
+    every forwarded request. `headers` replaces the forwarded request headers."""
     family = runtime.family if isinstance(runtime, RuntimeView) else runtime.spec.family
     info.family = family.value
     async with recorded(request, info) as result:
@@ -114,7 +119,7 @@ async def forward_to(
         upstream = UpstreamRequest(
             request.method,
             runtime.base_url + path_qs,
-            _headers(request),
+            _headers(request) if headers is None else headers,
             body,
             not isinstance(body, AsyncIterator),
         )
@@ -186,7 +191,7 @@ async def _forward(
     selection = override.selection
     target = override.relay_to or (remote_target(request, selection) if override.plain else None)
     if target is not None:
-        return await relay(request, selection, target, result)
+        return await relay(request, selection, target, result, override.relay_watch)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
     family = family_for(config.backend_mode, lane)
