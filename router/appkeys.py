@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
     from router.runtime import RuntimeManager
+    from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
     from router.store import Store
     from router.webuis import WebUIs
@@ -41,6 +42,8 @@ COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video
 SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 DOWNLOADS: web.AppKey[Downloads] = web.AppKey("downloads")  # absent when downloads are off
+BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend init jobs
+LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM offline switches
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
