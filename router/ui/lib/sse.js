@@ -181,6 +181,11 @@ export function liveState(events, { load, reduce, render, onerror = () => {} }) 
     get state() {
       return state;
     },
+    // A local change the server answered for (an action's reply), rendered at once.
+    set(next) {
+      state = next;
+      render(state);
+    },
     close() {
       closed = true;
       offEvent();
