@@ -54,7 +54,7 @@ from router.api import (
     site_inventory,
     site_relay,
     site_store,
-    ui,
+    ui_static,
     vllm,
     voice,
 )
@@ -114,7 +114,7 @@ HANDLERS: dict[str, Handler] = {
     **site_assets.HANDLERS,
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
-    **ui.HANDLERS,
+    **ui_static.HANDLERS,
     **node.HANDLERS,
 }
 
