@@ -9,7 +9,7 @@ import {
 import { pageHref } from '../lib/url.js';
 
 export const LANES = ['text', 'image', 'voice', 'embeddings', 'music'];
-const REFRESH_MS = 5000; // in-flight and queue counts without `activity` events: reread
+const REFRESH_MS = 5000; // in-flight and queue counts, reread while no `activity` event came
 const ANNOUNCE_MS = 1000; // screen readers hear at most one progress update a second
 
 function exitCodeOf(reason) {
@@ -252,8 +252,9 @@ export default {
       if (event.event === 'loading') for (const lane of event.lanes || []) view.failures.delete(lane);
       else if (event.event === 'ready' && event.load_seconds) view.usual[event.model] = event.load_seconds;
       else if (event.event === 'failed') onFailed(event, view, refreshErrors);
+      else if (event.event === 'activity') view.liveCounts = true;
     });
-    const timers = startTimers(root, ctx, live);
+    const timers = startTimers(root, ctx, live, view);
     await Promise.all([refreshErrors(), readUsualTimes(ctx, view)]);
     return () => {
       timers.forEach(clearInterval);
@@ -273,14 +274,16 @@ async function readUsualTimes(ctx, view) {
   }
 }
 
-function startTimers(root, ctx, live) {
+function startTimers(root, ctx, live, view) {
   const tick = setInterval(() => {
     for (const span of root.querySelectorAll('[data-elapsed-since]')) {
       span.textContent = formatSeconds(Math.max(0, Date.now() / 1000 - Number(span.dataset.elapsedSince)));
     }
   }, 1000);
   const refresh = setInterval(() => {
-    if (document.visibilityState === 'visible' && ctx.events.status === 'connected') live.resync();
+    // A stream with `activity` events keeps the counts live itself: nothing to reread.
+    if (view.liveCounts || document.visibilityState !== 'visible') return;
+    if (ctx.events.status === 'connected') live.resync();
   }, REFRESH_MS);
   return [tick, refresh];
 }
