@@ -14,8 +14,8 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
-files -> benchmarks.
+client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> ComfyUI
+jobs -> site files -> benchmarks -> downloads -> cluster.
 """
 
 from __future__ import annotations
@@ -34,12 +34,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from backends.base import built_backends_dir
 from backends.process import hold_watchdog, reap_stale, release_watchdog
+from backends.recipes import default_recipes, load_recipes
 from router.api import (
     anthropic,
     benchmarks,
     comfy,
     control,
+    guardians,
     images,
     inference,
     meta,
@@ -49,22 +52,30 @@ from router.api import (
     ollama_gen,
     realtime,
     responses,
+    setup,
     site_assets,
     site_configs,
+    site_downloads,
+    site_fanout,
     site_inventory,
     site_relay,
     site_store,
+    site_webuis,
     ui_static,
     vllm,
     voice,
+    webui_proxy,
 )
 from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
+    BACKEND_SETUP,
     CATALOG,
     CLUSTER,
     DISPATCH,
     EVENTS,
+    LAUNCH_OPTIONS,
+    MAIN_APP,
     MATCH,
     METRICS,
     NODE_DISPATCH,
@@ -87,6 +98,7 @@ from router.errors import InternalError, NotImplementedRoute, RouteNotFound, Rou
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
 from router.runtime import Loader, RuntimeManager, observer_factory
+from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
 log = logging.getLogger(__name__)
@@ -116,6 +128,10 @@ HANDLERS: dict[str, Handler] = {
     **benchmarks.HANDLERS,
     **ui_static.HANDLERS,
     **node.HANDLERS,
+    **guardians.HANDLERS,
+    **site_webuis.HANDLERS,
+    **site_downloads.HANDLERS,
+    **setup.HANDLERS,
 }
 
 # What a slave does not serve: it is no management surface (docs/cluster.md).
@@ -185,7 +201,8 @@ def handler_table(settings: Settings) -> dict[str, Handler]:
     management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     if role == "master":
         wrapped = {n: site_relay.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
-        return HANDLERS | wrapped
+        merged = {n: fan(wrapped[n]) for n, fan in site_fanout.FANOUT.items() if n in wrapped}
+        return HANDLERS | wrapped | merged
     return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
 
 
@@ -228,18 +245,38 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _client_session,
             _store,
             _catalog,
+            _backend_setup,
             _runtimes,
             images.images_context,
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
+            guardians.guardians_context,
+            site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
+            site_webuis.webuis_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)
     app[DISPATCH] = dispatcher(handler_table(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
+    return app
+
+
+def create_backend_ui_app(main: web.Application) -> web.Application:
+    """The backend-UI listener's app (docs/webuis.md): another origin than `main`'s, with the
+    same edge guards (its own Host names) and error renderer, serving only
+    `/router/webuis/<kind>/...` with `main`'s resources (start it after `main`)."""
+    settings = main[SETTINGS]
+    route_of = webui_proxy.listener_route_of
+    guarded = guards.edge_middlewares(webui_proxy.listener_settings(settings), route_of)
+    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    app = web.Application(middlewares=middlewares)
+    app[MAIN_APP] = main
+    app.on_startup.append(webui_proxy.share_resources)
+    app.on_response_prepare.append(webui_proxy.on_prepare)
+    app.router.add_route("*", "/{tail:.*}", webui_proxy.serve)
     return app
 
 
@@ -317,6 +354,27 @@ def state_dir(settings: Settings) -> Path:
     return folder
 
 
+async def _backend_setup(app: web.Application) -> AsyncIterator[None]:
+    """Init jobs and vLLM's launch options (docs/backends-setup.md); running jobs are
+    cancelled when the router stops, after the runtimes (closed before this)."""
+    settings = app[SETTINGS]
+    folder = state_dir(settings)
+    app[LAUNCH_OPTIONS] = LaunchOptions(folder / "launch-options.json", settings)
+    recipe_file = settings.setup.recipes_file
+    recipes = load_recipes(recipe_file) if recipe_file is not None else default_recipes()
+    service = BackendSetup(
+        recipes,
+        root=built_backends_dir(),
+        jobs_dir=folder / "backend-setup",
+        section=settings.setup,
+        node_id=settings.cluster.node_id,
+        events=app[EVENTS],
+    )
+    app[BACKEND_SETUP] = service
+    yield
+    await service.close()
+
+
 async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pid_dir = state_dir(settings) / "pids"
@@ -324,7 +382,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     reaped = reap_stale(pid_dir)
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
-    loader = Loader(settings, app[SESSION], pid_dir)
+    loader = Loader(settings, app[SESSION], pid_dir, env_overlay=app[LAUNCH_OPTIONS].env_for)
     store = app[STORE]
     manager = RuntimeManager(
         settings,

@@ -212,6 +212,10 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
     _admin("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
     _admin("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
+    _admin("/router/v1/site/nodes/backends/init", "GET", "site.backends_init_status"),
+    _admin("/router/v1/site/nodes/backends/init/{job_id}", "GET", "site.backends_init_job"),
+    _admin("/router/v1/site/nodes/backends/init/{job_id}/output", "GET", "site.backends_init_output"),
+    _admin("/router/v1/site/nodes/backends/init/{job_id}/events", "GET", "site.backends_init_events"),
     _admin("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
     _admin("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
     _admin("/router/v1/site/download", "GET POST", "site.download"),
@@ -236,6 +240,9 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/config-file/{tail:.+}", "GET POST PUT DELETE", "site.config_file"),
     _admin("/router/v1/site/model-files/{tail:.+}", "GET POST PUT DELETE", "site.model_files", body=_ST),
     _admin("/router/v1/site/model-assets/{tail:.+}", "GET POST PUT DELETE", "site.model_assets", body=_ST),
+    # -- backend WebUIs: an admin's navigation, answered with a ticket redirect (docs/webuis.md)
+    _admin("/router/webuis/{kind}", "GET", "webuis.open"),
+    _admin("/router/webuis/{kind}/{tail:.+}", "GET", "webuis.open"),
     # -- cluster (cluster token only)
     _r("/router/v1/node/{tail:.+}", _ANY, Surface.NODE, None, Role.CLUSTER, "node.dispatch",
        sel=NO_SELECTOR, body=_ST),

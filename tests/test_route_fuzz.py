@@ -45,11 +45,24 @@ DELIBERATE_5XX = {501: "not_supported_error", 502: "upstream_error", 503: "unava
                   504: "timeout_error"}  # fmt: skip
 _PARAM = re.compile(r"\{(\w+)(?::[^{}]+)?\}")
 PARAM_VALUES: dict[str, tuple[str, ...]] = {
-    "tail": ("x", "txt2img", "a/b", "generate", "models", "chat/completions", "%ff", "j"),
+    "tail": (
+        "x",
+        "txt2img",
+        "a/b",
+        "generate",
+        "models",
+        "chat/completions",
+        "%ff",
+        "j",
+        "session",
+        "load",
+    ),
+    "kind": ("llama", "whispercpp", "nope", "%ff"),
     "model_id": MODELS,
     "prompt_id": ("12345678-0000-0000-0000-000000000001", "x", "%ff"),
     "attempt_id": ("1", "x" * 300, "%ff", "-1"),
     "id": ("resp_1_0", "x", "%ff"),
+    "job_id": ("0" * 32, "x", "%ff"),
 }
 
 # ---- strategies -------------------------------------------------------------------------------
@@ -86,6 +99,10 @@ SPECIAL = {"model": st.sampled_from(MODELS), "messages": messages, "options": op
 # The fields each router-local handler reads; proxied routes get the common selector fields.
 READS: dict[str, tuple[str, ...]] = {
     "control.load": ("model", "lane"),
+    # No sane backend_id is ever drawn: a fuzzed init must not start a real build.
+    "site.backends_init": ("node_id", "backend_id", "profile"),
+    "site.backends_init_cancel": ("node_id", "backend_id"),
+    "site.launch_options_set": ("node_id", "backend_id", "options"),
     "control.unload": ("target",),
     "site.models_state_set": ("node_id", "local_id", "model", "enabled", "disabled"),
     "ollama.show": ("model", "name", "verbose"),
@@ -107,6 +124,7 @@ READS: dict[str, tuple[str, ...]] = {
     "responses.create": ("model", "input", "stream", "previous_response_id", "store"),
     "responses.follow": ("model", "stream"),
     "anthropic.messages": ("model", "messages", "max_tokens", "stream"),
+    "site.webuis": ("id", "enabled", "model_id", "image_id", "node_id"),
 }  # fmt: skip
 COMMON = ("model", "messages", "prompt", "input", "stream", "max_tokens", "system")
 WAV = (
@@ -129,6 +147,7 @@ SANE: dict[str, Any] = {
     "sd_model_checkpoint": "art-art", "delete": [], "clear": False, "lora_name": "x",
     "lora_path": "x", "audio_data": base64.b64encode(WAV).decode(), "langcode": "en",
     "images": [],
+    "id": "llama", "model_id": "chat-a",
 }  # fmt: skip
 
 

@@ -12,11 +12,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
+from router.api import guardians
 from router.api.common import Handler, arrived, matched_route
 from router.api.relay import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.cluster import Target
+from router.cluster.guardians import carries_images, has_vision
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -63,6 +65,8 @@ class Override:
     # Chosen by a handler that reads its own body: another cluster node serves the request as
     # the client sent it (router/api/relay.py).
     relay_to: Target | None = None
+    # Wraps the relay's rewriter to watch the answer (a follow-up id to pin to that node).
+    relay_watch: Callable[[ModelRewriter], ModelRewriter] | None = None
 
     @property
     def plain(self) -> bool:
@@ -101,9 +105,12 @@ async def forward_to(
     path_qs: str,
     body: bytes | AsyncIterator[bytes] | None,
     info: RequestInfo,
+    *,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """Forward to one known runtime, no model selection and no lease (sd-server job polls,
-    vLLM's operational routes); recorded like every forwarded request."""
+    vLLM's operational routes, backend WebUIs under their caller's lease); recorded like
+    every forwarded request. `headers` replaces the forwarded request headers."""
     family = runtime.family if isinstance(runtime, RuntimeView) else runtime.spec.family
     info.family = family.value
     async with recorded(request, info) as result:
@@ -114,7 +121,7 @@ async def forward_to(
         upstream = UpstreamRequest(
             request.method,
             runtime.base_url + path_qs,
-            _headers(request),
+            _headers(request) if headers is None else headers,
             body,
             not isinstance(body, AsyncIterator),
         )
@@ -186,9 +193,13 @@ async def _forward(
     selection = override.selection
     target = override.relay_to or (remote_target(request, selection) if override.plain else None)
     if target is not None:
-        return await relay(request, selection, target, result)
+        return await relay(request, selection, target, result, override.relay_watch)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
+    if lane is Lane.TEXT and _needs_guardian(config, selection):
+        config, target = guardians.answering(request, config, info)
+        if target is not None:
+            return await relay(request, selection, target, result)
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
@@ -208,6 +219,11 @@ async def _forward(
         finally:
             lease.release()
     raise AssertionError("unreachable")
+
+
+def _needs_guardian(config: ModelConfig, selection: Selection) -> bool:
+    """Images sent to a model that cannot read them (a cheap byte scan first)."""
+    return bool(selection.prefix) and not has_vision(config) and carries_images(selection.prefix)
 
 
 DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -131,12 +132,37 @@ class ServerSection(_Section):
     reserved_connections: int = Field(default=8, ge=0)
     reserved_cidrs: tuple[Cidr, ...] = ("127.0.0.1/32", "::1/128")
     header_timeout: PositiveDuration = 30.0
+    # The backend WebUIs' own listener, another origin than the API (docs/webuis.md):
+    # `auto` is the API's host and port + 1 (another free port if that one is taken), `off`
+    # disables it, or an explicit HOST:PORT.
+    backend_ui_bind: str = "auto"
+    backend_ui_public_url: str | None = None
 
     @field_validator("bind")
     @classmethod
     def _check_bind(cls, value: str) -> str:
         split_bind(value)
         return value
+
+    @field_validator("backend_ui_bind")
+    @classmethod
+    def _check_ui_bind(cls, value: str) -> str:
+        if value.strip() not in ("auto", "off"):
+            split_bind(value)
+        return value.strip()
+
+    @field_validator("backend_ui_public_url")
+    @classmethod
+    def _check_ui_url(cls, value: str | None) -> str | None:
+        return _origin_only(value) if value is not None and value.strip() else None
+
+    def backend_ui_address(self) -> tuple[str, int] | None:
+        """Where the backend-UI listener binds; None when it is off."""
+        if self.backend_ui_bind == "off":
+            return None
+        if self.backend_ui_bind == "auto":
+            return self.host, (self.port + 1 if 0 < self.port < 65535 else 0)
+        return split_bind(self.backend_ui_bind)
 
     @property
     def host(self) -> str:
@@ -153,6 +179,13 @@ class ServerSection(_Section):
         if chosen and self.reserved_connections >= self.max_connections:
             raise ValueError(
                 "server.reserved_connections must be smaller than server.max_connections"
+            )
+        # `auto` never collides (port + 1); only an explicit address can equal the API's.
+        explicit = self.backend_ui_bind not in ("auto", "off")
+        if explicit and self.port and split_bind(self.backend_ui_bind) == (self.host, self.port):
+            raise ValueError(
+                "server.backend_ui_bind must differ from server.bind: backend UIs need "
+                "their own origin"
             )
         return self
 
@@ -269,6 +302,45 @@ class ClusterSection(_Section):
         return value
 
 
+def _hub_endpoint(value: str) -> str:
+    # https anywhere; plain http only to a loopback mirror (a test hub, a local cache).
+    parts = urlsplit(value.strip())
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError(f"{value!r} must be an http(s) URL like https://huggingface.co")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError(f"{value!r}: no credentials, query or fragment in the endpoint")
+    loopback = host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
+    if parts.scheme == "http" and not loopback:
+        raise ValueError(f"{value!r}: plain http is allowed only on a loopback address")
+    return value.strip().rstrip("/")
+
+
+class DownloadsSection(_Section):
+    """Hugging Face downloads (docs/downloads.md). `token` is a secret: never rendered."""
+
+    enabled: bool = True
+    endpoint: Annotated[str, AfterValidator(_hub_endpoint)] = "https://huggingface.co"
+    token: str | None = Field(default=None, repr=False)
+    # None: `downloads` next to the store's database (the data folder).
+    dir: Path | None = None
+    free_space_reserve_gb: float = Field(default=2.0, ge=0)
+    max_concurrent: int = Field(default=1, ge=1, le=8)
+
+
+class SetupSection(_Section):
+    """Backend init jobs (docs/backends-setup.md)."""
+
+    # A JSON recipe set replacing the built-in recipes (backends/recipes.py, same fields).
+    recipes_file: Path | None = None
+    build_jobs: int = Field(default=2, ge=1, le=256)
+    step_timeout: PositiveDuration = 7200.0  # one step; a vLLM install or llama.cpp build
+    probe_timeout: PositiveDuration = 120.0
+    cancel_grace: Duration = 10.0  # TERM -> KILL for a cancelled step's process group
+    max_output_mb: float = Field(default=4.0, gt=0, le=256)
+    keep_jobs: int = Field(default=20, ge=1, le=1000)  # finished jobs kept on disk
+
+
 # The settings section that configures each family's native program (the one map: the loader,
 # the adapters and the test harness all read it).
 PROGRAM_SECTIONS: Mapping[Family, str] = {
@@ -296,6 +368,8 @@ class Settings(_Section):
     limits: LimitsSection = LimitsSection()
     media: MediaSection = MediaSection()
     cluster: ClusterSection = ClusterSection()
+    downloads: DownloadsSection = DownloadsSection()
+    setup: SetupSection = SetupSection()
     # Where the YAML came from (not a YAML key): relative paths resolved against its folder.
     source: Path | None = Field(default=None, exclude=True)
 
@@ -309,6 +383,22 @@ class Settings(_Section):
         object.__setattr__(self, "auth", self.auth.model_copy(update={"cluster_token": token}))
         object.__setattr__(self, "cluster", self.cluster.model_copy(update={"token": token}))
         return self
+
+
+def _origin_only(value: str) -> str:
+    """An http(s) origin and nothing more (no user info, path, query or fragment)."""
+    parts = urlsplit(value.strip())
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError(f"{value!r} has a bad port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} must be an http:// or https:// origin")
+    if parts.username or parts.password or parts.path not in ("", "/"):
+        raise ValueError(f"{value!r} must be an origin only: no user info or path")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{value!r} must be an origin only: no query or fragment")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def is_ip(text: str) -> bool:
@@ -338,6 +428,7 @@ def split_bind(bind: str) -> tuple[str, int]:
 __all__ = [
     "DEFAULT_CIDRS",
     "PROGRAM_SECTIONS",
+    "DownloadsSection",
     "Duration",
     "PositiveDuration",
     "Settings",

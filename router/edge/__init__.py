@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from router.edge.auth import secrets_of
 from router.edge.bodies import read_capped_stream
-from router.edge.guards import Middleware, RouteOf, surface_of
+from router.edge.guards import Middleware, RouteOf, split_host, surface_of
 from router.edge.headers import (
     downstream_response_headers,
     is_streaming,
@@ -25,6 +25,7 @@ __all__ = [
     "mark_streaming",
     "read_capped_stream",
     "secrets_of",
+    "split_host",
     "surface_of",
     "upstream_request_headers",
 ]
