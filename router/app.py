@@ -10,7 +10,8 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
                        prepared nothing more is written: the connection is closed
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
-  6. `authenticate`    credential -> role; the route's declared role is checked
+  6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
+                       unsafe methods) -> role; the route's declared role is checked
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
@@ -52,12 +53,14 @@ from router.api import (
     site_configs,
     site_inventory,
     site_store,
+    ui,
     vllm,
     voice,
 )
 from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
+    AUTH,
     CATALOG,
     EVENTS,
     MATCH,
@@ -71,10 +74,12 @@ from router.appkeys import (
     SETTINGS,
     SHUTDOWN,
     STORE,
+    UI_LOGINS,
 )
 from router.classify import Route, match
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
+from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
@@ -106,6 +111,7 @@ HANDLERS: dict[str, Handler] = {
     **site_assets.HANDLERS,
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
+    **ui.HANDLERS,
 }
 
 
@@ -179,16 +185,23 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
 
 
 def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
+    policy = auth.Policy(
+        auth.KeyRing.from_settings(settings),
+        settings,
+        UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
+    )
     middlewares: list[Any] = [  # the order of the module docstring
         edge_errors(settings),
         *guards.edge_middlewares(settings, route_of),
-        auth.auth_middleware(auth.KeyRing.from_settings(settings), settings, route_of),
+        auth.policy_middleware(policy, route_of),
     ]
     app = web.Application(
         middlewares=middlewares,
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings
+    app[AUTH] = policy
+    app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
     app[EVENTS] = EventBus()
     app[METRICS] = metrics or Metrics()
     app[EVENTS].subscribe_callback(app[METRICS].on_event)

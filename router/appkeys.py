@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
+    from router.edge.auth import Policy
     from router.edge.sessions import Sessions
+    from router.edge.ui_sessions import LoginLimiter
     from router.forwarding import Proxy
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
@@ -38,6 +40,9 @@ SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan 
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
+# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
+AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
+UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
