@@ -202,7 +202,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[SETTINGS] = settings
     app[AUTH] = policy
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
-    app[EVENTS] = EventBus()
+    app[EVENTS] = EventBus(settings.ui.events_queue)
     app[METRICS] = metrics or Metrics()
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))

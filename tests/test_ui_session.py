@@ -32,9 +32,7 @@ def secure_settings(h: RouterHarness, **ui: Any) -> Settings:
 
 
 async def start_secure(h: RouterHarness, **ui: Any) -> httpx.AsyncClient:
-    client = await h.start(secure_settings(h, **ui))
-    client.cookies = None  # type: ignore[assignment]  # the tests send Cookie themselves
-    return client
+    return await h.start(secure_settings(h, **ui))
 
 
 def session_cookie(response: httpx.Response) -> tuple[str, dict[str, Any]]:
@@ -53,6 +51,7 @@ async def sign_in(client: httpx.AsyncClient) -> tuple[dict[str, str], str]:
     """(headers that carry the cookie, the CSRF token)."""
     response = await client.post(SESSION, json={"key": ADMIN_KEY})
     assert response.status_code == 200, response.text
+    client.cookies.clear()  # the tests send Cookie themselves, or deliberately do not
     token, _ = session_cookie(response)
     return {"Cookie": f"{COOKIE_NAME}={token}"}, response.json()["csrf_token"]
 

@@ -275,6 +275,9 @@ class UiSection(_Section):
     # (a TLS reverse proxy, deploy/nginx.conf); a plain-HTTP browser would then never send it.
     cookie_secure: bool = False
     login_failures_per_minute: int = Field(default=10, ge=0)
+    # /router/v1/events: a comment line at least this often; a subscriber's backlog bound.
+    events_heartbeat: PositiveDuration = 15.0
+    events_queue: int = Field(default=256, ge=8)
 
 
 # The settings section that configures each family's native program (the one map: the loader,
