@@ -63,6 +63,7 @@ from router.appkeys import (
     AUTH,
     CATALOG,
     EVENTS,
+    LOAD_TIMES,
     MATCH,
     METRICS,
     PROXY,
@@ -83,6 +84,7 @@ from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import InternalError, NotImplementedRoute, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
+from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.store import Store
 
@@ -205,6 +207,9 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[EVENTS] = EventBus(settings.ui.events_queue)
     app[METRICS] = metrics or Metrics()
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
+    app[LOAD_TIMES] = LoadTimes()
+    app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
+    app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
@@ -250,6 +255,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         analytics=settings.analytics,
     )
     app[STORE] = store
+    app[LOAD_TIMES].seed(await store.load_durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None
     yield

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from router.forwarding import Proxy
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
+    from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
     from router.site import SiteFiles
     from router.store import Store
@@ -40,6 +41,8 @@ SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan 
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
+# Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
+LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")

@@ -243,6 +243,14 @@ class Store(BenchmarkRuns):
         cursor_out = cap.encode_cursor(last["started_at"], last["id"]) if more and last else None
         return {"captures": page, "next_cursor": cursor_out}
 
+    async def load_durations(self, per_model: int = 10) -> dict[str, list[float]]:
+        """Seconds of the last successful loads of each model, oldest first."""
+        durations: dict[str, list[float]] = {}
+        async with self._reader.execute(cap.LOAD_DURATIONS, (per_model,)) as cursor:
+            async for model, ms in cursor:
+                durations.setdefault(model, []).append(ms / 1000.0)
+        return durations
+
     async def capture_detail(self, attempt_id: str) -> dict[str, Any] | None:
         await self._settle()
         sql = f"SELECT {', '.join(cap.DETAIL_COLUMNS)} FROM load_attempts WHERE id = ?"
