@@ -28,6 +28,7 @@ from router.config import AnalyticsSection
 from router.errors import sanitize
 from router.store import analytics as an
 from router.store import captures as cap
+from router.store import ranges
 from router.store.benchmarks import BenchmarkRuns
 from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
@@ -147,6 +148,19 @@ class Store(BenchmarkRuns):
         result = await summarize(self._reader, from_ts, to_ts, model, nodes, bucket_seconds)
         return {"node_id": self.node_id, **result}
 
+    async def range_summary(
+        self,
+        name: str,
+        model: str | None = None,
+        nodes: Sequence[str] = (),
+        now: float | None = None,
+    ) -> dict[str, Any]:
+        """`1h`, `24h`, `7d` or `30d` up to now, from the rollups (router/store/ranges.py)."""
+        await self._settle()
+        window = ranges.plan(name, time.time() if now is None else now)
+        result = await ranges.range_summary(self._reader, window, model, list(nodes))
+        return {"node_id": self.node_id, **result}
+
     async def _hourly(self) -> None:
         if time.monotonic() - self._last_retention >= RETENTION_PERIOD:
             self._last_retention = time.monotonic()
@@ -155,6 +169,8 @@ class Store(BenchmarkRuns):
     async def _delete_expired(self, db: aiosqlite.Connection) -> int:
         cutoff = time.time() - self.settings.raw_retention
         cursor = await db.execute("DELETE FROM analytics_events WHERE time < ?", (cutoff,))
+        for sql, params in ranges.expiry(time.time(), self.settings.raw_retention):
+            await db.execute(sql, params)
         return cursor.rowcount
 
     async def enforce_retention(self) -> int:
@@ -164,6 +180,8 @@ class Store(BenchmarkRuns):
         self._writer.add_op(
             Op("DELETE FROM analytics_events WHERE time < ?", (cutoff,), future), urgent=True
         )
+        for sql, params in ranges.expiry(time.time(), self.settings.raw_retention):
+            self._writer.add_op(Op(sql, params))
         return await future
 
     # -- load captures ------------------------------------------------------------------
