@@ -45,27 +45,36 @@ from router.api import (
     inference,
     meta,
     models,
+    node,
     ollama,
     ollama_gen,
     realtime,
     responses,
     site_assets,
     site_configs,
+    site_fanout,
     site_inventory,
+    site_relay,
     site_store,
+    site_webuis,
     ui,
     vllm,
     voice,
+    webui_proxy,
 )
 from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
     AUTH,
     CATALOG,
+    CLUSTER,
+    DISPATCH,
     EVENTS,
     LOAD_TIMES,
+    MAIN_APP,
     MATCH,
     METRICS,
+    NODE_DISPATCH,
     PROXY,
     RECORDER,
     ROUTE,
@@ -77,11 +86,13 @@ from router.appkeys import (
     STORE,
     UI_LOGINS,
 )
-from router.classify import Route, match
+from router.classify import ROUTES, Route, match
+from router.cluster import AllowList, ClusterService, NodeClient, NodeModel
+from router.cluster.local import node_models
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
+from router.edge import Middleware, RouteOf, Sessions, auth, guards, secrets_of, surface_of
 from router.edge.ui_sessions import LoginLimiter, UiSessions
-from router.errors import InternalError, NotImplementedRoute, RouterError, render
+from router.errors import InternalError, NotImplementedRoute, RouteNotFound, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
@@ -114,7 +125,12 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **ui.HANDLERS,
+    **node.HANDLERS,
+    **site_webuis.HANDLERS,
 }
+
+# What a slave does not serve: it is no management surface (docs/cluster.md).
+MANAGEMENT_PREFIXES = ("/router/v1/site/", "/router/v1/benchmarks", "/router/ui", "/router/webuis")
 
 
 def route_of(request: web.Request) -> Route:
@@ -127,14 +143,9 @@ def route_of(request: web.Request) -> Route:
     return route
 
 
-def _secrets(settings: Settings) -> tuple[str, ...]:
-    keys = (*settings.auth.inference_keys, *settings.auth.admin_keys)
-    return keys + ((settings.cluster.token,) if settings.cluster.token else ())
-
-
 def edge_errors(settings: Settings, route_of: RouteOf = route_of) -> Middleware:
     """Middleware 1: the one renderer of errors (`route_of` is replaceable for edge tests)."""
-    secrets = _secrets(settings)
+    secrets = secrets_of(settings)
 
     @web.middleware
     async def edge(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -176,14 +187,35 @@ def _abandon(request: web.Request, exc: Exception) -> web.StreamResponse:
     return web.Response(status=500)
 
 
-async def dispatch(request: web.Request) -> web.StreamResponse:
-    route = route_of(request)
-    handler = HANDLERS.get(route.handler)
-    if handler is None:
-        raise NotImplementedRoute(
-            f"{route.template} is recognised but not available in this version of tensor-router"
-        )
-    return await handler(request)
+def handler_table(settings: Settings) -> dict[str, Handler]:
+    """The route table's handler names -> handlers for this node's role: a master relays the
+    site APIs that name another node; a slave serves none (404) to clients."""
+    role = settings.cluster.role
+    if role == "standalone":
+        return HANDLERS
+    management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
+    if role == "master":
+        wrapped = {n: site_relay.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
+        merged = {n: fan(wrapped[n]) for n, fan in site_fanout.FANOUT.items() if n in wrapped}
+        return HANDLERS | wrapped | merged
+    return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
+
+
+async def _not_on_a_slave(request: web.Request) -> web.StreamResponse:
+    raise RouteNotFound(request.path)
+
+
+def dispatcher(table: dict[str, Handler]) -> Handler:
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        route = route_of(request)
+        handler = table.get(route.handler)
+        if handler is None:
+            raise NotImplementedRoute(
+                f"{route.template} is recognised but not available in this version of tensor-router"
+            )
+        return await handler(request)
+
+    return dispatch
 
 
 def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
@@ -210,7 +242,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[LOAD_TIMES] = LoadTimes()
     app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
     app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
-    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
+    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
     app.cleanup_ctx.extend(
@@ -223,10 +255,30 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
+            _cluster,
+            site_webuis.webuis_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)
-    app.router.add_route("*", "/{tail:.*}", dispatch)
+    app[DISPATCH] = dispatcher(handler_table(settings))
+    app[NODE_DISPATCH] = dispatcher(HANDLERS)
+    app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
+    return app
+
+
+def create_backend_ui_app(main: web.Application) -> web.Application:
+    """The backend-UI listener's app (docs/webuis.md): another origin than `main`'s, with the
+    same edge guards (its own Host names) and error renderer, serving only
+    `/router/webuis/<kind>/...` with `main`'s resources (start it after `main`)."""
+    settings = main[SETTINGS]
+    route_of = webui_proxy.listener_route_of
+    guarded = guards.edge_middlewares(webui_proxy.listener_settings(settings), route_of)
+    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    app = web.Application(middlewares=middlewares)
+    app[MAIN_APP] = main
+    app.on_startup.append(webui_proxy.share_resources)
+    app.on_response_prepare.append(webui_proxy.on_prepare)
+    app.router.add_route("*", "/{tail:.*}", webui_proxy.serve)
     return app
 
 
@@ -352,3 +404,31 @@ async def _startup_model(app: web.Application) -> None:
 async def _begin_drain(app: web.Application) -> None:
     """Listener already closed: queued requests get 503; running work may finish (R27)."""
     app[RUNTIMES].refuse_new_work()
+
+
+async def _cluster(app: web.Application) -> AsyncIterator[None]:
+    """The registry, and the master's polling or the slave's registration (docs/cluster.md)."""
+    settings = app[SETTINGS]
+    catalog, runtimes = app[CATALOG], app[RUNTIMES]
+
+    def local_models() -> tuple[NodeModel, ...]:
+        configs = catalog.all_configs()
+        missing = {c.id: catalog.missing_files(c) for c in configs}
+        disabled = set(catalog.disabled_ids())
+        return node_models(configs, runtimes.views(), disabled=disabled, missing=missing)
+
+    def fatal(reason: str) -> None:
+        log.error("stopping: %s", reason)
+        app[SHUTDOWN]()
+
+    client = NodeClient(
+        app[SESSION], settings.cluster.token or "", AllowList(), settings.cluster.control_timeout
+    )
+    app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
+    task = (
+        asyncio.create_task(service.run(), name="cluster") if service.role != "standalone" else None
+    )
+    yield
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -28,6 +28,7 @@ POLICY_BY_PREFIX: tuple[tuple[str, Role], ...] = (
     ("/router/v1/ui/session", Role.PUBLIC),  # the WebUI asks here whether to sign in
     ("/router/v1/node/", Role.CLUSTER),
     ("/router/v1/", Role.ADMIN),
+    ("/router/webuis/", Role.ADMIN),  # the ticket redirect to a backend UI (docs/webuis.md)
     ("/metrics", Role.ADMIN),
     ("/slots", Role.ADMIN),  # other clients' prompts live there (docs/routes.md)
     ("/", Role.INFERENCE),

@@ -326,7 +326,7 @@ def test_roles_follow_the_spec():
             assert r.role is Role.CLUSTER and r.surface is Surface.NODE
         elif t == "/router/v1/ui/session":  # the WebUI's sign-in (docs/security.md)
             assert r.role is Role.PUBLIC
-        elif t.startswith("/router/v1/"):
+        elif t.startswith(("/router/v1/", "/router/webuis/")):
             assert r.role is Role.ADMIN, t
         elif t in ("/health",):
             assert r.role is Role.PUBLIC

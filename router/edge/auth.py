@@ -259,3 +259,9 @@ def policy_middleware(policy: Policy, route_of: RouteOf) -> Middleware:
         return await handler(request)
 
     return authenticate
+
+
+def secrets_of(settings: Settings) -> tuple[str, ...]:
+    """Every configured credential: blanked out of any message the router renders."""
+    keys = (*settings.auth.inference_keys, *settings.auth.admin_keys)
+    return keys + ((settings.cluster.token,) if settings.cluster.token else ())
