@@ -156,3 +156,13 @@ async def test_a_burst_beyond_the_queue_reaches_the_client_as_resync(
         rest = [await frames.next_event() for _ in range(7)]
     assert first["event"] == "resync"
     assert [e["data"]["n"] for e in rest] == list(range(43, 50))
+
+
+async def test_head_answers_at_once(harness: RouterHarness) -> None:
+    client = await harness.start(settings(harness))
+    response = await asyncio.wait_for(client.head("/router/v1/events"), 10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    # Nothing stays subscribed behind a HEAD (the keep-alive connection is still open).
+    assert harness.app[EVENTS].subscribers == 0  # type: ignore[index]
+    assert (await client.get("/health")).status_code == 200  # and it still serves
