@@ -14,8 +14,10 @@ from aiohttp import web
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService
+    from router.cluster.guardians import GuardianTable
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
+    from router.downloads import Downloads
     from router.edge.auth import Policy
     from router.edge.sessions import Sessions
     from router.edge.ui_sessions import LoginLimiter
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from router.records import EventBus, Metrics, Recorder
     from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
+    from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
     from router.store import Store
     from router.webuis import WebUIs
@@ -41,6 +44,9 @@ IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chose
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
 SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
+DOWNLOADS: web.AppKey[Downloads] = web.AppKey("downloads")  # absent when downloads are off
+BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend init jobs
+LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM offline switches
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
@@ -62,6 +68,8 @@ NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]
 WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 # The backend-UI listener's app: the management app it serves for (its resources are shared).
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
+# Guardian assignments in force (router/api/guardians.py); replaced whole on a change.
+GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

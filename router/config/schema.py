@@ -316,6 +316,45 @@ class UiSection(_Section):
     events_queue: int = Field(default=256, ge=8)
 
 
+def _hub_endpoint(value: str) -> str:
+    # https anywhere; plain http only to a loopback mirror (a test hub, a local cache).
+    parts = urlsplit(value.strip())
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError(f"{value!r} must be an http(s) URL like https://huggingface.co")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError(f"{value!r}: no credentials, query or fragment in the endpoint")
+    loopback = host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
+    if parts.scheme == "http" and not loopback:
+        raise ValueError(f"{value!r}: plain http is allowed only on a loopback address")
+    return value.strip().rstrip("/")
+
+
+class DownloadsSection(_Section):
+    """Hugging Face downloads (docs/downloads.md). `token` is a secret: never rendered."""
+
+    enabled: bool = True
+    endpoint: Annotated[str, AfterValidator(_hub_endpoint)] = "https://huggingface.co"
+    token: str | None = Field(default=None, repr=False)
+    # None: `downloads` next to the store's database (the data folder).
+    dir: Path | None = None
+    free_space_reserve_gb: float = Field(default=2.0, ge=0)
+    max_concurrent: int = Field(default=1, ge=1, le=8)
+
+
+class SetupSection(_Section):
+    """Backend init jobs (docs/backends-setup.md)."""
+
+    # A JSON recipe set replacing the built-in recipes (backends/recipes.py, same fields).
+    recipes_file: Path | None = None
+    build_jobs: int = Field(default=2, ge=1, le=256)
+    step_timeout: PositiveDuration = 7200.0  # one step; a vLLM install or llama.cpp build
+    probe_timeout: PositiveDuration = 120.0
+    cancel_grace: Duration = 10.0  # TERM -> KILL for a cancelled step's process group
+    max_output_mb: float = Field(default=4.0, gt=0, le=256)
+    keep_jobs: int = Field(default=20, ge=1, le=1000)  # finished jobs kept on disk
+
+
 # The settings section that configures each family's native program (the one map: the loader,
 # the adapters and the test harness all read it).
 PROGRAM_SECTIONS: Mapping[Family, str] = {
@@ -344,6 +383,8 @@ class Settings(_Section):
     media: MediaSection = MediaSection()
     cluster: ClusterSection = ClusterSection()
     ui: UiSection = UiSection()
+    downloads: DownloadsSection = DownloadsSection()
+    setup: SetupSection = SetupSection()
     # Where the YAML came from (not a YAML key): relative paths resolved against its folder.
     source: Path | None = Field(default=None, exclude=True)
 
@@ -402,6 +443,7 @@ def split_bind(bind: str) -> tuple[str, int]:
 __all__ = [
     "DEFAULT_CIDRS",
     "PROGRAM_SECTIONS",
+    "DownloadsSection",
     "Duration",
     "PositiveDuration",
     "Settings",

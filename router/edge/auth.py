@@ -264,4 +264,5 @@ def policy_middleware(policy: Policy, route_of: RouteOf) -> Middleware:
 def secrets_of(settings: Settings) -> tuple[str, ...]:
     """Every configured credential: blanked out of any message the router renders."""
     keys = (*settings.auth.inference_keys, *settings.auth.admin_keys)
+    keys += (settings.downloads.token,) if settings.downloads.token else ()
     return keys + ((settings.cluster.token,) if settings.cluster.token else ())
