@@ -1,0 +1,197 @@
+// Analytics: requests, errors, latency p50/p95, tokens and queue wait over a chosen range.
+// ONE aggregate call per range (the store aggregates; the browser never sees raw rows): the
+// totals, the per-model and per-lane tables and the timeline all come from that one answer.
+// Flush and Download the store act on the same node. First load: one API call.
+import { h, replace } from '../lib/dom.js';
+import { timeline, timelinePlan } from '../lib/chart.js';
+import { formatCount, formatDateTime, formatMs } from '../lib/fmt.js';
+import { actionButton, pageHeader, showError, sortRows, table } from '../lib/ui.js';
+
+export const RANGES = {
+  '1h': { seconds: 3600, bucket: 60, label: 'Last hour', unit: 'minute' },
+  '24h': { seconds: 86400, bucket: 3600, label: 'Last 24 hours', unit: 'hour' },
+  '7d': { seconds: 7 * 86400, bucket: 6 * 3600, label: 'Last 7 days', unit: '6 hours' },
+  '30d': { seconds: 30 * 86400, bucket: 86400, label: 'Last 30 days', unit: 'day' },
+};
+export const DEFAULT_RANGE = '24h';
+
+// The one query of a range: the window ends at the next bucket boundary, so buckets sit on
+// whole minutes, hours or days and a reload within the same bucket asks the same question.
+export function rangeQuery(range, nowSeconds) {
+  const r = RANGES[range] || RANGES[DEFAULT_RANGE];
+  const to = Math.ceil(nowSeconds / r.bucket) * r.bucket;
+  return { from: to - r.seconds, to, bucket_seconds: r.bucket };
+}
+
+const pct = (cell, metric, q) => (cell && cell[metric] ? cell[metric][q] : null);
+const tokens = (cell) => (cell && cell.tokens ? cell.tokens.total : null);
+
+export function errorRate(cell) {
+  if (!cell || !cell.requests) return null;
+  return cell.errors / cell.requests;
+}
+
+function metricColumns(keyLabel, key) {
+  return [
+    { key, label: keyLabel, sortable: true, rowHeader: true, class: 'wrap', cell: (r) => r[key] ?? '(none)' },
+    { key: 'requests', label: 'Requests', sortable: true, class: 'num', cell: (r) => formatCount(r.requests) },
+    { key: 'errors', label: 'Errors', sortable: true, class: 'num', cell: (r) => formatCount(r.errors) },
+    { key: 'aborted', label: 'Aborted', sortable: true, class: 'num', cell: (r) => formatCount(r.aborted) },
+    { key: 'p50', label: 'Latency p50', sortable: true, class: 'num', cell: (r) => formatMs(pct(r, 'duration_ms', 'p50')) },
+    { key: 'p95', label: 'Latency p95', sortable: true, class: 'num', cell: (r) => formatMs(pct(r, 'duration_ms', 'p95')) },
+    { key: 'queue_p50', label: 'Queue wait p50', sortable: true, class: 'num', cell: (r) => formatMs(pct(r, 'queue_wait_ms', 'p50')) },
+    { key: 'queue_p95', label: 'Queue wait p95', sortable: true, class: 'num', cell: (r) => formatMs(pct(r, 'queue_wait_ms', 'p95')) },
+    { key: 'tokens', label: 'Tokens', sortable: true, class: 'num', cell: (r) => formatCount(tokens(r)) },
+  ];
+}
+
+function sortValue(row, key) {
+  switch (key) {
+    case 'p50': case 'p95': return pct(row, 'duration_ms', key);
+    case 'queue_p50': return pct(row, 'queue_wait_ms', 'p50');
+    case 'queue_p95': return pct(row, 'queue_wait_ms', 'p95');
+    case 'tokens': return tokens(row);
+    default: return row[key];
+  }
+}
+
+function totalsView(totals) {
+  const rate = errorRate(totals);
+  const item = (label, value, id) => h('div', { class: 'stat', 'data-stat': id },
+    h('dt', {}, label), h('dd', {}, value));
+  return h('dl', { class: 'stats' },
+    item('Requests', formatCount(totals.requests), 'requests'),
+    item('Errors', `${formatCount(totals.errors)}${rate === null ? '' : ` (${(rate * 100).toFixed(1)} %)`}`, 'errors'),
+    item('Aborted by the client', formatCount(totals.aborted), 'aborted'),
+    item('Latency p50 / p95', `${formatMs(pct(totals, 'duration_ms', 'p50'))} / ${formatMs(pct(totals, 'duration_ms', 'p95'))}`, 'latency'),
+    item('Queue wait p50 / p95', `${formatMs(pct(totals, 'queue_wait_ms', 'p50'))} / ${formatMs(pct(totals, 'queue_wait_ms', 'p95'))}`, 'queue'),
+    item('Tokens (prompt + completion)', `${formatCount(tokens(totals))} (${formatCount(totals.tokens?.prompt)} + ${formatCount(totals.tokens?.completion)})`, 'tokens'));
+}
+
+function bucketTable(summary) {
+  return table({
+    caption: 'Requests per time bucket',
+    columns: [
+      { key: 'start', label: 'From', rowHeader: true, cell: (b) => formatDateTime(b.start) },
+      { key: 'requests', label: 'Requests', class: 'num', cell: (b) => formatCount(b.requests) },
+      { key: 'errors', label: 'Errors', class: 'num', cell: (b) => formatCount(b.errors) },
+      { key: 'p50', label: 'Latency p50', class: 'num', cell: (b) => formatMs(pct(b, 'duration_ms', 'p50')) },
+      { key: 'p95', label: 'Latency p95', class: 'num', cell: (b) => formatMs(pct(b, 'duration_ms', 'p95')) },
+      { key: 'queue', label: 'Queue wait p95', class: 'num', cell: (b) => formatMs(pct(b, 'queue_wait_ms', 'p95')) },
+      { key: 'tokens', label: 'Tokens', class: 'num', cell: (b) => formatCount(tokens(b)) },
+    ],
+    rows: summary.buckets || [],
+    empty: 'No request in this range.',
+  });
+}
+
+function chartView(summary, range) {
+  const r = RANGES[range];
+  const buckets = summary.buckets || [];
+  const plan = timelinePlan({ buckets, from: summary.from, to: summary.to, bucketSeconds: summary.bucket_seconds });
+  const busiest = buckets.reduce((a, b) => (b.requests > (a ? a.requests : -1) ? b : a), null);
+  const summaryText = buckets.length
+    ? `${formatCount(summary.totals.requests)} requests and ${formatCount(summary.totals.errors)} errors in ${buckets.length} of the range's buckets; the busiest ${r.unit} began ${formatDateTime(busiest.start)} with ${formatCount(busiest.requests)} requests.`
+    : 'No request in this range.';
+  const long = summary.to - summary.from > 2 * 86400;
+  return timeline(plan, {
+    id: 'analytics-timeline',
+    label: `Requests and errors per ${r.unit}, ${r.label.toLowerCase()}`,
+    summary: summaryText,
+    tickLabel: (t) => (long ? formatDateTime(t).slice(5, 10) : formatDateTime(t).slice(11, 16)),
+    barLabel: (b) => `${formatDateTime(b.start)}: ${formatCount(b.requests)} requests, ${formatCount(b.errors)} errors`,
+  });
+}
+
+export default {
+  id: 'analytics',
+  title: 'Analytics',
+  nav: true,
+  async mount(root, ctx) {
+    let summary = null;
+    const slot = h('div');
+    const actionSlot = h('div');
+    const actionStatus = h('p', { role: 'status', class: 'muted' });
+    const content = h('div');
+    const rangeGroup = h('div', { class: 'segmented', role: 'group', 'aria-label': 'Range' });
+    const download = h('a', { href: ctx.api.url('/site/store/download'), download: '', class: 'button' }, 'Download the store');
+    const flush = actionButton('Flush to disk', async () => {
+      const answer = await ctx.api.post('/site/analytics/flush');
+      const failed = answer.failed || [];
+      if (failed.length) throw new Error(failed.map((f) => `${f.node_id}: ${f.error}`).join('; '));
+      actionStatus.textContent = `Flushed: buffered events are on disk on ${(answer.persisted || []).join(', ')}.`;
+    }, { slot: actionSlot, busyLabel: 'Flushing…' });
+    replace(root,
+      pageHeader('Analytics', h('div', { class: 'actions' }, flush, download)),
+      actionSlot, actionStatus, rangeGroup, slot, content);
+
+    const state = () => ({
+      range: RANGES[ctx.params.range] ? ctx.params.range : DEFAULT_RANGE,
+      view: ctx.params.view === 'table' ? 'table' : 'chart',
+      msort: ctx.params.msort || 'requests', mdir: ctx.params.mdir === 'asc' ? 'asc' : 'desc',
+      lsort: ctx.params.lsort || 'requests', ldir: ctx.params.ldir === 'asc' ? 'asc' : 'desc',
+    });
+    const setParam = (patch) => ctx.setParams({ ...ctx.params, ...patch });
+
+    function renderRanges() {
+      const current = state().range;
+      replace(rangeGroup, Object.entries(RANGES).map(([id, r]) => h('button', {
+        type: 'button', 'aria-pressed': id === current ? 'true' : 'false',
+        onclick: () => {
+          if (id === state().range) return;
+          setParam({ range: id });
+          renderRanges();
+          load();
+        },
+      }, r.label)));
+    }
+
+    function breakdown(title, rows, key, keyLabel, sortKey, dirKey) {
+      const s = state();
+      return h('section', { 'aria-label': title },
+        h('h2', {}, title),
+        table({
+          columns: metricColumns(keyLabel, key),
+          rows: sortRows(rows, s[sortKey], s[dirKey], sortValue),
+          sort: { key: s[sortKey], dir: s[dirKey] },
+          onsort: (k, dir) => { setParam({ [sortKey]: k, [dirKey]: dir }); render(); },
+          rowKey: (r) => r[key] ?? '',
+          empty: 'No request in this range.',
+        }));
+    }
+
+    function render() {
+      if (!summary) return;
+      const s = state();
+      const toggle = h('button', {
+        type: 'button', 'aria-pressed': s.view === 'table' ? 'true' : 'false', 'aria-controls': 'timeline-view',
+        onclick: () => { setParam({ view: s.view === 'table' ? '' : 'table' }); render(); },
+      }, 'Show as table');
+      const lanes = summary.lanes ? ['Per lane', summary.lanes, 'lane', 'Lane']
+        : ['Per route', summary.routes || [], 'route', 'Route'];
+      replace(content,
+        totalsView(summary.totals),
+        h('section', { 'aria-label': 'Timeline' },
+          h('div', { class: 'section-head' }, h('h2', {}, 'Timeline'), toggle),
+          h('div', { id: 'timeline-view' }, s.view === 'table' ? bucketTable(summary) : chartView(summary, s.range))),
+        breakdown('Per model', summary.models || [], 'model', 'Model', 'msort', 'mdir'),
+        breakdown(lanes[0], lanes[1], lanes[2], lanes[3], 'lsort', 'ldir'));
+    }
+
+    async function load() {
+      showError(slot, null);
+      const range = state().range;
+      try {
+        const answer = await ctx.api.get('/site/analytics', rangeQuery(range, Date.now() / 1000));
+        if (range !== state().range) return; // a newer range was picked meanwhile
+        summary = answer;
+        render();
+      } catch (exc) {
+        showError(slot, exc, { title: 'The analytics could not be read' });
+      }
+    }
+
+    renderRanges();
+    await load();
+  },
+};
