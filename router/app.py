@@ -52,6 +52,7 @@ from router.api import (
     site_configs,
     site_inventory,
     site_store,
+    ui,
     vllm,
     voice,
 )
@@ -106,6 +107,7 @@ HANDLERS: dict[str, Handler] = {
     **site_assets.HANDLERS,
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
+    **ui.HANDLERS,
 }
 
 

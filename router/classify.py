@@ -185,6 +185,10 @@ ROUTES: tuple[Route, ...] = (
     # -- meta and discovery
     _r("/health", "GET", Surface.META, None, Role.PUBLIC, "meta.health", sel=NO_SELECTOR),
     _admin("/metrics", "GET", "meta.metrics", Surface.META),
+    # The admin WebUI's static files: PUBLIC, they hold no data (its data routes are admin);
+    # `/router/ui` redirects to `/router/ui/` (match() ignores one trailing '/').
+    _r("/router/ui", "GET", Surface.META, None, Role.PUBLIC, "ui.serve", sel=NO_SELECTOR),
+    _r("/router/ui/{tail:.*}", "GET", Surface.META, None, Role.PUBLIC, "ui.serve", sel=NO_SELECTOR),
     _inf("/v1/models", "GET", OAI, _T, handler="models.openai_list", sel=NO_SELECTOR, vllm=True),
     _inf("/v1/models/{model_id}", "GET", OAI, _T, handler="models.openai_get", sel=NO_SELECTOR, vllm=True),
     _inf("/sdapi/v1/sd-models", "GET", Surface.A1111, _I, handler="models.sd_list", sel=NO_SELECTOR),

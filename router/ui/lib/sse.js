@@ -1,0 +1,177 @@
+// The one live channel: an EventSource on /router/v1/events.
+// - reconnects itself with backoff 1, 2, 4, 5, 5 ... seconds (the browser's own retry is
+//   replaced, so the delays are ours and the badge is honest);
+// - onstatus('connected' | 'disconnected') for the header badge;
+// - on every (re)connect the stream is opened FIRST, then the resync hooks run (pages fetch
+//   their snapshot), so nothing that happens between snapshot and stream is lost;
+// - events carrying an id at or below the last one seen are dropped (no duplicates after a
+//   Last-Event-ID resume); a `resync` or `dropped` event reruns the hooks;
+// - a hidden tab closes the stream (nothing is polled) and reconnects + resyncs when shown.
+
+import { apiUrl } from './api.js';
+
+export const BACKOFF_SECONDS = [1, 2, 4, 5];
+// Named events EventSource must listen for (onmessage sees only unnamed ones).
+export const EVENT_NAMES = [
+  'state', 'loading', 'ready', 'failed', 'unloading', 'unloaded', 'catalog',
+  'benchmark', 'benchmark_progress', 'benchmark_done', 'download', 'message', 'progress',
+];
+const RESYNC_NAMES = ['resync', 'dropped'];
+
+export function backoffDelay(attempt) {
+  return BACKOFF_SECONDS[Math.min(attempt, BACKOFF_SECONDS.length - 1)] * 1000;
+}
+
+export function createEvents({ path = '/events', onstatus = () => {}, names = EVENT_NAMES } = {}) {
+  const handlers = new Set();
+  const resyncs = new Set();
+  let source = null;
+  let timer = null;
+  let attempt = 0;
+  let lastId = null;
+  let status = 'disconnected';
+  let stopped = false;
+
+  const setStatus = (next) => {
+    if (next === status) return;
+    status = next;
+    onstatus(next);
+  };
+  const runResync = () => {
+    for (const fn of resyncs) fn();
+  };
+  const deliver = (name, message) => {
+    const id = message.lastEventId ? Number(message.lastEventId) : null;
+    if (id !== null && Number.isFinite(id)) {
+      if (lastId !== null && id <= lastId) return;
+      lastId = id;
+    }
+    let data;
+    try {
+      data = JSON.parse(message.data);
+    } catch {
+      return; // a heartbeat or a foreign line: nothing to apply
+    }
+    const event = { event: name, ...data };
+    for (const fn of handlers) fn(event);
+  };
+
+  function open() {
+    clearTimeout(timer);
+    timer = null;
+    if (stopped || source) return;
+    source = new EventSource(apiUrl(path), { withCredentials: true });
+    source.addEventListener('open', () => {
+      attempt = 0;
+      setStatus('connected');
+      runResync();
+    });
+    source.addEventListener('error', () => {
+      close();
+      setStatus('disconnected');
+      if (!stopped && document.visibilityState !== 'hidden') {
+        timer = setTimeout(open, backoffDelay(attempt++));
+      }
+    });
+    for (const name of names) source.addEventListener(name, (m) => deliver(name, m));
+    for (const name of RESYNC_NAMES) source.addEventListener(name, runResync);
+  }
+
+  function close() {
+    if (source) source.close();
+    source = null;
+  }
+
+  const onVisibility = () => {
+    if (document.visibilityState === 'hidden') {
+      close();
+      clearTimeout(timer);
+      setStatus('disconnected');
+    } else {
+      open();
+    }
+  };
+  document.addEventListener('visibilitychange', onVisibility);
+
+  return {
+    start: open,
+    get status() {
+      return status;
+    },
+    // fn(event) for every event; returns an unsubscribe function.
+    subscribe(fn) {
+      handlers.add(fn);
+      return () => handlers.delete(fn);
+    },
+    // fn() after every (re)connect and on a server resync request; returns an unsubscribe.
+    onresync(fn) {
+      resyncs.add(fn);
+      if (status === 'connected') fn();
+      return () => resyncs.delete(fn);
+    },
+    stop() {
+      stopped = true;
+      close();
+      clearTimeout(timer);
+      document.removeEventListener('visibilitychange', onVisibility);
+    },
+  };
+}
+
+// Live state kept right across reconnects: `load()` fetches a snapshot, `reduce(state, event)`
+// applies one event. Events are applied as they come; a snapshot replaces the state when it
+// arrives, and when events arrived while it was in flight it is fetched once more, so the
+// view always ends equal to the server's (no stale or duplicated rows).
+export function liveState(events, { load, reduce, render, onerror = () => {} }) {
+  let state = null;
+  let inFlight = false;
+  let dirty = false;
+  let closed = false;
+
+  async function resync() {
+    if (inFlight) {
+      dirty = true;
+      return;
+    }
+    inFlight = true;
+    dirty = false;
+    try {
+      const snapshot = await load();
+      if (closed) return;
+      state = snapshot;
+      render(state);
+    } catch (exc) {
+      if (!closed) onerror(exc);
+    } finally {
+      inFlight = false;
+    }
+    if (dirty && !closed) resync();
+  }
+
+  const offEvent = events.subscribe((event) => {
+    if (inFlight) dirty = true;
+    if (state === null) return;
+    const next = reduce(state, event);
+    if (next === RESYNC) {
+      resync();
+      return;
+    }
+    state = next;
+    render(state);
+  });
+  const offResync = events.onresync(resync);
+  return {
+    resync,
+    get state() {
+      return state;
+    },
+    close() {
+      closed = true;
+      offEvent();
+      offResync();
+    },
+  };
+}
+
+// A reducer returns RESYNC when an event cannot be applied locally (fetch the snapshot again).
+export const RESYNC = Symbol('resync');
