@@ -15,6 +15,8 @@ export const BACKOFF_SECONDS = [1, 2, 4, 5];
 export const EVENT_NAMES = [
   'state', 'loading', 'ready', 'failed', 'unloading', 'unloaded', 'catalog',
   'benchmark', 'benchmark_progress', 'benchmark_done', 'download', 'message', 'progress',
+  // router/benchmarks/runner.py publishes these three for every run (the Benchmarks page).
+  'benchmark_started', 'benchmark_section', 'benchmark_finished',
 ];
 const RESYNC_NAMES = ['resync', 'dropped'];
 

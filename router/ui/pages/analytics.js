@@ -94,13 +94,16 @@ function chartView(summary, range) {
     ? `${formatCount(summary.totals.requests)} requests and ${formatCount(summary.totals.errors)} errors in ${buckets.length} of the range's buckets; the busiest ${r.unit} began ${formatDateTime(busiest.start)} with ${formatCount(busiest.requests)} requests.`
     : 'No request in this range.';
   const long = summary.to - summary.from > 2 * 86400;
-  return timeline(plan, {
+  const legend = h('p', { class: 'chart-legend' },
+    h('span', {}, h('span', { class: 'swatch swatch-requests' }), 'Requests'),
+    h('span', {}, h('span', { class: 'swatch swatch-errors' }), 'Errors (the lower part of a bar)'));
+  return [legend, timeline(plan, {
     id: 'analytics-timeline',
     label: `Requests and errors per ${r.unit}, ${r.label.toLowerCase()}`,
     summary: summaryText,
     tickLabel: (t) => (long ? formatDateTime(t).slice(5, 10) : formatDateTime(t).slice(11, 16)),
     barLabel: (b) => `${formatDateTime(b.start)}: ${formatCount(b.requests)} requests, ${formatCount(b.errors)} errors`,
-  });
+  })];
 }
 
 export default {

@@ -5,6 +5,14 @@ import models from './models.js';
 import config from './config.js';
 import nodes from './nodes.js';
 import login from './login.js';
+import analytics from './analytics.js';
+import captures from './captures.js';
+import loadErrors from './load-errors.js';
+import benchmarks from './benchmarks.js';
 
-export const PAGES = [overview, models, config, nodes, login];
+export const PAGES = [
+  overview, models, config, nodes,
+  analytics, captures, loadErrors, benchmarks,
+  login,
+];
 export const DEFAULT_PAGE = 'overview';
