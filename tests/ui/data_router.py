@@ -45,12 +45,15 @@ def _event(at: float, model: str, lane: str, status: int, duration_ms: float,
         at, f"/v1/{'images/generations' if lane == 'image' else 'chat/completions'}", "openai",
         lane, model, NODE, "llamacpp", status, status if status != 499 else None,
         "backend said no" if status >= 500 else None, queue_ms, duration_ms / 2, duration_ms,
-        100, 200, aborted, prompt, completion, total,
+        100, 200, 1 if aborted or status == 499 else 0, prompt, completion, total,
     )  # fmt: skip
 
 
 def analytics_rows(now: float) -> list[tuple[Any, ...]]:
-    """Known traffic: three models on two lanes, spread over the month (so every range differs)."""
+    """Known traffic: three models on two lanes, spread over the month (so every range differs).
+
+    Inserted with rows.py's INSERT_EVENT; a 499 is marked aborted as row_from_raw marks it.
+    """
     rows = []
     for i in range(12):  # the last hour: alpha, ten fine, two failed
         status = 500 if i in (3, 7) else 200
