@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,9 @@ def ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
     h = RouterHarness(tmp_path_factory.mktemp("ui-router"))
     seed_models(h)
     process = RouterProcess(h, load_timeout=20, no_progress_timeout=10)
-    asyncio.run(process.start())
+    # Its own thread: Playwright's sync API may already run an event loop in this one.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, process.start()).result()
     router = UiRouter(process, h)
     try:
         yield router

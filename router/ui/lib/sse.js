@@ -6,7 +6,8 @@
 //   their snapshot), so nothing that happens between snapshot and stream is lost;
 // - events carrying an id at or below the last one seen are dropped (no duplicates after a
 //   Last-Event-ID resume); a `resync` or `dropped` event reruns the hooks;
-// - a hidden tab closes the stream (nothing is polled) and reconnects + resyncs when shown.
+// - a hidden tab closes the stream (nothing is polled) and reconnects + resyncs when shown;
+// - the browser's offline/online events close and reopen it.
 
 import { apiUrl } from './api.js';
 
@@ -94,6 +95,19 @@ export function createEvents({ path = '/events', onstatus = () => {}, names = EV
     }
   };
   document.addEventListener('visibilitychange', onVisibility);
+  // An open stream to a LAN host can outlive the network for a long while: trust the
+  // browser's offline signal, and reconnect (and so resync) at once when it comes back.
+  const onOffline = () => {
+    close();
+    clearTimeout(timer);
+    setStatus('disconnected');
+  };
+  const onOnline = () => {
+    attempt = 0;
+    open();
+  };
+  window.addEventListener('offline', onOffline);
+  window.addEventListener('online', onOnline);
 
   return {
     start: open,
@@ -116,6 +130,8 @@ export function createEvents({ path = '/events', onstatus = () => {}, names = EV
       close();
       clearTimeout(timer);
       document.removeEventListener('visibilitychange', onVisibility);
+      window.removeEventListener('offline', onOffline);
+      window.removeEventListener('online', onOnline);
     },
   };
 }
@@ -166,6 +182,11 @@ export function liveState(events, { load, reduce, render, onerror = () => {} }) 
     resync,
     get state() {
       return state;
+    },
+    // A local change the server answered for (an action's reply), rendered at once.
+    set(next) {
+      state = next;
+      render(state);
     },
     close() {
       closed = true;

@@ -103,6 +103,7 @@ export function badge(state, label) {
 export function actionButton(label, action, { slot, busyLabel, cls } = {}) {
   const button = h('button', { type: 'button', class: cls || null }, label);
   button.addEventListener('click', async () => {
+    const hadFocus = document.activeElement === button;
     button.disabled = true;
     button.setAttribute('aria-busy', 'true');
     button.textContent = busyLabel || `${label}…`;
@@ -116,6 +117,9 @@ export function actionButton(label, action, { slot, busyLabel, cls } = {}) {
       button.disabled = false;
       button.removeAttribute('aria-busy');
       button.textContent = label;
+      // A disabled button loses focus (a confirm dialog could not hand it back): restore it.
+      const lost = !document.activeElement || document.activeElement === document.body;
+      if (hadFocus && lost && button.isConnected) button.focus();
     }
   });
   return button;
