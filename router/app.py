@@ -52,15 +52,18 @@ from router.api import (
     site_configs,
     site_inventory,
     site_store,
+    site_webuis,
     ui,
     vllm,
     voice,
+    webui_proxy,
 )
 from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
     CATALOG,
     EVENTS,
+    MAIN_APP,
     MATCH,
     METRICS,
     PROXY,
@@ -108,6 +111,7 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **ui.HANDLERS,
+    **site_webuis.HANDLERS,
 }
 
 
@@ -207,10 +211,27 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
+            site_webuis.webuis_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)
     app.router.add_route("*", "/{tail:.*}", dispatch)
+    return app
+
+
+def create_backend_ui_app(main: web.Application) -> web.Application:
+    """The backend-UI listener's app (docs/webuis.md): another origin than `main`'s, with the
+    same edge guards (its own Host names) and error renderer, serving only
+    `/router/webuis/<kind>/...` with `main`'s resources (start it after `main`)."""
+    settings = main[SETTINGS]
+    route_of = webui_proxy.listener_route_of
+    guarded = guards.edge_middlewares(webui_proxy.listener_settings(settings), route_of)
+    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    app = web.Application(middlewares=middlewares)
+    app[MAIN_APP] = main
+    app.on_startup.append(webui_proxy.share_resources)
+    app.on_response_prepare.append(webui_proxy.on_prepare)
+    app.router.add_route("*", "/{tail:.*}", webui_proxy.serve)
     return app
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from router.runtime import RuntimeManager
     from router.site import SiteFiles
     from router.store import Store
+    from router.webuis import WebUIs
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
@@ -38,6 +39,10 @@ SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan 
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
+# Backend WebUIs: enabled kinds, tickets, sessions, the listener (docs/webuis.md).
+WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
+# The backend-UI listener's app: the management app it serves for (its resources are shared).
+MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -236,6 +236,9 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/config-file/{tail:.+}", "GET POST PUT DELETE", "site.config_file"),
     _admin("/router/v1/site/model-files/{tail:.+}", "GET POST PUT DELETE", "site.model_files", body=_ST),
     _admin("/router/v1/site/model-assets/{tail:.+}", "GET POST PUT DELETE", "site.model_assets", body=_ST),
+    # -- backend WebUIs: an admin's navigation, answered with a ticket redirect (docs/webuis.md)
+    _admin("/router/webuis/{kind}", "GET", "webuis.open"),
+    _admin("/router/webuis/{kind}/{tail:.+}", "GET", "webuis.open"),
     # -- cluster (cluster token only)
     _r("/router/v1/node/{tail:.+}", _ANY, Surface.NODE, None, Role.CLUSTER, "node.dispatch",
        sel=NO_SELECTOR, body=_ST),

@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
-from router.app import create_app
-from router.appkeys import RUNTIMES, SESSIONS, SHUTDOWN
+from router.app import create_app, create_backend_ui_app
+from router.appkeys import RUNTIMES, SESSIONS, SHUTDOWN, WEBUIS
 from router.config import Settings
 from router.edge import listener
+from router.webuis import Listener
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    ui_runner: web.AppRunner | None = None
     try:
         # One guard for every listener: the connection cap covers the whole router.
         guard = listener.ConnectionGuard(settings)
@@ -96,6 +98,11 @@ async def serve(
         for site in sites:
             await site.start()
         names = [site.name for site in sites]
+        ui_runner = _backend_ui_runner(app, settings)
+        if ui_runner is not None:
+            await ui_runner.setup()
+            sites.append(await _start_backend_ui(app, ui_runner, settings, guard))
+            log.info("backend WebUIs on %s", sites[-1].name)
         _tune_gc()
         log.info("tensor-router listening on %s", ", ".join(names))
         if on_ready:
@@ -106,7 +113,43 @@ async def serve(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if ui_runner is not None:  # it borrows the main app's resources: closed first
+            await ui_runner.cleanup()
         await runner.cleanup()
+
+
+def _backend_ui_runner(app: web.Application, settings: Settings) -> web.AppRunner | None:
+    if settings.server.backend_ui_address() is None:
+        return None
+    return web.AppRunner(
+        create_backend_ui_app(app),
+        handle_signals=False,
+        shutdown_timeout=HANDLER_GRACE,
+        handler_cancellation=True,
+        access_log=None,
+        **listener.runner_kwargs(settings),
+    )
+
+
+async def _start_backend_ui(
+    app: web.Application, runner: web.AppRunner, settings: Settings, guard: listener.ConnectionGuard
+) -> listener.GuardedTCPSite:
+    """The backend-UI listener (docs/webuis.md). Under `auto` a taken port + 1 is not fatal:
+    browsers reach the listener only through the redirect, which names whatever port it got."""
+    address = settings.server.backend_ui_address()
+    assert address is not None
+    host, port = address
+    site = listener.capped_site(runner, settings, host, port, guard=guard)
+    try:
+        await site.start()
+    except OSError as exc:
+        if settings.server.backend_ui_bind != "auto" or port == 0:
+            raise
+        log.warning("backend WebUIs: port %d is taken (%s); using a free port", port, exc)
+        site = listener.capped_site(runner, settings, host, 0, guard=guard)
+        await site.start()
+    app[WEBUIS].listener = Listener(host, site.port, settings.server.backend_ui_public_url)
+    return site
 
 
 async def _drain(app: web.Application, sites: Sequence[web.BaseSite], drain_timeout: float) -> None:

@@ -324,7 +324,7 @@ def test_roles_follow_the_spec():
         t = r.template
         if t.startswith("/router/v1/node/"):
             assert r.role is Role.CLUSTER and r.surface is Surface.NODE
-        elif t.startswith("/router/v1/"):
+        elif t.startswith(("/router/v1/", "/router/webuis/")):
             assert r.role is Role.ADMIN, t
         elif t in ("/health",):
             assert r.role is Role.PUBLIC

@@ -85,9 +85,12 @@ async def forward_to(
     path_qs: str,
     body: bytes | AsyncIterator[bytes] | None,
     info: RequestInfo,
+    *,
+    headers: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """Forward to one known runtime, no model selection and no lease (sd-server job polls,
-    vLLM's operational routes); recorded like every forwarded request."""
+    vLLM's operational routes, backend WebUIs under their caller's lease); recorded like
+    every forwarded request. `headers` replaces the forwarded request headers."""
     family = runtime.family if isinstance(runtime, RuntimeView) else runtime.spec.family
     info.family = family.value
     async with recorded(request, info) as result:
@@ -98,7 +101,7 @@ async def forward_to(
         upstream = UpstreamRequest(
             request.method,
             runtime.base_url + path_qs,
-            _headers(request),
+            _headers(request) if headers is None else headers,
             body,
             not isinstance(body, AsyncIterator),
         )

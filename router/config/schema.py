@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -131,12 +132,37 @@ class ServerSection(_Section):
     reserved_connections: int = Field(default=8, ge=0)
     reserved_cidrs: tuple[Cidr, ...] = ("127.0.0.1/32", "::1/128")
     header_timeout: PositiveDuration = 30.0
+    # The backend WebUIs' own listener, another origin than the API (docs/webuis.md):
+    # `auto` is the API's host and port + 1 (another free port if that one is taken), `off`
+    # disables it, or an explicit HOST:PORT.
+    backend_ui_bind: str = "auto"
+    backend_ui_public_url: str | None = None
 
     @field_validator("bind")
     @classmethod
     def _check_bind(cls, value: str) -> str:
         split_bind(value)
         return value
+
+    @field_validator("backend_ui_bind")
+    @classmethod
+    def _check_ui_bind(cls, value: str) -> str:
+        if value.strip() not in ("auto", "off"):
+            split_bind(value)
+        return value.strip()
+
+    @field_validator("backend_ui_public_url")
+    @classmethod
+    def _check_ui_url(cls, value: str | None) -> str | None:
+        return _origin_only(value) if value is not None and value.strip() else None
+
+    def backend_ui_address(self) -> tuple[str, int] | None:
+        """Where the backend-UI listener binds; None when it is off."""
+        if self.backend_ui_bind == "off":
+            return None
+        if self.backend_ui_bind == "auto":
+            return self.host, (self.port + 1 if 0 < self.port < 65535 else 0)
+        return split_bind(self.backend_ui_bind)
 
     @property
     def host(self) -> str:
@@ -153,6 +179,13 @@ class ServerSection(_Section):
         if chosen and self.reserved_connections >= self.max_connections:
             raise ValueError(
                 "server.reserved_connections must be smaller than server.max_connections"
+            )
+        # `auto` never collides (port + 1); only an explicit address can equal the API's.
+        explicit = self.backend_ui_bind not in ("auto", "off")
+        if explicit and self.port and split_bind(self.backend_ui_bind) == (self.host, self.port):
+            raise ValueError(
+                "server.backend_ui_bind must differ from server.bind: backend UIs need "
+                "their own origin"
             )
         return self
 
@@ -306,6 +339,22 @@ class Settings(_Section):
         object.__setattr__(self, "auth", self.auth.model_copy(update={"cluster_token": token}))
         object.__setattr__(self, "cluster", self.cluster.model_copy(update={"token": token}))
         return self
+
+
+def _origin_only(value: str) -> str:
+    """An http(s) origin and nothing more (no user info, path, query or fragment)."""
+    parts = urlsplit(value.strip())
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError(f"{value!r} has a bad port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} must be an http:// or https:// origin")
+    if parts.username or parts.password or parts.path not in ("", "/"):
+        raise ValueError(f"{value!r} must be an origin only: no user info or path")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{value!r} must be an origin only: no query or fragment")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def is_ip(text: str) -> bool:

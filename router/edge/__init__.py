@@ -6,7 +6,7 @@ long-lived sessions shutdown tells to go away.
 from __future__ import annotations
 
 from router.edge.bodies import read_capped_stream
-from router.edge.guards import Middleware, RouteOf, surface_of
+from router.edge.guards import Middleware, RouteOf, split_host, surface_of
 from router.edge.headers import (
     downstream_response_headers,
     is_streaming,
@@ -23,6 +23,7 @@ __all__ = [
     "is_streaming",
     "mark_streaming",
     "read_capped_stream",
+    "split_host",
     "surface_of",
     "upstream_request_headers",
 ]

@@ -1185,6 +1185,59 @@ async def realtime_echo(request: web.Request, st: State) -> web.WebSocketRespons
     return ws
 
 
+# ---- a backend's own WebUI (every family; tests/test_webuis_proxy.py) -----------------------
+
+UI_PATHS = ("/lcpp/", "/sdui/", "/musicui/")  # KoboldCpp's secondary UIs (the root is "/")
+
+
+def ui_routes(st: State) -> web.RouteTableDef:
+    """A static page with the headers a backend might send (a cookie, open CORS, its own
+    framing rule), a script, a redirect to the backend's own absolute URL, and an echo of
+    what the backend received."""
+    r = web.RouteTableDef()
+
+    async def page(request: web.Request) -> web.Response:
+        html = f"<!doctype html><title>fake {st.o.family} ui</title><p>{request.path}</p>"
+        return web.Response(
+            text=html,
+            content_type="text/html",
+            headers={
+                "Set-Cookie": "backend_session=1; Path=/",
+                "Access-Control-Allow-Origin": "*",
+                "X-Frame-Options": "ALLOWALL",
+            },
+        )
+
+    r.get("/")(page)
+    for prefix in UI_PATHS:
+        r.get(prefix + "{tail:.*}")(page)
+
+    @r.get("/assets/{name}")
+    async def asset(request: web.Request) -> web.Response:
+        return web.Response(text="console.log('fake');", content_type="text/javascript")
+
+    @r.get("/ui-redirect")
+    async def redirect(request: web.Request) -> web.Response:
+        target = request.query.get("to", "/ui-landing?x=1")
+        location = target if "://" in target else f"http://{request.host}{target}"
+        return web.Response(status=302, headers={"Location": location})
+
+    @r.route("*", "/ui-echo")
+    async def echo(request: web.Request) -> web.Response:
+        body = await request.read()
+        return web.json_response(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": request.query_string,
+                "headers": dict(request.headers),
+                "body_bytes": len(body),
+            }
+        )
+
+    return r
+
+
 # ---- server, faults and lifecycle ----------------------------------------------------------
 
 ROUTES = {
@@ -1248,6 +1301,7 @@ def make_app(st: State) -> web.Application:
     app = web.Application(middlewares=[faults], client_max_size=1 << 30)
     app.on_response_prepare.append(identify)
     app.add_routes(ROUTES[st.o.family](st))
+    app.add_routes(ui_routes(st))
     return app
 
 
