@@ -15,7 +15,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
 client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
-files -> benchmarks.
+files -> benchmarks -> downloads.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from router.api import (
     responses,
     site_assets,
     site_configs,
+    site_downloads,
     site_inventory,
     site_store,
     site_webuis,
@@ -112,6 +113,7 @@ HANDLERS: dict[str, Handler] = {
     **benchmarks.HANDLERS,
     **ui.HANDLERS,
     **site_webuis.HANDLERS,
+    **site_downloads.HANDLERS,
 }
 
 
@@ -127,6 +129,7 @@ def route_of(request: web.Request) -> Route:
 
 def _secrets(settings: Settings) -> tuple[str, ...]:
     keys = (*settings.auth.inference_keys, *settings.auth.admin_keys)
+    keys += (settings.downloads.token,) if settings.downloads.token else ()
     return keys + ((settings.cluster.token,) if settings.cluster.token else ())
 
 
@@ -212,6 +215,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             site_inventory.site_context,
             benchmarks.benchmarks_context,
             site_webuis.webuis_context,
+            site_downloads.downloads_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
+    from router.downloads import Downloads
     from router.edge.sessions import Sessions
     from router.forwarding import Proxy
     from router.media import ImageLane
@@ -37,6 +38,7 @@ IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chose
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
 SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
+DOWNLOADS: web.AppKey[Downloads] = web.AppKey("downloads")  # absent when downloads are off
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Backend WebUIs: enabled kinds, tickets, sessions, the listener (docs/webuis.md).

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +289,68 @@ def _print_record(record: dict[str, Any]) -> None:
 
 def _value(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+@main.command()
+@_cfg
+@_url
+@click.argument("repository")
+@click.argument("files", nargs=-1)
+@click.option("--revision", help="branch, tag or commit (default: main)")
+@click.option("--replace", is_flag=True, help="replace files already in the library")
+@click.option("--unsafe-ok", is_flag=True, help="download files the hub's scan flags")
+@click.option("--node", help="node id (default: the router's own)")
+@click.option("--json", "as_json", is_flag=True, help="print the finished job as JSON")
+def download(config: str | None, url: str | None, repository: str, files: tuple[str, ...],
+             revision: str | None, replace: bool, unsafe_ok: bool, node: str | None,
+             as_json: bool) -> None:  # fmt: skip
+    """Download FILES (paths or patterns; default: the whole repository) of a Hugging Face
+    REPOSITORY through a running router, with a progress bar."""
+    from router.downloads.follow import BASE, follow
+
+    body: dict[str, Any] = {"repository": repository, "files": list(files),
+                            "confirm_replace": replace, "confirm_unsafe": unsafe_ok}  # fmt: skip
+    body.update({k: v for k, v in (("revision", revision), ("node_id", node)) if v})
+    job = _call(config, url, "POST", f"{BASE}/jobs", body)
+    click.echo(
+        f"job {job['id']}: {len(job['files'])} file(s), {job['bytes_total']} bytes", err=True
+    )
+    with _client(config, url) as client, _progress(repository, job["bytes_total"]) as on_event:
+        try:
+            state = follow(client, job["id"], on_event)
+        except httpx.HTTPError as exc:
+            raise click.ClickException(f"lost the job's event stream: {exc}") from None
+    final = _call(config, url, "GET", f"{BASE}/jobs/{job['id']}")
+    click.echo(json.dumps(final, indent=2) if as_json else f"{state}: {final.get('error') or repository}")  # fmt: skip
+    if state != "completed":
+        sys.exit(1)
+
+
+@contextlib.contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A progress bar on a terminal; elsewhere (a log, a pipe) a line per second and one at
+    the end, so a redirected run still shows how far it got."""
+    if sys.stderr.isatty():
+        with click.progressbar(length=max(total, 1), label=label, file=sys.stderr) as bar:
+            shown = [0]
+
+            def update(event: dict[str, Any]) -> None:
+                done = int(event.get("bytes_done") or 0)
+                bar.update(max(0, done - shown[0]))
+                shown[0] = max(shown[0], done)
+
+            yield update
+        return
+    last = [0.0]
+
+    def line(event: dict[str, Any]) -> None:
+        done, final = int(event.get("bytes_done") or 0), event.get("event") == "state"
+        if final or time.monotonic() - last[0] >= 1.0:
+            last[0] = time.monotonic()
+            pct = 100 * done // max(total, 1)
+            click.echo(f"{label}: {done}/{total} bytes ({pct}%) {event.get('state')}", err=True)
+
+    yield line
 
 
 @main.command("demo-models")

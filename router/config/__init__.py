@@ -21,6 +21,7 @@ from router.config.load import load_settings, resolve_config_path
 from router.config.schema import (
     PROGRAM_SECTIONS,
     AnalyticsSection,
+    DownloadsSection,
     ProgramSection,
     Settings,
     SettingsError,
@@ -37,6 +38,7 @@ __all__ = [
     "AnalyticsSection",
     "Catalog",
     "CatalogChange",
+    "DownloadsSection",
     "KcppsError",
     "ModelConfig",
     "ProgramSection",

@@ -145,6 +145,7 @@ _ENV_CREDENTIALS = (
     ("TENSOR_ROUTER_INFERENCE_KEY", "auth", "inference_keys"),
     ("TENSOR_ROUTER_ADMIN_KEY", "auth", "admin_keys"),
     ("TENSOR_ROUTER_CLUSTER_TOKEN", "cluster", "token"),
+    ("TENSOR_ROUTER_HF_TOKEN", "downloads", "token"),
 )
 _ENVIRONMENT = "(environment)"
 
@@ -162,7 +163,7 @@ def _apply_env_credentials(
         value, origin = found
         if field == "token":
             target[field] = value
-            origins["cluster.token"] = origin
+            origins[f"{section}.token"] = origin
             continue
         existing = target.get(field) or []
         if isinstance(existing, list):
@@ -258,6 +259,9 @@ def _resolve_paths(settings: Settings, base: Path, path: Path | None) -> Setting
             update={"scratch_dir": _absolute(settings.media.scratch_dir, base)}
         ),
         "source": path.expanduser().absolute() if path is not None else None,
+        "downloads": settings.downloads.model_copy(
+            update={"dir": _absolute(settings.downloads.dir, base)}
+        ),
     }
     for name in PROGRAM_SECTIONS.values():
         section: ProgramSection = getattr(settings, name)

@@ -299,6 +299,32 @@ class ClusterSection(_Section):
         return value
 
 
+def _hub_endpoint(value: str) -> str:
+    # https anywhere; plain http only to a loopback mirror (a test hub, a local cache).
+    parts = urlsplit(value.strip())
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        raise ValueError(f"{value!r} must be an http(s) URL like https://huggingface.co")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError(f"{value!r}: no credentials, query or fragment in the endpoint")
+    loopback = host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
+    if parts.scheme == "http" and not loopback:
+        raise ValueError(f"{value!r}: plain http is allowed only on a loopback address")
+    return value.strip().rstrip("/")
+
+
+class DownloadsSection(_Section):
+    """Hugging Face downloads (docs/downloads.md). `token` is a secret: never rendered."""
+
+    enabled: bool = True
+    endpoint: Annotated[str, AfterValidator(_hub_endpoint)] = "https://huggingface.co"
+    token: str | None = Field(default=None, repr=False)
+    # None: `downloads` next to the store's database (the data folder).
+    dir: Path | None = None
+    free_space_reserve_gb: float = Field(default=2.0, ge=0)
+    max_concurrent: int = Field(default=1, ge=1, le=8)
+
+
 # The settings section that configures each family's native program (the one map: the loader,
 # the adapters and the test harness all read it).
 PROGRAM_SECTIONS: Mapping[Family, str] = {
@@ -326,6 +352,7 @@ class Settings(_Section):
     limits: LimitsSection = LimitsSection()
     media: MediaSection = MediaSection()
     cluster: ClusterSection = ClusterSection()
+    downloads: DownloadsSection = DownloadsSection()
     # Where the YAML came from (not a YAML key): relative paths resolved against its folder.
     source: Path | None = Field(default=None, exclude=True)
 
@@ -384,6 +411,7 @@ def split_bind(bind: str) -> tuple[str, int]:
 __all__ = [
     "DEFAULT_CIDRS",
     "PROGRAM_SECTIONS",
+    "DownloadsSection",
     "Duration",
     "PositiveDuration",
     "Settings",

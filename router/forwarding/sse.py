@@ -9,9 +9,10 @@ from typing import Any
 Event = tuple[str, bytes]  # (event name, data)
 
 
-def encode_event(data: Any, event: str | None = None) -> bytes:
-    """One event; values JSON cannot carry (datetimes, paths) are written as text."""
-    head = f"event: {event}\n" if event else ""
+def encode_event(data: Any, event: str | None = None, *, event_id: str | None = None) -> bytes:
+    """One event; values JSON cannot carry (datetimes, paths) are written as text. `event_id`
+    lets a client reconnect with Last-Event-ID."""
+    head = (f"id: {event_id}\n" if event_id else "") + (f"event: {event}\n" if event else "")
     return f"{head}data: {json.dumps(data, default=str)}\n\n".encode()
 
 

@@ -1,5 +1,6 @@
 """`Store`: the node's SQLite file (analytics, load captures, load errors, model state, and
-benchmark runs through the `BenchmarkRuns` mixin).
+benchmark runs through the `BenchmarkRuns` mixin, download jobs and the library through
+`DownloadRows`).
 
 All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
 are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
@@ -31,6 +32,7 @@ from router.store import captures as cap
 from router.store.benchmarks import BenchmarkRuns
 from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
+from router.store.downloads import DownloadRows
 from router.store.rows import Raw, rows_from_raws
 from router.store.summary import summarize
 from router.store.writer import Op, Writer, WriterStats
@@ -42,7 +44,7 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store(BenchmarkRuns):
+class Store(BenchmarkRuns, DownloadRows):
     def __init__(
         self,
         path: Path,
