@@ -179,6 +179,7 @@ def data_ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataRou
     db_path = Path(config["analytics"]["database_path"])
     config["analytics"].update(load_capture_enabled=True, writer_process=False)
     config["cluster"] = {"node_id": NODE}
+    config["downloads"] = {"enabled": False}  # the Download page's "off" state (never the network)
     process.config.write_text(yaml.safe_dump(config))
     now = time.time()
     ids = seed(db_path, now)

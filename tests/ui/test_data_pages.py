@@ -132,7 +132,7 @@ def test_unavailable_features_are_said_in_words(
         expect(ui.page.locator("main .unavailable")).to_have_text(
             "Downloads are not available on this router: this version does not offer them."
         )
-    else:  # the downloads routes are here and off by default in this router's config
+    else:  # the downloads routes are here, and off in this router's config
         assert caps.json()["nodes"][0]["capability"]["enabled"] is False
         expect(ui.page.locator("main .unavailable")).to_contain_text("Downloads are off on this router")
     expect(ui.page.get_by_role("alert")).to_have_count(0)
