@@ -32,7 +32,7 @@ NODE = "ui-data-node"
 HOUR = 3600.0
 DAY = 86400.0
 # A line a hostile backend could print: it must reach the screen as these characters.
-XSS_LINE = '<img src=x onerror="document.title=\'pwned\'">'
+XSS_LINE = "<img src=x onerror=\"document.title='pwned'\">"
 PAGED_LINES = 260  # more than one output page (200 chunks)
 EXTRA_CAPTURES = 52  # with the two below: more than one list page (50)
 
@@ -57,9 +57,15 @@ def analytics_rows(now: float) -> list[tuple[Any, ...]]:
     rows = []
     for i in range(12):  # the last hour: alpha, ten fine, two failed
         status = 500 if i in (3, 7) else 200
-        rows.append(_event(now - 60 * (i + 1), "alpha", "text", status, 100.0 + 10 * i, 5.0 * i, (10, 20)))
+        rows.append(
+            _event(now - 60 * (i + 1), "alpha", "text", status, 100.0 + 10 * i, 5.0 * i, (10, 20))
+        )
     for i in range(5):  # the last hour: beta, one aborted by its client
-        rows.append(_event(now - 90 * (i + 1), "beta", "text", 499 if i == 0 else 200, 40.0 + i, 1.0, (3, 4)))
+        rows.append(
+            _event(
+                now - 90 * (i + 1), "beta", "text", 499 if i == 0 else 200, 40.0 + i, 1.0, (3, 4)
+            )
+        )
     for i in range(4):  # hours ago: an image model, no tokens
         rows.append(_event(now - HOUR * (3 + i), "artist", "image", 200, 2000.0 + i, 50.0, None))
     for i in range(6):  # days ago and weeks ago: only in 7d and 30d

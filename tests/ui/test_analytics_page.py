@@ -77,7 +77,9 @@ def test_numbers_equal_the_api_and_each_range_is_one_call(
     # Another range: exactly one more call, and the numbers follow.
     with ui.page.expect_request(lambda r: urlsplit(r.url).path == ANALYTICS) as request:
         ui.page.get_by_role("button", name="Last 30 days").click()
-    expect(ui.page.get_by_role("button", name="Last 30 days")).to_have_attribute("aria-pressed", "true")
+    expect(ui.page.get_by_role("button", name="Last 30 days")).to_have_attribute(
+        "aria-pressed", "true"
+    )
     month = data_ui_router.get(ANALYTICS, params=dict(parse_qsl(urlsplit(request.value.url).query)))
     assert month["totals"]["requests"] == 12 + 5 + 4 + 12
     _assert_same_numbers(ui.page, month)
@@ -100,7 +102,9 @@ def test_show_as_table_lists_every_bucket_and_survives_a_reload(
     assert "view=table" in ui.page.url
     ui.page.reload()
     expect(ui.page.get_by_role("table", name="Requests per time bucket")).to_be_visible()
-    expect(ui.page.get_by_role("button", name="Show as table")).to_have_attribute("aria-pressed", "true")
+    expect(ui.page.get_by_role("button", name="Show as table")).to_have_attribute(
+        "aria-pressed", "true"
+    )
 
 
 def test_flush_and_download_the_store(data_ui: GuardedPage) -> None:

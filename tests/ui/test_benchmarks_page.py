@@ -20,7 +20,10 @@ def test_a_run_from_the_page_shows_progress_result_and_history(
     expect(ui.page.get_by_label("Model")).to_have_value("alpha")
     history = ui.page.get_by_role("table", name="Past runs, newest first")
     expect(history.locator("tbody tr")).to_have_count(max(1, len(before)))
-    assert sorted(page_calls(ui)) == [("GET", "/router/v1/benchmarks"), ("GET", "/router/v1/models")]
+    assert sorted(page_calls(ui)) == [
+        ("GET", "/router/v1/benchmarks"),
+        ("GET", "/router/v1/models"),
+    ]
 
     ui.page.get_by_label("Text generation").check()
     ui.page.get_by_label("Runtime (unload, then load)").check()

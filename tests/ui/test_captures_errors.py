@@ -34,7 +34,9 @@ def test_capture_list_pages_with_the_cursor_and_filters_from_the_url(
     expect(ui.page.locator("main h1")).to_have_text("Load captures")
     rows = ui.page.locator("main table tbody tr")
     expect(rows).to_have_count(50)
-    assert page_calls(ui) == [("GET", "/router/v1/site/load-captures")], "one call for the first page"
+    assert page_calls(ui) == [("GET", "/router/v1/site/load-captures")], (
+        "one call for the first page"
+    )
     ui.page.get_by_role("button", name="Older captures").click()
     expect(rows).to_have_count(EXTRA_CAPTURES + 2)
     expect(ui.page.get_by_role("button", name="Older captures")).to_have_count(0)
@@ -86,13 +88,17 @@ def test_console_pages_by_after_sequence_keeps_order_colours_and_shows_html_as_t
     # Every chunk in the stored order, on its stream.
     second = data_ui_router.output_page(attempt, first["next_after_sequence"])
     stored = first["chunks"] + second["chunks"]
-    shown = lines.evaluate_all("els => els.map(e => [Number(e.dataset.sequence), e.dataset.stream])")
+    shown = lines.evaluate_all(
+        "els => els.map(e => [Number(e.dataset.sequence), e.dataset.stream])"
+    )
     assert shown == [[c["sequence"], c["stream"]] for c in stored]
 
     # ANSI: classes on spans, the escape bytes gone; no inline style anywhere.
     green = ui.page.locator("pre.console .ansi-fg-2")
     expect(green).to_have_text("loading model")
-    expect(ui.page.locator("pre.console .ansi-fg-9.ansi-bold, pre.console .ansi-fg-1.ansi-bold")).to_have_text("low memory")
+    expect(
+        ui.page.locator("pre.console .ansi-fg-9.ansi-bold, pre.console .ansi-fg-1.ansi-bold")
+    ).to_have_text("low memory")
     expect(lines.first).to_have_text("loading model plain after")
     assert ui.page.locator("pre.console [style]").count() == 0
     assert "\x1b" not in ui.page.locator("pre.console").inner_text()
@@ -117,7 +123,10 @@ def test_truncated_capture_shows_the_mark_where_the_cap_was_hit(
     expect(mark).to_have_count(1)
     expect(mark).to_contain_text("truncated")
     # The mark follows the last stored chunk: where the cap was hit.
-    assert ui.page.locator("pre.console > :last-child").evaluate("e => e.className") == "truncated-mark"
+    assert (
+        ui.page.locator("pre.console > :last-child").evaluate("e => e.className")
+        == "truncated-mark"
+    )
     expect(ui.page.locator("main")).to_contain_text("exited with code 3")
 
 
@@ -168,7 +177,9 @@ def test_load_errors_list_filter_sort_and_clear_all_behind_the_confirm(
         ui.page.get_by_role("dialog").get_by_role("button", name="Clear all").click()
     removed = deleted.value.json()["removed"]
     assert removed == 3
-    expect(ui.page.get_by_role("status").filter(has_text="Removed")).to_have_text(f"Removed {removed} load errors.")
+    expect(ui.page.get_by_role("status").filter(has_text="Removed")).to_have_text(
+        f"Removed {removed} load errors."
+    )
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("No load errors are recorded.")
     assert data_ui_router.get("/router/v1/site/load-errors")["errors"] == []

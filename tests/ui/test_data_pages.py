@@ -42,7 +42,9 @@ def _open(ui: GuardedPage, page_id: str, query: str = "") -> None:
     title, _, _, ready = PAGES[page_id]
     ui.goto(f"/router/ui/{page_id}{'?' + query if query else ''}")
     # A capture's detail view is its own h1; every other view is titled as its page.
-    expect(ui.page.locator("main h1")).to_have_text("Load capture" if "attempt=" in query else title)
+    expect(ui.page.locator("main h1")).to_have_text(
+        "Load capture" if "attempt=" in query else title
+    )
     expect(ui.page.locator(ready).first).to_be_visible()
 
 
@@ -97,7 +99,9 @@ def test_axe_finds_no_serious_violation_in_either_theme(
 
 
 @pytest.mark.parametrize("width", [390, 1280])
-def test_no_page_scrolls_sideways(data_ui_router: DataRouter, data_ui: GuardedPage, width: int) -> None:
+def test_no_page_scrolls_sideways(
+    data_ui_router: DataRouter, data_ui: GuardedPage, width: int
+) -> None:
     ui = data_ui
     _allow_missing_features(ui)
     ui.page.set_viewport_size({"width": width, "height": 800})
@@ -134,7 +138,9 @@ def test_unavailable_features_are_said_in_words(
         )
     else:  # the downloads routes are here, and off in this router's config
         assert caps.json()["nodes"][0]["capability"]["enabled"] is False
-        expect(ui.page.locator("main .unavailable")).to_contain_text("Downloads are off on this router")
+        expect(ui.page.locator("main .unavailable")).to_contain_text(
+            "Downloads are off on this router"
+        )
     expect(ui.page.get_by_role("alert")).to_have_count(0)
     catalog = data_ui_router.http.get("/router/v1/site/webuis")
     _open(ui, "webuis")

@@ -44,7 +44,9 @@ class HubThread:
 
 
 @pytest.fixture(scope="module")
-def hub_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UiRouter, FakeHub, Path]]:
+def hub_router(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[UiRouter, FakeHub, Path]]:
     _require_chromium()
     hub = HubThread()
     hub.hub.rate = 192 * 1024  # the 1 MiB file takes about 5 s: long enough to watch and pause
@@ -66,7 +68,9 @@ def hub_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UiRou
 
 
 @pytest.fixture
-def dl_ui(hub_router: tuple[UiRouter, FakeHub, Path], page: Page, tmp_path: Path) -> Iterator[GuardedPage]:
+def dl_ui(
+    hub_router: tuple[UiRouter, FakeHub, Path], page: Page, tmp_path: Path
+) -> Iterator[GuardedPage]:
     guarded = GuardedPage(page, hub_router[0], tmp_path)
     yield guarded
     guarded.check()
@@ -98,7 +102,9 @@ def test_search_pick_plan_then_follow_pause_resume_cancel_and_complete(
     ui.page.get_by_role("button", name="Search", exact=True).click()
     results = ui.page.get_by_role("table", name="Repositories matching “acme”")
     expect(results.locator("tbody tr")).to_have_count(2)
-    expect(results.locator("tbody tr").filter(has_text="acme/gated")).to_contain_text("gated (manual)")
+    expect(results.locator("tbody tr").filter(has_text="acme/gated")).to_contain_text(
+        "gated (manual)"
+    )
     assert "q=acme" in ui.page.url
     ui.page.get_by_role("button", name="Choose files of acme/tiny").click()
     files = ui.page.get_by_role("table", name=re.compile(r"Files of acme\/tiny"))
@@ -114,7 +120,9 @@ def test_search_pick_plan_then_follow_pause_resume_cancel_and_complete(
     expect(plan).to_contain_text("free")
     assert len(router.get(f"{BASE}/library")["jobs"]) == started_before, "planning starts nothing"
 
-    with ui.page.expect_response(lambda r: r.url.endswith(f"{BASE}/jobs") and r.request.method == "POST") as posted:
+    with ui.page.expect_response(
+        lambda r: r.url.endswith(f"{BASE}/jobs") and r.request.method == "POST"
+    ) as posted:
         plan.get_by_role("button", name="Start download").click()
     job_id = posted.value.json()["id"]
     row = ui.page.get_by_role("table", name="Download jobs, newest first").locator("tbody tr").first

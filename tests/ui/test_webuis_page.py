@@ -23,7 +23,9 @@ def _entry(router: DataRouter, kind: str) -> dict:
     return next(e for e in router.get(CATALOG)["data"] if e["id"] == kind)
 
 
-def test_enable_load_and_open_a_backend_webui(data_ui_router: DataRouter, data_ui: GuardedPage) -> None:
+def test_enable_load_and_open_a_backend_webui(
+    data_ui_router: DataRouter, data_ui: GuardedPage
+) -> None:
     router, ui = data_ui_router, data_ui
     catalog = router.http.get(CATALOG)
     if catalog.status_code == 501:  # this router has no backend WebUIs yet: said in words
