@@ -8,11 +8,23 @@ import { formatCount, formatDateTime, formatMs } from '../lib/fmt.js';
 import { actionButton, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 
 export const RANGES = {
-  '1h': { seconds: 3600, bucket: 60, label: 'Last hour', unit: 'minute' },
-  '24h': { seconds: 86400, bucket: 3600, label: 'Last 24 hours', unit: 'hour' },
-  '7d': { seconds: 7 * 86400, bucket: 6 * 3600, label: 'Last 7 days', unit: '6 hours' },
-  '30d': { seconds: 30 * 86400, bucket: 86400, label: 'Last 30 days', unit: 'day' },
+  '1h': { seconds: 3600, bucket: 60, label: 'Last hour' },
+  '24h': { seconds: 86400, bucket: 3600, label: 'Last 24 hours' },
+  '7d': { seconds: 7 * 86400, bucket: 6 * 3600, label: 'Last 7 days' },
+  '30d': { seconds: 30 * 86400, bucket: 86400, label: 'Last 30 days' },
 };
+
+// The bucket length in words, from the answer (the server may choose its own buckets).
+export function bucketWords(seconds) {
+  const units = [[86400, 'day'], [3600, 'hour'], [60, 'minute'], [1, 'second']];
+  for (const [size, name] of units) {
+    if (seconds % size === 0) {
+      const n = seconds / size;
+      return n === 1 ? name : `${n} ${name}s`;
+    }
+  }
+  return `${seconds} seconds`;
+}
 export const DEFAULT_RANGE = '24h';
 
 // The one query of a range: the window ends at the next bucket boundary, so buckets sit on
@@ -87,11 +99,13 @@ function bucketTable(summary) {
 
 function chartView(summary, range) {
   const r = RANGES[range];
+  const unit = bucketWords(summary.bucket_seconds);
   const buckets = summary.buckets || [];
+  const busy = buckets.filter((b) => b.requests > 0);
   const plan = timelinePlan({ buckets, from: summary.from, to: summary.to, bucketSeconds: summary.bucket_seconds });
   const busiest = buckets.reduce((a, b) => (b.requests > (a ? a.requests : -1) ? b : a), null);
-  const summaryText = buckets.length
-    ? `${formatCount(summary.totals.requests)} requests and ${formatCount(summary.totals.errors)} errors in ${buckets.length} of the range's buckets; the busiest ${r.unit} began ${formatDateTime(busiest.start)} with ${formatCount(busiest.requests)} requests.`
+  const summaryText = busy.length
+    ? `${formatCount(summary.totals.requests)} requests and ${formatCount(summary.totals.errors)} errors; requests came in ${busy.length} of ${Math.round((summary.to - summary.from) / summary.bucket_seconds)} buckets (${unit} each); the busiest began ${formatDateTime(busiest.start)} with ${formatCount(busiest.requests)} requests.`
     : 'No request in this range.';
   const long = summary.to - summary.from > 2 * 86400;
   const legend = h('p', { class: 'chart-legend' },
@@ -99,7 +113,7 @@ function chartView(summary, range) {
     h('span', {}, h('span', { class: 'swatch swatch-errors' }), 'Errors (the lower part of a bar)'));
   return [legend, timeline(plan, {
     id: 'analytics-timeline',
-    label: `Requests and errors per ${r.unit}, ${r.label.toLowerCase()}`,
+    label: `Requests and errors per ${unit}, ${r.label.toLowerCase()}`,
     summary: summaryText,
     tickLabel: (t) => (long ? formatDateTime(t).slice(5, 10) : formatDateTime(t).slice(11, 16)),
     barLabel: (b) => `${formatDateTime(b.start)}: ${formatCount(b.requests)} requests, ${formatCount(b.errors)} errors`,
