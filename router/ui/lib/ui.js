@@ -17,7 +17,7 @@ export function sortRows(rows, key, dir = 'asc', valueOf = (row, k) => row[k]) {
   return [...rows].sort((x, y) => sign * compareValues(valueOf(x, key), valueOf(y, key)));
 }
 
-// A table with sortable header cells. columns: [{key, label, sortable, cell(row) -> node|text,
+// A table with sortable header cells (stacked into one card per row on narrow screens). columns: [{key, label, sortable, cell(row) -> node|text,
 // value(row) -> sort value}]. sort: {key, dir}; onsort(key, dir) is called on a header click.
 export function table({ columns, rows, sort, onsort, caption, rowKey, empty = 'Nothing to show' }) {
   const head = h('tr', {}, columns.map((col) => headerCell(col, sort, onsort)));
@@ -25,11 +25,11 @@ export function table({ columns, rows, sort, onsort, caption, rowKey, empty = 'N
     ? rows.map((row) =>
         h('tr', { 'data-key': rowKey ? rowKey(row) : null },
           columns.map((col) => h(col.rowHeader ? 'th' : 'td',
-            { scope: col.rowHeader ? 'row' : null, class: col.class || null },
+            { scope: col.rowHeader ? 'row' : null, class: col.class || null, 'data-label': col.label },
             col.cell ? col.cell(row) : row[col.key]))))
     : [h('tr', {}, h('td', { colspan: columns.length, class: 'empty' }, empty))];
   return h('div', { class: 'table-wrap' },
-    h('table', {}, caption ? h('caption', {}, caption) : null,
+    h('table', { class: 'stack' }, caption ? h('caption', {}, caption) : null,
       h('thead', {}, head), h('tbody', {}, body)));
 }
 
