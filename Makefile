@@ -51,10 +51,14 @@ browser:
 	  else echo "the browser tests need Debian's chromium and fonts-dejavu-core:" \
 	    "run as root: apt-get install chromium fonts-dejavu-core" >&2; exit 1; fi; }
 
+# docs/screenshots/<page>-<theme>.png from a seeded router in headless chromium (commit them).
+screenshots: venv browser
+	$(VENV)/bin/pytest tests/ui/screenshots.py -q -p no:cacheprovider $(PYTEST_ARGS)
+
 # Serves configs/ when its .kcpps files point at real models, else tiny generated demo models.
 run: llama-server
 	@cfg=$$($(VENV)/bin/tensor-router demo-config --config configs/router.example.yaml) && \
-	  echo "serving $$cfg on http://127.0.0.1:8080" && \
+	  echo "serving $$cfg on http://127.0.0.1:8080 (admin WebUI: http://127.0.0.1:8080/router/ui/)" && \
 	  exec $(VENV)/bin/tensor-router start --config "$$cfg"
 
 # Everything but the opt-in vLLM tier (make test-vllm).

@@ -68,7 +68,9 @@ function renderHeader() {
 }
 
 function renderNav(activeId) {
-  const links = PAGES.filter((page) => page.nav).map((page) =>
+  // Signed out, every page would answer with the sign-in view: no nav to offer.
+  const pages = needsLogin() ? [] : PAGES.filter((page) => page.nav);
+  const links = pages.map((page) =>
     h('li', {}, h('a', {
       href: pageHref(page.id),
       'aria-current': page.id === activeId ? 'page' : null,
@@ -190,7 +192,7 @@ async function boot() {
       location.assign(pageHref('login', { next: location.pathname + location.search }));
     }
   });
-  if (needsLogin()) setConnection('disconnected');
+  if (needsLogin()) setConnection('signed out');
   else startEvents();
   document.addEventListener('click', onLinkClick);
   window.addEventListener('popstate', () => mount({ focus: true }));
