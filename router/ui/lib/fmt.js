@@ -10,7 +10,7 @@ export function formatCount(value) {
 export function formatMs(value) {
   if (value === null || value === undefined || !Number.isFinite(Number(value))) return DASH;
   const ms = Number(value);
-  if (ms >= 10_000) return `${(ms / 1000).toFixed(1)} s`;
+  if (ms >= 1000) return `${(ms / 1000).toFixed(ms >= 10_000 ? 0 : 1)} s`;
   if (ms >= 100) return `${Math.round(ms)} ms`;
   return `${ms.toFixed(1)} ms`;
 }
