@@ -1,6 +1,7 @@
 // Load errors: every failed load (and every backend that died while serving), newest first,
 // filterable by model and phase, sortable; Clear all behind a confirm dialog.
-// First load: one API call (GET /site/load-errors).
+// First load: one API call (GET /site/load-errors). A `failed` event on the shared stream
+// (a load that just failed) reads the list again, once per burst.
 import { h, replace } from '../lib/dom.js';
 import { formatDateTime } from '../lib/fmt.js';
 import { pageHref } from '../lib/url.js';
@@ -142,6 +143,19 @@ export default {
       await load();
     }
 
+    let timer = null;
+    const off = ctx.events ? ctx.events.subscribe((event) => {
+      if (event.event !== 'failed' || timer) return;
+      timer = setTimeout(() => {
+        timer = null;
+        load();
+      }, 500);
+    }) : () => {};
+
     await load();
+    return () => {
+      off();
+      clearTimeout(timer);
+    };
   },
 };
