@@ -159,6 +159,15 @@ def page_calls(ui: GuardedPage) -> list[tuple[str, str]]:
     return [call for call in ui.calls() if call[1] not in SHELL_CALLS]
 
 
+def serious(results: Any) -> list[str]:
+    """axe's serious and critical violations, one line each (for an assert message)."""
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+        for v in results.response["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
 class DataRouter(UiRouter):
     ids: dict[str, Any]
     now: float

@@ -6,15 +6,13 @@ and the dark theme, and at 390 px and 1280 px nothing scrolls sideways.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from tests.ui import data_router
 from tests.ui.conftest import GuardedPage
-from tests.ui.data_router import DataRouter, page_calls
+from tests.ui.data_router import DataRouter, page_calls, serious
 
 data_ui_router = data_router.data_ui_router
 data_ui = data_router.data_ui
@@ -28,7 +26,6 @@ PAGES: dict[str, tuple[str, str, int, str]] = {
     "download": ("Download", "q=", 2, "main p, main table"),
     "webuis": ("Web UIs", "", 1, "main table, main .unavailable"),
 }
-SERIOUS = {"serious", "critical"}
 
 
 def _allow_missing_features(ui: GuardedPage) -> None:
@@ -69,14 +66,6 @@ def test_page_renders_its_h1_reloads_and_keeps_to_its_call_budget(
     assert title in ui.page.title()
 
 
-def _serious(results: Any) -> list[str]:
-    return [
-        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
-        for v in results.response["violations"]
-        if v["impact"] in SERIOUS
-    ]
-
-
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_finds_no_serious_violation_in_either_theme(
     data_ui_router: DataRouter, data_ui: GuardedPage, scheme: str
@@ -92,7 +81,7 @@ def test_axe_finds_no_serious_violation_in_either_theme(
     for page_id, query in views:
         _open(ui, page_id, query)
         ui.page.wait_for_load_state("networkidle")
-        problems = _serious(axe.run(ui.page))
+        problems = serious(axe.run(ui.page))
         if problems:
             found[f"{page_id}?{query}"] = problems
     assert not found, found

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 import yaml
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Page, expect
 
 from tests.fakes.fake_hub import FakeHub
 from tests.harness import RouterHarness
 from tests.router_process import RouterProcess
 from tests.ui.conftest import GuardedPage, UiRouter, _require_chromium, wait_until
-from tests.ui.data_router import page_calls, run_async
+from tests.ui.data_router import page_calls, run_async, serious
 
 BASE = "/router/v1/site/download"
 
@@ -153,6 +154,13 @@ def test_search_pick_plan_then_follow_pause_resume_cancel_and_complete(
     gguf = next(a for a in artifacts if a["path"].endswith("model.gguf"))
     expect(lib).to_contain_text(gguf["sha256"])
     assert (library / gguf["path"]).is_file()
+
+    # With results, files, jobs and the library on screen: axe in both themes.
+    _pick_and_plan(ui, ["README.md"])
+    for scheme in ("light", "dark"):
+        ui.page.emulate_media(color_scheme=scheme)
+        problems = serious(Axe().run(ui.page))
+        assert not problems, (scheme, problems)
 
 
 def test_a_refused_plan_is_explained_next_to_its_button(
