@@ -44,6 +44,7 @@ from router.api import (
     inference,
     meta,
     models,
+    node,
     ollama,
     ollama_gen,
     realtime,
@@ -52,6 +53,7 @@ from router.api import (
     site_configs,
     site_downloads,
     site_inventory,
+    site_relay,
     site_store,
     site_webuis,
     ui,
@@ -63,10 +65,13 @@ from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
     CATALOG,
+    CLUSTER,
+    DISPATCH,
     EVENTS,
     MAIN_APP,
     MATCH,
     METRICS,
+    NODE_DISPATCH,
     PROXY,
     RECORDER,
     ROUTE,
@@ -77,10 +82,12 @@ from router.appkeys import (
     SHUTDOWN,
     STORE,
 )
-from router.classify import Route, match
+from router.classify import ROUTES, Route, match
+from router.cluster import AllowList, ClusterService, NodeClient, NodeModel
+from router.cluster.local import node_models
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Middleware, RouteOf, Sessions, auth, guards, surface_of
-from router.errors import InternalError, NotImplementedRoute, RouterError, render
+from router.edge import Middleware, RouteOf, Sessions, auth, guards, secrets_of, surface_of
+from router.errors import InternalError, NotImplementedRoute, RouteNotFound, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
 from router.runtime import Loader, RuntimeManager, observer_factory
@@ -114,7 +121,11 @@ HANDLERS: dict[str, Handler] = {
     **ui.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
+    **node.HANDLERS,
 }
+
+# What a slave does not serve: it is no management surface (docs/cluster.md).
+MANAGEMENT_PREFIXES = ("/router/v1/site/", "/router/v1/benchmarks", "/router/ui", "/router/webuis")
 
 
 def route_of(request: web.Request) -> Route:
@@ -127,15 +138,9 @@ def route_of(request: web.Request) -> Route:
     return route
 
 
-def _secrets(settings: Settings) -> tuple[str, ...]:
-    keys = (*settings.auth.inference_keys, *settings.auth.admin_keys)
-    keys += (settings.downloads.token,) if settings.downloads.token else ()
-    return keys + ((settings.cluster.token,) if settings.cluster.token else ())
-
-
 def edge_errors(settings: Settings, route_of: RouteOf = route_of) -> Middleware:
     """Middleware 1: the one renderer of errors (`route_of` is replaceable for edge tests)."""
-    secrets = _secrets(settings)
+    secrets = secrets_of(settings)
 
     @web.middleware
     async def edge(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -177,14 +182,34 @@ def _abandon(request: web.Request, exc: Exception) -> web.StreamResponse:
     return web.Response(status=500)
 
 
-async def dispatch(request: web.Request) -> web.StreamResponse:
-    route = route_of(request)
-    handler = HANDLERS.get(route.handler)
-    if handler is None:
-        raise NotImplementedRoute(
-            f"{route.template} is recognised but not available in this version of tensor-router"
-        )
-    return await handler(request)
+def handler_table(settings: Settings) -> dict[str, Handler]:
+    """The route table's handler names -> handlers for this node's role: a master relays the
+    site APIs that name another node; a slave serves none (404) to clients."""
+    role = settings.cluster.role
+    if role == "standalone":
+        return HANDLERS
+    management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
+    if role == "master":
+        wrapped = {n: site_relay.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
+        return HANDLERS | wrapped
+    return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
+
+
+async def _not_on_a_slave(request: web.Request) -> web.StreamResponse:
+    raise RouteNotFound(request.path)
+
+
+def dispatcher(table: dict[str, Handler]) -> Handler:
+    async def dispatch(request: web.Request) -> web.StreamResponse:
+        route = route_of(request)
+        handler = table.get(route.handler)
+        if handler is None:
+            raise NotImplementedRoute(
+                f"{route.template} is recognised but not available in this version of tensor-router"
+            )
+        return await handler(request)
+
+    return dispatch
 
 
 def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
@@ -201,7 +226,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[EVENTS] = EventBus()
     app[METRICS] = metrics or Metrics()
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
-    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, _secrets(settings))
+    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
     app.cleanup_ctx.extend(
@@ -216,10 +241,13 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             benchmarks.benchmarks_context,
             site_webuis.webuis_context,
             site_downloads.downloads_context,
+            _cluster,
         ]
     )
     app.on_shutdown.append(_begin_drain)
-    app.router.add_route("*", "/{tail:.*}", dispatch)
+    app[DISPATCH] = dispatcher(handler_table(settings))
+    app[NODE_DISPATCH] = dispatcher(HANDLERS)
+    app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
     return app
 
 
@@ -360,3 +388,31 @@ async def _startup_model(app: web.Application) -> None:
 async def _begin_drain(app: web.Application) -> None:
     """Listener already closed: queued requests get 503; running work may finish (R27)."""
     app[RUNTIMES].refuse_new_work()
+
+
+async def _cluster(app: web.Application) -> AsyncIterator[None]:
+    """The registry, and the master's polling or the slave's registration (docs/cluster.md)."""
+    settings = app[SETTINGS]
+    catalog, runtimes = app[CATALOG], app[RUNTIMES]
+
+    def local_models() -> tuple[NodeModel, ...]:
+        configs = catalog.all_configs()
+        missing = {c.id: catalog.missing_files(c) for c in configs}
+        disabled = set(catalog.disabled_ids())
+        return node_models(configs, runtimes.views(), disabled=disabled, missing=missing)
+
+    def fatal(reason: str) -> None:
+        log.error("stopping: %s", reason)
+        app[SHUTDOWN]()
+
+    client = NodeClient(
+        app[SESSION], settings.cluster.token or "", AllowList(), settings.cluster.control_timeout
+    )
+    app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
+    task = (
+        asyncio.create_task(service.run(), name="cluster") if service.role != "standalone" else None
+    )
+    yield
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -5,7 +5,7 @@ Handlers read resources with `request.app[KEY]`; nothing else is global.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -13,6 +13,7 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
+    from router.cluster import ClusterService
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
@@ -45,6 +46,16 @@ SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 # The backend-UI listener's app: the management app it serves for (its resources are shared).
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
+# The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
+CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
+# The app's dispatcher: node routes hand an inner request to it (router/api/node.py).
+DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
+    "dispatch"
+)
+# Every handler, management ones included: what a slave runs for the master's node/site calls.
+NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
+    "node_dispatch"
+)
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
@@ -55,3 +66,5 @@ if TYPE_CHECKING:
 ARRIVED: web.RequestKey[float] = web.RequestKey("arrived", float)
 MATCH: web.RequestKey[Match] = web.RequestKey("match", object)  # type: ignore[arg-type]
 ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[arg-type]
+# The body a site handler read, kept so the request can be relayed to the node it names.
+RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)

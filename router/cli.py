@@ -208,6 +208,25 @@ def analytics(config: str | None, url: str | None, since: str, model: str | None
         )
 
 
+@main.command()
+@_cfg
+@_url
+def nodes(config: str | None, url: str | None) -> None:
+    """The cluster's nodes as this router sees them: role, URL, health, models, last contact."""
+    payload = _call(config, url, "GET", "/router/v1/site/inventory")
+    click.echo(f"{'node':<16} {'role':<10} {'state':<9} {'models':>6}  {'last contact':<20} url")
+    for node in payload.get("nodes", []):
+        contact = node.get("last_contact")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(contact)) if contact else "-"
+        state = "ok" if node.get("available") else "down"
+        click.echo(
+            f"{str(node.get('node_id') or '?'):<16} {node.get('role', ''):<10} {state:<9}"
+            f" {len(node.get('models') or []):>6}  {when:<20} {node.get('node_url') or '-'}"
+        )
+        if node.get("error"):
+            click.echo(f"{'':<16} error: {node['error']}")
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 

@@ -75,6 +75,18 @@ class Conflict(RouterError):
     status, type = 409, "conflict_error"
 
 
+class ClusterError(RouterError):
+    """A peer's cluster request this node refuses (an unknown URL, another protocol)."""
+
+    status, type, code = 400, "cluster_error", "cluster_error"
+
+
+class DuplicateNode(ClusterError):
+    """A registration whose identity collides with a known node; the registry is unchanged."""
+
+    status, code = 409, "duplicate_node"
+
+
 class RouteNotFound(NotFound):
     def __init__(self, path: str = "") -> None:
         super().__init__("File Not Found" if not path else f"no route for {path}")

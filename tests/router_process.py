@@ -44,10 +44,17 @@ class RouterProcess:
         h: RouterHarness,
         server: dict[str, Any] | None = None,
         name: str = "router",
+        *,
+        port: int | None = None,
+        kcpps_dir: Path | None = None,
+        extra: dict[str, Any] | None = None,
         **runtime: object,
     ) -> None:
+        """`extra`: more top-level YAML sections (cluster, auth); `kcpps_dir`: this router's
+        own configurations (a cluster test gives each node its own)."""
         self.h = h
-        self.port = free_port()
+        self.name = name
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.config = h.tmp / f"{name}.yaml"
         self.log = h.tmp / f"{name}.log"
@@ -62,10 +69,11 @@ class RouterProcess:
                 {
                     "security": {"profile": "trusted_lan"},
                     "server": {"bind": f"127.0.0.1:{self.port}", **(server or {})},
-                    "models": {"config_dir": str(h.kcpps_dir)},
+                    "models": {"config_dir": str(kcpps_dir or h.kcpps_dir)},
                     "analytics": {"database_path": str(data / "router.sqlite")},
                     "runtime": {"stop_grace": 1, "load_timeout": 20, **runtime},
                     **sections,
+                    **(extra or {}),
                 }
             )
         )
@@ -132,8 +140,15 @@ def tmp_harness(tmp_path: Path) -> Iterator[RouterHarness]:
 
 
 def new_router(
-    h: RouterHarness, server: dict[str, Any] | None = None, name: str = "router", **runtime: object
+    h: RouterHarness,
+    server: dict[str, Any] | None = None,
+    name: str = "router",
+    *,
+    port: int | None = None,
+    kcpps_dir: Path | None = None,
+    extra: dict[str, Any] | None = None,
+    **runtime: object,
 ) -> RouterProcess:
-    r = RouterProcess(h, server, name, **runtime)
+    r = RouterProcess(h, server, name, port=port, kcpps_dir=kcpps_dir, extra=extra, **runtime)
     h.routers.append(r)  # type: ignore[attr-defined]
     return r

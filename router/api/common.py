@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from aiohttp import web
 
-from router.appkeys import ARRIVED, CATALOG, MATCH, SETTINGS
+from router.appkeys import ARRIVED, CATALOG, CLUSTER, MATCH, RAW_BODY, SETTINGS
 from router.classify import Match, Route
+from router.cluster import RemoteNode
 from router.config import ModelConfig
 from router.domain import MiB
 from router.edge import read_capped_stream
@@ -35,9 +36,11 @@ def arrived(request: web.Request) -> float:
 
 
 async def read_capped(request: web.Request, cap: int, setting: str) -> bytes:
-    """The whole body, refused with 413 once it passes `cap` bytes."""
+    """The whole body, refused with 413 once it passes `cap` bytes (kept on the request)."""
     too_large = PayloadTooLarge(f"the body is larger than {cap} bytes ({setting})")
-    return await read_capped_stream(request.content, request.content_length, cap, too_large)
+    raw = await read_capped_stream(request.content, request.content_length, cap, too_large)
+    request[RAW_BODY] = raw
+    return raw
 
 
 def parse_json_object(raw: bytes, *, required: bool = False) -> dict[str, Any]:
@@ -78,10 +81,21 @@ async def read_control_json(request: web.Request, *, required: bool = False) -> 
     return parse_json_object(raw, required=required)
 
 
+def refuse_addresses(request: web.Request, body: Mapping[str, Any] | None = None) -> None:
+    """R34: a node is named by its id from the registry; an address in a request is refused
+    (400), so it never receives anything from this router."""
+    if (body is not None and "node_url" in body) or "node_url" in request.query:
+        raise BadRequest(
+            "name the node by node_id; this router never contacts an address taken from a request",
+            param="node_url",
+        )
+
+
 def node_of(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
     """The `node_id` asked for (body first, then query; default this node); 404 for any other
     node until the cluster forwards to registered nodes."""
     value: Any = None
+    refuse_addresses(request, body)
     if body is not None and "node_id" in body:
         value = body["node_id"]
     elif "node_id" in request.query:
@@ -92,8 +106,18 @@ def node_of(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
     if not isinstance(value, str):
         raise BadRequest("node_id must be a string", param="node_id")
     if value != own:
-        raise NotFound(f"unknown node {value[:64]!r}", param="node_id")
+        elsewhere(request, value)
     return own
+
+
+def elsewhere(request: web.Request, node_id: str) -> NoReturn:
+    """Another node's id: on a master, RemoteNode (the request is relayed there); else 404."""
+    settings = request.app.get(SETTINGS)
+    master = settings is not None and settings.cluster.role == "master"
+    entry = request.app[CLUSTER].registry.node(node_id) if master else None
+    if entry is None:
+        raise NotFound(f"unknown node {node_id[:64]!r}", param="node_id")
+    raise RemoteNode(entry)
 
 
 def resolve_model(request: web.Request, model_id: Any) -> ModelConfig:

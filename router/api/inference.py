@@ -13,8 +13,10 @@ from multidict import CIMultiDict
 
 from backends.registry import adapter_for
 from router.api.common import Handler, arrived, matched_route
+from router.api.relay import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
+from router.cluster import Target
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -58,6 +60,20 @@ class Override:
     translation: Callable[[Lease], Translation] | None = None
     # Answered by the router once a runtime is leased, nothing sent (Ollama's load request).
     answer: Callable[[Lease], web.StreamResponse] | None = None
+    # Chosen by a handler that reads its own body: another cluster node serves the request as
+    # the client sent it (router/api/relay.py).
+    relay_to: Target | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Forwarded as the client sent it (so another cluster node may serve it as sent)."""
+        return (
+            self.path_qs is None
+            and self.headers is None
+            and self.on_lease is None
+            and self.translation is None
+            and self.answer is None
+        )
 
 
 # A handler that reads and checks the body itself passes this instead of an Override, so its
@@ -124,17 +140,23 @@ async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[Pro
         result.error_message = result.error_message or exc.message
         raise
     finally:
-        request.app[RECORDER].record(
-            info,
-            status=result.status or 500,
-            upstream_status=result.upstream_status,
-            error_message=result.error_message,
-            ttfb_ms=result.ttfb_ms,
-            bytes_in=result.bytes_in,
-            bytes_out=result.bytes_out,
-            aborted=result.aborted,
-            tail=result.tail,
-        )
+        # A request another node answered is recorded there; one that reached none, here.
+        if not (result.relayed and result.upstream_status is not None):
+            _record(request, info, result)
+
+
+def _record(request: web.Request, info: RequestInfo, result: ProxyResult) -> None:
+    request.app[RECORDER].record(
+        info,
+        status=result.status or 500,
+        upstream_status=result.upstream_status,
+        error_message=result.error_message,
+        ttfb_ms=result.ttfb_ms,
+        bytes_in=result.bytes_in,
+        bytes_out=result.bytes_out,
+        aborted=result.aborted,
+        tail=result.tail,
+    )
 
 
 def _info(request: web.Request, route: Route) -> RequestInfo:
@@ -165,6 +187,9 @@ async def _forward(
                 f"the request body did not arrive within {idle:g}s (server.header_timeout)"
             ) from None
     selection = override.selection
+    target = override.relay_to or (remote_target(request, selection) if override.plain else None)
+    if target is not None:
+        return await relay(request, selection, target, result)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
     family = family_for(config.backend_mode, lane)

@@ -6,6 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
+from router.api import cluster_models
 from router.api.common import Handler, match_of, node_of, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import Summary
@@ -36,6 +37,10 @@ def _openai_entry(request: web.Request, config: ModelConfig) -> dict[str, Any]:
 async def openai_list(request: web.Request) -> web.StreamResponse:
     catalog = request.app[CATALOG]
     data = [_openai_entry(request, c) for c in catalog.configs() if c.lanes & _TEXT_SIDE]
+    data += [
+        cluster_models.openai_entry(p, OWNER)
+        for p in cluster_models.remote_only(request, _TEXT_SIDE)
+    ]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -43,7 +48,10 @@ async def openai_get(request: web.Request) -> web.StreamResponse:
     model_id = match_of(request).params.get("model_id") or match_of(request).params.get("id", "")
     config = request.app[CATALOG].resolve(model_id)
     if config is None or config.id != model_id:
-        raise ModelNotFound(model_id)
+        remote = cluster_models.find_remote(request, model_id)
+        if remote is None:
+            raise ModelNotFound(model_id)
+        return web.json_response(cluster_models.openai_entry(remote, OWNER))
     return web.json_response(_openai_entry(request, config))
 
 
@@ -97,6 +105,7 @@ async def router_list(request: web.Request) -> web.StreamResponse:
         {**router_record(request, c), "benchmark": _benchmark(benchmarks.get(c.id))}
         for c in catalog.all_configs()
     ]
+    data += [cluster_models.router_entry(p) for p in cluster_models.remote_only(request)]
     return web.json_response({"object": "list", "data": data, "errors": catalog.errors})
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from router import __version__
+from router.api import cluster_models
 from router.api.common import Handler, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES
 from router.config import ModelConfig
@@ -66,7 +67,9 @@ def _text_configs(request: web.Request) -> list[ModelConfig]:
 
 
 async def tags(request: web.Request) -> web.StreamResponse:
-    return web.json_response({"models": [_tag(c) for c in _text_configs(request)]})
+    remote = cluster_models.remote_only(request, cluster_models.TEXT_SIDE)
+    tags = [_tag(c) for c in _text_configs(request)]
+    return web.json_response({"models": tags + [cluster_models.ollama_tag(p) for p in remote]})
 
 
 async def ps(request: web.Request) -> web.StreamResponse:

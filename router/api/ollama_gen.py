@@ -19,6 +19,7 @@ from aiohttp import web
 from router import ollama as tr
 from router.api import inference
 from router.api.common import Handler, read_json_object, resolve_model
+from router.api.relay import remote_target
 from router.appkeys import SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
@@ -65,6 +66,12 @@ async def _handle(request: web.Request, op: tr.LoadKind) -> web.StreamResponse:
 async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> inference.Override:
     """What to forward: the body as it is to KoboldCpp, else its OpenAI translation."""
     raw, body = await _read_body(request)
+    name = body.get("model")
+    if isinstance(name, str) and name:
+        # Served by another cluster node as sent: that node translates it for its backend.
+        target = remote_target(request, Selection(name, raw, True, "json:model"))
+        if target is not None:
+            return inference.Override(Selection(name, raw, True, "json:model"), relay_to=target)
     config = resolve_model(request, body.get("model"))
     public: str = body["model"]
     if family_for(config.backend_mode, _lane(op, config)) is Family.KOBOLD:

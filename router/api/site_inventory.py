@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.common import Handler, match_of, node_of, read_control_json
-from router.appkeys import CATALOG, RUNTIMES, SETTINGS, SITE_FILES, STORE
+from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
 from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest, Conflict, MethodNotAllowed, ModelNotFound, NotFound
@@ -50,7 +50,30 @@ def _node_summary(request: web.Request, models: list[str], files: int | None) ->
         "models": models,
         "files": files,
         "error": None,
+        "last_contact": None,
     }
+
+
+def _registered_nodes(request: web.Request) -> list[dict[str, Any]]:
+    """The master's registry: every slave, whether it answers, and when it last did."""
+    if request.app[SETTINGS].cluster.role != "master":
+        return []
+    return [
+        {
+            "node_id": entry.node_id or None,
+            "node_url": entry.node_url,
+            "source": "slave",
+            "role": "slave",
+            "backend_mode": None,
+            "available": entry.healthy,
+            "hardware": None,
+            "models": [m.local_id for m in entry.models],
+            "files": None,
+            "error": entry.error,
+            "last_contact": entry.last_contact,
+        }
+        for entry in request.app[CLUSTER].registry.nodes()
+    ]
 
 
 async def inventory(request: web.Request) -> web.Response:
@@ -83,7 +106,7 @@ async def inventory(request: web.Request) -> web.Response:
             "role": settings.cluster.role,
             "node_id": node_id,
             "node_url": settings.cluster.public_url,
-            "nodes": [summary],
+            "nodes": [summary, *_registered_nodes(request)],
             "models": models,
             "files": files,
             "errors": catalog.errors,

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from router.api.common import match_of
+from router.api.common import elsewhere, match_of, refuse_addresses
 from router.appkeys import STORE
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
@@ -31,6 +31,8 @@ DOWNLOAD_CHUNK = 256 * 1024
 
 
 def _store(request: web.Request) -> Store:
+    """This node's store; every route here calls it first, so it also refuses addresses."""
+    refuse_addresses(request)
     store = request.app.get(STORE)
     if store is None:
         raise ServiceUnavailable("the router's store is not open")
@@ -85,9 +87,14 @@ def _time(request: web.Request, name: str) -> float | None:
 def _nodes(request: web.Request, store: Store) -> list[str]:
     """Repeated `node` / `node_id` filters; any node that is not this one is unknown."""
     nodes = [*request.query.getall("node", []), *request.query.getall("node_id", [])]
-    for node in nodes:
-        if node != store.node_id:
-            raise NotFound(f"unknown node {node!r}", param="node_id")
+    others = sorted({n for n in nodes if n != store.node_id})
+    if others and len(set(nodes)) > 1:
+        raise BadRequest(
+            "name one node at a time; merging several nodes' rows is not built yet",
+            param="node_id",
+        )
+    for node in others:
+        elsewhere(request, node)
     return nodes
 
 
@@ -167,6 +174,7 @@ async def load_capture_output(request: web.Request) -> web.Response:
 async def load_errors(request: web.Request) -> web.Response:
     """GET lists the newest load errors; DELETE removes them all."""
     store = _store(request)
+    _nodes(request, store)
     if request.method == "DELETE":
         removed = await store.clear_load_errors()
         return web.json_response({"removed": removed, "cleared": [store.node_id], "failed": []})
@@ -179,7 +187,7 @@ async def store_download(request: web.Request) -> web.StreamResponse:
     store = _store(request)
     node_id = request.query.get("node_id") or store.node_id
     if node_id != store.node_id:
-        raise NotFound(f"unknown node {node_id!r}", param="node_id")
+        elsewhere(request, node_id)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     copy = await store.download_copy()
     try:

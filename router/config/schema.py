@@ -288,6 +288,9 @@ class ClusterSection(_Section):
     token: str | None = None
     sync_interval: PositiveDuration = 30.0
     health_interval: PositiveDuration = 10.0
+    # One deadline per buffered node call (request and answer); streams have their own.
+    control_timeout: PositiveDuration = 30.0
+    sync_concurrency: int = Field(default=4, ge=1, le=128)
 
     @field_validator("node_id")
     @classmethod

@@ -5,6 +5,7 @@ long-lived sessions shutdown tells to go away.
 
 from __future__ import annotations
 
+from router.edge.auth import secrets_of
 from router.edge.bodies import read_capped_stream
 from router.edge.guards import Middleware, RouteOf, split_host, surface_of
 from router.edge.headers import (
@@ -23,6 +24,7 @@ __all__ = [
     "is_streaming",
     "mark_streaming",
     "read_capped_stream",
+    "secrets_of",
     "split_host",
     "surface_of",
     "upstream_request_headers",

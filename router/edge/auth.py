@@ -206,3 +206,10 @@ def auth_middleware(keyring: KeyRing, settings: Settings, route_of: RouteOf) -> 
         return await handler(request)
 
     return authenticate
+
+
+def secrets_of(settings: Settings) -> tuple[str, ...]:
+    """Every configured credential: blanked out of any message the router renders."""
+    keys = (*settings.auth.inference_keys, *settings.auth.admin_keys)
+    keys += (settings.downloads.token,) if settings.downloads.token else ()
+    return keys + ((settings.cluster.token,) if settings.cluster.token else ())

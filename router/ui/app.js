@@ -161,6 +161,14 @@ async function logout() {
 
 function startEvents() {
   shell.events = createEvents({ onstatus: setConnection });
+  // A router without the session route still names itself in the stream's first event.
+  shell.events.subscribe((event) => {
+    if (event.event === 'hello' && shell.session && !shell.session.node && event.node_id) {
+      shell.session = { ...shell.session, node: { node_id: event.node_id } };
+      renderHeader();
+      updateTitle();
+    }
+  });
   shell.events.start();
 }
 

@@ -22,8 +22,10 @@ data_ui = data_router.data_ui
 
 
 def nav_pages(page: Page) -> list[str]:
-    hrefs = page.get_by_role("navigation").get_by_role("link").evaluate_all(
-        "(links) => links.map((a) => new URL(a.href).pathname)"
+    hrefs = (
+        page.get_by_role("navigation")
+        .get_by_role("link")
+        .evaluate_all("(links) => links.map((a) => new URL(a.href).pathname)")
     )
     return [h.removeprefix("/router/ui/") for h in hrefs]
 

@@ -52,7 +52,9 @@ def test_a_valid_edit_shows_stripped_keys_and_a_diff_then_saves(ui: GuardedPage)
         expect(diff).not_to_contain_text("onready")
         ui.page.get_by_role("button", name="Save").click()
         ui.page.get_by_role("dialog").get_by_role("button", name="Save").click()
-        expect(ui.page.get_by_role("status").filter(has_text="Saved")).to_have_text("Saved chat-q2.kcpps.")
+        expect(ui.page.get_by_role("status").filter(has_text="Saved")).to_have_text(
+            "Saved chat-q2.kcpps."
+        )
         written = json.loads(path.read_text())
         assert written["contextsize"] == 2048 and "onready" not in written and "port" not in written
     finally:

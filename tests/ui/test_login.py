@@ -41,7 +41,9 @@ def fake_session(page: Page, keys: dict[str, int]) -> list[dict[str, Any]]:
             status = keys.get(body.get("key"), 401)
             if status != 200:
                 error = {"error": {"message": "no", "type": "x", "param": None, "code": None}}
-                route.fulfill(status=status, content_type="application/json", body=json.dumps(error))
+                route.fulfill(
+                    status=status, content_type="application/json", body=json.dumps(error)
+                )
                 return
             state["authenticated"] = True
         answer = session_answer(state["authenticated"])
@@ -71,7 +73,9 @@ def test_sign_in_view_explains_refusals_and_returns_to_the_page(ui: GuardedPage)
     expect(ui.page.locator("main h1")).to_have_text("Nodes")
     assert ui.page.url.endswith("/router/ui/nodes")
     assert [p["key"] for p in posted] == ["wrong", "inference", "good"]
-    expect(ui.page.locator("#node-identity")).to_have_text("local · v0.1.0 · 127.0.0.1:8080 · secure")
+    expect(ui.page.locator("#node-identity")).to_have_text(
+        "local · v0.1.0 · 127.0.0.1:8080 · secure"
+    )
 
 
 def test_sign_in_never_redirects_off_the_ui(ui: GuardedPage) -> None:
@@ -84,7 +88,9 @@ def test_sign_in_never_redirects_off_the_ui(ui: GuardedPage) -> None:
 
 
 @pytest.fixture(scope="session")
-def secure_router(ui_router: UiRouter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
+def secure_router(
+    ui_router: UiRouter, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiRouter]:
     if not ui_router.has_session_route:
         pytest.skip("the router does not serve /router/v1/ui/session yet (the session API)")
     h = RouterHarness(tmp_path_factory.mktemp("ui-secure"))

@@ -75,7 +75,9 @@ def test_two_hundred_models_search_sort_filter_and_history(ui: GuardedPage) -> N
     expect(ui.page.get_by_label("Search")).to_have_value("chat-q")
 
     ui.page.go_back()  # before the sort
-    expect(ui.page.get_by_role("columnheader", name="Model")).to_have_attribute("aria-sort", "ascending")
+    expect(ui.page.get_by_role("columnheader", name="Model")).to_have_attribute(
+        "aria-sort", "ascending"
+    )
     assert first_column(ui) == ["chat-q2", "chat-q4", "chat-q10"]
     ui.page.go_back()  # before the search
     expect(ui.page.locator("table tbody tr")).to_have_count(BULK_MODELS)
@@ -103,7 +105,9 @@ def test_detail_shows_the_sanitized_kcpps_and_file_hashes(ui: GuardedPage) -> No
     expect(kcpps).not_to_contain_text(str(ui.router.harness.models_dir))
     files = detail.get_by_role("table", name="Files of beta")
     expect(files).to_contain_text("model_param")
-    expect(files).to_contain_text("b83633aa785344791618f2fddf131b010ea04912a60430760b070bad293f65bd")
+    expect(files).to_contain_text(
+        "b83633aa785344791618f2fddf131b010ea04912a60430760b070bad293f65bd"
+    )
     assert query(ui)["model"] == ["beta"]
     ui.page.reload()
     expect(ui.page.get_by_role("region", name="Configuration beta")).to_be_visible()

@@ -11,7 +11,9 @@ from tests.ui.conftest import GuardedPage, UiRouter, wait_until
 
 
 def lane_row(ui: GuardedPage, lane: str):  # type: ignore[no-untyped-def]
-    return ui.page.locator("main table").first.locator("tbody tr", has=ui.page.locator(f'th:text-is("{lane}")'))
+    return ui.page.locator("main table").first.locator(
+        "tbody tr", has=ui.page.locator(f'th:text-is("{lane}")')
+    )
 
 
 def load_in_background(router: UiRouter, model: str) -> threading.Thread:

@@ -15,14 +15,24 @@ MY_PAGES = {"overview": "Overview", "models": "Models", "config": "Config", "nod
 
 
 def test_ui_answers_carry_the_security_headers(ui_router: UiRouter) -> None:
-    for path in ("/router/ui/", "/router/ui/models?lane=text", "/router/ui/app.js",
-                 "/router/ui/app.css", "/router/ui/lib/dom.js", "/router/ui/no/such.js"):
+    for path in (
+        "/router/ui/",
+        "/router/ui/models?lane=text",
+        "/router/ui/app.js",
+        "/router/ui/app.css",
+        "/router/ui/lib/dom.js",
+        "/router/ui/no/such.js",
+    ):
         response = ui_router.http.get(path)
         assert response.headers["Content-Security-Policy"] == CSP, path
         assert response.headers["X-Content-Type-Options"] == "nosniff", path
         assert response.headers["Referrer-Policy"] == "no-referrer", path
     assert ui_router.http.get("/router/ui/no/such.js").status_code == 404
-    assert ui_router.http.get("/router/ui/app.js").headers["Content-Type"].startswith("text/javascript")
+    assert (
+        ui_router.http.get("/router/ui/app.js")
+        .headers["Content-Type"]
+        .startswith("text/javascript")
+    )
     assert ui_router.http.get("/router/ui/app.css").headers["Content-Type"].startswith("text/css")
     shell = ui_router.http.get("/router/ui/some/client/route")
     assert shell.status_code == 200 and shell.headers["Content-Type"].startswith("text/html")
@@ -34,8 +44,13 @@ def test_ui_answers_carry_the_security_headers(ui_router: UiRouter) -> None:
 def test_bare_prefix_redirects_and_traversal_is_refused(ui_router: UiRouter) -> None:
     response = ui_router.http.get("/router/ui?x=1")
     assert response.status_code == 308 and response.headers["Location"] == "/router/ui/?x=1"
-    for path in ("/router/ui/../classify.py", "/router/ui/.hidden.js", "/router/ui/%2e%2e/x.js",
-                 "/router/ui/lib/../../api/ui.py", "/router/ui/README.py"):
+    for path in (
+        "/router/ui/../classify.py",
+        "/router/ui/.hidden.js",
+        "/router/ui/%2e%2e/x.js",
+        "/router/ui/lib/../../api/ui.py",
+        "/router/ui/README.py",
+    ):
         assert ui_router.http.get(path).status_code == 404, path
 
 
@@ -46,11 +61,13 @@ def test_the_shell_needs_no_credential_but_data_routes_do(ui_router: UiRouter) -
 
 
 @pytest.mark.parametrize("page_id", list(MY_PAGES))
-def test_every_page_renders_its_h1_and_reloads_from_a_deep_link(ui: GuardedPage, page_id: str) -> None:
+def test_every_page_renders_its_h1_and_reloads_from_a_deep_link(
+    ui: GuardedPage, page_id: str
+) -> None:
     ui.goto(f"/router/ui/{page_id}?q=x")
     expect(ui.page.locator("main h1")).to_have_text(MY_PAGES[page_id])
     expect(ui.page.locator("main h1")).to_have_count(1)
-    expect(ui.page.locator(f'nav a[aria-current="page"]')).to_have_text(MY_PAGES[page_id])
+    expect(ui.page.locator('nav a[aria-current="page"]')).to_have_text(MY_PAGES[page_id])
     ui.page.reload()
     expect(ui.page.locator("main h1")).to_have_text(MY_PAGES[page_id])
     assert MY_PAGES[page_id] in ui.page.title()

@@ -4,8 +4,8 @@
 // - onstatus('connected' | 'disconnected') for the header badge;
 // - on every (re)connect the stream is opened FIRST, then the resync hooks run (pages fetch
 //   their snapshot), so nothing that happens between snapshot and stream is lost;
-// - events carrying an id at or below the last one seen are dropped (no duplicates after a
-//   Last-Event-ID resume); a `resync` or `dropped` event reruns the hooks;
+// - within one stream an event whose id is below the last one seen is dropped; a `resync`
+//   (or the older bus's `dropped`) event reruns the hooks;
 // - a hidden tab closes the stream (nothing is polled) and reconnects + resyncs when shown;
 // - the browser's offline/online events close and reopen it.
 
@@ -13,11 +13,11 @@ import { apiUrl } from './api.js';
 
 export const BACKOFF_SECONDS = [1, 2, 4, 5];
 // Named events EventSource must listen for (onmessage sees only unnamed ones).
+// docs/events.md lists them.
 export const EVENT_NAMES = [
-  'state', 'loading', 'ready', 'failed', 'unloading', 'unloaded', 'catalog',
-  'benchmark', 'benchmark_progress', 'benchmark_done', 'download', 'message', 'progress',
-  // router/benchmarks/runner.py publishes these three for every run (the Benchmarks page).
-  'benchmark_started', 'benchmark_section', 'benchmark_finished',
+  'hello', 'state', 'loading', 'load_progress', 'ready', 'failed', 'unloading', 'unloaded',
+  'activity', 'catalog', 'benchmark_started', 'benchmark_section', 'benchmark_finished',
+  'download', 'message',
 ];
 const RESYNC_NAMES = ['resync', 'dropped'];
 
@@ -44,9 +44,11 @@ export function createEvents({ path = '/events', onstatus = () => {}, names = EV
     for (const fn of resyncs) fn();
   };
   const deliver = (name, message) => {
+    // Ids grow within one stream (the snapshot's events share the current id); a new stream
+    // may start again at 1 after a router restart, so `lastId` is per connection.
     const id = message.lastEventId ? Number(message.lastEventId) : null;
     if (id !== null && Number.isFinite(id)) {
-      if (lastId !== null && id <= lastId) return;
+      if (lastId !== null && id < lastId) return;
       lastId = id;
     }
     let data;
@@ -66,6 +68,7 @@ export function createEvents({ path = '/events', onstatus = () => {}, names = EV
     source = new EventSource(apiUrl(path), { withCredentials: true });
     source.addEventListener('open', () => {
       attempt = 0;
+      lastId = null;
       setStatus('connected');
       runResync();
     });

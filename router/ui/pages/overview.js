@@ -36,8 +36,19 @@ export function reduce(state, event) {
       runtimes.set(event.runtime, {
         runtime: event.runtime, model: event.model, family: event.family, lanes: event.lanes,
         state: 'loading', since: event.time, pid: null, port: null, in_flight: 0, queued: {},
+        usual: event.usual_load_seconds ?? null, phase: null, percent: null,
       });
       break;
+    case 'load_progress':
+      if (!old) return RESYNC;
+      runtimes.set(event.runtime, { ...old, phase: event.phase, percent: event.percent ?? null });
+      break;
+    case 'activity':
+      for (const [key, rt] of runtimes) {
+        const count = (event.in_flight || {})[key];
+        runtimes.set(key, { ...rt, in_flight: count ?? 0 });
+      }
+      return { ...state, runtimes, queued: { ...state.queued, ...(event.queued || {}) } };
     case 'ready':
       return RESYNC; // the PID and port come with the snapshot
     case 'unloading':
@@ -77,11 +88,13 @@ function captureLink(attemptId) {
 
 function failureBox(failure) {
   const code = failure.exit_code ?? exitCodeOf(failure.reason);
+  const tail = Array.isArray(failure.output_tail) ? failure.output_tail.join('\n') : failure.output_tail;
+  const what = failure.during === 'serving' ? `${failure.model} exited while serving` : `Load of ${failure.model} failed`;
   return h('div', { class: 'error-box', role: 'alert' },
-    h('strong', {}, `Load of ${failure.model} failed`),
+    h('strong', {}, what),
     code !== null && code !== undefined ? ` — exit code ${code}` : '',
     h('div', { class: 'wrap' }, failure.reason || ''),
-    failure.output_tail ? h('pre', { class: 'tail', 'aria-label': `Output tail of ${failure.model}` }, failure.output_tail) : null,
+    tail ? h('pre', { class: 'tail', 'aria-label': `Output tail of ${failure.model}` }, tail) : null,
     captureLink(failure.attempt_id));
 }
 
@@ -132,15 +145,17 @@ export default {
       }
       const cell = [badge(rt.draining ? 'draining' : rt.state)];
       if (rt.state === 'loading') {
-        const usual = live.usual[rt.model];
+        const usual = rt.usual ?? live.usual[rt.model];
         const elapsed = Math.max(0, Date.now() / 1000 - rt.since);
-        const value = usual ? Math.min(elapsed / usual, 0.99) : null;
+        // Determinate only when the backend printed a percentage; else indeterminate.
+        const value = rt.percent === null || rt.percent === undefined ? null : rt.percent / 100;
         cell.push(h('div', { class: 'progress' },
           progressBar(`Loading ${rt.model}`, value),
-          h('div', { class: 'muted' }, 'starting the backend · elapsed ',
+          h('div', { class: 'muted wrap' }, rt.phase || 'starting the backend',
+            value === null ? '' : ` (${rt.percent}%)`, ' · elapsed ',
             h('span', { 'data-elapsed-since': rt.since }, formatSeconds(elapsed)),
             usual ? ` · usually ${formatSeconds(usual)}` : ' · usual load time unknown')));
-        announce(`Loading ${rt.model}`);
+        announce(`Loading ${rt.model}${value === null ? '' : `: ${rt.percent}%`}`);
       }
       return cell;
     };
@@ -208,12 +223,17 @@ export default {
       } else if (event.event === 'ready' && event.load_seconds) {
         live.usual[event.model] = event.load_seconds;
       } else if (event.event === 'failed') {
-        const failure = { model: event.model, reason: event.reason, time: event.time };
+        const failure = {
+          model: event.model, reason: event.reason, time: event.time, exit_code: event.exit_code,
+          output_tail: event.output_tail, attempt_id: event.attempt_id,
+        };
         for (const lane of event.lanes || []) live.failures.set(lane, failure);
         if (state.state) renderLanes(state.state);
-        await loadErrors();
+        await loadErrors(); // the failures table, and the tail when the event had none
         const match = live.errors.find((e) => e.model === event.model && Math.abs(e.time - event.time) < 5);
-        if (match) Object.assign(failure, match);
+        if (match) {
+          for (const key of ['exit_code', 'output_tail', 'attempt_id']) failure[key] = failure[key] ?? match[key];
+        }
         if (state.state) renderLanes(state.state);
       }
     });

@@ -1,0 +1,84 @@
+"""This node's own records, as the snapshot it sends to the master.
+
+Identity must hold across machines, where the same model sits in different folders: the config
+hash covers the `.kcpps` settings with every file path reduced to its file name, and the model
+hash covers the component files' SHA-256 once the catalog has hashed them all (until then, their
+names and sizes, marked so: docs/cluster.md "Identity").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from router.cluster.protocol import PROTOCOL_VERSION, NodeModel, Snapshot
+from router.config import ModelConfig
+from router.runtime import RuntimeView
+
+
+def _digest(value: Any) -> str:
+    data = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def config_hash(config: ModelConfig) -> str:
+    paths = {str(p) for p in config.components.values()}
+
+    def portable(value: Any) -> Any:
+        if isinstance(value, str) and value in paths:
+            return Path(value).name
+        if isinstance(value, list):
+            return [portable(v) for v in value]
+        return value
+
+    return _digest({k: portable(v) for k, v in config.raw.items()})
+
+
+def model_hash(config: ModelConfig) -> str:
+    hashes: Mapping[str, str] = config.asset_sha256
+    if config.components and set(hashes) >= set(config.components):
+        return _digest(sorted((k, hashes[k]) for k in config.components))
+    fingerprint = []
+    for key, path in sorted(config.components.items()):
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = -1
+        fingerprint.append((key, path.name, size))
+    return "names:" + _digest(fingerprint)
+
+
+def node_models(
+    configs: Iterable[ModelConfig],
+    views: Iterable[RuntimeView],
+    *,
+    disabled: set[str],
+    missing: Mapping[str, tuple[str, ...]],
+) -> tuple[NodeModel, ...]:
+    loaded = {v.config.id for v in views if v.ready}
+    records = []
+    for config in configs:
+        records.append(
+            NodeModel(
+                local_id=config.id,
+                local_image_id=config.image_id,
+                filename=config.path.name,
+                lanes=tuple(sorted(config.lanes)),
+                backend_mode=config.backend_mode.value,
+                model_hash=model_hash(config),
+                config_hash=config_hash(config),
+                capabilities=tuple(sorted(lane.value for lane in config.lanes)),
+                multimodal="mmproj" in config.components,
+                available=not missing.get(config.id),
+                loaded=config.id in loaded,
+                disabled=config.id in disabled,
+            )
+        )
+    return tuple(records)
+
+
+def snapshot(node_id: str, node_url: str, models: tuple[NodeModel, ...]) -> Snapshot:
+    return Snapshot(protocol=PROTOCOL_VERSION, node_id=node_id, node_url=node_url, models=models)

@@ -1,0 +1,71 @@
+"""What nodes say to each other: the snapshot a slave registers and the master polls.
+
+The wire shape is pydantic so a peer's body is validated once at the edge. Unknown fields are
+ignored (a newer peer may add some); the protocol number is what refuses a peer that changed the
+meaning of a field, with a message saying which side to update.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from router.domain import Lane
+
+# Raised when the meaning of a snapshot field changes; MIN is the oldest this build still reads.
+PROTOCOL_VERSION = 1
+MIN_PROTOCOL_VERSION = 1
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class NodeModel(_Wire):
+    """One configuration as its node reports it, under the node's own (local) IDs."""
+
+    local_id: str = Field(min_length=1, max_length=256)
+    local_image_id: str | None = None
+    filename: str | None = None
+    lanes: tuple[Lane, ...] = ()
+    backend_mode: str | None = None
+    family: str | None = None
+    model_hash: str | None = None
+    config_hash: str | None = None
+    capabilities: tuple[str, ...] = ()
+    context_length: int | None = None
+    multimodal: bool = False
+    available: bool = True
+    loaded: bool = False
+    disabled: bool = False
+    created: int = 0
+
+
+class Snapshot(_Wire):
+    protocol: int = Field(ge=0)
+    node_id: str = Field(min_length=1, max_length=64)
+    node_url: str = Field(min_length=1, max_length=2048)
+    models: tuple[NodeModel, ...] = ()
+
+
+class RuntimeStatus(_Wire):
+    """A node's load at one moment: what the master needs for speech-to-text placement."""
+
+    node_id: str
+    active_requests: int = Field(default=0, ge=0)
+    queued_requests: int = Field(default=0, ge=0)
+    loaded_stt_model: str | None = None
+
+
+def protocol_problem(theirs: int, *, peer: str) -> str | None:
+    """None when `theirs` is readable here, else a sentence naming the side to update."""
+    if theirs < MIN_PROTOCOL_VERSION:
+        return (
+            f"{peer} speaks cluster protocol {theirs}; this router needs at least "
+            f"{MIN_PROTOCOL_VERSION}: update tensor-router on {peer}"
+        )
+    if theirs > PROTOCOL_VERSION:
+        return (
+            f"{peer} speaks cluster protocol {theirs}, newer than this router's "
+            f"{PROTOCOL_VERSION}: update tensor-router on this node"
+        )
+    return None

@@ -1,0 +1,73 @@
+"""Which replica serves a request, and which node takes selectorless speech-to-text.
+
+Pure: the caller passes what the registry and the local runtimes say right now and a rotation
+counter it owns; nothing here reads a clock or a socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    node_id: str
+    local: bool
+    available: bool
+    busy: bool = False
+
+
+def choose_replica(replicas: Sequence[ReplicaView], turn: int) -> ReplicaView | None:
+    """An idle available local replica first; else available remote replicas in rotation
+    (`turn` picks which); else the busy local one (it queues there); else None (a 502)."""
+    local = next((r for r in replicas if r.local and r.available), None)
+    if local is not None and not local.busy:
+        return local
+    remote = [r for r in replicas if not r.local and r.available]
+    if remote:
+        return remote[turn % len(remote)]
+    return local
+
+
+@dataclass(frozen=True, slots=True)
+class SttNode:
+    node_id: str
+    local: bool
+    capable: bool
+    has_loaded: bool
+    active: int
+    queued: int
+    answered_status: bool = True
+
+
+def choose_stt_node(nodes: Sequence[SttNode], turn: int) -> SttNode | None:
+    """Tiers: this node with the speech model loaded; a remote node with it loaded and the
+    least work; an idle capable node; this node (it queues); the remote with the shortest
+    queue. Ties inside a tier rotate with `turn`."""
+    capable = [n for n in nodes if n.capable and n.answered_status]
+    tiers = (
+        [n for n in capable if n.local and n.has_loaded],
+        _least_work([n for n in capable if not n.local and n.has_loaded]),
+        [n for n in capable if n.active == 0 and n.queued == 0],
+        [n for n in capable if n.local],
+        _least_queued([n for n in capable if not n.local]),
+    )
+    for tier in tiers:
+        if tier:
+            return tier[turn % len(tier)]
+    return None
+
+
+def _least_work(nodes: list[SttNode]) -> list[SttNode]:
+    if not nodes:
+        return []
+    best = min(n.active + n.queued for n in nodes)
+    return [n for n in nodes if n.active + n.queued == best]
+
+
+def _least_queued(nodes: list[SttNode]) -> list[SttNode]:
+    if not nodes:
+        return []
+    best = min(n.queued for n in nodes)
+    return [n for n in nodes if n.queued == best]

@@ -1,0 +1,390 @@
+"""Several real routers on loopback: registration, polling, merged listings and relayed requests.
+
+Each node is a `tensor-router start` subprocess with its own configurations and fake backends;
+the master reaches slaves only through configured URLs with the cluster token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness import RouterHarness, free_port, read_sse
+from tests.router_process import CLI, RouterProcess, new_router, tmp_harness
+
+__all__ = ["tmp_harness"]
+
+TOKEN = "cluster-token-for-tests-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def node_configs(h: RouterHarness, name: str, models: dict[str, bytes]) -> Path:
+    folder = h.tmp / f"kcpps-{name}"
+    files = h.tmp / f"models-{name}"
+    folder.mkdir()
+    files.mkdir()
+    for model_id, content in models.items():
+        (files / f"{model_id}.gguf").write_bytes(content)
+        body = {"backend_mode": "llama_sdcpp", "model_param": str(files / f"{model_id}.gguf")}
+        (folder / f"{model_id}.kcpps").write_text(json.dumps(body))
+    return folder
+
+
+@dataclass
+class Cluster:
+    master: RouterProcess
+    slaves: list[RouterProcess]
+
+
+def cluster(
+    h: RouterHarness,
+    master_models: dict[str, bytes],
+    *slave_models: dict[str, bytes],
+    health_interval: float = 0.3,
+) -> Cluster:
+    master_port = free_port()
+    slave_ports = [free_port() for _ in slave_models]
+    urls = [f"http://127.0.0.1:{p}" for p in slave_ports]
+    master = new_router(
+        h,
+        name="master",
+        port=master_port,
+        kcpps_dir=node_configs(h, "master", master_models),
+        extra={
+            "cluster": {
+                "role": "master",
+                "node_id": "m",
+                "token": TOKEN,
+                "public_url": f"http://127.0.0.1:{master_port}",
+                "slave_urls": urls,
+                "health_interval": health_interval,
+            }
+        },
+    )
+    slaves = []
+    for i, (port, models) in enumerate(zip(slave_ports, slave_models, strict=True)):
+        name = f"s{i + 1}"
+        slaves.append(
+            new_router(
+                h,
+                name=name,
+                port=port,
+                kcpps_dir=node_configs(h, name, models),
+                extra={
+                    "cluster": {
+                        "role": "slave",
+                        "node_id": name,
+                        "token": TOKEN,
+                        "public_url": urls[i],
+                        "master_url": f"http://127.0.0.1:{master_port}",
+                        "sync_interval": 0.5,
+                    }
+                },
+            )
+        )
+    return Cluster(master, slaves)
+
+
+async def start_all(c: Cluster) -> None:
+    await c.master.start()
+    for s in c.slaves:
+        await s.start()
+
+
+async def listed_ids(client: httpx.AsyncClient) -> list[str]:
+    reply = await client.get("/v1/models")
+    assert reply.status_code == 200, reply.text
+    return sorted(m["id"] for m in reply.json()["data"])
+
+
+async def until(read: Callable[[], Awaitable[object]], want: object, deadline: float = 20) -> bool:
+    """Poll `read()` until it returns `want` (registration and polls run on their own clocks)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if await read() == want:
+            return True
+        await asyncio.sleep(0.05)
+    return await read() == want
+
+
+@pytest.fixture
+def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
+    yield tmp_harness
+
+
+async def test_master_lists_and_serves_a_slave_model(h: RouterHarness) -> None:
+    c = cluster(h, {"local-a": b"A"}, {"far-b": b"B"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["far-b", "local-a"])
+        listed = {m["id"]: m for m in (await client.get("/router/v1/models")).json()["data"]}
+        assert listed["far-b"]["node_id"] == "s1" and listed["far-b"]["source"] == "slave"
+        assert [r["node_id"] for r in listed["far-b"]["replicas"]] == ["s1"]
+        body = {"model": "far-b", "messages": [{"role": "user", "content": "hi"}]}
+        reply = await client.post("/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["model"] == "far-b"
+        async with client.stream(
+            "POST", "/v1/chat/completions", json={**body, "stream": True}
+        ) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/event-stream")
+            events = await read_sse(r)
+        chunks = [json.loads(e.data) for e in events if e.data.startswith("{")]
+        assert chunks and all(ch["model"] == "far-b" for ch in chunks)
+        assert events[-1].data == "[DONE]"
+        tags = (await client.get("/api/tags")).json()["models"]
+        assert sorted(t["name"] for t in tags) == ["far-b", "local-a"]
+    # The CLI shows the registry as the master sees it.
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [str(CLI), "nodes", "--url", c.master.base],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()[1:]}
+    assert rows["m"][1:3] == ["master", "ok"] and rows["s1"][1:3] == ["slave", "ok"]
+    assert rows["s1"][-1] == c.slaves[0].base
+
+
+async def test_node_routes_take_the_cluster_token_only(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    await start_all(c)
+    slave = c.slaves[0]
+    async with httpx.AsyncClient(base_url=slave.base, timeout=10) as client:
+        assert (await client.get("/router/v1/node/models")).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert (await client.get("/router/v1/node/models", headers=wrong)).status_code == 401
+        snap = (await client.get("/router/v1/node/models", headers=AUTH)).json()
+        assert snap["node_id"] == "s1" and [m["local_id"] for m in snap["models"]] == ["b"]
+        # A slave is no management surface.
+        assert (await client.get("/router/v1/site/inventory")).status_code == 404
+        inner = await client.get("/router/v1/node/inference//evil/v1/models", headers=AUTH)
+        assert inner.status_code == 404
+        site = await client.get("/router/v1/node/inference/router/v1/site/inventory", headers=AUTH)
+        assert site.status_code == 404
+
+
+async def test_unknown_url_and_duplicate_identity_are_refused(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    await c.master.start()
+    snap: dict[str, Any] = {"protocol": 1, "node_id": "x", "node_url": "http://127.0.0.1:1"}
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+        r = await client.post("/router/v1/node/register", json=snap, headers=AUTH)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "cluster_error"
+        own = {**snap, "node_id": "m", "node_url": c.slaves[0].base}
+        r = await client.post("/router/v1/node/register", json=own, headers=AUTH)
+        assert r.status_code == 409 and r.json()["error"]["code"] == "duplicate_node"
+        old = {**snap, "protocol": 0, "node_id": "s1", "node_url": c.slaves[0].base}
+        r = await client.post("/router/v1/node/register", json=old, headers=AUTH)
+        assert (
+            r.status_code == 400
+            and "update tensor-router on node s1" in r.json()["error"]["message"]
+        )
+
+
+async def test_conflicting_identity_gets_a_suffix_and_ids_are_rewritten(h: RouterHarness) -> None:
+    c = cluster(h, {"q": b"master weights"}, {"q": b"other weights, other size"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["q", "q-2"])
+        body = {"model": "q-2", "messages": [{"role": "user", "content": "hi"}]}
+        reply = await client.post("/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["model"] == "q-2"
+        # Served by the slave, as its own `q`: the slave's analytics say so, the master's none.
+        assert await until(lambda: served_models(c.slaves[0]), ["q"])
+        assert await served_models(c.master) == []
+
+
+async def served_models(node: RouterProcess) -> list[str]:
+    """The models this node's own store recorded requests for (read from its SQLite file)."""
+    import sqlite3
+
+    if node.name == "master":
+        async with httpx.AsyncClient(base_url=node.base, timeout=10) as client:
+            await client.post("/router/v1/site/analytics/flush")
+    path = node.h.tmp / f"data-{node.name}" / "router.sqlite"
+
+    def read() -> list[str]:
+        with sqlite3.connect(path) as db:
+            rows = db.execute("SELECT DISTINCT model FROM analytics_events WHERE model IS NOT NULL")
+            return sorted(r[0] for r in rows)
+
+    try:
+        return await asyncio.to_thread(read)
+    except sqlite3.Error:
+        return []
+
+
+async def test_r34_an_address_in_a_request_is_refused_and_never_called(h: RouterHarness) -> None:
+    trap_hits: list[str] = []
+    from aiohttp import web
+
+    async def trap(request: web.Request) -> web.Response:
+        trap_hits.append(request.path)
+        return web.Response(text="trapped")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", trap)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    trap_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", trap_port).start()
+    try:
+        c = cluster(h, {"a": b"A"}, {"b": b"B"})
+        await start_all(c)
+        trap_url = f"http://127.0.0.1:{trap_port}"
+        async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+            replies = [
+                await client.get("/router/v1/site/inventory", params={"node_url": trap_url}),
+                await client.post(
+                    "/router/v1/site/models/state",
+                    json={"node_url": trap_url, "local_id": "a", "enabled": False},
+                ),
+                await client.get("/router/v1/site/load-errors", params={"node_url": trap_url}),
+            ]
+        assert [r.status_code for r in replies] == [400, 400, 400]
+        assert all("node_id" in r.json()["error"]["message"] for r in replies)
+        assert trap_hits == []
+    finally:
+        await runner.cleanup()
+
+
+async def test_duplicate_identity_stops_the_slave(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
+    # The second slave claims the first one's node id.
+    text = c.slaves[1].config.read_text().replace("node_id: s2", "node_id: s1")
+    c.slaves[1].config.write_text(text)
+    await c.master.start()
+    await c.slaves[0].start()
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b"])
+    await c.slaves[1].start()
+    assert await c.slaves[1].wait_exit(20) is not None
+    assert "already registered" in c.slaves[1].log.read_text()
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
+        assert await listed_ids(client) == ["a", "b"]
+
+
+async def test_r33_a_slave_killed_mid_stream(h: RouterHarness) -> None:
+    """The client's stream ends with an error event, the node is marked unhealthy, new requests
+    go to the other replica, and the killed node rejoins after a restart."""
+    h.faults["llamacpp"] = "--tokens 400 --token-rate 20"
+    c = cluster(h, {}, {"shared": b"S"}, {"shared": b"S"})
+    await start_all(c)
+    body = {"model": "shared", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=60) as client:
+        assert await until(lambda: replica_nodes(client, "shared"), ["s1", "s2"])
+        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            lines = r.aiter_lines()
+            first = await anext(lines)
+            while not first.startswith("data:"):
+                first = await anext(lines)
+            victim = next(s for s in c.slaves if _serving(s))
+            victim.kill()
+            rest = [line async for line in lines]
+        assert any("error" in line for line in rest), rest[-5:]
+        assert "data: [DONE]" not in rest
+        survivor = next(s for s in c.slaves if s is not victim)
+        quick = {**body, "stream": False}
+        h.faults["llamacpp"] = ""
+        reply = await client.post("/v1/chat/completions", json=quick)
+        assert reply.status_code == 200, reply.text
+        assert await until(lambda: available_on(client, "shared"), [survivor.name])
+        await victim.start()
+        assert await until(lambda: available_on(client, "shared"), ["s1", "s2"], deadline=30)
+
+
+def _serving(node: RouterProcess) -> bool:
+    return bool(node.descendants())
+
+
+async def replica_nodes(client: httpx.AsyncClient, model_id: str) -> list[str]:
+    data = (await client.get("/router/v1/models")).json()["data"]
+    entry = next((m for m in data if m["id"] == model_id), None)
+    return sorted(r["node_id"] for r in entry["replicas"]) if entry else []
+
+
+async def available_on(client: httpx.AsyncClient, model_id: str) -> list[str]:
+    data = (await client.get("/router/v1/models")).json()["data"]
+    entry = next((m for m in data if m["id"] == model_id), None)
+    return sorted(r["node_id"] for r in entry["replicas"] if r["available"]) if entry else []
+
+
+async def test_clients_use_two_slaves_through_the_master(h: RouterHarness) -> None:
+    """The openai and ollama clients, pointed at the master, use models on two slaves with
+    streaming; one model with a replica on each slave is served by both in turn."""
+    import ollama
+    import openai
+
+    c = cluster(h, {}, {"alpha": b"A", "both": b"X"}, {"q": b"Q1 weights", "both": b"X"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["alpha", "both", "q"])
+        assert await until(lambda: replica_nodes(client, "both"), ["s1", "s2"])
+    oai = openai.AsyncOpenAI(base_url=c.master.base + "/v1", api_key="unused")
+    done = await oai.chat.completions.create(
+        model="alpha", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert done.model == "alpha" and done.choices[0].message.content
+    stream = await oai.chat.completions.create(
+        model="q", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    pieces = [chunk async for chunk in stream]
+    assert pieces and {p.model for p in pieces} == {"q"}
+    await oai.close()
+    olla = ollama.AsyncClient(host=c.master.base)
+    answer = await olla.chat(model="alpha", messages=[{"role": "user", "content": "hi"}])
+    assert answer.model == "alpha" and answer.message.content
+    parts = [
+        p
+        async for p in await olla.chat(
+            model="q", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    ]
+    assert parts[-1].done and {p.model for p in parts} == {"q"}
+    for _ in range(4):
+        reply = await olla.chat(model="both", messages=[{"role": "user", "content": "hi"}])
+        assert reply.model == "both"
+    served = [
+        await until(
+            lambda s=s: served_models(s), ["alpha", "both"] if s.name == "s1" else ["both", "q"]
+        )
+        for s in c.slaves
+    ]
+    assert served == [True, True]
+
+
+async def test_site_apis_reach_a_slave_by_node_id(h: RouterHarness) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B", "b2": b"B2"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b", "b2"])
+        inv = await client.get("/router/v1/site/inventory", params={"node_id": "s1"})
+        assert inv.status_code == 200, inv.text
+        assert inv.json()["node_id"] == "s1"
+        assert sorted(m["id"] for m in inv.json()["models"]) == ["b", "b2"]
+        off = {"node_id": "s1", "local_id": "b2", "enabled": False}
+        reply = await client.post("/router/v1/site/models/state", json=off)
+        assert reply.status_code == 200, reply.text
+        assert await until(lambda: listed_ids(client), ["a", "b"])
+        errors = await client.get("/router/v1/site/load-errors", params={"node_id": "s1"})
+        assert errors.status_code == 200 and errors.json()["nodes"] == ["s1"]
+        db = await client.get("/router/v1/site/store/download", params={"node_id": "s1"})
+        assert db.status_code == 200 and db.content.startswith(b"SQLite format 3")
+        assert "analytics-s1-" in db.headers["content-disposition"]
+        unknown = await client.get("/router/v1/site/inventory", params={"node_id": "nope"})
+        assert unknown.status_code == 404
