@@ -70,7 +70,9 @@ def test_numbers_equal_the_api_and_each_range_is_one_call(
     assert by_model["alpha"]["errors"] == 2 and by_model["beta"]["aborted"] == 1
     assert _model_rows(ui.page)["beta"][1] == "0", "a client that went away is no error"
     # The chart draws one bar per bucket of the answer, and has a name.
-    chart = ui.page.get_by_role("img", name=re.compile(r"^Requests and errors per .*, last 24 hours$"))
+    chart = ui.page.get_by_role(
+        "img", name=re.compile(r"^Requests and errors per .*, last 24 hours$")
+    )
     expect(chart.locator(".chart-bar")).to_have_count(len(answer["buckets"]))
     assert page_calls(ui) == [("GET", ANALYTICS)]
 
