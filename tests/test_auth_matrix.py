@@ -28,6 +28,7 @@ POLICY_BY_PREFIX: tuple[tuple[str, Role], ...] = (
     ("/router/ui/", Role.PUBLIC),  # the WebUI's static files; its data comes from /router/v1/
     ("/router/v1/node/", Role.CLUSTER),
     ("/router/v1/", Role.ADMIN),
+    ("/router/webuis/", Role.ADMIN),  # the ticket redirect to a backend UI (docs/webuis.md)
     ("/metrics", Role.ADMIN),
     ("/slots", Role.ADMIN),  # other clients' prompts live there (docs/routes.md)
     ("/", Role.INFERENCE),
