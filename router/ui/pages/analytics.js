@@ -7,11 +7,13 @@ import { timeline, timelinePlan } from '../lib/chart.js';
 import { formatCount, formatDateTime, formatMs } from '../lib/fmt.js';
 import { actionButton, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 
+// The ranges the store aggregates (router/store/ranges.py); the server picks the window and
+// the buckets of each, so the page never computes a time.
 export const RANGES = {
-  '1h': { seconds: 3600, bucket: 60, label: 'Last hour' },
-  '24h': { seconds: 86400, bucket: 3600, label: 'Last 24 hours' },
-  '7d': { seconds: 7 * 86400, bucket: 6 * 3600, label: 'Last 7 days' },
-  '30d': { seconds: 30 * 86400, bucket: 86400, label: 'Last 30 days' },
+  '1h': { label: 'Last hour' },
+  '24h': { label: 'Last 24 hours' },
+  '7d': { label: 'Last 7 days' },
+  '30d': { label: 'Last 30 days' },
 };
 
 // The bucket length in words, from the answer (the server may choose its own buckets).
@@ -25,14 +27,12 @@ export function bucketWords(seconds) {
   }
   return `${seconds} seconds`;
 }
+
 export const DEFAULT_RANGE = '24h';
 
-// The one query of a range: the window ends at the next bucket boundary, so buckets sit on
-// whole minutes, hours or days and a reload within the same bucket asks the same question.
-export function rangeQuery(range, nowSeconds) {
-  const r = RANGES[range] || RANGES[DEFAULT_RANGE];
-  const to = Math.ceil(nowSeconds / r.bucket) * r.bucket;
-  return { from: to - r.seconds, to, bucket_seconds: r.bucket };
+// The one query of a range: `?range=<id>`, answered from the store's rollups in one call.
+export function rangeQuery(range) {
+  return { range: RANGES[range] ? range : DEFAULT_RANGE };
 }
 
 const pct = (cell, metric, q) => (cell && cell[metric] ? cell[metric][q] : null);
@@ -199,7 +199,7 @@ export default {
       showError(slot, null);
       const range = state().range;
       try {
-        const answer = await ctx.api.get('/site/analytics', rangeQuery(range, Date.now() / 1000));
+        const answer = await ctx.api.get('/site/analytics', rangeQuery(range));
         if (range !== state().range) return; // a newer range was picked meanwhile
         summary = answer;
         render();
