@@ -186,8 +186,12 @@ export default {
       }, 'Show as table');
       const lanes = summary.lanes ? ['Per lane', summary.lanes, 'lane', 'Lane']
         : ['Per route', summary.routes || [], 'route', 'Route'];
+      // The rollups estimate percentiles from histograms; say so where the numbers are.
+      const note = summary.percentiles === 'histogram'
+        ? h('p', { class: 'muted' }, 'Percentiles are estimated from latency histograms (within about 5 %); counts and tokens are exact.')
+        : null;
       replace(content,
-        totalsView(summary.totals),
+        totalsView(summary.totals), note,
         h('section', { 'aria-label': 'Timeline' },
           h('div', { class: 'section-head' }, h('h2', {}, 'Timeline'), toggle),
           h('div', { id: 'timeline-view' }, s.view === 'table' ? bucketTable(summary) : chartView(summary, s.range))),
