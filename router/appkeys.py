@@ -17,10 +17,13 @@ if TYPE_CHECKING:
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
+    from router.edge.auth import Policy
     from router.edge.sessions import Sessions
+    from router.edge.ui_sessions import LoginLimiter
     from router.forwarding import Proxy
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
+    from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
     from router.site import SiteFiles
     from router.store import Store
@@ -56,6 +59,11 @@ DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = w
 NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
     "node_dispatch"
 )
+# Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
+LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
+# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
+AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
+UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

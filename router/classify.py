@@ -201,6 +201,10 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/status", "GET", "control.status", Surface.CONTROL),
     _admin("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
     _admin("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
+    # -- the admin WebUI's sign-in: public (a browser without a credential asks here)
+    _r("/router/v1/ui/session", "GET", Surface.CONTROL, None, Role.PUBLIC, "ui.session", sel=NO_SELECTOR),
+    _r("/router/v1/ui/session", "POST", Surface.CONTROL, None, Role.PUBLIC, "ui.login", sel=NO_SELECTOR, body=_C),
+    _r("/router/v1/ui/session", "DELETE", Surface.CONTROL, None, Role.PUBLIC, "ui.logout", sel=NO_SELECTOR, body=_C),
     # -- operational vLLM (admin); anything else under /router/v1/vllm/ is a 404
     _vllm_op("health", "GET"), _vllm_op("version", "GET"), _vllm_op("load", "GET"),
     _vllm_op("metrics", "GET"), _vllm_op("tokenizer_info", "GET"),

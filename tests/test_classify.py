@@ -324,6 +324,8 @@ def test_roles_follow_the_spec():
         t = r.template
         if t.startswith("/router/v1/node/"):
             assert r.role is Role.CLUSTER and r.surface is Surface.NODE
+        elif t == "/router/v1/ui/session":  # the WebUI's sign-in (docs/security.md)
+            assert r.role is Role.PUBLIC
         elif t.startswith(("/router/v1/", "/router/webuis/")):
             assert r.role is Role.ADMIN, t
         elif t in ("/health",):
@@ -334,8 +336,8 @@ def test_roles_follow_the_spec():
             assert r.role is Role.ADMIN
         else:
             assert r.role is Role.INFERENCE, t
-    public = [r.template for r in ROUTES if r.role is Role.PUBLIC]
-    assert [t for t in public if not t.startswith("/router/ui")] == ["/health"]
+    public = {r.template for r in ROUTES if r.role is Role.PUBLIC}
+    assert {t for t in public if not t.startswith("/router/ui")} == {"/health", "/router/v1/ui/session"}
 
 
 def test_origin_strict_on_every_ollama_and_llama_server_route():

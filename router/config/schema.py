@@ -328,6 +328,20 @@ class DownloadsSection(_Section):
     max_concurrent: int = Field(default=1, ge=1, le=8)
 
 
+class UiSection(_Section):
+    """The admin WebUI's login sessions (router/edge/ui_sessions.py)."""
+
+    session_ttl: PositiveDuration = 86400.0
+    max_sessions: int = Field(default=64, ge=1)
+    # Add `Secure` to the session cookie: set it when browsers reach the router over HTTPS
+    # (a TLS reverse proxy, deploy/nginx.conf); a plain-HTTP browser would then never send it.
+    cookie_secure: bool = False
+    login_failures_per_minute: int = Field(default=10, ge=0)
+    # /router/v1/events: a comment line at least this often; a subscriber's backlog bound.
+    events_heartbeat: PositiveDuration = 15.0
+    events_queue: int = Field(default=256, ge=8)
+
+
 # The settings section that configures each family's native program (the one map: the loader,
 # the adapters and the test harness all read it).
 PROGRAM_SECTIONS: Mapping[Family, str] = {
@@ -356,6 +370,7 @@ class Settings(_Section):
     media: MediaSection = MediaSection()
     cluster: ClusterSection = ClusterSection()
     downloads: DownloadsSection = DownloadsSection()
+    ui: UiSection = UiSection()
     # Where the YAML came from (not a YAML key): relative paths resolved against its folder.
     source: Path | None = Field(default=None, exclude=True)
 
