@@ -13,7 +13,9 @@ import traceback
 
 from bench import common as c
 
-SCRIPTS = ["rss", "latency", "rps", "analytics", "streams", "cold_start", "real_backend"]
+SCRIPTS = [
+    "rss", "latency", "rps", "analytics", "streams", "cold_start", "real_backend", "cluster",
+]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

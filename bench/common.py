@@ -218,7 +218,8 @@ class Router:
     llama_binary: Path
     analytics: bool = False
     extra_kcpps: dict[str, dict[str, Any]] = field(default_factory=dict)
-    port: int = 0
+    port: int = 0  # 0: a free port at start (a cluster bench sets it first, to cross-reference)
+    extra_yaml: str = ""  # more top-level YAML sections (the cluster bench's `cluster:`)
     proc: Proc | None = None
 
     def start(self) -> Router:
@@ -229,14 +230,14 @@ class Router:
             cfg = {"model_param": str(path), "backend_mode": "llama_sdcpp"}
             cfg.update(self.extra_kcpps.get(mid, {}))
             (kdir / f"{mid}.kcpps").write_text(json.dumps(cfg))
-        self.port = free_port()
+        self.port = self.port or free_port()
         (self.workdir / "router.yaml").write_text(
             "security: {profile: trusted_lan}\n"
             f"server: {{bind: '127.0.0.1:{self.port}', max_connections: 1024}}\n"
             "models: {config_dir: ./kcpps}\n"
             f"llama: {{binary_path: {json.dumps(str(self.llama_binary))}}}\n"
             f"analytics: {{enabled: {'true' if self.analytics else 'false'}}}\n"
-            "runtime: {max_queue: 1024}\n"
+            "runtime: {max_queue: 1024}\n" + self.extra_yaml
         )
         tr = VENV_BIN / "tensor-router"
         argv = [str(tr)] if tr.exists() else [PY, "-m", "router.cli"]

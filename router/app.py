@@ -53,6 +53,7 @@ from router.api import (
     site_assets,
     site_configs,
     site_downloads,
+    site_fanout,
     site_inventory,
     site_relay,
     site_store,
@@ -199,7 +200,8 @@ def handler_table(settings: Settings) -> dict[str, Handler]:
     management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     if role == "master":
         wrapped = {n: site_relay.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
-        return HANDLERS | wrapped
+        merged = {n: fan(wrapped[n]) for n, fan in site_fanout.FANOUT.items() if n in wrapped}
+        return HANDLERS | wrapped | merged
     return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
 
 

@@ -119,7 +119,8 @@ async def serve(
 
 
 def _backend_ui_runner(app: web.Application, settings: Settings) -> web.AppRunner | None:
-    if settings.server.backend_ui_address() is None:
+    # A slave serves no management routes, so no ticket could ever open its listener.
+    if settings.server.backend_ui_address() is None or settings.cluster.role == "slave":
         return None
     return web.AppRunner(
         create_backend_ui_app(app),

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import RouterHarness, free_port, read_sse
+from tests.harness import RouterHarness, free_port, read_sse, wav_bytes
 from tests.router_process import CLI, RouterProcess, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]
@@ -50,6 +50,8 @@ def cluster(
     master_models: dict[str, bytes],
     *slave_models: dict[str, bytes],
     health_interval: float = 0.3,
+    slave_sections: dict[str, Any] | None = None,
+    slave_kcpps: list[Path] | None = None,
 ) -> Cluster:
     master_port = free_port()
     slave_ports = [free_port() for _ in slave_models]
@@ -78,8 +80,9 @@ def cluster(
                 h,
                 name=name,
                 port=port,
-                kcpps_dir=node_configs(h, name, models),
+                kcpps_dir=slave_kcpps[i] if slave_kcpps else node_configs(h, name, models),
                 extra={
+                    **(slave_sections or {}),
                     "cluster": {
                         "role": "slave",
                         "node_id": name,
@@ -87,7 +90,7 @@ def cluster(
                         "public_url": urls[i],
                         "master_url": f"http://127.0.0.1:{master_port}",
                         "sync_interval": 0.5,
-                    }
+                    },
                 },
             )
         )
@@ -104,6 +107,10 @@ async def listed_ids(client: httpx.AsyncClient) -> list[str]:
     reply = await client.get("/v1/models")
     assert reply.status_code == 200, reply.text
     return sorted(m["id"] for m in reply.json()["data"])
+
+
+async def ps_names(client: httpx.AsyncClient) -> list[str]:
+    return sorted(m["name"] for m in (await client.get("/api/ps")).json()["models"])
 
 
 async def until(read: Callable[[], Awaitable[object]], want: object, deadline: float = 20) -> bool:
@@ -144,6 +151,8 @@ async def test_master_lists_and_serves_a_slave_model(h: RouterHarness) -> None:
         assert events[-1].data == "[DONE]"
         tags = (await client.get("/api/tags")).json()["models"]
         assert sorted(t["name"] for t in tags) == ["far-b", "local-a"]
+        # Loaded on the slave: /api/ps on the master shows it once a poll has seen it.
+        assert await until(lambda: ps_names(client), ["far-b"])
     # The CLI shows the registry as the master sees it.
     shown = await asyncio.to_thread(
         subprocess.run,
@@ -221,6 +230,22 @@ async def served_models(node: RouterProcess) -> list[str]:
         with sqlite3.connect(path) as db:
             rows = db.execute("SELECT DISTINCT model FROM analytics_events WHERE model IS NOT NULL")
             return sorted(r[0] for r in rows)
+
+    try:
+        return await asyncio.to_thread(read)
+    except sqlite3.Error:
+        return []
+
+
+async def served_rows(node: RouterProcess) -> list[str]:
+    """One model ID per request this node's store recorded."""
+    import sqlite3
+
+    path = node.h.tmp / f"data-{node.name}" / "router.sqlite"
+
+    def read() -> list[str]:
+        with sqlite3.connect(path) as db:
+            return [r[0] for r in db.execute("SELECT model FROM analytics_events")]
 
     try:
         return await asyncio.to_thread(read)
@@ -388,3 +413,93 @@ async def test_site_apis_reach_a_slave_by_node_id(h: RouterHarness) -> None:
         assert "analytics-s1-" in db.headers["content-disposition"]
         unknown = await client.get("/router/v1/site/inventory", params={"node_id": "nope"})
         assert unknown.status_code == 404
+
+
+async def test_flush_and_load_errors_cover_every_node(h: RouterHarness) -> None:
+    """Without a node filter the master answers for the cluster; a node that is down is
+    listed in `failed`, never failing the call."""
+    h.faults["llamacpp"] = "--exit-at-start 3"
+    c = cluster(h, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b", "c"])
+        for model in ("a", "b"):
+            body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 502
+        c.slaves[1].kill()
+        flushed = (await client.post("/router/v1/site/analytics/flush")).json()
+        assert sorted(flushed["persisted"]) == ["m", "s1"]
+        assert [f["node_id"] for f in flushed["failed"]] == ["s2"]
+        listed = (await client.get("/router/v1/site/load-errors")).json()
+        assert listed["nodes"] == ["m", "s1"]
+        assert sorted((e["node_id"], e["model"]) for e in listed["errors"]) == [
+            ("m", "a"),
+            ("s1", "b"),
+        ]
+        only = (await client.get("/router/v1/site/load-errors", params={"node_id": "s1"})).json()
+        assert [e["model"] for e in only["errors"]] == ["b"]
+        cleared = (await client.delete("/router/v1/site/load-errors")).json()
+        assert cleared["removed"] == 2 and sorted(cleared["cleared"]) == ["m", "s1"]
+        assert [f["node_id"] for f in cleared["failed"]] == ["s2"]
+        assert (await client.get("/router/v1/site/load-errors")).json()["errors"] == []
+
+
+async def test_multipart_transcription_through_the_master(h: RouterHarness) -> None:
+    """A multipart body relayed as sent, in several writes: the slave's whisper-server gets
+    the whole audio (the fake backend echoes its length)."""
+    c = cluster(h, {"a": b"A"}, {})
+    folder = h.tmp / "kcpps-s1"
+    (h.tmp / "models-s1" / "ggml-base.bin").write_bytes(b"ggml")
+    body = {
+        "backend_mode": "llama_sdcpp",
+        "whispermodel": str(h.tmp / "models-s1" / "ggml-base.bin"),
+    }
+    (folder / "ears.kcpps").write_text(json.dumps(body))
+    await start_all(c)
+    audio = wav_bytes(seconds=8.0)  # 256 KB: several writes on the way
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: router_ids(client), ["a", "ears"])
+        reply = await client.post(
+            "/v1/audio/transcriptions",
+            files={"file": ("a.wav", audio, "audio/wav")},
+            data={"model": "ears", "response_format": "json"},
+        )
+        assert reply.status_code == 200, reply.text
+        assert f"{len(audio)} bytes" in reply.text
+    assert await until(lambda: served_models(c.slaves[0]), ["ears"])
+
+
+async def router_ids(client: httpx.AsyncClient) -> list[str]:
+    return sorted(m["id"] for m in (await client.get("/router/v1/models")).json()["data"])
+
+
+def voice_config(h: RouterHarness, node: str, model_id: str) -> None:
+    """A whisper configuration in `node`'s folders (made by cluster())."""
+    weights = h.tmp / f"models-{node}" / f"{model_id}.bin"
+    weights.write_bytes(b"ggml" + model_id.encode())
+    body = {"backend_mode": "llama_sdcpp", "whispermodel": str(weights)}
+    (h.tmp / f"kcpps-{node}" / f"{model_id}.kcpps").write_text(json.dumps(body))
+
+
+async def test_selectorless_speech_to_text_goes_to_the_node_with_it_loaded(
+    h: RouterHarness,
+) -> None:
+    """No model named: an idle capable node takes the first request, then the node that has
+    a speech model loaded keeps taking them, ahead of the master's own unloaded one."""
+    c = cluster(h, {}, {}, {})
+    voice_config(h, "master", "ears-m")
+    voice_config(h, "s1", "ears-1")
+    voice_config(h, "s2", "ears-2")
+    await start_all(c)
+    files = {"file": ("a.wav", wav_bytes(), "audio/wav")}
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: router_ids(client), ["ears-1", "ears-2", "ears-m"])
+        for _ in range(3):
+            reply = await client.post("/v1/audio/transcriptions", files=files)
+            assert reply.status_code == 200, reply.text
+
+    async def counts() -> list[int]:
+        return sorted([len(await served_rows(s)) for s in c.slaves])
+
+    assert await until(counts, [0, 3]), await counts()
+    assert await served_models(c.master) == []

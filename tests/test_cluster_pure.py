@@ -11,7 +11,6 @@ from router.cluster import (
     AllowList,
     NodeModel,
     Registry,
-    ReplicaView,
     Snapshot,
     SttNode,
     choose_replica,
@@ -127,14 +126,27 @@ def test_merge_is_stable_and_ids_unique(records: list[tuple[str, str, str]]) -> 
 
 
 def test_replica_choice_order() -> None:
-    local_idle = ReplicaView("m", True, True, busy=False)
-    local_busy = ReplicaView("m", True, True, busy=True)
-    a, b = ReplicaView("a", False, True), ReplicaView("b", False, True)
-    down = ReplicaView("c", False, False)
-    assert choose_replica([a, local_idle, b], 0) is local_idle
-    assert [choose_replica([local_busy, a, b, down], t) for t in range(3)] == [a, b, a]
-    assert choose_replica([local_busy, down], 5) is local_busy
-    assert choose_replica([down, ReplicaView("m", True, False)], 0) is None
+    here, a, b = "here", "a", "b"
+    assert choose_replica(here, False, [a, b], 0) == here
+    assert [choose_replica(here, True, [a, b], t) for t in range(3)] == [a, b, a]
+    assert choose_replica(here, True, [], 5) == here
+    assert choose_replica(None, False, [b], 4) == b
+    assert choose_replica(None, False, [], 0) is None
+
+
+def test_the_merged_split_feeds_the_choice() -> None:
+    """PublicModel.local is the available local replica; available_remote the rest."""
+    nodes = [
+        ("m", [model("x", available=False)]),
+        ("a", [model("x")]),
+        ("b", [model("x", available=False)]),
+        ("c", [model("x")]),
+    ]
+    [public] = merge("m", nodes)
+    assert public.local is None
+    assert [r.node_id for r in public.available_remote()] == ["a", "c"]
+    [up] = merge("m", [("m", [model("x")]), ("a", [model("x")])])
+    assert up.local is not None and up.local.node_id == "m"
 
 
 def stt(node_id: str, local: bool = False, **kw: object) -> SttNode:

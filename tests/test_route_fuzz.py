@@ -45,7 +45,19 @@ DELIBERATE_5XX = {501: "not_supported_error", 502: "upstream_error", 503: "unava
                   504: "timeout_error"}  # fmt: skip
 _PARAM = re.compile(r"\{(\w+)(?::[^{}]+)?\}")
 PARAM_VALUES: dict[str, tuple[str, ...]] = {
-    "tail": ("x", "txt2img", "a/b", "generate", "models", "chat/completions", "%ff", "j"),
+    "tail": (
+        "x",
+        "txt2img",
+        "a/b",
+        "generate",
+        "models",
+        "chat/completions",
+        "%ff",
+        "j",
+        "session",
+        "load",
+    ),
+    "kind": ("llama", "whispercpp", "nope", "%ff"),
     "model_id": MODELS,
     "prompt_id": ("12345678-0000-0000-0000-000000000001", "x", "%ff"),
     "attempt_id": ("1", "x" * 300, "%ff", "-1"),
@@ -107,6 +119,7 @@ READS: dict[str, tuple[str, ...]] = {
     "responses.create": ("model", "input", "stream", "previous_response_id", "store"),
     "responses.follow": ("model", "stream"),
     "anthropic.messages": ("model", "messages", "max_tokens", "stream"),
+    "site.webuis": ("id", "enabled", "model_id", "image_id", "node_id"),
 }  # fmt: skip
 COMMON = ("model", "messages", "prompt", "input", "stream", "max_tokens", "system")
 WAV = (
@@ -129,6 +142,7 @@ SANE: dict[str, Any] = {
     "sd_model_checkpoint": "art-art", "delete": [], "clear": False, "lora_name": "x",
     "lora_path": "x", "audio_data": base64.b64encode(WAV).decode(), "langcode": "en",
     "images": [],
+    "id": "llama", "model_id": "chat-a",
 }  # fmt: skip
 
 

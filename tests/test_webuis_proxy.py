@@ -368,6 +368,37 @@ async def test_root_calls_are_bridged_by_the_referer(
         await bare.aclose()
 
 
+async def test_koboldcpp_interfaces_share_one_runtime(
+    harness: RouterHarness, uis: list[UiListener]
+) -> None:
+    h = harness
+    h.model("kob", mode="kobold")
+    await h.start(secure(h.settings()))
+    uis.append(ui := await start_ui(h))
+    assert h.client is not None
+    listed = (await h.client.get(SITE, headers=AUTH)).json()["data"]
+    assert [e["id"] for e in listed] == ["kobold-lite", "kobold-lcpp"]
+    await enable(h, "kobold-lite")
+    await enable(h, "kobold-lcpp")
+    assert (await load(h, "kobold-lcpp", "kob")).status_code == 200
+    lcpp = await open_ui(h, ui, "kobold-lcpp", "index.html")
+    assert lcpp.status_code == 200 and "<p>/lcpp/index.html</p>" in lcpp.text
+    lite = await open_ui(h, ui, "kobold-lite")
+    assert lite.status_code == 200 and "<p>/</p>" in lite.text
+    # Lite calls the API from the origin's root; the Referer names the page.
+    origin = str(ui.server.make_url("")).rstrip("/")
+    r = await ui.client.post(
+        "/api/v1/generate",
+        json={"prompt": "hi", "max_length": 2},
+        headers={"Referer": f"{origin}/router/webuis/kobold-lite/"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["results"][0]["completion_tokens"] == 2
+    shutdown = await ui.client.post("/router/webuis/kobold-lite/api/extra/shutdown", json={})
+    assert shutdown.status_code == 403
+    assert len(h.runtimes.views()) == 1
+
+
 async def test_the_listener_is_reported_off(harness: RouterHarness, tmp_path: Path) -> None:
     h = harness
     h.model("chat")

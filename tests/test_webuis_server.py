@@ -9,10 +9,26 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
 from router import server
+from router.app import create_app
 from router.config import Settings
 from tests.harness import RouterHarness, free_port
+
+
+def free_pair() -> int:
+    """A loopback port P with P + 1 free too, as far as can be told now (other jobs on the
+    machine take ports as well: the test retries a few draws, not the router)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two adjacent free ports")
 
 
 def with_server(base: Settings, **server_keys: Any) -> Settings:
@@ -48,7 +64,7 @@ async def test_the_listener_takes_port_plus_one_and_stops_with_the_router(
     harness: RouterHarness,
 ) -> None:
     harness.model("chat")
-    port = free_port()
+    port = free_pair()
     task, stop, base = await run(with_server(harness.settings(), bind=f"127.0.0.1:{port}"))
     try:
         location, page = await open_llama(base)
@@ -88,3 +104,15 @@ async def test_an_explicit_address_that_is_taken_fails_the_start(harness: Router
         )
         with pytest.raises(OSError):
             await asyncio.wait_for(server.serve(settings, stop=asyncio.Event()), 60)
+
+
+def test_no_listener_when_off_or_on_a_slave(harness: RouterHarness) -> None:
+    base = harness.settings()
+    assert (
+        server._backend_ui_runner(web.Application(), with_server(base, backend_ui_bind="off"))
+        is None
+    )
+    cluster = base.cluster.model_copy(update={"role": "slave"})
+    slave = base.model_copy(update={"cluster": cluster})
+    assert server._backend_ui_runner(web.Application(), slave) is None
+    assert server._backend_ui_runner(create_app(base), base) is not None

@@ -27,6 +27,7 @@ from aiohttp import web
 from router.api import inference
 from router.api.common import Handler, arrived, match_of, matched_route, read_control_json
 from router.api.lanes import active_view, choose_config, public_id, resolve_for_lane
+from router.api.relay import remote_target
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
 from router.errors import BadRequest, ServiceUnavailable
@@ -163,6 +164,9 @@ async def forward(request: web.Request) -> web.StreamResponse:
     if kind == "discovery":
         return await _discovery(request)
     selection = await _selection(request)
+    target = remote_target(request, selection)
+    if target is not None:  # another cluster node serves this model: relayed as sent
+        return await inference.forward(request, inference.Override(selection, relay_to=target))
     if kind == "submit":
         return await _submit(request, selection)
     return await inference.forward(request, selection)

@@ -57,7 +57,7 @@ async def register(request: web.Request) -> web.StreamResponse:
     except ValidationError as err:
         raise ClusterError(f"the snapshot is not valid: {err.error_count()} problem(s)") from None
     service.registry.register(snap, time.time())
-    service.forget()
+    service.changed()
     return web.json_response({"ok": True})
 
 

@@ -85,6 +85,12 @@ async def ps(request: web.Request) -> web.StreamResponse:
             entry.pop("modified_at")
             entry.update({"expires_at": "0001-01-01T00:00:00Z", "size_vram": 0})
             models.append(entry)
+    for public in cluster_models.remote_only(request, cluster_models.TEXT_SIDE):
+        if cluster_models.loaded(public):  # on a node that answers its polls
+            entry = cluster_models.ollama_tag(public)
+            entry.pop("modified_at")
+            entry.update({"expires_at": "0001-01-01T00:00:00Z", "size_vram": 0})
+            models.append(entry)
     return web.json_response({"models": models})
 
 

@@ -17,8 +17,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from router.api.common import arrived
-from router.appkeys import CLUSTER, PROXY, RUNTIMES, SETTINGS
-from router.cluster import ClusterService, Target
+from router.appkeys import CATALOG, CLUSTER, PROXY, RUNTIMES, SETTINGS
+from router.cluster import ClusterService, SttNode, Target, choose_stt_node
+from router.domain import Lane
 from router.errors import BadGateway
 from router.forwarding import (
     ModelRewriter,
@@ -101,8 +102,7 @@ async def relay(
             if result.upstream_status is not None or not selection.complete:
                 raise
             assert target.node_url is not None
-            service.registry.poll_failed(target.node_url, err.message, time.time())
-            service.forget()
+            service.node_failed(target.node_url, err.message)
             following = remote_target(request, selection)
             if following is None or following.replica.node_id in tried:
                 raise
@@ -142,6 +142,64 @@ async def _relay_once(
         request, upstream, Rewrite(rewriter), result, overhead_ms
     )
     if result.error_message is not None:  # the node went away mid-answer (R33)
-        service.registry.poll_failed(target.node_url, result.error_message, time.time())
-        service.forget()
+        service.node_failed(target.node_url, result.error_message)
     return response
+
+
+async def stt_target(request: web.Request) -> Target | None:
+    """Selectorless speech-to-text on a master: the node that takes it (docs/cluster.md), or
+    None when this node does. Nodes are asked how busy they are; one that does not answer is
+    skipped (it still serves requests that name its model)."""
+    if request.app[SETTINGS].cluster.role != "master":
+        return None
+    service = request.app[CLUSTER]
+    capable = {
+        e.node_id: [m.local_id for m in e.models if Lane.VOICE in m.lanes]
+        for e in service.registry.nodes()
+        if e.node_id and e.healthy
+    }
+    capable = {node: models for node, models in capable.items() if models}
+    if not capable:
+        return None
+    statuses = await service.runtime_statuses(sorted(capable))
+    nodes = [_local_stt(request, service.registry.own_node)]
+    for node_id, status in statuses.items():
+        pending = service.pending.get(node_id, 0)
+        nodes.append(
+            SttNode(
+                node_id, False, True,
+                has_loaded=status is not None and status.loaded_stt_model is not None,
+                active=(status.active_requests if status else 0) + pending,
+                queued=status.queued_requests if status else 0,
+                answered_status=status is not None,
+            )
+        )  # fmt: skip
+    chosen = choose_stt_node(nodes, service.stt_turn())
+    if chosen is None or chosen.local:
+        return None
+    status = statuses[chosen.node_id]
+    local_id = (status.loaded_stt_model if status else None) or capable[chosen.node_id][0]
+    return _target_on(service, chosen.node_id, local_id)
+
+
+def _local_stt(request: web.Request, own: str) -> SttNode:
+    configs = [c for c in request.app[CATALOG].configs() if Lane.VOICE in c.lanes]
+    views = request.app[RUNTIMES].views()
+    voice = [v for v in views if Lane.VOICE in v.occupies]
+    return SttNode(
+        own, True, bool(configs),
+        has_loaded=any(v.ready for v in voice),
+        active=sum(v.leases for v in views),
+        queued=request.app[RUNTIMES].queue_length(Lane.VOICE),
+    )  # fmt: skip
+
+
+def _target_on(service: ClusterService, node_id: str, local_id: str) -> Target | None:
+    for public in service.public_models():
+        replica = next(
+            (r for r in public.replicas if r.node_id == node_id and r.local_id == local_id), None
+        )
+        if replica is not None:
+            entry = service.registry.node(node_id)
+            return Target(public, replica, entry.node_url if entry else None)
+    return None

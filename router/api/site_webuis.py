@@ -20,6 +20,7 @@ from yarl import URL
 from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, WEBUIS
 from router.config import ModelConfig
+from router.domain import Lane
 from router.edge import split_host
 from router.errors import BadRequest, Conflict, MethodNotAllowed, NotFound, ServiceUnavailable
 from router.webuis import (
@@ -135,7 +136,7 @@ async def _load(request: web.Request) -> web.Response:
             "id": kind.id,
             "url": prefix_of(kind),
             "model_id": config.id,
-            "image_id": config.image_id if kind.lanes[0].value == "image" else None,
+            "image_id": config.image_id if lane is Lane.IMAGE else None,
         }
     )
 
@@ -156,7 +157,7 @@ async def open_webui(request: web.Request) -> web.StreamResponse:
     tail = params.get("tail", "")
     query = [(k, v) for k, v in request.query.items() if k != TICKET_PARAM]
     query.append((TICKET_PARAM, state.tickets.issue(kind.id)))
-    target = URL(origin + prefix_of(kind) + tail).with_query(query)
+    target = URL(origin).with_path(prefix_of(kind) + tail).with_query(query)
     return web.Response(status=302, headers={"Location": str(target), "Cache-Control": "no-store"})
 
 

@@ -25,7 +25,8 @@ from backends.whispercpp import INFERENCE_PATH
 from router.api import inference
 from router.api.common import Handler, matched_route, parse_json_object
 from router.api.lanes import choose_config
-from router.appkeys import CATALOG, SETTINGS
+from router.api.relay import remote_target, stt_target
+from router.appkeys import CATALOG, CLUSTER, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -47,6 +48,23 @@ async def _selection(request: web.Request) -> Selection:
     return await read_selector(request, matched_route(request), scan_limit)
 
 
+async def _relayed(
+    request: web.Request, sel: Selection, *, place: bool = False
+) -> web.StreamResponse | None:
+    """A model served by another cluster node: relayed as sent (that node converts it).
+    `place`: a selectorless speech-to-text request may be placed on another node."""
+    if sel.model is None and place:
+        target = await stt_target(request)
+        if target is None:
+            return None
+        with request.app[CLUSTER].reserved(target.replica.node_id):
+            return await inference.forward(request, inference.Override(sel, relay_to=target))
+    target = remote_target(request, sel)
+    if target is None:
+        return None
+    return await inference.forward(request, inference.Override(sel, relay_to=target))
+
+
 def _voice_family(config: ModelConfig) -> Family | None:
     return family_for(config.backend_mode, Lane.VOICE)
 
@@ -64,6 +82,8 @@ async def translations(request: web.Request) -> web.StreamResponse:
 
 async def _stt(request: web.Request, *, translate: bool) -> web.StreamResponse:
     sel = await _selection(request)
+    if (relayed := await _relayed(request, sel, place=True)) is not None:
+        return relayed
     config = choose_config(request.app, sel.model, Lane.VOICE)
     model = sel.model or config.id
     family = _voice_family(config)
@@ -82,6 +102,8 @@ async def _stt(request: web.Request, *, translate: bool) -> web.StreamResponse:
 async def kobold_transcribe(request: web.Request) -> web.StreamResponse:
     """`/api/extra/transcribe`: KoboldCpp takes it as sent; whisper-server gets a form."""
     sel = await _selection(request)
+    if (relayed := await _relayed(request, sel, place=True)) is not None:
+        return relayed
     config = choose_config(request.app, sel.model, Lane.VOICE)
     model = sel.model or config.id
     if _voice_family(config) is not Family.WHISPERCPP:
@@ -223,6 +245,8 @@ async def _stream_to_whisper(
 async def speech(request: web.Request) -> web.StreamResponse:
     """`/v1/audio/speech`, `/api/extra/tts` and the voice lists."""
     sel = await _selection(request)
+    if (relayed := await _relayed(request, sel)) is not None:
+        return relayed
     config = _speech_config(request, sel.model)
     if config.backend_mode is BackendMode.LLAMA_SDCPP:
         raise BadRequest(TTS_REFUSED)

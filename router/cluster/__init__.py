@@ -17,7 +17,7 @@ from router.cluster.protocol import (
     protocol_problem,
 )
 from router.cluster.registry import NodeEntry, Registry, RemoteNode
-from router.cluster.replicas import ReplicaView, SttNode, choose_replica, choose_stt_node
+from router.cluster.replicas import SttNode, choose_replica, choose_stt_node
 from router.cluster.service import ClusterService, Target
 from router.cluster.urls import AllowList, normalize_base_url
 
@@ -35,7 +35,6 @@ __all__ = [
     "Registry",
     "RemoteNode",
     "Replica",
-    "ReplicaView",
     "RuntimeStatus",
     "Snapshot",
     "SttNode",

@@ -33,6 +33,15 @@ class PublicModel:
     replicas: tuple[Replica, ...]
 
     @property
+    def local(self) -> Replica | None:
+        """This node's replica when it is available (the merge puts it first)."""
+        first = self.replicas[0]
+        return first if first.local and first.model.available else None
+
+    def available_remote(self) -> tuple[Replica, ...]:
+        return tuple(r for r in self.replicas if not r.local and r.model.available)
+
+    @property
     def head(self) -> NodeModel:
         return self.replicas[0].model
 

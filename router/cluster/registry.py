@@ -123,6 +123,12 @@ class Registry:
 
     def public_models(self, own_models: Iterable[NodeModel]) -> list[PublicModel]:
         """Every node's records merged; an unhealthy node's models are kept but unavailable."""
+        return merge(self.own_node, self.merge_inputs(own_models))
+
+    def merge_inputs(
+        self, own_models: Iterable[NodeModel]
+    ) -> list[tuple[str, tuple[NodeModel, ...]]]:
+        """What `merge` reads, copied now (the merge itself may then run in another thread)."""
         pairs: list[tuple[str, tuple[NodeModel, ...]]] = [(self.own_node, tuple(own_models))]
         for entry in self.nodes():
             if not entry.node_id:
@@ -131,4 +137,4 @@ class Registry:
             if not entry.healthy:
                 models = tuple(m.model_copy(update={"available": False}) for m in models)
             pairs.append((entry.node_id, models))
-        return merge(self.own_node, pairs)
+        return pairs

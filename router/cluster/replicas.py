@@ -8,23 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+R = TypeVar("R")
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaView:
-    node_id: str
-    local: bool
-    available: bool
-    busy: bool = False
+def choose_replica(local: R | None, local_busy: bool, remote: Sequence[R], turn: int) -> R | None:
+    """An idle available local replica first; else the available remote replicas in rotation
+    (`turn` picks which); else the busy local one (it queues there); else None (a 502).
 
-
-def choose_replica(replicas: Sequence[ReplicaView], turn: int) -> ReplicaView | None:
-    """An idle available local replica first; else available remote replicas in rotation
-    (`turn` picks which); else the busy local one (it queues there); else None (a 502)."""
-    local = next((r for r in replicas if r.local and r.available), None)
-    if local is not None and not local.busy:
+    `local` is this node's replica when it is available, `remote` the available replicas on
+    other nodes: the split is made once per registry change, so a request's choice is O(1).
+    """
+    if local is not None and not local_busy:
         return local
-    remote = [r for r in replicas if not r.local and r.available]
     if remote:
         return remote[turn % len(remote)]
     return local

@@ -12,17 +12,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from router.cluster.client import NodeClient, PeerError
-from router.cluster.identity import PublicModel, Replica
+from router.cluster.identity import PublicModel, Replica, merge
 from router.cluster.local import snapshot
-from router.cluster.protocol import NodeModel, Snapshot
+from router.cluster.protocol import NodeModel, RuntimeStatus, Snapshot
 from router.cluster.registry import Registry
-from router.cluster.replicas import ReplicaView, choose_replica
+from router.cluster.replicas import choose_replica
 from router.config.schema import ClusterSection
 from router.errors import RouterError
 
@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 
 MODELS_PATH = "/router/v1/node/models"
 REGISTER_PATH = "/router/v1/node/register"
-# Local records change with the catalog (2 s poll) and runtime state; a second is fresh enough
-# for listings, and the registry's own changes call forget().
-CACHE_SECONDS = 1.0
+STATUS_PATH = "/router/v1/node/runtime-status"
+# Placement asks every capable node; one that is slow to say how busy it is is left out.
+STATUS_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,11 @@ class ClusterService:
         self._local_models = local_models
         self._on_fatal = on_fatal
         self._turns: dict[str, int] = {}
-        self._cache: tuple[float, list[PublicModel], dict[str, PublicModel]] | None = None
+        self._view: _View | None = None
+        self._stt_turn = 0
+        self.pending: dict[str, int] = {}
+        self._generation = 0
+        self._rebuild: asyncio.Task[None] | None = None
         self.last_registration: float | None = None
         self.registration_error: str | None = None
         for url in cluster.slave_urls:
@@ -95,6 +99,7 @@ class ClusterService:
                 await self._poll(url)
 
         await asyncio.gather(*(poll(u) for u in self.registry.slave_urls))
+        self.changed()  # one rebuild per round, whatever changed in it
 
     async def _poll(self, url: str) -> None:
         now = time.time()
@@ -106,10 +111,8 @@ class ClusterService:
             return
         except RouterError as err:
             self.registry.poll_failed(url, err.message, now)
-            self.forget()
             return
         entry = self.registry.polled(url, snap, now)
-        self.forget()
         if not entry.healthy:
             log.warning("cluster node at %s refused: %s", url, entry.error)
 
@@ -140,37 +143,102 @@ class ClusterService:
         return self._local_models()
 
     def public_models(self) -> list[PublicModel]:
-        """The merged list; rebuilt at most every CACHE_SECONDS (requests ask it every time)."""
-        now = time.monotonic()
-        if self._cache is None or now - self._cache[0] > CACHE_SECONDS:
-            merged = self.registry.public_models(self._local_models())
-            self._cache = (now, merged, {m.public_id: m for m in merged})
-        return self._cache[1]
+        """The merged list as of the last change (built once before the first read)."""
+        if self._view is None:
+            self._view = _View.of(self.registry.public_models(self._local_models()), self.registry)
+        return self._view.models
 
     def find(self, public_id: str) -> PublicModel | None:
         self.public_models()
-        assert self._cache is not None
-        return self._cache[2].get(public_id)
+        assert self._view is not None
+        return self._view.index.get(public_id)
 
-    def forget(self) -> None:
-        """The registry changed: the next read rebuilds the merged list."""
-        self._cache = None
+    def changed(self) -> None:
+        """The registry changed: rebuild the merged list off the request path.
+
+        Merging 50 nodes x 200 models takes tens of milliseconds; it runs in a thread, and
+        requests keep reading the previous list until the new one is swapped in.
+        """
+        self._generation += 1
+        if self._rebuild is None or self._rebuild.done():
+            self._rebuild = asyncio.get_running_loop().create_task(self._rebuilt())
+
+    async def _rebuilt(self) -> None:
+        while True:
+            generation = self._generation
+            inputs = self.registry.merge_inputs(self._local_models())
+            merged = await asyncio.to_thread(merge, self.registry.own_node, inputs)
+            self._view = _View.of(merged, self.registry)
+            if generation == self._generation:
+                return
+
+    async def runtime_statuses(self, node_ids: list[str]) -> dict[str, RuntimeStatus | None]:
+        """Each node's load now (None for one that does not answer within STATUS_TIMEOUT)."""
+
+        async def one(node_id: str) -> RuntimeStatus | None:
+            entry = self.registry.node(node_id)
+            if entry is None:
+                return None
+            try:
+                async with asyncio.timeout(STATUS_TIMEOUT):
+                    body = await self.client.call("GET", entry.node_url, STATUS_PATH)
+                return RuntimeStatus.model_validate(body)
+            except (TimeoutError, RouterError, ValidationError):
+                return None
+
+        answers = await asyncio.gather(*(one(n) for n in node_ids))
+        return dict(zip(node_ids, answers, strict=True))
+
+    def stt_turn(self) -> int:
+        self._stt_turn += 1
+        return self._stt_turn
+
+    @contextlib.contextmanager
+    def reserved(self, node_id: str) -> Iterator[None]:
+        """Counts a placed request against its node until it ends, so requests placed before
+        that node's next status do not all pile onto it."""
+        self.pending[node_id] = self.pending.get(node_id, 0) + 1
+        try:
+            yield
+        finally:
+            self.pending[node_id] -= 1
+
+    def node_failed(self, node_url: str, reason: str) -> None:
+        """A relayed request could not reach the node or lost it mid-answer (R33)."""
+        self.registry.poll_failed(node_url, reason, time.time())
+        self.changed()
 
     def target(self, public: PublicModel, local_busy: bool) -> Target | None:
         """The replica a request for `public` goes to (replicas.choose_replica's order)."""
-        views = [
-            ReplicaView(r.node_id, r.local, r.model.available, busy=r.local and local_busy)
-            for r in public.replicas
-        ]
+        assert self._view is not None
+        remote = self._view.remote.get(public.public_id, ())
         turn = self._turns.get(public.public_id, 0)
-        chosen = choose_replica(views, turn)
+        chosen = choose_replica(public.local, local_busy, remote, turn)
         if chosen is None:
             return None
         if not chosen.local:
             self._turns[public.public_id] = turn + 1
-        replica = next(r for r in public.replicas if r.node_id == chosen.node_id)
-        entry = None if replica.local else self.registry.node(replica.node_id)
-        return Target(public, replica, entry.node_url if entry else None)
+        return Target(public, chosen, self._view.urls.get(chosen.node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """One consistent merged picture: the list, an index, each model's available remote
+    replicas and each node's URL (what a request's choice needs, precomputed)."""
+
+    models: list[PublicModel]
+    index: dict[str, PublicModel]
+    remote: dict[str, tuple[Replica, ...]]
+    urls: dict[str, str]
+
+    @classmethod
+    def of(cls, models: list[PublicModel], registry: Registry) -> _View:
+        return cls(
+            models,
+            {m.public_id: m for m in models},
+            {m.public_id: m.available_remote() for m in models},
+            {e.node_id: e.node_url for e in registry.nodes() if e.node_id},
+        )
 
 
 async def run_cluster(service: ClusterService) -> None:

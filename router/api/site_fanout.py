@@ -1,0 +1,109 @@
+"""The master's site calls that cover every node at once: analytics flush and load errors.
+
+Without a `node_id` / `node` filter the master answers for the whole cluster: its own result,
+then every registered slave's over `/router/v1/node/site/...`, merged, with the nodes that
+answered and the ones that did not (`failed`, with the reason). A slave that is down never
+fails the call; it is listed in `failed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from router.api.common import Handler
+from router.appkeys import CLUSTER
+from router.cluster import NodeEntry
+from router.errors import RouterError
+
+_FILTERS = ("node", "node_id")
+
+
+def _whole_cluster(request: web.Request) -> bool:
+    return not any(name in request.query for name in _FILTERS)
+
+
+async def _local(handler: Handler, request: web.Request) -> dict[str, Any]:
+    response = await handler(request)
+    assert isinstance(response, web.Response) and isinstance(response.body, bytes)
+    body: dict[str, Any] = json.loads(response.body)
+    return body
+
+
+async def _each_slave(
+    request: web.Request, method: str, path: str
+) -> list[tuple[NodeEntry, dict[str, Any] | str]]:
+    service = request.app[CLUSTER]
+    entries = [e for e in service.registry.nodes() if e.node_id]
+    query = "?" + request.query_string if request.query_string else ""
+
+    async def one(entry: NodeEntry) -> dict[str, Any] | str:
+        try:
+            return await service.client.call(method, entry.node_url, path + query)
+        except RouterError as err:
+            return err.message
+
+    answers = await asyncio.gather(*(one(e) for e in entries))
+    return list(zip(entries, answers, strict=True))
+
+
+def _merged(merge: Callable[[web.Request, dict[str, Any], list[Any]], dict[str, Any]],
+            method: str, path: str) -> Callable[[Handler], Handler]:  # fmt: skip
+    def wrap(handler: Handler) -> Handler:
+        async def site(request: web.Request) -> web.StreamResponse:
+            if not _whole_cluster(request):
+                return await handler(request)
+            own = await _local(handler, request)
+            slaves = await _each_slave(request, method, path)
+            return web.json_response(merge(request, own, slaves))
+
+        return site
+
+    return wrap
+
+
+def _failed(slaves: list[tuple[NodeEntry, dict[str, Any] | str]]) -> list[dict[str, Any]]:
+    return [{"node_id": e.node_id, "error": a} for e, a in slaves if isinstance(a, str)]
+
+
+def _flush(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> dict[str, Any]:
+    persisted, failed = list(own.get("persisted", [])), list(own.get("failed", []))
+    for _, answer in slaves:
+        if isinstance(answer, dict):
+            persisted += answer.get("persisted", [])
+            failed += answer.get("failed", [])
+    return {"persisted": persisted, "failed": failed + _failed(slaves)}
+
+
+def _errors(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> dict[str, Any]:
+    own_id = request.app[CLUSTER].registry.own_node
+    rows = [{"node_id": own_id, **row} for row in own.get("errors", [])]
+    nodes = [own_id]
+    for entry, answer in slaves:
+        if isinstance(answer, dict):
+            nodes.append(entry.node_id)
+            rows += [{"node_id": entry.node_id, **row} for row in answer.get("errors", [])]
+    rows.sort(key=lambda row: row.get("time") or 0, reverse=True)
+    return {"nodes": nodes, "errors": rows, "failed": _failed(slaves)}
+
+
+def _cleared(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> dict[str, Any]:
+    removed, cleared = int(own.get("removed", 0)), list(own.get("cleared", []))
+    failed = list(own.get("failed", []))
+    for _, answer in slaves:
+        if isinstance(answer, dict):
+            removed += int(answer.get("removed", 0))
+            cleared += answer.get("cleared", [])
+            failed += answer.get("failed", [])
+    return {"removed": removed, "cleared": cleared, "failed": failed + _failed(slaves)}
+
+
+FANOUT: dict[str, Callable[[Handler], Handler]] = {
+    "site.analytics_flush": _merged(_flush, "POST", "/router/v1/node/site/analytics/flush"),
+    "site.load_errors": _merged(_errors, "GET", "/router/v1/node/site/load-errors"),
+    "site.load_errors_clear": _merged(_cleared, "DELETE", "/router/v1/node/site/load-errors"),
+}
