@@ -4,6 +4,7 @@ plan, a download with verification, refusals (S21, S22), pause/resume, cancel (i
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tests.download_helpers import (
     wait_job,
 )
 from tests.fakes.fake_hub import COMMIT, TOKEN, FakeHub
-from tests.harness import RouterHarness, harness_fixture, read_sse
+from tests.harness import RouterHarness, free_port, harness_fixture, read_sse
 
 
 @pytest.fixture
@@ -87,7 +88,7 @@ async def test_download_lands_verified_and_is_catalogued(harness: RouterHarness,
 
 
 async def test_events_stream_progress_with_ids_until_the_end(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
-    hub.rate = 2 * 1024 * 1024
+    hub.rate = 1024 * 1024  # about a second: two progress ticks at least
     client = await harness.start(download_settings(harness, hub))
     job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
     async with client.stream("GET", f"{BASE}/jobs/{job['id']}/events") as response:
@@ -155,6 +156,8 @@ async def test_s22_gated_access_and_the_token_stays_on_the_endpoint(
     job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/gated"})).json()
     assert (await wait_job(client, job["id"]))["state"] == "completed"
     assert TOKEN not in str(job)
+    stored = b"".join(p.read_bytes() for p in (harness.tmp / "data").glob("router.sqlite*"))
+    assert TOKEN.encode() not in stored
     hub_auth = {s[3] for s in hub.requests_to("hub") if "resolve" in s[2]}
     assert hub_auth == {f"Bearer {TOKEN}"}
     assert hub.requests_to("cdn") and all(s[3] is None for s in hub.requests_to("cdn"))
@@ -204,6 +207,8 @@ async def test_cancel_removes_the_staging_and_lands_nothing(harness: RouterHarne
 async def test_unknown_tails_methods_nodes_and_disabled(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
     client = await harness.start(download_settings(harness, hub))
     assert (await client.get(f"{BASE}/nope")).status_code == 404
+    assert (await client.get(BASE)).json()["nodes"][0]["capability"]["enabled"] is True
+    assert (await client.post(BASE)).status_code == 405
     assert (await client.get(f"{BASE}/plan")).status_code == 405
     assert (await client.get(f"{BASE}/jobs/unknown")).status_code == 404
     assert (await client.get(f"{BASE}/capabilities?node_id=other")).status_code == 404
@@ -214,3 +219,85 @@ async def test_unknown_tails_methods_nodes_and_disabled(harness: RouterHarness, 
     caps = (await client.get(f"{BASE}/capabilities")).json()["nodes"][0]["capability"]
     assert caps["enabled"] is False and caps["reason"]
     assert (await client.post(f"{BASE}/plan", json={"repository": "acme/tiny"})).status_code == 503
+
+
+async def test_rescan_drops_gone_files_and_lists_untracked_ones(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json", "README.md"]})).json()  # fmt: skip
+    assert (await wait_job(client, job["id"]))["state"] == "completed"
+    root = harness.tmp / "library"
+    (root / "acme/tiny/README.md").unlink()
+    (root / "acme/tiny/config.json").write_text("edited, longer than before")
+    (root / "stray.gguf").write_bytes(b"GGUF")
+    report = (await client.post(f"{BASE}/rescan")).json()
+    assert report == {"checked": 2, "missing": ["acme/tiny/README.md"],
+                      "changed": ["acme/tiny/config.json"], "untracked": ["stray.gguf"]}  # fmt: skip
+    paths = [a["path"] for a in (await client.get(f"{BASE}/library")).json()["artifacts"]]
+    assert paths == ["acme/tiny/config.json"]
+
+
+async def test_s21_a_symlinked_folder_in_the_library_is_not_followed(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    outside = harness.tmp / "outside"
+    outside.mkdir()
+    (harness.tmp / "library" / "acme").mkdir(parents=True)
+    (harness.tmp / "library" / "acme" / "tiny").symlink_to(outside)
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    done = await wait_job(client, job["id"])
+    assert done["state"] == "failed" and "not a plain folder" in done["error"]
+    assert list(outside.iterdir()) == []
+
+
+async def test_one_transfer_per_job_and_per_target(harness: RouterHarness, hub: FakeHub) -> None:
+    hub.rate = 512 * 1024
+    client = await harness.start(download_settings(harness, hub))
+    first = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    busy = await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})  # fmt: skip
+    assert busy.status_code == 409 and "another job" in busy.text
+    second = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    assert second["state"] == "queued"  # max_concurrent 1
+    assert (await client.post(f"{BASE}/jobs/{second['id']}/pause")).json()["state"] == "paused"
+    assert (await client.post(f"{BASE}/jobs/{second['id']}/resume")).json()["state"] == "queued"
+    assert (await wait_job(client, first["id"]))["state"] == "completed"
+    assert (await wait_job(client, second["id"]))["state"] == "completed"
+    gets = [s for s in hub.requests_to("hub") if s[1] == "GET" and s[2].endswith("/config.json")]
+    assert len(gets) == 1  # the paused-then-resumed job ran once
+
+
+async def test_a_finished_job_outlives_the_router_and_its_stream_ends(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    assert (await wait_job(client, job["id"]))["state"] == "completed"
+    await harness.close()
+    client = await harness.start(download_settings(harness, hub))
+    assert (await client.get(f"{BASE}/jobs/{job['id']}")).json()["state"] == "completed"
+    async with client.stream("GET", f"{BASE}/jobs/{job['id']}/events") as response:
+        events = await read_sse(response)
+    assert [e.event for e in events] == ["state"] and '"completed"' in events[0].data
+
+
+async def test_a_graceful_stop_mid_job_resumes_at_the_next_start(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    hub.rate = 256 * 1024
+    client = await harness.start(download_settings(harness, hub))
+    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    await wait_bytes(client, job["id"], 64 * 1024)
+    await harness.close()  # the service stops the transfer; the job stays `running` in the store
+    assert list((harness.tmp / "library/.staging").rglob("*.part"))
+    hub.rate = None
+    client = await harness.start(download_settings(harness, hub))
+    done = await wait_job(client, job["id"])
+    assert done["state"] == "completed", done
+    assert (harness.tmp / "library/acme/tiny/big.gguf").read_bytes() == hub.repos["acme/tiny"].files["big.gguf"]  # fmt: skip
+    assert any(s[4] and s[4].startswith("bytes=") for s in hub.requests_to("cdn"))
+    head = await client.head(f"{BASE}/jobs/{job['id']}/events")
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
+
+
+async def test_an_unreachable_hub_is_reported_not_waited_for(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+    settings = download_settings(harness, hub)
+    closed = settings.downloads.model_copy(update={"endpoint": f"http://127.0.0.1:{free_port()}"})
+    client = await harness.start(settings.model_copy(update={"downloads": closed}))
+    started = time.monotonic()
+    caps = (await client.get(f"{BASE}/capabilities")).json()["nodes"][0]["capability"]
+    assert caps["reachable"] is False and "unreachable" in caps["reason"]
+    assert time.monotonic() - started < 10

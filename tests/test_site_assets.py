@@ -208,5 +208,5 @@ async def test_asset_lookup_by_hash(harness: RouterHarness) -> None:
     r = await client.get(f"{ASSETS}/{digest.upper()}")
     assert r.status_code == 400 and r.json()["error"]["param"] == "sha256"
     assert (await client.get(f"{ASSETS}/{digest}", params={"node_id": "x"})).status_code == 404
-    assert (await client.post(f"{ASSETS}/jobs", json={})).status_code == 501
+    assert (await client.post(f"{ASSETS}/substitute", json={})).status_code == 400
     assert (await client.get(f"{ASSETS}/export")).status_code == 405

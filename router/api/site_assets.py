@@ -8,6 +8,7 @@ finds (docs/site.md, "Model assets"). Import writes only when every field resolv
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
+from router.api import site_asset_jobs, site_asset_substitute, site_assets_hub
 from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
@@ -24,7 +26,6 @@ from router.errors import (
     Conflict,
     MethodNotAllowed,
     NotFound,
-    NotImplementedRoute,
 )
 from router.site import (
     SHA256,
@@ -37,7 +38,6 @@ from router.site import (
 )
 
 MAX_BATCH = 100
-_LATER = frozenset({"jobs", "bind", "candidates", "substitute"})
 
 
 def _config(request: web.Request, body: Mapping[str, Any]) -> ModelConfig:
@@ -229,6 +229,8 @@ _POSTS: dict[str, Callable[[web.Request, dict[str, Any]], Awaitable[web.Response
     "resolve": resolve,
     "resolve-batch": resolve_batch,
     "import": import_portable,
+    **site_assets_hub.ACTIONS,  # candidates, bind: on the hub (docs/downloads.md)
+    "substitute": functools.partial(site_asset_substitute.substitute, find_config=_config),
 }
 
 
@@ -239,8 +241,9 @@ async def model_assets(request: web.Request) -> web.Response:
         if request.method != "POST":
             raise MethodNotAllowed(request.method, {"POST"})
         return await action(request, await read_control_json(request, required=True))
-    if tail.split("/", 1)[0] in _LATER:
-        raise NotImplementedRoute(f"model-assets/{tail.split('/', 1)[0]} is not available yet")
+    if tail.split("/", 1)[0] == "jobs":  # background resolution through the hub
+        body = functools.partial(read_control_json, request, required=True)
+        return await site_asset_jobs.route(request, tail, body, _document, _resolve_doc)
     if "/" not in tail:
         if request.method not in ("GET", "HEAD"):
             raise MethodNotAllowed(request.method, {"GET", "HEAD"})

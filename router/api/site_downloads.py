@@ -128,6 +128,8 @@ async def events(request: web.Request, job: Job) -> web.StreamResponse:
     after = _last_event_id(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
     await response.prepare(request)
+    if request.method == "HEAD":
+        return response
     while True:
         changed = job.changed
         pending = [e for e in list(job.events) if e["id"] > after]
@@ -152,7 +154,7 @@ def _last_event_id(request: web.Request) -> int:
 
 async def dispatch(request: web.Request) -> web.StreamResponse:
     tail = match_of(request).params.get("tail", "")
-    if tail == "capabilities":
+    if tail in ("", "capabilities"):  # the bare path answers what the node can do
         _only(request, "GET")
         return await capabilities(request)
     parts = tail.split("/")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import ipaddress
 import json
 import socket
@@ -21,7 +22,14 @@ from itertools import islice
 from typing import Any, TypeVar
 
 import httpx2
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, set_client_factory
+from huggingface_hub import (
+    HfApi,
+    get_hf_file_metadata,
+    get_session,
+    hf_hub_url,
+    hf_raise_for_status,
+    set_client_factory,
+)
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -29,12 +37,14 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from router.downloads.assets import MAX_CANDIDATE_REPOS, hf_uri, matching, search_terms
 from router.downloads.names import is_commit
 from router.downloads.plan import Access, Repository, split_listing
 from router.downloads.ssrf import IPAddress, Policy, literal_address, origin_of, refusal
 from router.errors import BadGateway, BadRequest, Forbidden, NotFound, RouterError
 
 API_TIMEOUT = httpx2.Timeout(30.0, connect=10.0)
+PROBE_TIMEOUT = 5.0
 MAX_SEARCH_LIMIT = 100
 MAX_SEARCH_OFFSET = 10_000
 _EXPAND = ["downloads", "likes", "gated", "tags", "pipeline_tag", "lastModified"]
@@ -142,8 +152,16 @@ class Hub:
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
     def reachable(self) -> tuple[bool, str | None]:
+        """One short request to the API (no retries: `list_models` would back off for
+        half a minute on a box without network)."""
+
+        def probe() -> None:
+            response = get_session().get(f"{self.endpoint}/api/models", params={"limit": 1},
+                                         headers=self.auth_headers(), timeout=PROBE_TIMEOUT)  # fmt: skip
+            hf_raise_for_status(response)
+
         try:
-            _hub_call(lambda: list(islice(self._api.list_models(limit=1), 1)), "probe")
+            _hub_call(probe, "probe")
         except RouterError as err:
             return False, err.message
         return True, None
@@ -182,6 +200,31 @@ class Hub:
             license=license_ if isinstance(license_, str) else None,
             flagged=_flagged(info.security_repo_status), tags=tuple(info.tags or ()),
         )  # fmt: skip
+
+    def candidates(self, sha256: str, filename: str) -> list[dict[str, Any]]:
+        """Files on the hub whose LFS SHA-256 is `sha256`, from repositories a search for the
+        file's name finds (at most MAX_CANDIDATE_REPOS per search term)."""
+        seen: set[str] = set()
+        found: list[dict[str, Any]] = []
+        for term in search_terms(filename):
+            for model in _hub_call(functools.partial(self._first_models, term), "search"):
+                if model.id in seen:
+                    continue
+                seen.add(model.id)
+                try:
+                    repo = self.repository(model.id, None)
+                except RouterError:
+                    continue  # gated, gone or refused: not a candidate
+                found += [{"repository": repo.id, "commit": repo.commit, "path": f.path,
+                           "size": f.size, "hf": hf_uri(repo.id, repo.commit, f.path)}
+                          for f in matching(repo, sha256)]  # fmt: skip
+            if found:
+                break
+        return found
+
+    def _first_models(self, term: str) -> list[Any]:
+        found = self._api.list_models(search=term, limit=MAX_CANDIDATE_REPOS)
+        return list(islice(found, MAX_CANDIDATE_REPOS))
 
     def file_url(self, repo_id: str, commit: str, path: str) -> str:
         return hf_hub_url(repo_id, path, revision=commit, endpoint=self.endpoint)

@@ -53,6 +53,10 @@ class Downloads:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._policy_key: int | None = None
+        # model-assets jobs (router/api/site_asset_jobs.py): kept here, in memory, with
+        # their background tasks so a stop can wait for them.
+        self.asset_jobs: dict[str, dict[str, Any]] = {}
+        self.background: set[asyncio.Task[None]] = set()
         self._closing = False
 
     @property
@@ -73,6 +77,9 @@ class Downloads:
         for row in reversed(await self.store.download_jobs()):
             job = Job.from_row(row)
             self.jobs[job.id] = job
+            # Events are not stored: the first one of a loaded job is its state, so a stream
+            # opened on a finished job ends at once.
+            job.publish("state", restored=True, **job.progress(time.monotonic()))
             if job.state in (State.RUNNING, State.QUEUED):
                 self._requeue(job, "resumed after a router restart")
 
@@ -80,6 +87,9 @@ class Downloads:
         """Stop the transfers; their jobs stay `running`/`queued` in the store and resume at
         the next start (their staged bytes are kept)."""
         self._closing = True
+        for extra in list(self.background):
+            extra.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
         for job in self.jobs.values():
             if job.state is State.RUNNING:
                 job.control.request("shutdown")
@@ -134,6 +144,9 @@ class Downloads:
             raise Conflict("; ".join(blockers), code="download_refused")
         if not plan.files:
             raise Conflict("every chosen file is already in the library", code="nothing_to_do")
+        busy = self._busy_targets() & {self.relative(plan.repository.id, f.path) for f in plan.files}  # fmt: skip
+        if busy:
+            raise Conflict(f"another job is downloading {sorted(busy)[0]!r}", code="download_busy")  # fmt: skip
         job = Job(uuid.uuid4().hex, self.node_id, plan.repository.id, plan.revision,
                   plan.repository.commit, plan.files)  # fmt: skip
         self.jobs[job.id] = job
@@ -141,6 +154,13 @@ class Downloads:
         await self.store.save_download_job(job.to_row())
         self._spawn(job)
         return job
+
+    def _busy_targets(self) -> set[str]:
+        return {
+            self.relative(job.repository, f.path)
+            for job in self.jobs.values() if job.state not in TERMINAL
+            for f in job.files if f.path not in job.done_paths
+        }  # fmt: skip
 
     def get(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -194,6 +214,9 @@ class Downloads:
         self._spawn(job)
 
     def _spawn(self, job: Job) -> None:
+        running = self._tasks.get(job.id)
+        if running is not None and not running.done():
+            return  # its loop sees the job queued again and runs it
         task = asyncio.create_task(self._run(job), name=f"download-{job.id}")
         self._tasks[job.id] = task
         task.add_done_callback(lambda _t: self._tasks.pop(job.id, None))
@@ -208,20 +231,26 @@ class Downloads:
     # -- the runner --------------------------------------------------------------------
 
     async def _run(self, job: Job) -> None:
-        async with self._slots:
-            if job.state is not State.QUEUED or self._closing:
-                return
-            await self._save(job, State.RUNNING)
-            ticker = asyncio.create_task(self._tick(job))
-            try:
-                outcome, error = await self._transfer_all(job)
-            finally:
-                ticker.cancel()
-            if outcome is State.RUNNING:
-                return  # the router is stopping: the next start resumes the job
-            if outcome in (State.FAILED, State.CANCELLED):
-                await asyncio.to_thread(remove_tree, self._staging(job))
-            await self._save(job, outcome, error)
+        # A loop: a job resumed while its last run was still ending runs again here (one task
+        # per job, never two transfers into the same part file).
+        while job.state is State.QUEUED and not self._closing:
+            async with self._slots:
+                if job.state is not State.QUEUED or self._closing:
+                    return
+                await self._run_once(job)
+
+    async def _run_once(self, job: Job) -> None:
+        await self._save(job, State.RUNNING)
+        ticker = asyncio.create_task(self._tick(job))
+        try:
+            outcome, error = await self._transfer_all(job)
+        finally:
+            ticker.cancel()
+        if outcome is State.RUNNING:
+            return  # the router is stopping: the next start resumes the job
+        if outcome in (State.FAILED, State.CANCELLED):
+            await asyncio.to_thread(remove_tree, self._staging(job))
+        await self._save(job, outcome, error)
 
     async def _transfer_all(self, job: Job) -> tuple[State, str | None]:
         staging = self._staging(job)
@@ -229,6 +258,8 @@ class Downloads:
         client = new_client()
         try:
             for index, item in enumerate(job.files):
+                if job.control.stop.is_set():
+                    raise Stopped(job.control.reason)
                 if item.path in job.done_paths:
                     continue
                 await self._transfer_one(job, client, index, item, staging / f"{index}.part")
@@ -238,6 +269,9 @@ class Downloads:
         except (TransferError, OSError) as exc:
             log.warning("download %s failed: %s", job.id, exc)
             return State.FAILED, str(exc)
+        except Exception as exc:  # a job is never left `running` by a bug or a store error
+            log.exception("download %s failed unexpectedly", job.id)
+            return State.FAILED, f"internal error: {type(exc).__name__}"
         finally:
             client.close()
         return State.COMPLETED, None
@@ -293,17 +327,20 @@ class Downloads:
         """Drop library rows whose file is gone; report files that changed size and files in
         downloads.dir the library does not know (never hashed here: that is the inventory's)."""
         rows = await self.store.library_entries()
+        missing, changed, untracked = await asyncio.to_thread(self._check, rows)
+        for path in missing:
+            await self.store.delete_library_entry(path)
+        return {"checked": len(rows), "missing": missing, "changed": changed, "untracked": untracked}  # fmt: skip
+
+    def _check(self, rows: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
         missing, changed = [], []
         for row in rows:
             path = self.dir / row["path"]
             if not path.is_file():
                 missing.append(row["path"])
-                await self.store.delete_library_entry(row["path"])
             elif path.stat().st_size != row["size"]:
                 changed.append(row["path"])
-        known = {row["path"] for row in rows}
-        untracked = await asyncio.to_thread(self._untracked, known)
-        return {"checked": len(rows), "missing": missing, "changed": changed, "untracked": untracked}  # fmt: skip
+        return missing, changed, self._untracked({row["path"] for row in rows})
 
     def _untracked(self, known: set[str]) -> list[str]:
         found = []

@@ -170,12 +170,15 @@ def _verified(item: RepoFile, hashes: _Hashes, done: int) -> str:
 
 
 def promote(part: Path, target: Path, library: Path) -> None:
-    """Rename the verified part into place; the target must stay inside the library even if a
-    folder on the way is a symlink."""
+    """Rename the verified part into place. No folder between the library and the target may
+    be a symlink (checked before any folder is made, so none is made outside the library)."""
+    relative = target.relative_to(library)
+    folder = library
+    for name in relative.parts[:-1]:
+        folder = folder / name
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise TransferError(f"{target.name}: {name!r} on the way is not a plain folder")
     target.parent.mkdir(parents=True, exist_ok=True)
-    root = library.resolve()
-    if not target.parent.resolve().is_relative_to(root):
-        raise TransferError(f"{target.name}: its folder leads outside downloads.dir")
     if target.is_symlink() or (target.exists() and not target.is_file()):
         raise TransferError(f"{target.name}: the target exists and is not a plain file")
     os.replace(part, target)

@@ -1,4 +1,5 @@
-"""Download jobs and the download library in the store (migration 0003): a mixin of `Store`.
+"""Download jobs, the download library and learned asset origins in the store (migration
+0003): a mixin of `Store`.
 
 Rows are dicts of columns; writes go through the store's one writer and return once they are
 on disk (a job's state must survive a crash the moment it is reported).
@@ -35,6 +36,8 @@ def _upsert(table: str, columns: Sequence[str], key: str) -> str:
 _JOB_UPSERT = _upsert("download_jobs", JOB_COLUMNS, "id")
 _LIBRARY_UPSERT = _upsert("download_library", LIBRARY_COLUMNS, "path")
 MAX_JOBS_LISTED = 200
+ORIGIN_COLUMNS = ("sha256", "repository", "commit_sha", "repo_path", "bound_at")
+_ORIGIN_UPSERT = _upsert("asset_origins", ORIGIN_COLUMNS, "sha256")
 
 
 class DownloadRows:
@@ -75,3 +78,12 @@ class DownloadRows:
         async with self._reader.execute(sql, params) as cursor:
             rows = await cursor.fetchall()
         return [dict(zip(columns, row, strict=True)) for row in rows]
+
+    async def save_asset_origin(self, row: Mapping[str, Any]) -> None:
+        await self._write(_ORIGIN_UPSERT, [row[c] for c in ORIGIN_COLUMNS])
+
+    async def asset_origin(self, sha256: str) -> dict[str, Any] | None:
+        await self._settle()
+        sql = f"SELECT {', '.join(ORIGIN_COLUMNS)} FROM asset_origins WHERE sha256 = ?"
+        rows = await self._select(sql, (sha256,), ORIGIN_COLUMNS)
+        return rows[0] if rows else None

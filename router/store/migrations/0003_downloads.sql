@@ -29,3 +29,13 @@ CREATE TABLE download_library (
     job_id      TEXT,
     downloaded_at REAL  NOT NULL
 );
+
+-- Hugging Face origins learned for a content hash (model-assets/bind): where a file with this
+-- SHA-256 can be fetched again, pinned to a commit.
+CREATE TABLE asset_origins (
+    sha256      TEXT    PRIMARY KEY,
+    repository  TEXT    NOT NULL,
+    commit_sha  TEXT    NOT NULL,
+    repo_path   TEXT    NOT NULL,
+    bound_at    REAL    NOT NULL
+);
