@@ -140,45 +140,64 @@ export function createEvents({ path = '/events', onstatus = () => {}, names = EV
 }
 
 // Live state kept right across reconnects: `load()` fetches a snapshot, `reduce(state, event)`
-// applies one event. Events are applied as they come; a snapshot replaces the state when it
-// arrives, and when events arrived while it was in flight it is fetched once more, so the
-// view always ends equal to the server's (no stale or duplicated rows).
+// applies one event. The stream is open before the snapshot is read, so every change the
+// snapshot may have missed arrives as an event: events that come while the snapshot is in
+// flight are kept and applied on top of it, in order (reducers set per-key state, so a replayed
+// older event is overwritten by the newer one that follows). A reducer returns RESYNC for an
+// event only the server can apply; that fetches the snapshot again.
 export function liveState(events, { load, reduce, render, onerror = () => {} }) {
   let state = null;
   let inFlight = false;
-  let dirty = false;
+  let again = false;
   let closed = false;
+  let pending = [];
+
+  // Applies events to the current state; true when one of them asked for a fresh snapshot.
+  function apply(list) {
+    let resyncNeeded = false;
+    for (const event of list) {
+      const next = reduce(state, event);
+      if (next === RESYNC) resyncNeeded = true;
+      else state = next;
+    }
+    return resyncNeeded;
+  }
 
   async function resync() {
     if (inFlight) {
-      dirty = true;
+      again = true;
       return;
     }
     inFlight = true;
-    dirty = false;
+    again = false;
+    pending = [];
     try {
       const snapshot = await load();
       if (closed) return;
       state = snapshot;
+      const queued = pending;
+      pending = [];
+      if (apply(queued)) again = true;
       render(state);
     } catch (exc) {
       if (!closed) onerror(exc);
     } finally {
       inFlight = false;
     }
-    if (dirty && !closed) resync();
+    if (again && !closed) resync();
   }
 
   const offEvent = events.subscribe((event) => {
-    if (inFlight) dirty = true;
-    if (state === null) return;
-    const next = reduce(state, event);
-    if (next === RESYNC) {
-      resync();
+    if (inFlight || state === null) {
+      pending.push(event);
+      if (pending.length > 1000) {
+        pending = []; // a snapshot fetched afterwards is newer than all of them
+        again = true;
+      }
       return;
     }
-    state = next;
-    render(state);
+    if (apply([event])) resync();
+    else render(state);
   });
   const offResync = events.onresync(resync);
   return {

@@ -2,7 +2,7 @@
 import { ApiError, setCsrfToken } from '../lib/api.js';
 import { h } from '../lib/dom.js';
 import { errorBox, pageHeader, showError } from '../lib/ui.js';
-import { UI_BASE, pageHref } from '../lib/url.js';
+import { UI_BASE, pageHref, pageOf } from '../lib/url.js';
 
 function explain(exc) {
   if (exc instanceof ApiError && exc.status === 401) return new Error('That key is not an admin key of this router.');
@@ -10,9 +10,11 @@ function explain(exc) {
   return exc;
 }
 
-// Only a path inside the UI may be the target after sign-in (no open redirect).
+// Only a path inside the UI may be the target after sign-in (no open redirect). Shown in
+// place of another page (no `next`), the sign-in returns to that page.
 function nextTarget(params) {
-  const next = params.next || '';
+  const here = pageOf() !== 'login' ? location.pathname + location.search : '';
+  const next = params.next || here;
   return next.startsWith(UI_BASE) && !next.startsWith('//') ? next : pageHref('overview');
 }
 
