@@ -186,7 +186,9 @@ class Policy:
 
     def session_of(self, request: web.Request) -> UiSession | None:
         """The live session named by the cookie, when no key header is sent; CSRF-checked."""
-        if self.sessions is None or presented_credential(request.headers) is not None:
+        if self.sessions is None or "Cookie" not in request.headers:
+            return None  # the common case (API clients) costs one header lookup
+        if presented_credential(request.headers) is not None:
             return None
         session = self.sessions.lookup(request.cookies.get(COOKIE_NAME))
         if session is None:
