@@ -11,6 +11,17 @@ export function unavailable(exc) {
   return Boolean(exc && exc.status === 501);
 }
 
+// A node may hold hundreds of compatible configurations: name a few, count the rest (the
+// Load select lists them all).
+const SHOWN_MODELS = 8;
+
+export function modelList(models) {
+  const names = models.map((m) => m.image_id || m.model_id);
+  if (!names.length) return '—';
+  const rest = names.length - SHOWN_MODELS;
+  return names.slice(0, SHOWN_MODELS).join(', ') + (rest > 0 ? ` and ${rest} more` : '');
+}
+
 function stateOf(entry) {
   if (!entry.enabled) return ['disabled', 'disabled'];
   if (entry.active) return ['ready', `serving ${entry.active_model_id || ''}`.trim()];
@@ -65,7 +76,7 @@ export default {
           { key: 'state', label: 'State', cell: (e) => badge(...stateOf(e)) },
           {
             key: 'models', label: 'Compatible models', class: 'wrap',
-            cell: (e) => (e.compatible_models || []).map((m) => m.image_id || m.model_id).join(', ') || '—',
+            cell: (e) => modelList(e.compatible_models || []),
           },
           { key: 'actions', label: 'Actions', cell: actions },
         ],
