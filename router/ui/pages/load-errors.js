@@ -132,7 +132,7 @@ export default {
       try {
         const answer = await ctx.api.del('/site/load-errors');
         const failed = answer.failed || [];
-        status.textContent = `Removed ${answer.removed} load errors.`;
+        status.textContent = `Removed ${answer.removed} load error${answer.removed === 1 ? '' : 's'}.`;
         if (failed.length) {
           showError(clearSlot, new Error(failed.map((f) => `${f.node_id}: ${f.error}`).join('; ')),
             { title: 'Some nodes were not cleared' });
