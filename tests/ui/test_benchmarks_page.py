@@ -4,6 +4,8 @@ what the page shows is what GET /router/v1/benchmarks stores."""
 
 from __future__ import annotations
 
+import re
+
 from playwright.sync_api import expect
 
 from tests.ui.conftest import GuardedPage, UiRouter
@@ -66,3 +68,21 @@ def test_a_refused_run_is_explained_next_to_the_form(ui_router: UiRouter, ui: Gu
     ui.page.get_by_label("Music").check()
     ui.page.get_by_role("button", name="Run benchmark").click()
     expect(ui.page.get_by_role("alert")).to_contain_text("iterations must be between 1 and 20")
+
+
+def test_the_form_choices_are_in_the_url_and_a_reload_restores_them(
+    ui_router: UiRouter, ui: GuardedPage
+) -> None:
+    ui.goto("/router/ui/benchmarks?model=alpha")
+    ui.page.get_by_label("Embeddings").check()
+    ui.page.get_by_label("Runtime (unload, then load)").check()
+    ui.page.get_by_label("Iterations").fill("3")
+    ui.page.get_by_label("Iterations").blur()
+    expect(ui.page).to_have_url(re.compile(r"type=section&sections=runtime%2Cembed&iterations=3"))
+    ui.page.reload()
+    expect(ui.page.get_by_label("Only these sections:")).to_be_checked()
+    expect(ui.page.get_by_label("Embeddings")).to_be_checked()
+    expect(ui.page.get_by_label("Runtime (unload, then load)")).to_be_checked()
+    expect(ui.page.get_by_label("Text generation")).not_to_be_checked()
+    expect(ui.page.get_by_label("Iterations")).to_have_value("3")
+    expect(ui.page.get_by_label("Model")).to_have_value("alpha")

@@ -85,7 +85,17 @@ function historyTable(history) {
   });
 }
 
-function runForm(models, params, onrun, onmodel) {
+// The form's choices as URL state (`type`, `sections=a,b`, `iterations`) and back.
+export function choiceParams(choice) {
+  return {
+    type: choice.type === 'section' ? 'section' : '',
+    sections: choice.type === 'section' ? choice.sections.join(',') : '',
+    iterations: choice.iterations > 1 ? String(choice.iterations) : '',
+  };
+}
+
+function runForm(models, params, onrun, onmodel, onchoice) {
+  const chosen = new Set(String(params.sections || '').split(',').filter(Boolean));
   const modelSelect = h('select', { id: 'bench-model', name: 'model', required: true, onchange: (ev) => onmodel(ev.target.value) },
     h('option', { value: '' }, 'Choose a model'),
     models.map((m) => h('option', { value: m.id, selected: m.id === params.model }, m.id)));
@@ -96,8 +106,10 @@ function runForm(models, params, onrun, onmodel) {
     if (ev.target.checked) ev.target.form.querySelector('input[name=type][value=section]').checked = true;
   };
   const boxes = SECTIONS.map((s) => h('label', {},
-    h('input', { type: 'checkbox', name: 'section', value: s, onchange: pickSections }), SECTION_LABELS[s]));
-  const iterations = h('input', { id: 'bench-iterations', type: 'number', name: 'iterations', min: 1, max: 20, value: '1' });
+    h('input', { type: 'checkbox', name: 'section', value: s, checked: chosen.has(s), onchange: pickSections }), SECTION_LABELS[s]));
+  const iterations = h('input', {
+    id: 'bench-iterations', type: 'number', name: 'iterations', min: 1, max: 20, value: params.iterations || '1',
+  });
   const run = h('button', { type: 'submit', class: 'primary' }, 'Run benchmark');
   const form = h('form', { class: 'bench-form', novalidate: true },
     h('div', { class: 'filters' }, h('label', { for: 'bench-model' }, 'Model'), modelSelect,
@@ -105,13 +117,20 @@ function runForm(models, params, onrun, onmodel) {
     h('fieldset', {}, h('legend', {}, 'Sections'), typeRadio('general', 'All sections (general run)'),
       typeRadio('section', 'Only these sections:'), h('div', { class: 'checks' }, boxes)),
     h('div', { class: 'actions' }, run));
-  form.addEventListener('submit', (ev) => {
-    ev.preventDefault();
+  const choice = () => {
     const data = new FormData(form);
-    onrun({
+    return {
       modelId: data.get('model'), type: data.get('type') || 'general',
       sections: data.getAll('section'), iterations: Number(data.get('iterations')),
-    }, run);
+    };
+  };
+  // Every change of type, sections or iterations goes into the URL (a deep link reloads it).
+  form.addEventListener('change', (ev) => {
+    if (ev.target !== modelSelect) onchoice(choiceParams(choice()));
+  });
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    onrun(choice(), run);
   });
   return form;
 }
@@ -210,7 +229,8 @@ export default {
     try {
       const models = await ctx.api.get('/models');
       const usable = (models.data || []).filter((m) => !m.disabled);
-      replace(formSlot, runForm(usable, ctx.params, start, chooseModel));
+      const remember = (patch) => ctx.setParams({ ...ctx.params, ...patch });
+      replace(formSlot, runForm(usable, ctx.params, start, chooseModel, remember));
     } catch (exc) {
       showError(formSlot, exc, { title: 'The models could not be read' });
     }
