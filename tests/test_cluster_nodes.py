@@ -503,3 +503,61 @@ async def test_selectorless_speech_to_text_goes_to_the_node_with_it_loaded(
 
     assert await until(counts, [0, 3]), await counts()
     assert await served_models(c.master) == []
+
+
+async def test_follow_ups_go_to_the_node_that_made_them(h: RouterHarness) -> None:
+    """An sd-server job submitted through the master is polled there; a stored response is
+    read back from the node that made it."""
+    c = cluster(h, {}, {})
+    weights = h.tmp / "models-s1" / "art.safetensors"
+    weights.write_bytes(b"safetensors")
+    art = {"backend_mode": "llama_sdcpp", "sdmodel": str(weights)}
+    (h.tmp / "kcpps-s1" / "art.kcpps").write_text(json.dumps(art))
+    (h.tmp / "models-s1" / "talk.safetensors").write_bytes(b"weights")
+    talk = {"backend_mode": "vllm", "model_param": str(h.tmp / "models-s1" / "talk.safetensors")}
+    (h.tmp / "kcpps-s1" / "talk.kcpps").write_text(json.dumps(talk))
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: router_ids(client), ["art", "talk"])
+        job = await client.post("/sdcpp/v1/img_gen", json={"prompt": "x", "model": "art-art"})
+        assert job.status_code == 202, job.text
+        job_id = job.json()["id"]
+        for _ in range(200):
+            polled = await client.get(f"/sdcpp/v1/jobs/{job_id}")
+            assert polled.status_code == 200, polled.text
+            if polled.json()["status"] == "completed":
+                break
+            await asyncio.sleep(0.05)
+        assert polled.json()["status"] == "completed"
+        created = await client.post("/v1/responses", json={"model": "talk", "input": "hi"})
+        assert created.status_code == 200, created.text
+        rid = created.json()["id"]
+        got = await client.get(f"/v1/responses/{rid}")
+        assert got.status_code == 200 and got.json()["id"] == rid
+        unknown = await client.get("/v1/responses/resp_nope")
+        assert unknown.status_code == 404
+
+
+async def test_a_realtime_websocket_through_the_master(h: RouterHarness) -> None:
+    """Frames both ways and the close code, through master and slave to the slave's vLLM."""
+    import aiohttp
+
+    c = cluster(h, {}, {})
+    for name in ("ears.safetensors", "text.safetensors"):
+        (h.tmp / "models-s1" / name).write_bytes(b"weights")
+    live = {"backend_mode": "vllm", "model_param": str(h.tmp / "models-s1" / "text.safetensors"),
+            "whispermodel": str(h.tmp / "models-s1" / "ears.safetensors")}  # fmt: skip
+    (h.tmp / "kcpps-s1" / "live.kcpps").write_text(json.dumps(live))
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: router_ids(client), ["live"])
+    url = c.master.base.replace("http", "ws") + "/v1/realtime?model=live"
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+        await ws.send_str('{"type": "session.update"}')
+        assert (await ws.receive_str(timeout=10)) == '{"type": "session.update"}'
+        await ws.send_bytes(b"\x00\xff" * 5000)
+        assert (await ws.receive_bytes(timeout=10)) == b"\x00\xff" * 5000
+        await ws.send_str("close:4001")  # the backend ends the session with its own code
+        msg = await ws.receive(timeout=10)
+        assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 4001
+    assert await until(lambda: served_models(c.slaves[0]), ["live"])

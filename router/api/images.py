@@ -27,11 +27,14 @@ from aiohttp import web
 from router.api import inference
 from router.api.common import Handler, arrived, match_of, matched_route, read_control_json
 from router.api.lanes import active_view, choose_config, public_id, resolve_for_lane
-from router.api.relay import remote_target
-from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
+from router.api.relay import remote_target, target_on
+from router.api.responses import IdWatcher, WatchingRewriter
+from router.appkeys import CATALOG, CLUSTER, IMAGES, RUNTIMES, SESSION, SETTINGS
+from router.cluster import Target
 from router.domain import Family, Lane, MiB, family_for
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import (
+    ModelRewriter,
     Selection,
     body_stream,
     read_selector,
@@ -166,7 +169,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
     selection = await _selection(request)
     target = remote_target(request, selection)
     if target is not None:  # another cluster node serves this model: relayed as sent
-        return await inference.forward(request, inference.Override(selection, relay_to=target))
+        return await inference.forward(request, _relayed(request, selection, target, kind))
     if kind == "submit":
         return await _submit(request, selection)
     return await inference.forward(request, selection)
@@ -278,7 +281,43 @@ async def _hold_until_done(app: web.Application, job_id: str, lease: Lease) -> N
         lease.release()
 
 
+JOB_PIN = "sdcpp-job:"
+
+
+def _relayed(
+    request: web.Request, selection: Selection, target: Target, kind: str
+) -> inference.Override:
+    """Relayed as sent; a job submitted there is pinned to that node for its polls."""
+    if kind != "submit":
+        return inference.Override(selection, relay_to=target)
+    service = request.app[CLUSTER]
+    node, local = target.replica.node_id, target.replica.local_id
+
+    def watch(rewriter: ModelRewriter) -> ModelRewriter:
+        return WatchingRewriter(
+            rewriter, IdWatcher(lambda i: service.pin(JOB_PIN + i, node, local))
+        )
+
+    return inference.Override(selection, relay_to=target, relay_watch=watch)
+
+
+async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse | None:
+    if request.app[SETTINGS].cluster.role != "master":
+        return None
+    service = request.app[CLUSTER]
+    pinned = service.pinned(JOB_PIN + job_id)
+    target = target_on(service, *pinned) if pinned else None
+    if target is None:
+        return None
+    body = await request.read() if request.body_exists else b""
+    selection = Selection(target.public.public_id, body, True, "job")
+    return await inference.forward(request, inference.Override(selection, relay_to=target))
+
+
 async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:
+    remote = await _poll_remote(request, job_id)
+    if remote is not None:
+        return remote
     runtime = lane_state(request.app).jobs.get(job_id)
     # A draining runtime still serves the job it is finishing; a stopped one never saw it.
     if runtime is None or not request.app[RUNTIMES].is_serving(runtime):

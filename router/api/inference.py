@@ -63,6 +63,8 @@ class Override:
     # Chosen by a handler that reads its own body: another cluster node serves the request as
     # the client sent it (router/api/relay.py).
     relay_to: Target | None = None
+    # Wraps the relay's rewriter to watch the answer (a follow-up id to pin to that node).
+    relay_watch: Callable[[ModelRewriter], ModelRewriter] | None = None
 
     @property
     def plain(self) -> bool:
@@ -189,7 +191,7 @@ async def _forward(
     selection = override.selection
     target = override.relay_to or (remote_target(request, selection) if override.plain else None)
     if target is not None:
-        return await relay(request, selection, target, result)
+        return await relay(request, selection, target, result, override.relay_watch)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
     family = family_for(config.backend_mode, lane)

@@ -30,12 +30,15 @@ import aiohttp
 from aiohttp import WSMsgType, web
 
 from router.api.common import Handler, arrived, matched_route
-from router.appkeys import CATALOG, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
+from router.api.relay import remote_target
+from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
+from router.cluster import Target
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
 from router.edge import upstream_request_headers
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
+from router.forwarding.selector import SELECTOR_HEADER as SELECTOR
 from router.records import RequestInfo
 from router.runtime import Lease, choose_config
 
@@ -69,6 +72,9 @@ async def connect(request: web.Request) -> web.StreamResponse:
         raise BadRequest("/v1/realtime is a WebSocket: connect with an Upgrade: websocket request")
     route = matched_route(request)
     selection = await read_selector(request, route, 0)
+    target = remote_target(request, selection)
+    if target is not None:  # another cluster node serves it; that node records the session
+        return await _remote_session(request, target)
     config = _choose(request, selection.model)
     info = RequestInfo(
         route.template, route.surface.value, Lane.VOICE.value, arrived(request), time.time()
@@ -140,6 +146,45 @@ async def _session(request: web.Request, lease: Lease, traffic: list[int]) -> we
         # cancels the handler), e.g. after refusing its oversized frame: "going away".
         with contextlib.suppress(Exception):
             await backend.close(code=1001)
+
+
+async def _remote_session(request: web.Request, target: Target) -> web.WebSocketResponse:
+    """The whole socket relayed to the node that holds the model (its lease lasts as long)."""
+    cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
+    service = request.app[CLUSTER]
+    assert target.node_url is not None
+    query = dict(request.rel_url.query)
+    query.pop("model", None)
+    path = "/router/v1/node/inference/v1/realtime"
+    url = service.client.url(target.node_url, path)
+    headers = {**service.client.headers(), SELECTOR: target.replica.local_id}
+    offered = request.headers.get("Sec-WebSocket-Protocol", "")
+    try:
+        node = await request.app[SESSION].ws_connect(
+            url, params=query, headers=headers, max_msg_size=cap, autoclose=False,
+            protocols=[p.strip() for p in offered.split(",") if p.strip()],
+            timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0),
+        )  # fmt: skip
+    except aiohttp.WSServerHandshakeError as exc:
+        refused = f"node {target.replica.node_id!r} refused the realtime session ({exc.status})"
+        if 400 <= exc.status < 500:
+            raise BadRequest(refused) from exc
+        raise BadGateway(refused) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        service.node_failed(target.node_url, f"realtime: {exc}")
+        raise BadGateway(f"cannot reach node {target.replica.node_id!r}: {exc}") from exc
+    try:
+        client = web.WebSocketResponse(
+            protocols=(node.protocol,) if node.protocol else (), max_msg_size=cap,
+            heartbeat=HEARTBEAT_S, autoclose=False,
+        )  # fmt: skip
+        with request.app[SESSIONS].opened() as stop:
+            await client.prepare(request)
+            await relay(client, node, [0, 0], stop)
+        return client
+    finally:
+        with contextlib.suppress(Exception):
+            await node.close(code=1001)
 
 
 async def _open_backend(

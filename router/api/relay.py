@@ -11,7 +11,7 @@ tries the next replica.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -89,7 +89,11 @@ def _path_qs(request: web.Request, selection: Selection, local_id: str) -> str:
 
 
 async def relay(
-    request: web.Request, selection: Selection, target: Target, result: ProxyResult
+    request: web.Request,
+    selection: Selection,
+    target: Target,
+    result: ProxyResult,
+    watch: Callable[[ModelRewriter], ModelRewriter] | None = None,
 ) -> web.StreamResponse:
     """Send the request to the target's node; on an unreachable node, the next replica."""
     service = request.app[CLUSTER]
@@ -97,7 +101,7 @@ async def relay(
     while True:
         tried.add(target.replica.node_id)
         try:
-            return await _relay_once(request, selection, target, result, service)
+            return await _relay_once(request, selection, target, result, service, watch)
         except BadGateway as err:
             if result.upstream_status is not None or not selection.complete:
                 raise
@@ -115,11 +119,15 @@ async def _relay_once(
     target: Target,
     result: ProxyResult,
     service: ClusterService,
+    watch: Callable[[ModelRewriter], ModelRewriter] | None,
 ) -> web.StreamResponse:
     if target.node_url is None:
         raise BadGateway(f"node {target.replica.node_id!r} is not registered")
     local_id = target.replica.local_id
-    rewriter = ModelRewriter(target.public.public_id, local_id)
+    public_id = target.public.public_id
+    if selection.model is not None and selection.model == target.public.public_image_id:
+        public_id, local_id = selection.model, target.replica.model.local_image_id or local_id
+    rewriter = ModelRewriter(public_id, local_id)
     body: bytes | AsyncIterator[bytes] | None = None
     prefix = rewriter.request_body(selection.prefix) if selection.prefix else b""
     if selection.complete:
@@ -138,8 +146,9 @@ async def _relay_once(
     def overhead_ms() -> float:
         return max(0.0, (time.monotonic() - started) * 1000.0 - (result.ttfb_ms or 0.0))
 
+    answer = watch(rewriter) if watch is not None else rewriter
     response = await request.app[PROXY].forward(
-        request, upstream, Rewrite(rewriter), result, overhead_ms
+        request, upstream, Rewrite(answer), result, overhead_ms
     )
     if result.error_message is not None:  # the node went away mid-answer (R33)
         service.node_failed(target.node_url, result.error_message)
@@ -179,7 +188,7 @@ async def stt_target(request: web.Request) -> Target | None:
         return None
     status = statuses[chosen.node_id]
     local_id = (status.loaded_stt_model if status else None) or capable[chosen.node_id][0]
-    return _target_on(service, chosen.node_id, local_id)
+    return target_on(service, chosen.node_id, local_id)
 
 
 def _local_stt(request: web.Request, own: str) -> SttNode:
@@ -194,7 +203,8 @@ def _local_stt(request: web.Request, own: str) -> SttNode:
     )  # fmt: skip
 
 
-def _target_on(service: ClusterService, node_id: str, local_id: str) -> Target | None:
+def target_on(service: ClusterService, node_id: str, local_id: str) -> Target | None:
+    """The public model whose replica on `node_id` is `local_id`, as a relay target."""
     for public in service.public_models():
         replica = next(
             (r for r in public.replicas if r.node_id == node_id and r.local_id == local_id), None

@@ -23,7 +23,9 @@ from aiohttp import web
 
 from router.api.common import Handler, match_of, matched_route
 from router.api.inference import Override, forward
-from router.appkeys import RUNTIMES, SETTINGS
+from router.api.relay import remote_target, target_on
+from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
+from router.cluster import Target
 from router.domain import MiB
 from router.errors import NotFound
 from router.forwarding import ModelRewriter, Selection, StreamRewriter, read_selector
@@ -179,7 +181,43 @@ async def create(request: web.Request) -> web.StreamResponse:
         watcher = IdWatcher(lambda rid: table.remember(rid, runtime, rewriter.public))
         return WatchingRewriter(rewriter, watcher)
 
-    return await forward(request, Override(await _selection(request), on_lease=watch))
+    selection = await _selection(request)
+    target = remote_target(request, selection)
+    if target is not None:  # another cluster node answers: its id is pinned to that node
+        return await forward(request, _relayed(request, selection, target))
+    return await forward(request, Override(selection, on_lease=watch))
+
+
+PIN = "response:"
+
+
+def _relayed(request: web.Request, selection: Selection, target: Target) -> Override:
+    service = request.app[CLUSTER]
+    node, local = target.replica.node_id, target.replica.local_id
+
+    def watch(rewriter: ModelRewriter) -> ModelRewriter:
+        return WatchingRewriter(
+            rewriter, IdWatcher(lambda rid: service.pin(PIN + rid, node, local))
+        )
+
+    return Override(selection, relay_to=target, relay_watch=watch)
+
+
+async def _follow_remote(request: web.Request, response_id: str) -> web.StreamResponse | None:
+    """A follow-up for a response another node made: to that node, as sent."""
+    if request.app[SETTINGS].cluster.role != "master":
+        return None
+    service = request.app[CLUSTER]
+    pinned = service.pinned(PIN + response_id)
+    target = target_on(service, *pinned) if pinned else None
+    if target is None:
+        return None
+    read = await _selection(request)
+    selection = Selection(target.public.public_id, read.prefix, read.complete, "response")
+    response = await forward(request, Override(selection, relay_to=target))
+    if request.method == "DELETE" and 200 <= response.status < 300:
+        service.unpin(PIN + response_id)
+    return response
 
 
 async def follow(request: web.Request) -> web.StreamResponse:
@@ -188,7 +226,10 @@ async def follow(request: web.Request) -> web.StreamResponse:
     table = table_for(request.app[RUNTIMES])
     owner = table.owner(response_id)
     if owner is None:
-        raise _unknown(response_id)
+        remote = await _follow_remote(request, response_id)
+        if remote is None:
+            raise _unknown(response_id)
+        return remote
     runtime, public_id = owner
     read = await _selection(request)
 

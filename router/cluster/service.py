@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 MODELS_PATH = "/router/v1/node/models"
 REGISTER_PATH = "/router/v1/node/register"
 STATUS_PATH = "/router/v1/node/runtime-status"
+# Follow-up ids remembered (sd-server jobs, stored responses); the oldest are forgotten first.
+MAX_PINS = 10_000
 # Placement asks every capable node; one that is slow to say how busy it is is left out.
 STATUS_TIMEOUT = 2.0
 
@@ -60,6 +63,7 @@ class ClusterService:
         self._turns: dict[str, int] = {}
         self._view: _View | None = None
         self._stt_turn = 0
+        self._pins: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.pending: dict[str, int] = {}
         self._generation = 0
         self._rebuild: asyncio.Task[None] | None = None
@@ -189,6 +193,19 @@ class ClusterService:
         answers = await asyncio.gather(*(one(n) for n in node_ids))
         return dict(zip(node_ids, answers, strict=True))
 
+    def pin(self, key: str, node_id: str, local_id: str) -> None:
+        """Remember which node made a job or a stored response; its follow-ups go there."""
+        self._pins[key] = (node_id, local_id)
+        self._pins.move_to_end(key)
+        while len(self._pins) > MAX_PINS:
+            self._pins.popitem(last=False)
+
+    def pinned(self, key: str) -> tuple[str, str] | None:
+        return self._pins.get(key)
+
+    def unpin(self, key: str) -> None:
+        self._pins.pop(key, None)
+
     def stt_turn(self) -> int:
         self._stt_turn += 1
         return self._stt_turn
@@ -227,15 +244,16 @@ class _View:
     replicas and each node's URL (what a request's choice needs, precomputed)."""
 
     models: list[PublicModel]
-    index: dict[str, PublicModel]
+    index: dict[str, PublicModel]  # public IDs and public image IDs
     remote: dict[str, tuple[Replica, ...]]
     urls: dict[str, str]
 
     @classmethod
     def of(cls, models: list[PublicModel], registry: Registry) -> _View:
+        images = {m.public_image_id: m for m in models if m.public_image_id}
         return cls(
             models,
-            {m.public_id: m for m in models},
+            images | {m.public_id: m for m in models},
             {m.public_id: m.available_remote() for m in models},
             {e.node_id: e.node_url for e in registry.nodes() if e.node_id},
         )
