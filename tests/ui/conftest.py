@@ -46,10 +46,14 @@ expect.set_options(timeout=15_000)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the browser tests `ui` and run them last: Playwright's sync API keeps an event loop
+    running in the main thread once it started, which no asyncio test after it survives."""
     here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.ui)
+    browser = [item for item in items if here in Path(str(item.fspath)).parents]
+    for item in browser:
+        item.add_marker(pytest.mark.ui)
+    chosen = set(map(id, browser))
+    items[:] = [item for item in items if id(item) not in chosen] + browser
 
 
 def _require_chromium() -> None:
