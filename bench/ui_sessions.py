@@ -7,7 +7,9 @@ Arms, interleaved ABAB with the order rotated: `direct` (the upstream), `router`
 subscriber), `router_10_tabs` (the same router while a separate process holds 10 event
 streams open and reads every event, as 10 browser tabs would). Client: wrk -c1 (Python client
 without wrk). Reported: each arm's p50 minus direct's, per repetition, and the ratio of the
-two router arms' added p50 (median over repetitions); the events the tabs received.
+two router arms' added p50 (median over repetitions); the router's CPU time per request in
+each arm and their ratio (steadier than latency when other work shares the cores); the
+events the tabs received.
 
 `python -m bench.ui_sessions [--quick] [--reps N] [--block S]`.
 """
@@ -106,8 +108,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         def run(arm: str, rep: int) -> dict[str, Any]:
             if arm == "router_10_tabs":
                 tabs.open(rep)
+            meter = c.CpuMeter(arms.cpu_procs["router"])
             try:
-                return c.load_test(urls[arm] + PATH, c.CHAT_BODY, 1, opts.block)
+                res = c.load_test(urls[arm] + PATH, c.CHAT_BODY, 1, opts.block)
+                # Router CPU per request: steadier than latency on a shared, busy machine.
+                cpu_s = c.cpu_seconds(meter.procs) - meter.c0
+                res["router_cpu_us_per_request"] = cpu_s / max(1, res["rps"] * opts.block) * 1e6
+                return res
             finally:
                 if arm == "router_10_tabs":
                     tabs.close()
@@ -122,8 +129,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for d, r, t in zip(results["direct"], results["router"], results["router_10_tabs"], strict=False)
         if r["p50_ms"] - d["p50_ms"] > 0
     ]  # fmt: skip
+    cpu = {
+        arm: c.med([r["router_cpu_us_per_request"] for r in results[arm]])
+        for arm in ("router", "router_10_tabs")
+    }
     data = {
         "upstream": mode,
+        "router_cpu_us_per_request": cpu,
+        "tabs_over_none_cpu_per_request": c.per_rep(
+            results, "router_10_tabs", "router", "router_cpu_us_per_request", c.ratio
+        ),
         "client": c.client_name(),
         "tabs": TABS,
         "added_p50_ms": added,

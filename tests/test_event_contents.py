@@ -154,6 +154,9 @@ async def test_a_load_reports_phase_percent_elapsed_and_usual_time(
         await load()
 
     second = await collect(client, reload, "ready")
+    # A new stream opens with the snapshot: hello, then the loaded runtime's state.
+    assert [e["event"] for e in second[:2]] == ["hello", "state"]
+    assert second[1]["runtime"] == ready["runtime"] and second[1]["state"] == "ready"
     again = next(e for e in second if e["event"] == "loading")
     assert again["usual_load_seconds"] == pytest.approx(ready["load_seconds"], abs=0.01)
 

@@ -104,7 +104,7 @@ async def test_stream_opens_with_hello_and_carries_ids(harness: RouterHarness) -
         frames = Frames(response)
         hello = await frames.next_event()
         assert hello["event"] == "hello" and hello["id"] == 1
-        assert hello["data"]["node_id"] == "local"
+        assert hello["data"]["node_id"] == "local" and hello["data"]["time"] > 0
         assert await wait_for(lambda: bus.subscribers == 1)
         for n in range(3):
             bus.publish("ping", n=n)

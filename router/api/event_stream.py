@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from aiohttp import web
 
@@ -52,9 +53,11 @@ def opening(request: web.Request, bus: EventBus) -> list[Event]:
         # Events in between are gone (or the router restarted and ids began again).
         events.append(resync_event(now_id, "events since Last-Event-ID cannot be replayed"))
     node = request.app[SETTINGS].cluster.node_id
-    events.append({"event": "hello", "id": now_id, "node_id": node, "retry_ms": RETRY_MS})
+    now = time.time()
+    hello = {"event": "hello", "id": now_id, "time": now, "node_id": node, "retry_ms": RETRY_MS}
+    events.append(hello)
     for runtime in request.app[RUNTIMES].snapshot():
-        events.append({"event": "state", "id": now_id, **runtime})
+        events.append({"event": "state", "id": now_id, "time": now, **runtime})
     return events
 
 

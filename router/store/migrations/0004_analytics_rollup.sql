@@ -1,5 +1,5 @@
--- 0005 on main (numbered after the cluster and downloads migrations): rollups of
--- analytics_events kept by a trigger, so a range query over a month of events reads
+-- analytics_rollup (renumber it after the downloads migration when both are merged): rollups
+-- of analytics_events kept by a trigger, so a range query over a month of events reads
 -- thousands of rows instead of millions (router/store/ranges.py). Counts and sums per minute
 -- and per hour (the timelines); latency histograms per minute, hour and day (percentiles).
 -- Latency percentiles come from log-spaced histograms: bin 0 is [0, 0.01) ms, bin k >= 1 is
