@@ -16,7 +16,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
 client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
-files -> benchmarks -> downloads.
+files -> benchmarks -> downloads -> cluster.
 """
 
 from __future__ import annotations
@@ -259,9 +259,9 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
-            site_webuis.webuis_context,
-            site_downloads.downloads_context,
+            site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
+            site_webuis.webuis_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)
