@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
-from playwright.sync_api import expect
+from playwright.sync_api import Route, expect
 
 from tests.ui import data_router
 from tests.ui.conftest import GuardedPage
@@ -29,8 +29,8 @@ PAGES: dict[str, tuple[str, str, int, str]] = {
 
 
 def _allow_missing_features(ui: GuardedPage) -> None:
-    # Until the downloads and web UI routes are part of this router, they answer 501 and the
-    # pages say so in words (asserted in test_unavailable_features_are_said_in_words).
+    # A router without the downloads and web UI routes answers 501 and the pages say so in
+    # words (test_unavailable_features_are_said_in_words imitates one).
     ui.allow(r"^/router/v1/site/download/", 501)
     ui.allow(r"^/router/v1/site/webuis$", 501)
 
@@ -50,7 +50,6 @@ def test_page_renders_its_h1_reloads_and_keeps_to_its_call_budget(
     data_ui_router: DataRouter, data_ui: GuardedPage, page_id: str
 ) -> None:
     ui = data_ui
-    _allow_missing_features(ui)
     title, query, budget, _ = PAGES[page_id]
     _open(ui, page_id, query)
     expect(ui.page.locator("h1")).to_have_count(1)
@@ -71,7 +70,6 @@ def test_axe_finds_no_serious_violation_in_either_theme(
     data_ui_router: DataRouter, data_ui: GuardedPage, scheme: str
 ) -> None:
     ui = data_ui
-    _allow_missing_features(ui)
     ui.page.emulate_media(color_scheme=scheme)
     axe = Axe()
     found: dict[str, list[str]] = {}
@@ -92,7 +90,6 @@ def test_no_page_scrolls_sideways(
     data_ui_router: DataRouter, data_ui: GuardedPage, width: int
 ) -> None:
     ui = data_ui
-    _allow_missing_features(ui)
     ui.page.set_viewport_size({"width": width, "height": 800})
     views = [(pid, q) for pid, (_, q, _, _) in PAGES.items()]
     views.append(("captures", f"attempt={data_ui_router.ids['paged']}"))
@@ -118,23 +115,30 @@ def test_unavailable_features_are_said_in_words(
     data_ui_router: DataRouter, data_ui: GuardedPage
 ) -> None:
     ui = data_ui
-    _allow_missing_features(ui)
-    caps = data_ui_router.http.get("/router/v1/site/download/capabilities")
+    # This router has downloads switched off: the capability says so, and so does the page.
+    caps = data_ui_router.get("/router/v1/site/download/capabilities")
+    assert caps["nodes"][0]["capability"]["enabled"] is False
     _open(ui, "download")
-    if caps.status_code == 501:
-        expect(ui.page.locator("main .unavailable")).to_have_text(
-            "Downloads are not available on this router: this version does not offer them."
-        )
-    else:  # the downloads routes are here, and off in this router's config
-        assert caps.json()["nodes"][0]["capability"]["enabled"] is False
-        expect(ui.page.locator("main .unavailable")).to_contain_text(
-            "Downloads are off on this router"
-        )
+    expect(ui.page.locator("main .unavailable")).to_contain_text("Downloads are off on this router")
     expect(ui.page.get_by_role("alert")).to_have_count(0)
-    catalog = data_ui_router.http.get("/router/v1/site/webuis")
+
+    # A router version without these routes answers 501 (app.py's dispatcher, in the
+    # contract's error shape): imitated here, since this router has them.
+    def not_here(route: Route) -> None:
+        body = {
+            "error": {"message": "not available in this version", "type": "not_supported_error"}
+        }
+        route.fulfill(status=501, json=body)
+
+    _allow_missing_features(ui)
+    ui.page.route("**/router/v1/site/download/**", not_here)
+    ui.page.route("**/router/v1/site/webuis", not_here)
+    _open(ui, "download")
+    expect(ui.page.locator("main .unavailable")).to_have_text(
+        "Downloads are not available on this router: this version does not offer them."
+    )
     _open(ui, "webuis")
-    if catalog.status_code == 501:
-        expect(ui.page.locator("main .unavailable")).to_contain_text("not available on this router")
-    else:
-        expect(ui.page.locator("main table")).to_be_visible()
+    expect(ui.page.locator("main .unavailable")).to_have_text(
+        "Backend web UIs are not available on this router: this version does not offer them."
+    )
     expect(ui.page.get_by_role("alert")).to_have_count(0)

@@ -5,6 +5,7 @@
 import { h, replace } from '../lib/dom.js';
 import { timeline, timelinePlan } from '../lib/chart.js';
 import { formatCount, formatDateTime, formatMs } from '../lib/fmt.js';
+import { preserveFocus } from '../lib/focus.js';
 import { actionButton, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 
 // The ranges the store aggregates (router/store/ranges.py); the server picks the window and
@@ -152,7 +153,7 @@ export default {
 
     function renderRanges() {
       const current = state().range;
-      replace(rangeGroup, Object.entries(RANGES).map(([id, r]) => h('button', {
+      preserveFocus(rangeGroup, () => replace(rangeGroup, Object.entries(RANGES).map(([id, r]) => h('button', {
         type: 'button', 'aria-pressed': id === current ? 'true' : 'false',
         onclick: () => {
           if (id === state().range) return;
@@ -160,7 +161,7 @@ export default {
           renderRanges();
           load();
         },
-      }, r.label)));
+      }, r.label))));
     }
 
     function breakdown(title, rows, key, keyLabel, sortKey, dirKey) {
@@ -178,7 +179,10 @@ export default {
     }
 
     function render() {
-      if (!summary) return;
+      if (summary) preserveFocus(content, draw);
+    }
+
+    function draw() {
       const s = state();
       const toggle = h('button', {
         type: 'button', 'aria-pressed': s.view === 'table' ? 'true' : 'false', 'aria-controls': 'timeline-view',

@@ -4,6 +4,7 @@
 // (a load that just failed) reads the list again, once per burst.
 import { h, replace } from '../lib/dom.js';
 import { formatDateTime } from '../lib/fmt.js';
+import { preserveFocus } from '../lib/focus.js';
 import { pageHref } from '../lib/url.js';
 import { badge, confirmDialog, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 
@@ -92,6 +93,10 @@ export default {
     }
 
     function render() {
+      preserveFocus(root, draw);
+    }
+
+    function draw() {
       const p = params();
       const models = [...new Set(errors.map((e) => e.model).filter(Boolean))].sort();
       replace(filters, select('Model', 'model', models, p.model),
@@ -141,6 +146,12 @@ export default {
         showError(clearSlot, exc, { title: 'Clear all failed' });
       }
       await load();
+      // With nothing left the button stays disabled and cannot hold the focus: the keyboard
+      // goes to the sentence that says what happened.
+      if (clearButton.disabled && (!document.activeElement || document.activeElement === document.body)) {
+        status.setAttribute('tabindex', '-1');
+        status.focus();
+      }
     }
 
     let timer = null;

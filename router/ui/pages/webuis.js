@@ -3,6 +3,7 @@
 // compatible model when none is serving, and Open: a link to /router/webuis/<kind>/, which
 // redirects to the backend-UI listener's own origin (never this page's). First load: one call.
 import { h, replace } from '../lib/dom.js';
+import { preserveFocus } from '../lib/focus.js';
 import { actionButton, badge, pageHeader, showError, table } from '../lib/ui.js';
 
 // A route this router version does not implement answers 501 (app.py's dispatcher): the page
@@ -41,13 +42,24 @@ export default {
         + "backend-UI listener's own address, apart from this admin UI."),
       status, slot, body);
 
+    // The pressed button is disabled while it works (the browser then drops its focus) and
+    // redrawn after: the keyboard goes back to the row's Enable/Disable button.
+    function refocus(id) {
+      const active = document.activeElement;
+      if (active && active !== document.body && active.isConnected) return;
+      const button = body.querySelector(`button[data-toggle="${CSS.escape(id)}"]`);
+      if (button) button.focus();
+    }
+
     function actions(entry) {
       const rowSlot = h('div');
       const toggle = actionButton(entry.enabled ? 'Disable' : 'Enable', async () => {
         await ctx.api.post('/site/webuis/session', { id: entry.id, enabled: !entry.enabled });
         status.textContent = `${entry.name} is now ${entry.enabled ? 'disabled' : 'enabled'}.`;
         await load();
+        refocus(entry.id);
       }, { slot: rowSlot });
+      toggle.dataset.toggle = entry.id;
       toggle.setAttribute('aria-label', `${entry.enabled ? 'Disable' : 'Enable'} ${entry.name}`);
       const models = entry.compatible_models || [];
       const select = h('select', { 'aria-label': `Model for ${entry.name}` },
@@ -56,6 +68,7 @@ export default {
         const answer = await ctx.api.post('/site/webuis/load', { id: entry.id, model_id: select.value });
         status.textContent = `${answer.model_id} is loaded for ${entry.name}.`;
         await load();
+        refocus(entry.id);
       }, { slot: rowSlot, busyLabel: 'Loading…' });
       loadButton.setAttribute('aria-label', `Load a model for ${entry.name}`);
       const open = entry.enabled
@@ -67,7 +80,7 @@ export default {
     }
 
     function render(entries) {
-      replace(body, table({
+      preserveFocus(body, () => replace(body, table({
         caption: `${entries.length} web interfaces on this node`,
         columns: [
           { key: 'name', label: 'Interface', rowHeader: true, cell: (e) => [e.name, h('br'), h('span', { class: 'muted hash' }, e.url)] },
@@ -83,7 +96,7 @@ export default {
         rows: entries,
         rowKey: (e) => e.id,
         empty: 'No model configuration on this node has a backend with a web interface.',
-      }));
+      })));
     }
 
     async function load() {
