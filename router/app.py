@@ -15,8 +15,8 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> runtimes (-> startup model) -> ComfyUI jobs -> site
-files -> benchmarks -> downloads -> cluster.
+client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> ComfyUI
+jobs -> site files -> benchmarks -> downloads -> cluster.
 """
 
 from __future__ import annotations
@@ -35,12 +35,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from backends.base import built_backends_dir
 from backends.process import hold_watchdog, reap_stale, release_watchdog
+from backends.recipes import default_recipes, load_recipes
 from router.api import (
     anthropic,
     benchmarks,
     comfy,
     control,
+    guardians,
     images,
     inference,
     meta,
@@ -50,6 +53,7 @@ from router.api import (
     ollama_gen,
     realtime,
     responses,
+    setup,
     site_assets,
     site_configs,
     site_downloads,
@@ -68,10 +72,12 @@ from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
     AUTH,
+    BACKEND_SETUP,
     CATALOG,
     CLUSTER,
     DISPATCH,
     EVENTS,
+    LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
     MATCH,
@@ -99,6 +105,7 @@ from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
+from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
 log = logging.getLogger(__name__)
@@ -127,9 +134,11 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **ui_static.HANDLERS,
+    **node.HANDLERS,
+    **guardians.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
-    **node.HANDLERS,
+    **setup.HANDLERS,
     **ui.HANDLERS,
 }
 
@@ -254,11 +263,13 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _client_session,
             _store,
             _catalog,
+            _backend_setup,
             _runtimes,
             images.images_context,
             comfy.comfy_context,
             site_inventory.site_context,
             benchmarks.benchmarks_context,
+            guardians.guardians_context,
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,
@@ -362,6 +373,27 @@ def state_dir(settings: Settings) -> Path:
     return folder
 
 
+async def _backend_setup(app: web.Application) -> AsyncIterator[None]:
+    """Init jobs and vLLM's launch options (docs/backends-setup.md); running jobs are
+    cancelled when the router stops, after the runtimes (closed before this)."""
+    settings = app[SETTINGS]
+    folder = state_dir(settings)
+    app[LAUNCH_OPTIONS] = LaunchOptions(folder / "launch-options.json", settings)
+    recipe_file = settings.setup.recipes_file
+    recipes = load_recipes(recipe_file) if recipe_file is not None else default_recipes()
+    service = BackendSetup(
+        recipes,
+        root=built_backends_dir(),
+        jobs_dir=folder / "backend-setup",
+        section=settings.setup,
+        node_id=settings.cluster.node_id,
+        events=app[EVENTS],
+    )
+    app[BACKEND_SETUP] = service
+    yield
+    await service.close()
+
+
 async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pid_dir = state_dir(settings) / "pids"
@@ -369,7 +401,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     reaped = reap_stale(pid_dir)
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
-    loader = Loader(settings, app[SESSION], pid_dir)
+    loader = Loader(settings, app[SESSION], pid_dir, env_overlay=app[LAUNCH_OPTIONS].env_for)
     store = app[STORE]
     manager = RuntimeManager(
         settings,

@@ -14,6 +14,7 @@ from aiohttp import web
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService
+    from router.cluster.guardians import GuardianTable
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from router.records import EventBus, Metrics, Recorder
     from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
+    from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
     from router.store import Store
     from router.webuis import WebUIs
@@ -43,6 +45,8 @@ COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video
 SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 DOWNLOADS: web.AppKey[Downloads] = web.AppKey("downloads")  # absent when downloads are off
+BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend init jobs
+LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM offline switches
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Backend WebUIs: enabled kinds, tickets, sessions, the listener (docs/webuis.md).
@@ -64,6 +68,8 @@ LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
+# Guardian assignments in force (router/api/guardians.py); replaced whole on a change.
+GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -212,7 +212,7 @@ def test_program_falls_back_to_path_then_explains(
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     assert WHISPER.program(Settings()) == [str(exe)]
-    # Not on PATH: the per-machine build folder of scripts/build-backends.sh.
+    # Not on PATH: the per-machine build folder (`<root>/bin`, backends/installs.py).
     (built / "bin").mkdir(parents=True)
     sd = built / "bin" / "sd-server"
     sd.write_text("#!/bin/sh\n")
@@ -222,9 +222,19 @@ def test_program_falls_back_to_path_then_explains(
 
 def test_vllm_program_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("TENSOR_ROUTER_BACKENDS_DIR", str(tmp_path / "built"))
     monkeypatch.setattr(vllm_mod.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(BackendUnavailable, match="vllm.command"):
         VLLM.program(Settings())
+    # The venv an init job installed (docs/backends-setup.md).
+    venv_python = tmp_path / "built" / "vllm" / "current" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text("#!/bin/sh\n")
+    assert VLLM.program(Settings()) == [
+        str(venv_python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+    ]
     monkeypatch.setattr(vllm_mod.importlib.util, "find_spec", lambda name: object())
     assert VLLM.program(Settings())[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
     exe = tmp_path / "vllm"

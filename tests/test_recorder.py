@@ -87,9 +87,10 @@ def test_without_a_sink_metrics_still_count_the_request() -> None:
 
 ODD_ROWS: list[Row] = [
     (1.5, "/x", "openai", "text", "modèle-ü-模型-😀", "n", "llamacpp", 200, None,
-     'quote " backslash \\ newline \n tab \t', 0.0, None, 1e-3, 0, 2**53, 1, None, 0, -1),
+     'quote " backslash \\ newline \n tab \t', 0.0, None, 1e-3, 0, 2**53, 1, None, 0, -1,
+     "guardian-ü"),
     (2.0, "", None, None, None, "n", None, 0, 599, None, None, None, None, None, None, 0,
-     2**62, None, None),
+     2**62, None, None, None),
 ]  # fmt: skip
 
 

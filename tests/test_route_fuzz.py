@@ -62,6 +62,7 @@ PARAM_VALUES: dict[str, tuple[str, ...]] = {
     "prompt_id": ("12345678-0000-0000-0000-000000000001", "x", "%ff"),
     "attempt_id": ("1", "x" * 300, "%ff", "-1"),
     "id": ("resp_1_0", "x", "%ff"),
+    "job_id": ("0" * 32, "x", "%ff"),
 }
 
 # ---- strategies -------------------------------------------------------------------------------
@@ -98,6 +99,10 @@ SPECIAL = {"model": st.sampled_from(MODELS), "messages": messages, "options": op
 # The fields each router-local handler reads; proxied routes get the common selector fields.
 READS: dict[str, tuple[str, ...]] = {
     "control.load": ("model", "lane"),
+    # No sane backend_id is ever drawn: a fuzzed init must not start a real build.
+    "site.backends_init": ("node_id", "backend_id", "profile"),
+    "site.backends_init_cancel": ("node_id", "backend_id"),
+    "site.launch_options_set": ("node_id", "backend_id", "options"),
     "control.unload": ("target",),
     "site.models_state_set": ("node_id", "local_id", "model", "enabled", "disabled"),
     "ollama.show": ("model", "name", "verbose"),

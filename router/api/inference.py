@@ -12,11 +12,13 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
+from router.api import guardians
 from router.api.common import Handler, arrived, matched_route
 from router.api.relay import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.cluster import Target
+from router.cluster.guardians import carries_images, has_vision
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -194,6 +196,10 @@ async def _forward(
         return await relay(request, selection, target, result, override.relay_watch)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
+    if lane is Lane.TEXT and _needs_guardian(config, selection):
+        config, target = guardians.answering(request, config, info)
+        if target is not None:
+            return await relay(request, selection, target, result)
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
@@ -213,6 +219,11 @@ async def _forward(
         finally:
             lease.release()
     raise AssertionError("unreachable")
+
+
+def _needs_guardian(config: ModelConfig, selection: Selection) -> bool:
+    """Images sent to a model that cannot read them (a cheap byte scan first)."""
+    return bool(selection.prefix) and not has_vision(config) and carries_images(selection.prefix)
 
 
 DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds

@@ -124,9 +124,9 @@ async def _relay_once(
     if target.node_url is None:
         raise BadGateway(f"node {target.replica.node_id!r} is not registered")
     local_id = target.replica.local_id
-    public_id = target.public.public_id
+    public_id = selection.model or target.public.public_id  # a guardian keeps the asked name
     if selection.model is not None and selection.model == target.public.public_image_id:
-        public_id, local_id = selection.model, target.replica.model.local_image_id or local_id
+        local_id = target.replica.model.local_image_id or local_id
     rewriter = ModelRewriter(public_id, local_id)
     body: bytes | AsyncIterator[bytes] | None = None
     prefix = rewriter.request_body(selection.prefix) if selection.prefix else b""

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.common import Handler, match_of, node_of, read_control_json
+from router.api.setup import backends_state
 from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
 from router.config import ModelConfig
 from router.domain import Lane
@@ -123,6 +124,7 @@ async def nodes_state(request: web.Request) -> web.Response:
             "node_id": node_id,
             "role": request.app[SETTINGS].cluster.role,
             "runtimes": runtimes,
+            "backends": backends_state(request),
             "active_requests": sum(r["in_flight"] for r in runtimes),
             "queued_requests": sum(manager.queue_length(lane) for lane in Lane),
         }

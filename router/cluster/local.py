@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from router.cluster.guardians import has_vision
 from router.cluster.protocol import PROTOCOL_VERSION, NodeModel, Snapshot
 from router.config import ModelConfig
 from router.runtime import RuntimeView
@@ -71,7 +72,7 @@ def node_models(
                 model_hash=model_hash(config),
                 config_hash=config_hash(config),
                 capabilities=tuple(sorted(lane.value for lane in config.lanes)),
-                multimodal="mmproj" in config.components,
+                multimodal=has_vision(config),
                 available=not missing.get(config.id),
                 loaded=config.id in loaded,
                 disabled=config.id in disabled,

@@ -258,6 +258,9 @@ def _resolve_paths(settings: Settings, base: Path, path: Path | None) -> Setting
         "media": settings.media.model_copy(
             update={"scratch_dir": _absolute(settings.media.scratch_dir, base)}
         ),
+        "setup": settings.setup.model_copy(
+            update={"recipes_file": _absolute(settings.setup.recipes_file, base)}
+        ),
         "source": path.expanduser().absolute() if path is not None else None,
         "downloads": settings.downloads.model_copy(
             update={"dir": _absolute(settings.downloads.dir, base)}

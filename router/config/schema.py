@@ -342,6 +342,19 @@ class UiSection(_Section):
     events_queue: int = Field(default=256, ge=8)
 
 
+class SetupSection(_Section):
+    """Backend init jobs (docs/backends-setup.md)."""
+
+    # A JSON recipe set replacing the built-in recipes (backends/recipes.py, same fields).
+    recipes_file: Path | None = None
+    build_jobs: int = Field(default=2, ge=1, le=256)
+    step_timeout: PositiveDuration = 7200.0  # one step; a vLLM install or llama.cpp build
+    probe_timeout: PositiveDuration = 120.0
+    cancel_grace: Duration = 10.0  # TERM -> KILL for a cancelled step's process group
+    max_output_mb: float = Field(default=4.0, gt=0, le=256)
+    keep_jobs: int = Field(default=20, ge=1, le=1000)  # finished jobs kept on disk
+
+
 # The settings section that configures each family's native program (the one map: the loader,
 # the adapters and the test harness all read it).
 PROGRAM_SECTIONS: Mapping[Family, str] = {
@@ -371,6 +384,7 @@ class Settings(_Section):
     cluster: ClusterSection = ClusterSection()
     downloads: DownloadsSection = DownloadsSection()
     ui: UiSection = UiSection()
+    setup: SetupSection = SetupSection()
     # Where the YAML came from (not a YAML key): relative paths resolved against its folder.
     source: Path | None = Field(default=None, exclude=True)
 

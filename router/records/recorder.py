@@ -29,6 +29,7 @@ class RequestInfo:
     model: str | None = None
     family: str | None = None
     queue_wait_ms: float = 0.0
+    answered_by: str | None = None  # the guardian model that answered for `model`
 
 
 class Recorder:
@@ -83,5 +84,6 @@ class Recorder:
                     bytes_out,
                     aborted,
                     tail,
+                    info.answered_by,
                 )
             )

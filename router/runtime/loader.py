@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,11 +77,17 @@ def free_port() -> int:
 
 class Loader:
     def __init__(
-        self, settings: Settings, session: aiohttp.ClientSession, pidfile_dir: Path
+        self,
+        settings: Settings,
+        session: aiohttp.ClientSession,
+        pidfile_dir: Path,
+        env_overlay: Callable[[Family], Mapping[str, str]] | None = None,
     ) -> None:
         self._settings = settings
         self._session = session
         self._pidfile_dir = pidfile_dir
+        # Environment decided at run time (vLLM's launch options), read at each spawn.
+        self._env_overlay = env_overlay
 
     async def launch(
         self,
@@ -155,6 +161,8 @@ class Loader:
             workdir = self._write_launch_files(adapter, spec, name)
             argv = adapter.argv(spec.config, spec.lane, port, self._settings, workdir=workdir)
             env = child_environ(adapter, spec.config, spec.lane, self._settings, os.environ)
+            if self._env_overlay is not None:
+                env.update(self._env_overlay(spec.family))
         except BackendError as exc:
             raise LoadFailed(f"cannot launch {spec.config.id}: {exc}") from exc
         if on_argv is not None:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from router.config import ModelConfig, evicts
-from router.domain import Lane
+from router.domain import Family, Lane
 from router.errors import ServiceUnavailable
 from router.runtime import scheduler
 from router.runtime.lifecycle import RuntimeCore
@@ -89,14 +89,18 @@ class RuntimeManager(RuntimeCore):
         finally:
             lease.release()
 
-    async def unload(self, lanes: frozenset[Lane], *, model: str | None = None) -> list[str]:
-        """Stop the runtimes in `lanes` (only those serving config `model`, when given) once
-        their running work is done; returns their keys. Chosen and marked in one step, so a
-        swap cannot slip in between choosing a runtime and marking it."""
+    async def unload(
+        self, lanes: frozenset[Lane], *, model: str | None = None, family: Family | None = None
+    ) -> list[str]:
+        """Stop the runtimes in `lanes` (only those serving config `model`, or of `family`,
+        when given) once their running work is done; returns their keys. Chosen and marked in
+        one step, so a swap cannot slip in between choosing a runtime and marking it."""
         targets = {
             rt
             for lane in lanes
-            if (rt := self._slots[lane]) is not None and model in (None, rt.config.id)
+            if (rt := self._slots[lane]) is not None
+            and model in (None, rt.config.id)
+            and family in (None, rt.spec.family)
         }
         for runtime in targets:
             runtime.unload_requested = True

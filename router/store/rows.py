@@ -24,6 +24,7 @@ COLUMNS = (
     "bytes_out",
     "aborted",
     *TOKEN_COLUMNS,
+    "answered_by",
 )
 INSERT_EVENT = (
     f"INSERT INTO analytics_events ({', '.join(COLUMNS)}) "
@@ -44,14 +45,16 @@ Row = tuple[Any, ...]
 # What Recorder.record hands over per request, in this order (row_from_raw reads it):
 # wall time, route, surface, lane, model, node_id, backend, status, upstream_status,
 # error_message (already sanitized), queue_wait_ms, ttfb_ms, duration seconds, bytes_in,
-# bytes_out, aborted, tail (the response's last bytes, for the usage report).
+# bytes_out, aborted, tail (the response's last bytes, for the usage report), and optionally
+# answered_by (the guardian model that answered for `model`, docs/guardians.md).
 Raw = tuple[Any, ...]
 
 
 def row_from_raw(raw: Raw) -> Row:
     """The stored row for one request: rounding and usage parsing happen here, off the loop."""
     (wall, route, surface, lane, model, node_id, backend, status, upstream_status, message,
-     queue_wait_ms, ttfb_ms, duration_s, bytes_in, bytes_out, aborted, tail) = raw  # fmt: skip
+     queue_wait_ms, ttfb_ms, duration_s, bytes_in, bytes_out, aborted, tail) = raw[:17]  # fmt: skip
+    answered_by = raw[17] if len(raw) > 17 else None
     usage = sniff_usage(tail)
     return (
         wall, route, surface, lane, model, node_id, backend, status, upstream_status, message,
@@ -59,6 +62,7 @@ def row_from_raw(raw: Raw) -> Row:
         round(duration_s * 1000.0, 3), bytes_in, bytes_out,
         1 if aborted or status == CLIENT_CLOSED else 0,
         usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens"),
+        answered_by,
     )  # fmt: skip
 
 

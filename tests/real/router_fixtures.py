@@ -33,12 +33,12 @@ SDXS_CACHE = Path(
 
 
 def backend_binary(name: str, env_var: str) -> Path:
-    """whisper-server / sd-server from scripts/build-backends.sh, or $WHISPER_SERVER_BIN etc."""
+    """whisper-server / sd-server as `make backends` builds them, or $WHISPER_SERVER_BIN etc."""
     override = os.environ.get(env_var)
     path = Path(override) if override else built_backends_dir() / "bin" / name
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(
-            f"{name} not found at {path}: run scripts/build-backends.sh "
+            f"{name} not found at {path}: run make backends "
             f"(about 5 minutes on 2 cores), or set {env_var}",
             pytrace=False,
         )

@@ -1,6 +1,6 @@
 """The generated whisper and SDXS models served by the real whisper-server and sd-server.
 
-Binaries come from scripts/build-backends.sh (~/.cache/tensor-router/backends/bin, or
+Binaries come from `make backends` (backends/recipes.py: ~/.cache/tensor-router/backends/bin, or
 $TENSOR_ROUTER_BACKENDS_DIR/bin, or WHISPER_SERVER_BIN / SD_SERVER_BIN). A missing binary fails
 the test with the build command: a green run must mean the real backends answered.
 Spawn-to-ready and per-request times are printed (pytest -s) and kept as test properties.

@@ -4,6 +4,7 @@ offline, Unload behind a confirm dialog (the router's answers checked over HTTP)
 from __future__ import annotations
 
 import threading
+import time
 
 from playwright.sync_api import expect
 
@@ -36,6 +37,18 @@ def test_a_load_started_over_the_api_shows_live_progress_then_ready(ui: GuardedP
     expect(row).to_contain_text("loading")
     first = row.locator("[data-elapsed-since]").inner_text()
     expect(row.locator("[data-elapsed-since]")).not_to_have_text(first)  # the clock runs
+    # Where the stream reports percentages the bar is determinate and never goes back.
+    read = (
+        "() => { const el = document.querySelector('progress[aria-label=\"Loading slowpoke\"]');"
+        " return el ? [el.hasAttribute('value') ? el.value : null] : null; }"
+    )
+    values: list[float] = []
+    end = time.monotonic() + 30
+    while (sample := ui.page.evaluate(read)) is not None and time.monotonic() < end:
+        if sample[0] is not None:
+            values.append(sample[0])
+        ui.page.wait_for_timeout(150)
+    assert values == sorted(values), values
     expect(row).to_contain_text("ready", timeout=20_000)
     expect(bar).to_have_count(0)
     expect(row.locator("td").nth(5)).not_to_have_text("—")  # the PID came with the snapshot
