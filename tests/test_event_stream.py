@@ -156,3 +156,43 @@ async def test_a_burst_beyond_the_queue_reaches_the_client_as_resync(
         rest = [await frames.next_event() for _ in range(7)]
     assert first["event"] == "resync"
     assert [e["data"]["n"] for e in rest] == list(range(43, 50))
+
+
+async def test_head_answers_at_once(harness: RouterHarness) -> None:
+    client = await harness.start(settings(harness))
+    response = await asyncio.wait_for(client.head("/router/v1/events"), 10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    # Nothing stays subscribed behind a HEAD (the keep-alive connection is still open).
+    assert harness.app[EVENTS].subscribers == 0  # type: ignore[index]
+    assert (await client.get("/health")).status_code == 200  # and it still serves
+
+
+async def test_a_client_that_stops_reading_does_not_hold_up_another(
+    harness: RouterHarness,
+) -> None:
+    """Real sockets: one stream is not read at all while 25 MB of events go out; the other
+    gets every event at once, the stalled one finds `resync` when it reads again."""
+    client = await harness.start(settings(harness, events_queue=8))
+    bus = harness.app[EVENTS]  # type: ignore[index]
+    other = httpx.AsyncClient(base_url=client.base_url, timeout=30)
+    payload = "x" * 256 * 1024
+    try:
+        async with (
+            client.stream("GET", "/router/v1/events") as stalled,
+            other.stream("GET", "/router/v1/events") as reading,
+        ):
+            slow, fast = Frames(stalled), Frames(reading)
+            await slow.next_event()
+            await fast.next_event()
+            assert await wait_for(lambda: bus.subscribers == 2)
+            for n in range(100):
+                bus.publish("big", n=n, payload=payload)
+                got = await fast.next_event()  # the reader keeps up, event by event
+                assert got["data"]["n"] == n
+            kinds = []
+            while "resync" not in kinds and len(kinds) < 200:
+                kinds.append((await slow.next_event())["event"])
+            assert "resync" in kinds
+    finally:
+        await other.aclose()

@@ -66,6 +66,8 @@ async def _write(response: web.StreamResponse, data: bytes, deadline: float) -> 
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
+    if request.method == "HEAD":  # headers only: there is no body to wait for
+        return web.Response(headers=HEADERS)
     bus = request.app[EVENTS]
     heartbeat = request.app[SETTINGS].ui.events_heartbeat
     deadline = heartbeat * 4

@@ -1,6 +1,5 @@
--- analytics_rollup (renumber it after the downloads migration when both are merged): rollups
--- of analytics_events kept by a trigger, so a range query over a month of events reads
--- thousands of rows instead of millions (router/store/ranges.py). Counts and sums per minute
+-- 0005: rollups of analytics_events kept by a trigger, so a range query over a month of
+-- events reads thousands of rows instead of millions (router/store/ranges.py). Counts and sums per minute
 -- and per hour (the timelines); latency histograms per minute, hour and day (percentiles).
 -- Latency percentiles come from log-spaced histograms: bin 0 is [0, 0.01) ms, bin k >= 1 is
 -- [0.01 * r^(k-1), 0.01 * r^k) ms with r = 2^(1/8), so a reported percentile is within
