@@ -49,10 +49,11 @@ BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend
 LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM offline switches
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
-# Backend WebUIs: enabled kinds, tickets, sessions, the listener (docs/webuis.md).
-WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
-# The backend-UI listener's app: the management app it serves for (its resources are shared).
-MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
+# Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
+LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
+# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
+AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
+UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
 # The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
 CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
 # The app's dispatcher: node routes hand an inner request to it (router/api/node.py).
@@ -63,11 +64,10 @@ DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = w
 NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
     "node_dispatch"
 )
-# Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
-LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
-# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
-AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
-UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
+# Backend WebUIs: enabled kinds, tickets, sessions, the listener (docs/webuis.md).
+WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
+# The backend-UI listener's app: the management app it serves for (its resources are shared).
+MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
 # Guardian assignments in force (router/api/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
