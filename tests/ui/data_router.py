@@ -23,7 +23,7 @@ from playwright.sync_api import Page
 
 from router.config import AnalyticsSection
 from router.store import Store
-from router.store.rows import INSERT_EVENT
+from router.store.rows import COLUMNS, INSERT_EVENT
 from tests.harness import RouterHarness
 from tests.router_process import RouterProcess
 from tests.ui.conftest import GuardedPage, UiRouter, _require_chromium
@@ -38,15 +38,20 @@ EXTRA_CAPTURES = 52  # with the two below: more than one list page (50)
 
 
 def _event(at: float, model: str, lane: str, status: int, duration_ms: float,
-           queue_ms: float, tokens: tuple[int, int] | None, aborted: int = 0) -> tuple[Any, ...]:  # fmt: skip
+           queue_ms: float, tokens: tuple[int, int] | None) -> tuple[Any, ...]:  # fmt: skip
+    """One analytics_events row in rows.py's COLUMNS order (a column added later stays NULL)."""
     prompt, completion = tokens or (None, None)
-    total = None if tokens is None else prompt + completion  # type: ignore[operator]
-    return (
-        at, f"/v1/{'images/generations' if lane == 'image' else 'chat/completions'}", "openai",
-        lane, model, NODE, "llamacpp", status, status if status != 499 else None,
-        "backend said no" if status >= 500 else None, queue_ms, duration_ms / 2, duration_ms,
-        100, 200, 1 if aborted or status == 499 else 0, prompt, completion, total,
-    )  # fmt: skip
+    values = {
+        "time": at, "route": f"/v1/{'images/generations' if lane == 'image' else 'chat/completions'}",
+        "surface": "openai", "lane": lane, "model": model, "node_id": NODE, "backend": "llamacpp",
+        "status": status, "upstream_status": status if status != 499 else None,
+        "error_message": "backend said no" if status >= 500 else None, "queue_wait_ms": queue_ms,
+        "ttfb_ms": duration_ms / 2, "duration_ms": duration_ms, "bytes_in": 100, "bytes_out": 200,
+        "aborted": 1 if status == 499 else 0, "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": None if tokens is None else sum(tokens),
+    }  # fmt: skip
+    return tuple(values.get(column) for column in COLUMNS)
 
 
 def analytics_rows(now: float) -> list[tuple[Any, ...]]:
