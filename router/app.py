@@ -134,12 +134,12 @@ HANDLERS: dict[str, Handler] = {
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
     **ui_static.HANDLERS,
+    **ui.HANDLERS,
     **node.HANDLERS,
     **guardians.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
     **setup.HANDLERS,
-    **ui.HANDLERS,
 }
 
 # What a slave does not serve: it is no management surface (docs/cluster.md).

@@ -438,6 +438,14 @@ async def test_flush_and_load_errors_cover_every_node(h: RouterHarness) -> None:
         ]
         only = (await client.get("/router/v1/site/load-errors", params={"node_id": "s1"})).json()
         assert [e["model"] for e in only["errors"]] == ["b"]
+        summary = (await client.get("/router/v1/site/analytics")).json()
+        assert summary["nodes"] == ["m", "s1"] and [f["node_id"] for f in summary["failed"]] == [
+            "s2"
+        ]
+        assert summary["per_node"]["s1"]["totals"]["requests"] == 1
+        assert summary["per_node"]["m"]["totals"]["requests"] == 1
+        one = (await client.get("/router/v1/site/analytics", params={"node_id": "s1"})).json()
+        assert one["nodes"] == ["s1"] and "per_node" not in one
         cleared = (await client.delete("/router/v1/site/load-errors")).json()
         assert cleared["removed"] == 2 and sorted(cleared["cleared"]) == ["m", "s1"]
         assert [f["node_id"] for f in cleared["failed"]] == ["s2"]
@@ -561,3 +569,34 @@ async def test_a_realtime_websocket_through_the_master(h: RouterHarness) -> None
         msg = await ws.receive(timeout=10)
         assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 4001
     assert await until(lambda: served_models(c.slaves[0]), ["live"])
+
+
+async def test_load_captures_from_several_nodes(h: RouterHarness) -> None:
+    import yaml
+
+    h.faults["llamacpp"] = "--exit-at-start 3"
+    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    for node in (c.master, *c.slaves):
+        config = yaml.safe_load(node.config.read_text())
+        config["analytics"]["load_capture_enabled"] = True
+        node.config.write_text(yaml.safe_dump(config))
+    await start_all(c)
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b"])
+        for model in ("a", "b"):
+            body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 502
+
+        async def captured(**params: Any) -> list[tuple[str, str]]:
+            reply = await client.get("/router/v1/site/load-captures", params=params)
+            assert reply.status_code == 200, reply.text
+            return sorted((row["node_id"], row["model"]) for row in reply.json()["captures"])
+
+        assert await until(lambda: captured(), [("m", "a"), ("s1", "b")])
+        both = await client.get(
+            "/router/v1/site/load-captures", params=[("node", "m"), ("node", "s1"), ("limit", "1")]
+        )
+        assert len(both.json()["captures"]) == 1 and set(both.json()["cursors"]) == {"m", "s1"}
+        assert await captured(node="s1") == [("s1", "b")]
+        unknown = await client.get("/router/v1/site/load-captures", params={"node": "zz"})
+        assert unknown.status_code == 404

@@ -12,13 +12,14 @@ import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from router.api.common import Handler
 from router.appkeys import CLUSTER
 from router.cluster import NodeEntry
-from router.errors import RouterError
+from router.errors import NotFound, RouterError
 
 _FILTERS = ("node", "node_id")
 
@@ -102,7 +103,82 @@ def _cleared(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> di
     return {"removed": removed, "cleared": cleared, "failed": failed + _failed(slaves)}
 
 
+def _captures(handler: Handler) -> Handler:
+    """`GET site/load-captures` with no `node` filter (every node) or several: each node's page
+    under the same filters, merged newest first to `limit`. Paging goes on per node: `cursors`
+    holds each node's next cursor (a merged cursor across nodes is not offered)."""
+
+    async def site(request: web.Request) -> web.StreamResponse:
+        service = request.app[CLUSTER]
+        own = service.registry.own_node
+        asked = {*request.query.getall("node", []), *request.query.getall("node_id", [])}
+        known = {own, *(e.node_id for e in service.registry.nodes() if e.node_id)}
+        targets = asked or known
+        if targets <= {own} or len(known) == 1:
+            return await handler(request)
+        unknown = sorted(targets - known)
+        if unknown:
+            raise NotFound(f"unknown node {unknown[0][:64]!r}", param="node")
+        pages, failed = await _pages(request, handler, own, sorted(targets))
+        limit = int(request.query.get("limit", "50") or 50)
+        rows = sorted(
+            (row for page in pages.values() for row in page.get("captures", [])),
+            key=lambda row: row.get("started_at") or 0,
+            reverse=True,
+        )
+        body = {
+            "enabled": any(page.get("enabled") for page in pages.values()),
+            "nodes": sorted(pages),
+            "captures": rows[:limit],
+            "next_cursor": None,
+            "cursors": {node: page.get("next_cursor") for node, page in pages.items()},
+            "failed": failed,
+        }
+        return web.json_response(body)
+
+    return site
+
+
+async def _pages(
+    request: web.Request, handler: Handler, own: str, nodes: list[str]
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    service = request.app[CLUSTER]
+    base = [(k, v) for k, v in request.query.items() if k not in ("node", "node_id", "cursor")]
+    pages: dict[str, dict[str, Any]] = {}
+    failed: list[dict[str, Any]] = []
+    for node in nodes:
+        query = [*base, ("node", node)]
+        if node == own:
+            local = request.clone(rel_url=request.rel_url.with_query(query))
+            pages[node] = await _local(handler, local)
+            continue
+        entry = service.registry.node(node)
+        assert entry is not None
+        path = "/router/v1/node/site/load-captures?" + urlencode(query)
+        try:
+            pages[node] = await service.client.call("GET", entry.node_url, path)
+        except RouterError as err:
+            failed.append({"node_id": node, "error": err.message})
+    return pages, failed
+
+
+def _analytics(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> dict[str, Any]:
+    """This node's summary as before, plus every node's own summary under `per_node`.
+
+    Percentiles cannot be added across nodes, so nothing is summed into a false cluster-wide
+    p95: the WebUI and scripts read each node's numbers side by side.
+    """
+    own_id = request.app[CLUSTER].registry.own_node
+    per_node = {own_id: {k: v for k, v in own.items() if k != "nodes"}}
+    for entry, answer in slaves:
+        if isinstance(answer, dict):
+            per_node[entry.node_id] = {k: v for k, v in answer.items() if k != "nodes"}
+    return {**own, "nodes": sorted(per_node), "per_node": per_node, "failed": _failed(slaves)}
+
+
 FANOUT: dict[str, Callable[[Handler], Handler]] = {
+    "site.analytics": _merged(_analytics, "GET", "/router/v1/node/site/analytics"),
+    "site.load_captures": _captures,
     "site.analytics_flush": _merged(_flush, "POST", "/router/v1/node/site/analytics/flush"),
     "site.load_errors": _merged(_errors, "GET", "/router/v1/node/site/load-errors"),
     "site.load_errors_clear": _merged(_cleared, "DELETE", "/router/v1/node/site/load-errors"),
