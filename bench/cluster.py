@@ -35,12 +35,12 @@ def start_cluster(stack: c.Stack, wd: Path, mode: str) -> dict[str, str]:
     wrapper = c.write_wrapper(wd / f"upstream-{mode}", mode)
     master_port, slave_port = c.free_port(), c.free_port()
     master_url, slave_url = f"http://127.0.0.1:{master_port}", f"http://127.0.0.1:{slave_port}"
-    slave = c.Router(wd / "slave", {"fast": model}, wrapper, port=slave_port)
+    slave = c.Router(wd / "slave", {"fast": model}, wrapper, port=slave_port, max_per_peer=1024)
     slave.extra_yaml = _yaml(
         {"role": "slave", "node_id": "slave", "public_url": slave_url,
          "master_url": master_url, "sync_interval": "1s"}
     )  # fmt: skip
-    master = c.Router(wd / "master", {}, wrapper, port=master_port)
+    master = c.Router(wd / "master", {}, wrapper, port=master_port, max_per_peer=1024)
     master.extra_yaml = _yaml(
         {"role": "master", "node_id": "master", "slave_urls": [slave_url],
          "health_interval": "1s"}

@@ -225,6 +225,9 @@ class Router:
     extra_kcpps: dict[str, dict[str, Any]] = field(default_factory=dict)
     port: int = 0  # 0: a free port at start (a cluster bench sets it first, to cross-reference)
     extra_yaml: str = ""  # more top-level YAML sections (the cluster bench's `cluster:`)
+    # On loopback every node and client shares one address, so the per-peer cap (64) would
+    # count the cluster's own connections against the bench client's (bench/cluster.py).
+    max_per_peer: int = 64
     proc: Proc | None = None
 
     def start(self) -> Router:
@@ -238,7 +241,8 @@ class Router:
         self.port = self.port or free_port()
         (self.workdir / "router.yaml").write_text(
             "security: {profile: trusted_lan}\n"
-            f"server: {{bind: '127.0.0.1:{self.port}', max_connections: 1024}}\n"
+            f"server: {{bind: '127.0.0.1:{self.port}', max_connections: 1024,"
+            f" max_connections_per_peer: {self.max_per_peer}}}\n"
             "models: {config_dir: ./kcpps}\n"
             f"llama: {{binary_path: {json.dumps(str(self.llama_binary))}}}\n"
             f"analytics: {{enabled: {'true' if self.analytics else 'false'}}}\n"

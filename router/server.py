@@ -13,7 +13,9 @@ import gc
 import logging
 import resource
 import signal
+import socket
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -63,6 +65,22 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+async def _master_addresses(settings: Settings) -> frozenset[str]:
+    """A slave's master, as the addresses its connections come from (resolved once, at start)."""
+    url = settings.cluster.master_url
+    if settings.cluster.role != "slave" or not url:
+        return frozenset()
+    host, port = urlsplit(url).hostname, urlsplit(url).port or 80
+    if not host:
+        return frozenset()
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        log.warning("cannot resolve the master %s (%s): its connections count per peer", host, err)
+        return frozenset()
+    return frozenset(str(info[4][0]) for info in infos)
+
+
 async def serve(
     settings: Settings,
     *,
@@ -90,6 +108,7 @@ async def serve(
     try:
         # One guard for every listener: the connection cap covers the whole router.
         guard = listener.ConnectionGuard(settings)
+        guard.cluster_peers = await _master_addresses(settings)
         sites = [listener.capped_site(runner, settings, guard=guard)]
         sites += [
             listener.capped_site(runner, settings, host, port, guard=guard)

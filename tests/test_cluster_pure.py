@@ -241,3 +241,30 @@ def test_a_poll_that_changes_identity_marks_the_node_unhealthy() -> None:
     reg.polled("http://b:8080", snap("a", "http://b:8080"), now=2.0)
     entry = next(n for n in reg.nodes() if n.node_url == "http://b:8080")
     assert not entry.healthy and "already registered" in (entry.error or "")
+
+
+def test_the_master_is_not_held_to_the_per_peer_cap() -> None:
+    """A slave's master relays every client's work: its connections are not capped per peer."""
+    from router.config import Settings
+    from router.edge.listener import ConnectionGuard
+
+    guard = ConnectionGuard(Settings.model_validate({"server": {"max_connections_per_peer": 2}}))
+    guard.cluster_peers = frozenset({"10.0.0.1"})
+    for _ in range(5):
+        assert guard.refusal("10.0.0.1") is None
+        guard.admit("10.0.0.1")
+    guard.admit("10.0.0.2")
+    guard.admit("10.0.0.2")
+    assert guard.refusal("10.0.0.2") is not None
+
+
+async def test_a_slave_resolves_its_master_once() -> None:
+    from router.config import Settings
+    from router.server import _master_addresses
+
+    slave = Settings.model_validate(
+        {"cluster": {"role": "slave", "node_id": "s", "token": "t" * 32,
+                     "master_url": "http://127.0.0.1:8080", "public_url": "http://127.0.0.1:8081"}}
+    )  # fmt: skip
+    assert await _master_addresses(slave) == {"127.0.0.1"}
+    assert await _master_addresses(Settings()) == frozenset()

@@ -83,6 +83,9 @@ class ConnectionGuard:
         self.reserved = min(server.reserved_connections, server.max_connections - 1)
         self.header_timeout = server.header_timeout
         self._reserved_for = server.reserved_networks()
+        # A slave's master relays every client's work over its own connections: one peer
+        # address, which the per-peer cap would throttle to 64 requests (docs/cluster.md).
+        self.cluster_peers: frozenset[str] = frozenset()
         self.open = 0
         self.by_peer: Counter[str] = Counter()
 
@@ -91,7 +94,7 @@ class ConnectionGuard:
 
     def refusal(self, peer: str) -> errors.ServiceUnavailable | None:
         """Why a new connection from `peer` is refused, or None to admit it."""
-        if self.by_peer[peer] >= self.max_per_peer:
+        if self.by_peer[peer] >= self.max_per_peer and peer not in self.cluster_peers:
             return errors.ServiceUnavailable(
                 f"your address already has {self.max_per_peer} connections open "
                 "(server.max_connections_per_peer)",
