@@ -45,6 +45,7 @@ from router.api import (
     guardians,
     images,
     inference,
+    lending,
     meta,
     models,
     node,
@@ -127,6 +128,7 @@ HANDLERS: dict[str, Handler] = {
     **benchmarks.HANDLERS,
     **node.HANDLERS,
     **guardians.HANDLERS,
+    **lending.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
     **setup.HANDLERS,
@@ -250,6 +252,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             site_inventory.site_context,
             benchmarks.benchmarks_context,
             guardians.guardians_context,
+            lending.links_context,
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,
