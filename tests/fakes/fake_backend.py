@@ -166,7 +166,15 @@ def _set(o: Opts, name: str, value: str) -> None:
     current = getattr(o, name)
     if isinstance(current, bool):
         setattr(o, name, True)
-    elif name in ("exit_at_start", "crash_after", "hang_after", "port", "ctx", "tokens", "parallel"):
+    elif name in (
+        "exit_at_start",
+        "crash_after",
+        "hang_after",
+        "port",
+        "ctx",
+        "tokens",
+        "parallel",
+    ):
         setattr(o, name, int(value))
     elif isinstance(current, float):
         setattr(o, name, float(value))
