@@ -32,6 +32,7 @@ from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import Conflict
 from router.forwarding import ModelRewriter, ProxyResult, Selection
+from router.forwarding.selector import SELECTOR_HEADER
 
 if TYPE_CHECKING:
     from router.api.inference import Override
@@ -160,6 +161,8 @@ async def _lend_once(
     headers = node_headers(request, request.app[SETTINGS].cluster.token or "", selection,
                            link.helper_model_id)  # fmt: skip
     headers.popall("Accept-Encoding", None)  # the answer's model IDs are rewritten here
+    # Named outright: the request may have had no selector (the lane's model was used here).
+    headers[SELECTOR_HEADER] = link.helper_model_id
     headers[OFFLOAD_HEADER] = "1"
     headers[OFFLOAD_LOAD_HEADER] = "1" if link.load_if_unloaded else "0"
     idle = request.app[SETTINGS].runtime.stream_idle_timeout
