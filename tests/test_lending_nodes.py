@@ -233,6 +233,20 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> Non
                 json=chat("tiny"), headers={**AUTH, **marked},
             )  # fmt: skip
             assert r.status_code == 409 and r.json()["error"]["code"] == "offload_returned"
+            # ... and any borrowed work while a request of its own is on the lane.
+            long = {**chat("fast"), "max_tokens": 200}  # 1 s at 200 tokens/s
+            own = asyncio.create_task(node.post("/v1/chat/completions", json=long))
+
+            async def lent_status() -> int:
+                r = await node.post(
+                    "/router/v1/node/inference/v1/chat/completions",
+                    json=chat("fast"), headers={**AUTH, "X-Tensors-Offload": "1"},
+                )  # fmt: skip
+                return r.status_code
+
+            assert await until(lent_status, 409, deadline=5)
+            assert (await own).status_code == 200
+            assert await lent_status() == 200  # its own work done: borrowed work is served
 
         # A killed helper: every request falls back to the owner, none fails.
         slave.kill()
