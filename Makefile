@@ -13,7 +13,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-0.32.0-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test test-fast test-real test-vllm vllm-venv lint backends llama-server ffmpeg venv bench soak clean
+.PHONY: run test test-fast test-real test-vllm vllm-venv lint backends llama-server ffmpeg venv bench soak clean browser screenshots
 
 venv: $(STAMP)
 
@@ -42,17 +42,30 @@ ffmpeg:
 	    apt-get update -qq && apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null; \
 	  else echo "ffmpeg not installed: using the imageio-ffmpeg wheel's binary"; fi; }
 
+# The WebUI's browser tests drive Debian's chromium (never `playwright install`: it downloads
+# a browser build, which fails here). Installed with apt-get when missing and we are root.
+browser:
+	@test -x /usr/bin/chromium && dpkg -s fonts-dejavu-core >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; \
+	  else echo "the browser tests need Debian's chromium and fonts-dejavu-core:" \
+	    "run as root: apt-get install chromium fonts-dejavu-core" >&2; exit 1; fi; }
+
+# docs/screenshots/<page>-<theme>.png from a seeded router in headless chromium (commit them).
+screenshots: venv browser
+	$(VENV)/bin/pytest tests/ui/screenshots.py -q -p no:cacheprovider $(PYTEST_ARGS)
+
 # Serves configs/ when its .kcpps files point at real models, else tiny generated demo models.
 run: llama-server
 	@cfg=$$($(VENV)/bin/tensor-router demo-config --config configs/router.example.yaml) && \
-	  echo "serving $$cfg on http://127.0.0.1:8080" && \
+	  echo "serving $$cfg on http://127.0.0.1:8080 (admin WebUI: http://127.0.0.1:8080/router/ui/)" && \
 	  exec $(VENV)/bin/tensor-router start --config "$$cfg"
 
 # Everything but the opt-in vLLM tier (make test-vllm).
-test: backends
+test: backends browser
 	$(VENV)/bin/pytest -m "not vllm" $(PYTEST_ARGS)
 
-test-fast: venv
+test-fast: venv browser
 	$(VENV)/bin/pytest -m "not real and not vllm" $(PYTEST_ARGS)
 
 test-real: backends

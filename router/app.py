@@ -10,7 +10,8 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
                        prepared nothing more is written: the connection is closed
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
-  6. `authenticate`    credential -> role; the route's declared role is checked
+  6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
+                       unsafe methods) -> role; the route's declared role is checked
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
@@ -62,6 +63,8 @@ from router.api import (
     site_relay,
     site_store,
     site_webuis,
+    ui,
+    ui_static,
     vllm,
     voice,
     webui_proxy,
@@ -69,12 +72,14 @@ from router.api import (
 from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
+    AUTH,
     BACKEND_SETUP,
     CATALOG,
     CLUSTER,
     DISPATCH,
     EVENTS,
     LAUNCH_OPTIONS,
+    LOAD_TIMES,
     MAIN_APP,
     MATCH,
     METRICS,
@@ -88,15 +93,18 @@ from router.appkeys import (
     SETTINGS,
     SHUTDOWN,
     STORE,
+    UI_LOGINS,
 )
 from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel
 from router.cluster.local import node_models
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Middleware, RouteOf, Sessions, auth, guards, secrets_of, surface_of
+from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import InternalError, NotImplementedRoute, RouteNotFound, RouterError, render
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
+from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
@@ -126,6 +134,8 @@ HANDLERS: dict[str, Handler] = {
     **site_assets.HANDLERS,
     **site_configs.HANDLERS,
     **benchmarks.HANDLERS,
+    **ui_static.HANDLERS,
+    **ui.HANDLERS,
     **node.HANDLERS,
     **guardians.HANDLERS,
     **lending.HANDLERS,
@@ -224,19 +234,29 @@ def dispatcher(table: dict[str, Handler]) -> Handler:
 
 
 def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
+    policy = auth.Policy(
+        auth.KeyRing.from_settings(settings),
+        settings,
+        UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
+    )
     middlewares: list[Any] = [  # the order of the module docstring
         edge_errors(settings),
         *guards.edge_middlewares(settings, route_of),
-        auth.auth_middleware(auth.KeyRing.from_settings(settings), settings, route_of),
+        auth.policy_middleware(policy, route_of),
     ]
     app = web.Application(
         middlewares=middlewares,
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings
-    app[EVENTS] = EventBus()
+    app[AUTH] = policy
+    app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
+    app[EVENTS] = EventBus(settings.ui.events_queue)
     app[METRICS] = metrics or Metrics()
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
+    app[LOAD_TIMES] = LoadTimes()
+    app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
+    app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
@@ -306,6 +326,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         analytics=settings.analytics,
     )
     app[STORE] = store
+    app[LOAD_TIMES].seed(await store.load_durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None
     yield

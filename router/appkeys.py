@@ -19,10 +19,13 @@ if TYPE_CHECKING:
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
+    from router.edge.auth import Policy
     from router.edge.sessions import Sessions
+    from router.edge.ui_sessions import LoginLimiter
     from router.forwarding import Proxy
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
+    from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
     from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
@@ -47,6 +50,11 @@ BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend
 LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM offline switches
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
+# Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
+LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
+# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
+AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
+UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
 # The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
 CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
 # The app's dispatcher: node routes hand an inner request to it (router/api/node.py).

@@ -185,6 +185,10 @@ ROUTES: tuple[Route, ...] = (
     # -- meta and discovery
     _r("/health", "GET", Surface.META, None, Role.PUBLIC, "meta.health", sel=NO_SELECTOR),
     _admin("/metrics", "GET", "meta.metrics", Surface.META),
+    # The admin WebUI's static files: PUBLIC, they hold no data (its data routes are admin);
+    # `/router/ui` redirects to `/router/ui/` (match() ignores one trailing '/').
+    _r("/router/ui", "GET", Surface.META, None, Role.PUBLIC, "ui.serve", sel=NO_SELECTOR),
+    _r("/router/ui/{tail:.*}", "GET", Surface.META, None, Role.PUBLIC, "ui.serve", sel=NO_SELECTOR),
     _inf("/v1/models", "GET", OAI, _T, handler="models.openai_list", sel=NO_SELECTOR, vllm=True),
     _inf("/v1/models/{model_id}", "GET", OAI, _T, handler="models.openai_get", sel=NO_SELECTOR, vllm=True),
     _inf("/sdapi/v1/sd-models", "GET", Surface.A1111, _I, handler="models.sd_list", sel=NO_SELECTOR),
@@ -197,6 +201,10 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/status", "GET", "control.status", Surface.CONTROL),
     _admin("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
     _admin("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
+    # -- the admin WebUI's sign-in: public (a browser without a credential asks here)
+    _r("/router/v1/ui/session", "GET", Surface.CONTROL, None, Role.PUBLIC, "ui.session", sel=NO_SELECTOR),
+    _r("/router/v1/ui/session", "POST", Surface.CONTROL, None, Role.PUBLIC, "ui.login", sel=NO_SELECTOR, body=_C),
+    _r("/router/v1/ui/session", "DELETE", Surface.CONTROL, None, Role.PUBLIC, "ui.logout", sel=NO_SELECTOR, body=_C),
     # -- operational vLLM (admin); anything else under /router/v1/vllm/ is a 404
     _vllm_op("health", "GET"), _vllm_op("version", "GET"), _vllm_op("load", "GET"),
     _vllm_op("metrics", "GET"), _vllm_op("tokenizer_info", "GET"),

@@ -132,6 +132,10 @@ class HeadersTooLarge(RouterError):
     status, type = 431, "invalid_request_error"
 
 
+class TooManyRequests(RouterError):
+    status, type = 429, "rate_limit_error"
+
+
 class InternalError(RouterError):
     status, type = 500, "server_error"
 

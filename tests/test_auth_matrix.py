@@ -25,6 +25,8 @@ WRONG_KEY = "nope-0000000000000000"
 # not follow from these rules fails test_every_route_is_covered_by_the_declared_policy.
 POLICY_BY_PREFIX: tuple[tuple[str, Role], ...] = (
     ("/health", Role.PUBLIC),
+    ("/router/ui/", Role.PUBLIC),  # the WebUI's static files; its data comes from /router/v1/
+    ("/router/v1/ui/session", Role.PUBLIC),  # the WebUI asks here whether to sign in
     ("/router/v1/node/", Role.CLUSTER),
     ("/router/v1/", Role.ADMIN),
     ("/router/webuis/", Role.ADMIN),  # the ticket redirect to a backend UI (docs/webuis.md)

@@ -324,15 +324,20 @@ def test_roles_follow_the_spec():
         t = r.template
         if t.startswith("/router/v1/node/"):
             assert r.role is Role.CLUSTER and r.surface is Surface.NODE
+        elif t == "/router/v1/ui/session":  # the WebUI's sign-in (docs/security.md)
+            assert r.role is Role.PUBLIC
         elif t.startswith(("/router/v1/", "/router/webuis/")):
             assert r.role is Role.ADMIN, t
         elif t in ("/health",):
             assert r.role is Role.PUBLIC
+        elif t.startswith("/router/ui"):  # the WebUI's static files: no data in them
+            assert r.role is Role.PUBLIC and r.methods == {"GET"}, t
         elif t in ("/metrics", "/slots"):
             assert r.role is Role.ADMIN
         else:
             assert r.role is Role.INFERENCE, t
-    assert [r.template for r in ROUTES if r.role is Role.PUBLIC] == ["/health"]
+    public = {r.template for r in ROUTES if r.role is Role.PUBLIC}
+    assert public == {"/health", "/router/v1/ui/session", "/router/ui", "/router/ui/{tail:.*}"}
 
 
 def test_origin_strict_on_every_ollama_and_llama_server_route():

@@ -438,6 +438,14 @@ async def test_flush_and_load_errors_cover_every_node(h: RouterHarness) -> None:
         ]
         only = (await client.get("/router/v1/site/load-errors", params={"node_id": "s1"})).json()
         assert [e["model"] for e in only["errors"]] == ["b"]
+        summary = (await client.get("/router/v1/site/analytics")).json()
+        assert summary["nodes"] == ["m", "s1"] and [f["node_id"] for f in summary["failed"]] == [
+            "s2"
+        ]
+        assert summary["per_node"]["s1"]["totals"]["requests"] == 1
+        assert summary["per_node"]["m"]["totals"]["requests"] == 1
+        one = (await client.get("/router/v1/site/analytics", params={"node_id": "s1"})).json()
+        assert one["nodes"] == ["s1"] and "per_node" not in one
         cleared = (await client.delete("/router/v1/site/load-errors")).json()
         assert cleared["removed"] == 2 and sorted(cleared["cleared"]) == ["m", "s1"]
         assert [f["node_id"] for f in cleared["failed"]] == ["s2"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -422,3 +423,40 @@ async def test_admin_role_only(tmp_path: Path) -> None:
         admin = {"Authorization": "Bearer admin-key"}
         resp = await client(h).post(f"{SITE}/apply", json=body, headers=admin)
         assert resp.status_code == 200, resp.text
+
+
+# ---- reading a file back (the WebUI's Config page and the Models detail) ----------------------
+
+
+async def test_get_config_file_reads_back_screened_options_and_a_sanitized_copy(
+    h: RouterHarness,
+) -> None:
+    path = h.kcpps_dir / "base.kcpps"
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "onready": "rm -rf ~", "port": 5001, "password": "pw"}))
+    resp = await client(h).get(f"{SITE}/base")
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["id"] == "base" and body["filename"] == "base.kcpps"
+    assert body["options"] == raw  # what an apply would write back: screened keys gone
+    assert body["sanitized"]["model_param"] == "base.gguf"  # the directory is not shown
+    codes = {(f["code"], f["field"]) for f in body["validation"]}
+    assert ("refused_key", "options.onready") in codes
+    assert ("router_owned_key", "options.port") in codes
+    assert "pw" not in resp.text and "rm -rf" not in resp.text
+    assert body["config_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("name", "status"), [("nope", 404), ("..", 404), ("a%2fb", 400), ("bad name", 400), ("-x", 400)]
+)
+async def test_get_config_file_refuses_unknown_and_unsafe_names(
+    h: RouterHarness, name: str, status: int
+) -> None:
+    assert (await client(h).get(f"{SITE}/{name}")).status_code == status
+
+
+async def test_get_config_file_of_a_broken_file_is_a_conflict(h: RouterHarness) -> None:
+    (h.kcpps_dir / "broken.kcpps").write_text("[1, 2")
+    resp = await client(h).get(f"{SITE}/broken")
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "invalid_config"

@@ -7,16 +7,15 @@ from typing import Any
 
 from aiohttp import web
 
+from router.api import event_stream
 from router.api.common import Handler, read_control_json, resolve_model
-from router.appkeys import EVENTS, RUNTIMES, SHUTDOWN
+from router.appkeys import RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.errors import BadRequest
-from router.forwarding import encode_event
 from router.runtime import primary_lane
 
 TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
 _LANES = tuple(lane.value for lane in Lane)
-SSE_HEARTBEAT = 15.0
 
 
 async def load(request: web.Request) -> web.StreamResponse:
@@ -66,29 +65,7 @@ async def status(request: web.Request) -> web.StreamResponse:
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
-    await response.prepare(request)
-    bus = request.app[EVENTS]
-    async with bus.subscribe() as queue:
-        for runtime in request.app[RUNTIMES].snapshot():
-            await response.write(_sse({"event": "state", **runtime}))
-        while True:
-            try:
-                event = await asyncio.wait_for(queue.get(), SSE_HEARTBEAT)
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
-                continue
-            await response.write(_sse(event))
-
-
-def _sse(event: dict[str, Any]) -> bytes:
-    return encode_event(event, event.get("event", "message"))
+    return await event_stream.stream(request)
 
 
 HANDLERS: dict[str, Handler] = {

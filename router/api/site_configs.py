@@ -29,6 +29,7 @@ from router.config import Catalog, ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest, Conflict, MethodNotAllowed, NotFound, RouteNotFound
 from router.site import Finding
+from router.store.captures import sanitize_kcpps
 
 COOK_MARKS = ".cook"  # config_dir/.cook/<id>.json: what cook wrote (a dot folder: never scanned)
 _LOCKS: weakref.WeakKeyDictionary[Catalog, asyncio.Lock] = weakref.WeakKeyDictionary()
@@ -289,10 +290,38 @@ async def config_file(request: web.Request) -> web.StreamResponse:
     if tail is None:  # the bare /router/v1/site/config-file row is DELETE only
         return await _config_file_delete(request)
     if tail not in ("preview", "apply"):
+        if request.method == "GET":  # the WebUI's view and editor read a file by its id
+            return await _config_file_read(request, tail)
         raise RouteNotFound(request.path[:200])
     if request.method != "POST":
         raise MethodNotAllowed(request.method, {"POST"})
     return await _config_file(request, apply=tail == "apply")
+
+
+async def _config_file_read(request: web.Request, name: str) -> web.Response:
+    """GET config-file/{id}: the file's options as the routes would write them back (refused
+    and router-owned keys screened out, each reported), plus a sanitized copy for display."""
+    node_id = node_of(request)
+    config_id, filename = site.config_name({"id": name.removesuffix(site.SUFFIX)})
+    path = request.app[SETTINGS].models.config_dir / filename
+    data = await _current(path)
+    if data is None:
+        raise NotFound(f"no configuration file {filename}")
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Conflict(f"{filename} is not JSON: {exc}", code="invalid_config") from exc
+    if not isinstance(raw, dict):
+        raise Conflict(f"{filename} is not a JSON object", code="invalid_config")
+    kept, screened = site.screen_options(raw)
+    answer = _head(request, node_id, config_id, filename)
+    answer.update(
+        options=kept,
+        sanitized=sanitize_kcpps(kept, [str(Path.home())]),
+        validation=[f.as_json(node_id) for f in screened],
+        config_sha256=hashlib.sha256(data).hexdigest(),
+    )
+    return web.json_response(answer)
 
 
 async def cook_route(request: web.Request) -> web.StreamResponse:

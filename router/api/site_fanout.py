@@ -162,7 +162,22 @@ async def _pages(
     return pages, failed
 
 
+def _analytics(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> dict[str, Any]:
+    """This node's summary as before, plus every node's own summary under `per_node`.
+
+    Percentiles cannot be added across nodes, so nothing is summed into a false cluster-wide
+    p95: the WebUI and scripts read each node's numbers side by side.
+    """
+    own_id = request.app[CLUSTER].registry.own_node
+    per_node = {own_id: {k: v for k, v in own.items() if k != "nodes"}}
+    for entry, answer in slaves:
+        if isinstance(answer, dict):
+            per_node[entry.node_id] = {k: v for k, v in answer.items() if k != "nodes"}
+    return {**own, "nodes": sorted(per_node), "per_node": per_node, "failed": _failed(slaves)}
+
+
 FANOUT: dict[str, Callable[[Handler], Handler]] = {
+    "site.analytics": _merged(_analytics, "GET", "/router/v1/node/site/analytics"),
     "site.load_captures": _captures,
     "site.analytics_flush": _merged(_flush, "POST", "/router/v1/node/site/analytics/flush"),
     "site.load_errors": _merged(_errors, "GET", "/router/v1/node/site/load-errors"),

@@ -22,6 +22,7 @@ from router.api.common import elsewhere, match_of, refuse_addresses
 from router.appkeys import STORE
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
+from router.store.ranges import RANGES
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ def _nodes(request: web.Request, store: Store) -> list[str]:
 async def analytics(request: web.Request) -> web.Response:
     store = _store(request)
     nodes = _nodes(request, store)
+    if "range" in request.query:
+        return await _analytics_range(request, store, nodes)
     to_ts = _time(request, "to")
     to_ts = time.time() if to_ts is None else to_ts
     from_ts = _time(request, "from")
@@ -114,6 +117,19 @@ async def analytics(request: web.Request) -> web.Response:
         )
     model = request.query.get("model") or None
     summary = await store.summary(from_ts, to_ts, model=model, node=nodes, bucket_seconds=bucket)
+    return web.json_response({"nodes": [store.node_id], **summary})
+
+
+async def _analytics_range(request: web.Request, store: Store, nodes: list[str]) -> web.Response:
+    """`?range=1h|24h|7d|30d` (optional `to` anchors it; default now): the WebUI's one call."""
+    name = request.query["range"]
+    if name not in RANGES:
+        raise BadRequest(f"range must be one of {', '.join(RANGES)}", param="range")
+    for clash in ("from", "bucket_seconds"):
+        if clash in request.query:
+            raise BadRequest(f"range picks the window and buckets; drop {clash}", param=clash)
+    model = request.query.get("model") or None
+    summary = await store.range_summary(name, model, nodes, _time(request, "to"))
     return web.json_response({"nodes": [store.node_id], **summary})
 
 

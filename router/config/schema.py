@@ -304,6 +304,20 @@ class ClusterSection(_Section):
         return value
 
 
+class UiSection(_Section):
+    """The admin WebUI's login sessions (router/edge/ui_sessions.py)."""
+
+    session_ttl: PositiveDuration = 86400.0
+    max_sessions: int = Field(default=64, ge=1)
+    # Add `Secure` to the session cookie: set it when browsers reach the router over HTTPS
+    # (a TLS reverse proxy, deploy/nginx.conf); a plain-HTTP browser would then never send it.
+    cookie_secure: bool = False
+    login_failures_per_minute: int = Field(default=10, ge=0)
+    # /router/v1/events: a comment line at least this often; a subscriber's backlog bound.
+    events_heartbeat: PositiveDuration = 15.0
+    events_queue: int = Field(default=256, ge=8)
+
+
 def _hub_endpoint(value: str) -> str:
     # https anywhere; plain http only to a loopback mirror (a test hub, a local cache).
     parts = urlsplit(value.strip())
@@ -370,6 +384,7 @@ class Settings(_Section):
     limits: LimitsSection = LimitsSection()
     media: MediaSection = MediaSection()
     cluster: ClusterSection = ClusterSection()
+    ui: UiSection = UiSection()
     downloads: DownloadsSection = DownloadsSection()
     setup: SetupSection = SetupSection()
     # Where the YAML came from (not a YAML key): relative paths resolved against its folder.

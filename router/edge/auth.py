@@ -24,12 +24,16 @@ from aiohttp import web
 from router import errors
 from router.config import Settings
 from router.domain import Role, Surface
-from router.edge.guards import Handler, Middleware, RouteOf
+from router.edge.guards import ORIGIN_FREE_METHODS, Handler, Middleware, RouteOf
+from router.edge.ui_sessions import COOKIE_NAME, CSRF_HEADER, UiSession, UiSessions
 
 # Refused as credentials (they end up in logs and browser history); named in the 401 message.
 QUERY_CREDENTIAL_PARAMS = frozenset({"key", "api_key", "apikey", "token", "access_token"})
 SHUTDOWN_HANDLER = "control.shutdown"
 SHUTDOWN_PATH = "/router/v1/shutdown"
+LOGIN_HANDLER = "ui.login"
+# The WebUI session that authenticated the request (None: a key, or nothing, did).
+UI_SESSION: web.RequestKey[UiSession | None] = web.RequestKey("ui_session", object)  # type: ignore[arg-type]
 
 # Roles whose keys a route of the given role accepts. CLUSTER is deliberately alone.
 ACCEPTED: Mapping[Role, frozenset[Role]] = {
@@ -42,6 +46,8 @@ _NEEDS = {
     Role.ADMIN: "an admin key",
     Role.CLUSTER: "the cluster token",
 }
+# Routes a WebUI session opens: it acts as the admin key that made it (never as the cluster).
+_SESSION_GRANTS = frozenset({Role.INFERENCE, Role.ADMIN})
 # Which role wins is decided by bit position after every comparison has run.
 _ROLE_BITS = ((Role.ADMIN, 1), (Role.INFERENCE, 2), (Role.CLUSTER, 4))
 
@@ -152,10 +158,18 @@ def _bound_to_loopback(settings: Settings) -> bool:
 
 
 class Policy:
-    """Decides, per request, whether the presented credential may use the route."""
+    """Decides, per request, whether the presented credential may use the route.
 
-    def __init__(self, keyring: KeyRing, settings: Settings) -> None:
+    Credentials: a key in a header (always first: a script's Bearer key needs no CSRF token),
+    else a live WebUI session cookie, which acts with the admin role; any unsafe request the
+    cookie authenticates must carry the session's CSRF token in `X-CSRF-Token`.
+    """
+
+    def __init__(
+        self, keyring: KeyRing, settings: Settings, sessions: UiSessions | None = None
+    ) -> None:
         self.keyring = keyring
+        self.sessions = sessions
         self.trusted_lan = settings.security.profile == "trusted_lan"
         # secure + loopback bind + no API key configured: a single-user machine, keys off.
         # (settings refuse a non-loopback bind in secure without keys; this is the backstop.)
@@ -165,9 +179,34 @@ class Policy:
             and _bound_to_loopback(settings)
         )
 
+    @property
+    def login_required(self) -> bool:
+        """Whether the admin routes need a credential at all (not in trusted_lan, not keyless)."""
+        return not (self.trusted_lan or self.keyless_local)
+
+    def session_of(self, request: web.Request) -> UiSession | None:
+        """The live session named by the cookie, when no key header is sent; CSRF-checked."""
+        if self.sessions is None or "Cookie" not in request.headers:
+            return None  # the common case (API clients) costs one header lookup
+        if presented_credential(request.headers) is not None:
+            return None
+        session = self.sessions.lookup(request.cookies.get(COOKIE_NAME))
+        if session is None:
+            return None
+        unsafe = request.method not in ORIGIN_FREE_METHODS
+        if unsafe and not session.csrf_ok(request.headers.get(CSRF_HEADER)):
+            raise errors.Forbidden(
+                f"a request made with the WebUI session must carry its {CSRF_HEADER} header"
+            )
+        return session
+
     def check(self, request: web.Request, route: AuthRoute) -> Role | None:
         """The role the request acts with (None when no key was needed); raises 401/403."""
         required = route.role
+        if getattr(route, "handler", None) != LOGIN_HANDLER:  # a login makes a new session
+            request[UI_SESSION] = session = self.session_of(request)
+            if session is not None and self.login_required and required in _SESSION_GRANTS:
+                return Role.ADMIN
         if is_shutdown(route) and not self.trusted_lan and not self.keyring.has_admin:
             raise errors.Forbidden(
                 "shutdown is disabled: the secure profile allows it only when an admin key "
@@ -187,6 +226,11 @@ class Policy:
     def _role_of_key(self, request: web.Request, required: Role) -> Role:
         credential = presented_credential(request.headers)
         if credential is None:
+            if COOKIE_NAME in request.cookies and required is not Role.CLUSTER:
+                raise errors.Unauthorized(
+                    "the WebUI session has expired or was ended; sign in again",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             raise _missing(request)
         role = self.keyring.role_for(credential)
         if role is None:
@@ -196,9 +240,18 @@ class Policy:
         return role
 
 
-def auth_middleware(keyring: KeyRing, settings: Settings, route_of: RouteOf) -> Middleware:
+def auth_middleware(
+    keyring: KeyRing,
+    settings: Settings,
+    route_of: RouteOf,
+    sessions: UiSessions | None = None,
+) -> Middleware:
     """The `authenticate` middleware: a refused request raises 401 / 403 (rendered by the app)."""
-    policy = Policy(keyring, settings)
+    return policy_middleware(Policy(keyring, settings, sessions), route_of)
+
+
+def policy_middleware(policy: Policy, route_of: RouteOf) -> Middleware:
+    """`authenticate` around a Policy the app also hands to the WebUI session handlers."""
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:

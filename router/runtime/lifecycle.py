@@ -17,7 +17,9 @@ from router.config import Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.records import EventBus
+from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
+from router.runtime.progress import LoadProgress
 from router.runtime.queues import Entry, Queues
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
 
@@ -52,6 +54,14 @@ class RuntimeCore:
         self._idle = asyncio.Event()
         self._idle.set()
         self.spawn_count = 0
+        self._activity = ActivityReporter(events.publish, self._activity_now)
+
+    def _activity_now(self) -> dict[str, Any]:
+        """What the `activity` event carries (docs/events.md)."""
+        return {
+            "queued": {lane.value: self._queues.waiting(lane) for lane in Lane},
+            "in_flight": {key: rt.leases for key, rt in self._runtimes.items()},
+        }
 
     # ---- what the manager provides ------------------------------------------------------
 
@@ -81,9 +91,12 @@ class RuntimeCore:
     async def _load(self, runtime: Runtime) -> None:
         self._events.publish("loading", **runtime.identity())  # created in LOADING
         seen = self._observer(runtime) if self._observer else None
+        progress = LoadProgress(self._events.publish, runtime.identity())
         try:
             launched: Launched = await self._loader.launch(
-                runtime.spec, seen.output if seen else None, seen.launched if seen else None
+                runtime.spec,
+                progress.tee(seen.output if seen else None),
+                seen.launched if seen else None,
             )
         except RouterError as exc:
             self._load_failed(runtime, exc, seen)
@@ -98,6 +111,8 @@ class RuntimeCore:
                 runtime, LoadFailed(f"load of {runtime.config.id} failed: {exc}"), seen
             )
             return
+        finally:
+            progress.close()  # no progress event after the outcome
         if seen:
             seen.finished("ok", None, None)
         runtime.attach(launched)
@@ -117,13 +132,17 @@ class RuntimeCore:
     def _load_failed(
         self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
     ) -> None:
-        self._move(runtime, RuntimeState.FAILED, "failed", reason=error.message)
-        runtime.error = error.message
         exit_code, tail = (
             (error.exit_code, list(error.output_tail))
             if isinstance(error, LoadFailed)
             else (None, [])
         )
+        attempt_id = seen.attempt_id if seen else None
+        self._move(
+            runtime, RuntimeState.FAILED, "failed", reason=error.message, during="load",
+            exit_code=exit_code, output_tail=tail, attempt_id=attempt_id,
+        )  # fmt: skip
+        runtime.error = error.message
         if seen:
             seen.finished("failed", exit_code, error.message)
         if self._on_load_error:
@@ -134,7 +153,7 @@ class RuntimeCore:
                     "reason": error.message,
                     "exit_code": exit_code,
                     "output_tail": tail or None,
-                    "attempt_id": seen.attempt_id if seen else None,
+                    "attempt_id": attempt_id,
                 }
             )
         self._queues.fail(runtime.key, error)
@@ -143,11 +162,17 @@ class RuntimeCore:
     async def _watch_exit(self, runtime: Runtime) -> None:
         assert runtime.process is not None
         code = await runtime.process.wait_exit()
-        self._fail_running(runtime, f"the backend exited with code {code} while serving")
+        self._fail_running(runtime, f"the backend exited with code {code} while serving", code)
 
-    def _fail_running(self, runtime: Runtime, reason: str) -> None:
+    def _fail_running(self, runtime: Runtime, reason: str, exit_code: int | None = None) -> None:
         """A ready runtime stopped serving; a stopping one exiting is its stop, not a failure."""
-        if not self._move(runtime, RuntimeState.FAILED, "failed", reason=reason):
+        # No output tail here: a serving backend's log may hold request text (a verbose
+        # llama-server prints prompts), and load-time output is what explains a failure.
+        failed = self._move(
+            runtime, RuntimeState.FAILED, "failed", reason=reason, during="serving",
+            exit_code=exit_code, output_tail=[], attempt_id=None,
+        )  # fmt: skip
+        if not failed:
             return
         runtime.error = reason
         if self._on_load_error:

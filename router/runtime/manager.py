@@ -161,6 +161,7 @@ class RuntimeManager(RuntimeCore):
 
     async def close(self) -> None:
         self._closing = True
+        self._activity.close()
         if self._deadline:
             self._deadline.cancel()
         for task in list(self._tasks):
@@ -227,12 +228,14 @@ class RuntimeManager(RuntimeCore):
 
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
+        self._activity.poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
         return Lease(runtime, (self._clock() - arrived) * 1000.0, self._release)
 
     def _release(self, runtime: Runtime) -> None:
         runtime.leases -= 1
+        self._activity.poke()
         runtime.last_release = self._clock()
         if runtime.leases == 0:
             if all(rt.leases == 0 for rt in self._runtimes.values()):
@@ -268,6 +271,7 @@ class RuntimeManager(RuntimeCore):
         finally:
             self._pumping = False
         self._arm_deadline()
+        self._activity.poke()  # queue lengths may have changed
 
     def _pump_lane(self, lane: Lane) -> bool:
         runtime = self._slots[lane]

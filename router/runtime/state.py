@@ -128,6 +128,7 @@ class Runtime:
             "queued": {lane: queued.get(lane, 0) for lane in identity["lanes"]},
             "error": self.error,
             "ready_at": self.ready_at,
+            "since": self.since,
         }
 
     def view(self, queued: int) -> RuntimeView:

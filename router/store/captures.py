@@ -206,3 +206,14 @@ def chunk_dict(row: Sequence[Any]) -> dict[str, Any]:
         "data": base64.b64encode(data).decode("ascii"),
         "truncated": bool(truncated),
     }
+
+
+# The durations of the last successful loads per model, oldest first (LoadTimes.seed).
+LOAD_DURATIONS = """
+SELECT model, duration_ms FROM (
+  SELECT model, duration_ms, started_at,
+         ROW_NUMBER() OVER (PARTITION BY model ORDER BY started_at DESC) AS rn
+  FROM load_attempts
+  WHERE kind = 'load' AND status = 'ok' AND model IS NOT NULL AND duration_ms IS NOT NULL
+) WHERE rn <= ? ORDER BY model, started_at
+"""

@@ -29,6 +29,7 @@ from router.config import AnalyticsSection
 from router.errors import sanitize
 from router.store import analytics as an
 from router.store import captures as cap
+from router.store import ranges
 from router.store.benchmarks import BenchmarkRuns
 from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
@@ -151,6 +152,19 @@ class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks):
         result = await summarize(self._reader, from_ts, to_ts, model, nodes, bucket_seconds)
         return {"node_id": self.node_id, **result}
 
+    async def range_summary(
+        self,
+        name: str,
+        model: str | None = None,
+        nodes: Sequence[str] = (),
+        now: float | None = None,
+    ) -> dict[str, Any]:
+        """`1h`, `24h`, `7d` or `30d` up to now, from the rollups (router/store/ranges.py)."""
+        await self._settle()
+        window = ranges.plan(name, time.time() if now is None else now)
+        result = await ranges.range_summary(self._reader, window, model, list(nodes))
+        return {"node_id": self.node_id, **result}
+
     async def _hourly(self) -> None:
         if time.monotonic() - self._last_retention >= RETENTION_PERIOD:
             self._last_retention = time.monotonic()
@@ -159,6 +173,8 @@ class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks):
     async def _delete_expired(self, db: aiosqlite.Connection) -> int:
         cutoff = time.time() - self.settings.raw_retention
         cursor = await db.execute("DELETE FROM analytics_events WHERE time < ?", (cutoff,))
+        for sql, params in ranges.expiry(time.time(), self.settings.raw_retention):
+            await db.execute(sql, params)
         return cursor.rowcount
 
     async def enforce_retention(self) -> int:
@@ -168,6 +184,8 @@ class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks):
         self._writer.add_op(
             Op("DELETE FROM analytics_events WHERE time < ?", (cutoff,), future), urgent=True
         )
+        for sql, params in ranges.expiry(time.time(), self.settings.raw_retention):
+            self._writer.add_op(Op(sql, params))
         return await future
 
     # -- load captures ------------------------------------------------------------------
@@ -246,6 +264,14 @@ class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks):
         last = page[-1] if page else None
         cursor_out = cap.encode_cursor(last["started_at"], last["id"]) if more and last else None
         return {"captures": page, "next_cursor": cursor_out}
+
+    async def load_durations(self, per_model: int = 10) -> dict[str, list[float]]:
+        """Seconds of the last successful loads of each model, oldest first."""
+        durations: dict[str, list[float]] = {}
+        async with self._reader.execute(cap.LOAD_DURATIONS, (per_model,)) as cursor:
+            async for model, ms in cursor:
+                durations.setdefault(model, []).append(ms / 1000.0)
+        return durations
 
     async def capture_detail(self, attempt_id: str) -> dict[str, Any] | None:
         await self._settle()

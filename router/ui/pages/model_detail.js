@@ -1,0 +1,54 @@
+// The Models page's detail view (?model=): the sanitized .kcpps, its components and files with
+// hashes, from the site inventory and the config-file read (two calls, once per opened model).
+import { h, replace } from '../lib/dom.js';
+import { badge, errorBox, formatBytes, table } from '../lib/ui.js';
+import { pageHref } from '../lib/url.js';
+
+function filesTable(id, components) {
+  return table({
+    caption: `Files of ${id}`, rows: components || [], rowKey: (c) => `${c.field}${c.position ?? ''}`,
+    columns: [
+      { key: 'field', label: 'Field', cell: (c) => (c.position === null || c.position === undefined ? c.field : `${c.field}[${c.position}]`) },
+      { key: 'filename', label: 'File', class: 'wrap' },
+      { key: 'present', label: 'Present', cell: (c) => (c.present ? 'yes' : badge('missing')) },
+      { key: 'size', label: 'Size', class: 'num', cell: (c) => formatBytes(c.size) },
+      { key: 'sha256', label: 'SHA-256', class: 'hash', cell: (c) => c.sha256 || '—' },
+    ],
+  });
+}
+
+function facts(record) {
+  return h('dl', { class: 'facts' },
+    h('dt', {}, 'File'), h('dd', {}, record.filename),
+    h('dt', {}, 'Config hash'), h('dd', { class: 'hash' }, record.config_hash),
+    h('dt', {}, 'Model hash'), h('dd', { class: 'hash' }, record.model_hash || '—'),
+    h('dt', {}, 'State'), h('dd', {}, badge(record.enabled ? record.state : 'disabled')));
+}
+
+// Fills `slot` for params.model; `current()` tells whether that model is still the one asked
+// for when the answers arrive (the user may have moved on).
+export async function renderDetail(slot, ctx, params, current) {
+  replace(slot);
+  const id = params.model;
+  if (!id) return;
+  const close = h('a', { href: pageHref('models', { ...params, model: '' }) }, 'Close');
+  const title = () => h('h2', { id: 'detail-h' }, `Configuration ${id}`);
+  const box = h('section', { class: 'card detail', 'aria-labelledby': 'detail-h' },
+    title(), close, h('p', { class: 'muted' }, 'Reading…'));
+  replace(slot, box);
+  try {
+    const inventory = await ctx.api.get('/site/inventory');
+    const record = (inventory.models || []).find((m) => m.id === id || m.image_id === id);
+    if (!record) throw new Error(`${id} is not a configuration on this node`);
+    const stem = record.filename.replace(/\.kcpps$/, '');
+    const file = await ctx.api.get(`/site/config-file/${encodeURIComponent(stem)}`);
+    if (current() !== id) return;
+    replace(box, title(), close, facts(record),
+      h('h3', {}, 'Components and files'), filesTable(id, record.components),
+      h('h3', {}, 'Sanitized .kcpps'),
+      h('pre', { 'aria-label': `Sanitized ${record.filename}` }, JSON.stringify(file.sanitized, null, 2)),
+      h('p', {}, h('a', { href: pageHref('config', { id: file.id }) }, `Edit ${file.filename}`)));
+  } catch (exc) {
+    if (current() === id) box.append(errorBox(exc, { title: 'The detail could not be read' }));
+  }
+}

@@ -1,0 +1,71 @@
+// Nodes: the node list the site inventory returns (this node today; the cluster's nodes when
+// it has them, with no change here), and this node's runtimes and request counts, live.
+import { h, replace } from '../lib/dom.js';
+import { RESYNC, liveState } from '../lib/sse.js';
+import { badge, errorBox, pageHeader, table } from '../lib/ui.js';
+import { pageHref } from '../lib/url.js';
+
+const RUNTIME_EVENTS = new Set(['loading', 'ready', 'failed', 'unloading', 'unloaded', 'state']);
+
+function identity(session) {
+  const node = (session && session.node) || {};
+  const facts = [['Node id', node.node_id], ['Version', node.version], ['Bind', node.bind],
+    ['Profile', node.profile || (session && session.profile)]].filter(([, v]) => v);
+  if (!facts.length) return null;
+  return h('dl', { class: 'facts', 'aria-label': 'This router' }, facts.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+}
+
+export default {
+  id: 'nodes',
+  title: 'Nodes',
+  nav: true,
+  async mount(root, ctx) {
+    const nodesSlot = h('div', {}, h('p', { class: 'muted' }, 'Reading the nodes…'));
+    const stateSlot = h('div');
+    root.append(pageHeader('Nodes'), identity(ctx.session),
+      h('section', { 'aria-labelledby': 'nodes-h' }, h('h2', { id: 'nodes-h' }, 'Nodes of this site'), nodesSlot),
+      h('section', { 'aria-labelledby': 'state-h' }, h('h2', { id: 'state-h' }, 'Runtimes on this node'), stateSlot));
+
+    try {
+      const inventory = await ctx.api.get('/site/inventory');
+      replace(nodesSlot, table({
+        caption: `${inventory.nodes.length} node(s), role ${inventory.role}`,
+        rows: inventory.nodes, rowKey: (n) => n.node_id,
+        columns: [
+          { key: 'node_id', label: 'Node', rowHeader: true, cell: (n) => n.node_id },
+          { key: 'available', label: 'State', cell: (n) => (n.available ? badge('online', 'reachable') : badge('unreachable')) },
+          { key: 'role', label: 'Role', cell: (n) => `${n.role} (${n.source})` },
+          { key: 'node_url', label: 'Address', class: 'wrap', cell: (n) => n.node_url || 'this router' },
+          { key: 'backend_mode', label: 'Backend mode' },
+          { key: 'models', label: 'Models', class: 'num',
+            cell: (n) => h('a', { href: pageHref('models') }, String((n.models || []).length)) },
+          { key: 'error', label: 'Problem', class: 'wrap', cell: (n) => n.error || '—' },
+        ],
+      }));
+    } catch (exc) {
+      replace(nodesSlot, errorBox(exc, { title: 'The node list could not be read' }));
+    }
+
+    const live = liveState(ctx.events, {
+      load: () => ctx.api.get('/site/nodes/state'),
+      reduce: (state, event) => (RUNTIME_EVENTS.has(event.event) ? RESYNC : state),
+      render: (state) => replace(stateSlot,
+        h('p', {}, `${state.active_requests} request(s) running, ${state.queued_requests} waiting.`),
+        table({
+          caption: `Runtimes of ${state.node_id}`, rows: state.runtimes, rowKey: (r) => r.runtime,
+          empty: 'Nothing is loaded.',
+          columns: [
+            { key: 'model', label: 'Model', rowHeader: true },
+            { key: 'lanes', label: 'Lanes', cell: (r) => (r.lanes || []).join(', ') },
+            { key: 'family', label: 'Family' },
+            { key: 'state', label: 'State', cell: (r) => badge(r.state) },
+            { key: 'in_flight', label: 'In flight', class: 'num' },
+            { key: 'pid', label: 'PID', class: 'num' },
+            { key: 'port', label: 'Port', class: 'num' },
+          ],
+        })),
+      onerror: (exc) => replace(stateSlot, errorBox(exc, { title: 'The node state could not be read' })),
+    });
+    return () => live.close();
+  },
+};

@@ -1,0 +1,71 @@
+"""`make screenshots`: every page of the nav (and the sign-in view) in both themes, written to
+docs/screenshots/<page>-<theme>.png for people to look at. Not a test of pixels; it runs only
+when named (`pytest tests/ui/screenshots.py`), against the same seeded router as tests/ui."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from playwright.sync_api import Page, Route, expect
+
+from tests.ui.conftest import GuardedPage
+
+OUT = Path(os.environ.get("SCREENSHOT_DIR", Path(__file__).parents[2] / "docs" / "screenshots"))
+EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4"}
+THEMES = ("light", "dark")
+
+
+def nav_pages(page: Page) -> list[str]:
+    hrefs = (
+        page.get_by_role("navigation")
+        .get_by_role("link")
+        .evaluate_all("(links) => links.map((a) => new URL(a.href).pathname)")
+    )
+    return [h.removeprefix("/router/ui/") for h in hrefs]
+
+
+def stage(ui: GuardedPage) -> None:
+    """A node with something to show: a failed load and a ready model."""
+    ui.router.http.post("/router/v1/load", json={"model": "crashy"})
+    ui.router.post("/router/v1/load", {"model": "alpha"})
+
+
+def settle(ui: GuardedPage) -> None:
+    expect(ui.page.locator("main h1")).to_have_count(1)
+    expect(ui.page.locator("#connection")).to_have_text("connected")
+    ui.page.wait_for_load_state("load")
+    ui.page.wait_for_timeout(600)  # the snapshot render after the stream opened
+
+
+def test_screenshots(ui: GuardedPage) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    stage(ui)
+    ui.goto("/router/ui/overview")
+    settle(ui)
+    targets = {page_id: page_id for page_id in nav_pages(ui.page)} | EXTRA
+    for theme in THEMES:
+        ui.page.emulate_media(color_scheme=theme)
+        for name, path in targets.items():
+            ui.goto(f"/router/ui/{path}")
+            settle(ui)
+            ui.page.screenshot(path=str(OUT / f"{name}-{theme}.png"))
+        shoot_login(ui, theme)
+
+
+def shoot_login(ui: GuardedPage, theme: str) -> None:
+    """The sign-in view as a secure router shows it (the session answer says so)."""
+
+    def secure(route: Route) -> None:
+        body = {"authenticated": False, "login_required": True, "profile": "secure",
+                "csrf_token": None, "expires_at": None,
+                "node": {"node_id": "local", "version": "0.1.0", "bind": "0.0.0.0:8080",
+                         "profile": "secure"}}  # fmt: skip
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    ui.page.route("**/router/v1/ui/session", secure)
+    ui.goto("/router/ui/login")
+    expect(ui.page.locator("main h1")).to_have_text("Sign in")
+    ui.page.screenshot(path=str(OUT / f"login-{theme}.png"))
+    ui.page.unroute("**/router/v1/ui/session")
