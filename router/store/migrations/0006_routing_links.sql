@@ -1,4 +1,4 @@
--- 0005: lending links (docs/lending.md): one-way owner -> helper links between models on
+-- 0006: lending links (docs/lending.md): one-way owner -> helper links between models on
 -- different nodes, one set per lane (text, image).
 
 CREATE TABLE routing_links (
