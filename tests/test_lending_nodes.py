@@ -35,7 +35,8 @@ def folder(h: RouterHarness, name: str, models: dict[str, dict[str, Any]]) -> Pa
     files.mkdir()
     for model_id, fields in models.items():
         (files / f"{model_id}.gguf").write_bytes(model_id.encode())
-        body = {"backend_mode": "llama_sdcpp", "model_param": str(files / f"{model_id}.gguf")}
+        component = "sdmodel" if fields.pop("image", False) else "model_param"
+        body = {"backend_mode": "llama_sdcpp", component: str(files / f"{model_id}.gguf")}
         (kcpps / f"{model_id}.kcpps").write_text(json.dumps(body | fields))
     return kcpps
 
@@ -53,7 +54,11 @@ def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
         h,
         name="master",
         port=mport,
-        kcpps_dir=folder(h, "master", {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096}}),
+        kcpps_dir=folder(
+            h,
+            "master",
+            {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096}, "pic": {"image": True}},
+        ),
         extra={
             "cluster": {
                 "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
@@ -68,6 +73,7 @@ def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
         "tiny": {"contextsize": 1024},
         "wide": {"contextsize": 8192, "parallel": 4},
         "nocx": {},
+        "pic2": {"image": True},
     }
     slave = new_router(
         h,
@@ -147,9 +153,17 @@ async def test_site_routes_list_replace_delete_and_persist(h: RouterHarness) -> 
         assert lends["fast"] is True and lends["tiny"] is False
         seen = await candidates(client, "fast", node="s1")
         assert {c["model_id"]: c["borrows_from"] for c in seen["candidates"]}["slow"] is True
-        # The image lane keeps its own links: slow is no image model.
+        # The image lane keeps its own links: slow is no image model; pic is.
         r = await client.get("/router/v1/site/routing-groups", params={"model_id": "slow"})
         assert r.status_code == 404
+        r = await client.get("/router/v1/site/routing-groups", params={"model_id": "pic"})
+        assert r.status_code == 200, r.text
+        image = [(c["node_id"], c["model_id"], c["eligible"]) for c in r.json()["candidates"]]
+        assert image == [("s1", "pic2", True)]  # no context rule on the image lane
+        pic = {"anchor": {"model_id": "pic"}, "lends_to": [{"node_id": "s1", "model_id": "pic2"}]}
+        assert (await client.post("/router/v1/site/routing-groups", json=pic)).status_code == 200
+        text_links = (await candidates(client, "slow"))["links"]
+        assert [x["helper"]["model_id"] for x in text_links] == ["fast"]
         # Delete, then again (nothing left).
         r = await client.delete(TEXT_LINKS, params={"node_id": "m", "model_id": "slow"})
         assert r.status_code == 200 and r.json()["removed"] == 1
