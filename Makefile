@@ -44,12 +44,13 @@ ffmpeg:
 
 # The WebUI's browser tests drive Debian's chromium (never `playwright install`: it downloads
 # a browser build, which fails here). Installed with apt-get when missing and we are root.
+# The WebUI's pure modules are also unit-tested under node (tests/ui/test_js_units.py).
 browser:
-	@test -x /usr/bin/chromium && dpkg -s fonts-dejavu-core >/dev/null 2>&1 || { \
+	@test -x /usr/bin/chromium && dpkg -s fonts-dejavu-core >/dev/null 2>&1 && command -v node >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; \
-	  else echo "the browser tests need Debian's chromium and fonts-dejavu-core:" \
-	    "run as root: apt-get install chromium fonts-dejavu-core" >&2; exit 1; fi; }
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core nodejs >/dev/null; \
+	  else echo "the browser tests need Debian's chromium, fonts-dejavu-core and nodejs:" \
+	    "run as root: apt-get install chromium fonts-dejavu-core nodejs" >&2; exit 1; fi; }
 
 # docs/screenshots/<page>-<theme>.png from a seeded router in headless chromium (commit them).
 screenshots: venv browser

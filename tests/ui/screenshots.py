@@ -10,11 +10,15 @@ from pathlib import Path
 
 from playwright.sync_api import Page, Route, expect
 
+from tests.ui import data_router
 from tests.ui.conftest import GuardedPage
+from tests.ui.data_router import DataRouter
 
 OUT = Path(os.environ.get("SCREENSHOT_DIR", Path(__file__).parents[2] / "docs" / "screenshots"))
 EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4"}
 THEMES = ("light", "dark")
+data_ui_router = data_router.data_ui_router
+data_ui = data_router.data_ui
 
 
 def nav_pages(page: Page) -> list[str]:
@@ -69,3 +73,28 @@ def shoot_login(ui: GuardedPage, theme: str) -> None:
     expect(ui.page.locator("main h1")).to_have_text("Sign in")
     ui.page.screenshot(path=str(OUT / f"login-{theme}.png"))
     ui.page.unroute("**/router/v1/ui/session")
+
+
+# The data pages again over the seeded store of tests/ui/data_router.py (the router above has
+# no traffic, captures or load errors to show); these overwrite their empty shots.
+DATA_PAGES = {
+    "analytics": "analytics?range=24h",
+    "analytics-table": "analytics?range=7d&view=table",
+    "captures": "captures",
+    "load-errors": "load-errors",
+    "benchmarks": "benchmarks?model=alpha",
+}
+
+
+def test_data_page_screenshots(data_ui_router: DataRouter, data_ui: GuardedPage) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    targets = DATA_PAGES | {"capture-detail": f"captures?attempt={data_ui_router.ids['paged']}"}
+    for theme in THEMES:
+        data_ui.page.emulate_media(color_scheme=theme)
+        for name, path in targets.items():
+            data_ui.goto(f"/router/ui/{path}")
+            settle(data_ui)
+            data_ui.page.wait_for_load_state("networkidle")
+            # The capture's console sits below the fold: that shot takes the whole page.
+            full = name == "capture-detail"
+            data_ui.page.screenshot(path=str(OUT / f"{name}-{theme}.png"), full_page=full)

@@ -5,6 +5,16 @@ import models from './models.js';
 import config from './config.js';
 import nodes from './nodes.js';
 import login from './login.js';
+import analytics from './analytics.js';
+import captures from './captures.js';
+import loadErrors from './load-errors.js';
+import benchmarks from './benchmarks.js';
+import download from './download.js';
+import webuis from './webuis.js';
 
-export const PAGES = [overview, models, config, nodes, login];
+export const PAGES = [
+  overview, models, config, nodes,
+  analytics, captures, loadErrors, benchmarks, download, webuis,
+  login,
+];
 export const DEFAULT_PAGE = 'overview';
