@@ -46,6 +46,7 @@ from router.api import (
     guardians,
     images,
     inference,
+    lending,
     meta,
     models,
     node,
@@ -137,6 +138,7 @@ HANDLERS: dict[str, Handler] = {
     **ui.HANDLERS,
     **node.HANDLERS,
     **guardians.HANDLERS,
+    **lending.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
     **setup.HANDLERS,
@@ -270,6 +272,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             site_inventory.site_context,
             benchmarks.benchmarks_context,
             guardians.guardians_context,
+            lending.links_context,
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService
     from router.cluster.guardians import GuardianTable
+    from router.cluster.lending import LinkTable
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
@@ -70,6 +71,8 @@ WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
 # Guardian assignments in force (router/api/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
+# Lending links in force, and lending's counters (router/api/lending.py, offload.py).
+LINKS: web.AppKey[LinkTable] = web.AppKey("links")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
@@ -82,3 +85,5 @@ MATCH: web.RequestKey[Match] = web.RequestKey("match", object)  # type: ignore[a
 ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[arg-type]
 # The body a site handler read, kept so the request can be relayed to the node it names.
 RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)
+# Set by the node inference route on a lent request: whether the link allows a model load.
+BORROWED: web.RequestKey[bool] = web.RequestKey("borrowed", bool)

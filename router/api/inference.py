@@ -12,7 +12,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
-from router.api import guardians
+from router.api import guardians, offload
 from router.api.common import Handler, arrived, matched_route
 from router.api.relay import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
@@ -134,6 +134,7 @@ async def forward_to(
 async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[ProxyResult]:
     """One analytics event for what happens inside, however it ends."""
     result = ProxyResult()
+    returned = False
     try:
         yield result
     except asyncio.CancelledError:
@@ -142,10 +143,12 @@ async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[Pro
     except RouterError as exc:
         result.status = result.status or exc.status
         result.error_message = result.error_message or exc.message
+        # A lent request handed back to its owner is no request of this node's (lending.md).
+        returned = exc.code == offload.OFFLOAD_RETURNED
         raise
     finally:
         # A request another node answered is recorded there; one that reached none, here.
-        if not (result.relayed and result.upstream_status is not None):
+        if not returned and not (result.relayed and result.upstream_status is not None):
             _record(request, info, result)
 
 
@@ -200,6 +203,26 @@ async def _forward(
         config, target = guardians.answering(request, config, info)
         if target is not None:
             return await relay(request, selection, target, result)
+    links = offload.lendable(request, override, config, lane)
+    if links:
+        lent = await offload.lend(request, selection, config, links, result)
+        if lent is not None:
+            return lent
+    with offload.serving(request, config, lane):
+        return await _serve(request, route, info, result, override, config, public_id, lane)
+
+
+async def _serve(
+    request: web.Request,
+    route: Route,
+    info: RequestInfo,
+    result: ProxyResult,
+    override: Override,
+    config: ModelConfig,
+    public_id: str,
+    lane: Lane,
+) -> web.StreamResponse:
+    """Serve on this node: lease a runtime of `config` and forward to it."""
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)

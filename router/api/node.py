@@ -14,9 +14,19 @@ from collections.abc import Mapping
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api import control
+from router.api import control, offload
 from router.api.common import Handler, match_of, read_control_json
-from router.appkeys import CLUSTER, DISPATCH, MATCH, NODE_DISPATCH, ROUTE, RUNTIMES, SETTINGS
+from router.appkeys import (
+    BORROWED,
+    CLUSTER,
+    DISPATCH,
+    LINKS,
+    MATCH,
+    NODE_DISPATCH,
+    ROUTE,
+    RUNTIMES,
+    SETTINGS,
+)
 from router.classify import Match, match
 from router.cluster import Snapshot
 from router.cluster.local import snapshot
@@ -65,12 +75,23 @@ async def runtime_status(request: web.Request) -> web.StreamResponse:
     runtimes = request.app[RUNTIMES]
     views = runtimes.views()
     stt = next((v.config.id for v in views if v.lane is Lane.VOICE and v.ready), None)
+    borrowed = request.app[LINKS].borrowed
+    lanes = {
+        lane.value: {
+            "active": sum(v.leases for v in views if v.lane is lane),
+            "queued": runtimes.queue_length(lane),
+            "borrowed": borrowed.get(lane.value, 0),
+        }
+        for lane in Lane
+    }
     return web.json_response(
         {
             "node_id": request.app[SETTINGS].cluster.node_id,
             "active_requests": sum(v.leases for v in views),
             "queued_requests": sum(runtimes.queue_length(lane) for lane in Lane),
             "loaded_stt_model": stt,
+            "lanes": lanes,
+            "loaded_models": sorted({v.config.id for v in views if v.ready}),
         }
     )
 
@@ -98,16 +119,30 @@ async def inference(request: web.Request, path: str) -> web.StreamResponse:
     found = match(request.method, path)  # RouteNotFound / MethodNotAllowed as for a client
     if found.route.role is not Role.INFERENCE:
         raise NotFound(f"{path} is not an inference route")
-    return await _dispatch_inner(request, path, found, request.app[DISPATCH])
+    borrowed = None
+    if request.headers.get(offload.OFFLOAD_HEADER) == "1":  # lent by its owner (lending.md)
+        borrowed = request.headers.get(offload.OFFLOAD_LOAD_HEADER) != "0"
+    return await _dispatch_inner(request, path, found, request.app[DISPATCH], borrowed)
+
+
+_INNER_DROPPED = frozenset(
+    {"authorization", offload.OFFLOAD_HEADER.lower(), offload.OFFLOAD_LOAD_HEADER.lower()}
+)
 
 
 async def _dispatch_inner(
-    request: web.Request, path: str, found: Match, dispatch: Handler
+    request: web.Request,
+    path: str,
+    found: Match,
+    dispatch: Handler,
+    borrowed: bool | None = None,
 ) -> web.StreamResponse:
     query = request.query_string
-    headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in _INNER_DROPPED}
     inner = request.clone(rel_url=path + ("?" + query if query else ""), headers=headers)
     inner[ROUTE], inner[MATCH] = found.route, found
+    if borrowed is not None:
+        inner[BORROWED] = borrowed
     try:
         return await dispatch(inner)
     except RouterError as err:

@@ -68,7 +68,7 @@ def _busy(request: web.Request, config_id: str) -> bool:
     )
 
 
-def _headers(
+def node_headers(
     request: web.Request, token: str, selection: Selection, local_id: str
 ) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
@@ -81,7 +81,7 @@ def _headers(
     return out
 
 
-def _path_qs(request: web.Request, selection: Selection, local_id: str) -> str:
+def node_path_qs(request: web.Request, selection: Selection, local_id: str) -> str:
     url = request.rel_url
     if selection.source and selection.source.startswith("query:"):
         url = url.update_query({selection.source.split(":", 1)[1]: local_id})
@@ -135,9 +135,9 @@ async def _relay_once(
     else:  # the selector sat in the prefix; the rest streams through untouched
         rest = Selection(selection.model, prefix, False, selection.source)
         body = body_stream(rest, request)
-    url = service.client.url(target.node_url, _path_qs(request, selection, local_id))
+    url = service.client.url(target.node_url, node_path_qs(request, selection, local_id))
     token = request.app[SETTINGS].cluster.token or ""
-    headers = _headers(request, token, selection, local_id)
+    headers = node_headers(request, token, selection, local_id)
     # Never replayed by the proxy itself: an unreachable node is retried here, on another one.
     upstream = UpstreamRequest(request.method, url, headers, body, False)
     result.bytes_in, result.relayed = len(prefix), True

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from backends.base import positive_int
 from router.cluster.guardians import has_vision
 from router.cluster.protocol import PROTOCOL_VERSION, NodeModel, Snapshot
 from router.config import ModelConfig
@@ -72,6 +73,8 @@ def node_models(
                 model_hash=model_hash(config),
                 config_hash=config_hash(config),
                 capabilities=tuple(sorted(lane.value for lane in config.lanes)),
+                context_length=context_length(config),
+                parallel=parallel_slots(config),
                 multimodal=has_vision(config),
                 available=not missing.get(config.id),
                 loaded=config.id in loaded,
@@ -79,6 +82,39 @@ def node_models(
             )
         )
     return tuple(records)
+
+
+def _serve_arg(config: ModelConfig, flag: str) -> int | None:
+    """A positive integer vLLM flag in `serve_args` (`--flag N` or `--flag=N`)."""
+    args = list(config.serve_args)
+    for index, word in enumerate(args):
+        value = None
+        if word == flag and index + 1 < len(args):
+            value = args[index + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value)
+    return None
+
+
+def context_length(config: ModelConfig) -> int | None:
+    """The window the configuration states: `contextsize`, else vLLM's max model length."""
+    return (
+        positive_int(config, "contextsize")
+        or positive_int(config, "max_model_length")
+        or _serve_arg(config, "--max-model-len")
+    )
+
+
+def parallel_slots(config: ModelConfig) -> int | None:
+    """Parallel slots the configuration states (llama.cpp `parallel`, vLLM's sequences)."""
+    return (
+        positive_int(config, "parallel")
+        or positive_int(config, "parallelrequests")
+        or positive_int(config, "max_number_sequences")
+        or _serve_arg(config, "--max-num-seqs")
+    )
 
 
 def snapshot(node_id: str, node_url: str, models: tuple[NodeModel, ...]) -> Snapshot:

@@ -32,7 +32,8 @@ class NodeModel(_Wire):
     model_hash: str | None = None
     config_hash: str | None = None
     capabilities: tuple[str, ...] = ()
-    context_length: int | None = None
+    context_length: int | None = None  # the stated context window (lending eligibility)
+    parallel: int | None = None  # the stated parallel slots (lending needs one)
     multimodal: bool = False
     available: bool = True
     loaded: bool = False
@@ -47,13 +48,23 @@ class Snapshot(_Wire):
     models: tuple[NodeModel, ...] = ()
 
 
+class LaneLoad(_Wire):
+    """One lane's work on a node: in flight, queued, and how much of it is borrowed."""
+
+    active: int = Field(default=0, ge=0)
+    queued: int = Field(default=0, ge=0)
+    borrowed: int = Field(default=0, ge=0)
+
+
 class RuntimeStatus(_Wire):
-    """A node's load at one moment: what the master needs for speech-to-text placement."""
+    """A node's load at one moment: what speech-to-text placement and lending read."""
 
     node_id: str
     active_requests: int = Field(default=0, ge=0)
     queued_requests: int = Field(default=0, ge=0)
     loaded_stt_model: str | None = None
+    lanes: dict[str, LaneLoad] = Field(default_factory=dict)
+    loaded_models: tuple[str, ...] = ()  # configurations with a ready runtime
 
 
 def protocol_problem(theirs: int, *, peer: str) -> str | None:

@@ -291,6 +291,8 @@ class ClusterSection(_Section):
     # One deadline per buffered node call (request and answer); streams have their own.
     control_timeout: PositiveDuration = 30.0
     sync_concurrency: int = Field(default=4, ge=1, le=128)
+    # A linked owner model lends only once this many of its requests are in flight or queued.
+    scheduling_backend_depth: int = Field(default=2, ge=1, le=64)
 
     @field_validator("node_id")
     @classmethod

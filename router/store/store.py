@@ -35,6 +35,7 @@ from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
 from router.store.downloads import DownloadRows
 from router.store.guardians import GuardianAssignments
+from router.store.links import RoutingLinks
 from router.store.rows import Raw, rows_from_raws
 from router.store.summary import summarize
 from router.store.writer import Op, Writer, WriterStats
@@ -46,7 +47,7 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store(BenchmarkRuns, DownloadRows, GuardianAssignments):
+class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks):
     def __init__(
         self,
         path: Path,

@@ -74,6 +74,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--refuse-for": "refuse_for",
     "--record-requests": "record_requests",
     "--record-bodies": "record_bodies",
+    "--parallel": "parallel",
 }
 _BOOL = {
     "--embedding": "embedding",
@@ -127,6 +128,7 @@ class Opts:
     record_requests: str = ""
     record_bodies: str = ""  # generation request bodies as received, one JSON line each
     cancel_crashes: bool = False
+    parallel: int = 0  # >0: at most this many generations at once, the rest wait (a backlog)
     positional: list[str] = field(default_factory=list)
 
 
@@ -164,7 +166,15 @@ def _set(o: Opts, name: str, value: str) -> None:
     current = getattr(o, name)
     if isinstance(current, bool):
         setattr(o, name, True)
-    elif name in ("exit_at_start", "crash_after", "hang_after", "port", "ctx", "tokens"):
+    elif name in (
+        "exit_at_start",
+        "crash_after",
+        "hang_after",
+        "port",
+        "ctx",
+        "tokens",
+        "parallel",
+    ):
         setattr(o, name, int(value))
     elif isinstance(current, float):
         setattr(o, name, float(value))
@@ -286,6 +296,7 @@ class State:
         self.busy = 0
         self.generated = 0
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.slots = asyncio.Semaphore(o.parallel) if o.parallel > 0 else None
 
     @property
     def model_path(self) -> str:
@@ -309,7 +320,15 @@ class State:
 
 
 async def produce(st: State, n: int, emit: Any = None) -> list[str]:
-    """Generate n tokens with the configured timing and faults; emit(i, tok) per token."""
+    """Generate n tokens with the configured timing and faults; emit(i, tok) per token.
+    Under `--parallel N`, at most N generations run at once; the others wait their turn."""
+    if st.slots is None:
+        return await _produce(st, n, emit)
+    async with st.slots:
+        return await _produce(st, n, emit)
+
+
+async def _produce(st: State, n: int, emit: Any = None) -> list[str]:
     o = st.o
     out: list[str] = []
     if o.ttft > 0:

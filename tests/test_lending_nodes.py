@@ -1,0 +1,269 @@
+"""Lending links between real routers on loopback (docs/lending.md): the site routes, and a
+backlog on a slow owner lent to an idle fast helper on another node.
+
+The master owns `slow` (a fake backend at 20 tokens/s, one generation at a time); the slave
+has `fast` (200 tokens/s, one at a time) and models that cannot be linked for a stated reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness import RouterHarness, free_port
+from tests.router_process import RouterProcess, new_router, tmp_harness
+from tests.test_cluster_nodes import AUTH, TOKEN, served_rows, until
+
+__all__ = ["tmp_harness"]
+
+TEXT_LINKS = "/router/v1/site/text-routing-groups"
+N = 12  # concurrent requests per run
+TOKENS = 8
+
+
+def folder(h: RouterHarness, name: str, models: dict[str, dict[str, Any]]) -> Path:
+    """Each model's .kcpps with its own settings (contextsize, parallel, ...)."""
+    kcpps, files = h.tmp / f"kcpps-{name}", h.tmp / f"models-{name}"
+    kcpps.mkdir()
+    files.mkdir()
+    for model_id, fields in models.items():
+        (files / f"{model_id}.gguf").write_bytes(model_id.encode())
+        component = "sdmodel" if fields.pop("image", False) else "model_param"
+        body = {"backend_mode": "llama_sdcpp", component: str(files / f"{model_id}.gguf")}
+        (kcpps / f"{model_id}.kcpps").write_text(json.dumps(body | fields))
+    return kcpps
+
+
+def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
+    h.faults_for_model.update(
+        {
+            "slow": f"--token-rate 20 --tokens {TOKENS} --parallel 1",
+            "fast": f"--token-rate 200 --tokens {TOKENS} --parallel 1",
+        }
+    )
+    mport, sport = free_port(), free_port()
+    surl = f"http://127.0.0.1:{sport}"
+    master = new_router(
+        h,
+        name="master",
+        port=mport,
+        kcpps_dir=folder(
+            h,
+            "master",
+            {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096}, "pic": {"image": True}},
+        ),
+        extra={
+            "cluster": {
+                "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
+                "public_url": f"http://127.0.0.1:{mport}", "health_interval": 0.3,
+            },
+            "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
+                          "flush_interval": 0.2},
+        },
+    )  # fmt: skip
+    slave_models = {
+        "fast": {"contextsize": 8192},
+        "tiny": {"contextsize": 1024},
+        "wide": {"contextsize": 8192, "parallel": 4},
+        "nocx": {},
+        "pic2": {"image": True},
+    }
+    slave = new_router(
+        h,
+        name="s1",
+        port=sport,
+        kcpps_dir=folder(h, "s1", slave_models),
+        extra={
+            "cluster": {
+                "role": "slave", "node_id": "s1", "token": TOKEN, "public_url": surl,
+                "master_url": f"http://127.0.0.1:{mport}", "sync_interval": 0.5,
+            },
+            "analytics": {"database_path": str(h.tmp / "data-s1" / "router.sqlite"),
+                          "flush_interval": 0.2},
+        },
+    )  # fmt: skip
+    return master, slave
+
+
+@pytest.fixture
+def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
+    yield tmp_harness
+
+
+async def candidates(client: httpx.AsyncClient, model: str, node: str = "m") -> dict[str, Any]:
+    reply = await client.get(TEXT_LINKS, params={"node_id": node, "model_id": model})
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+async def slave_known(client: httpx.AsyncClient) -> bool:
+    found = await candidates(client, "slow")
+    return any(c["node_id"] == "s1" for c in found["candidates"])
+
+
+LINK = {"anchor": {"node_id": "m", "model_id": "slow"},
+        "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
+
+
+async def test_site_routes_list_replace_delete_and_persist(h: RouterHarness) -> None:
+    master, slave = two_nodes(h)
+    await master.start()
+    await slave.start()
+    async with httpx.AsyncClient(base_url=master.base, timeout=30) as client:
+        assert await until(lambda: slave_known(client), True)
+        found = await candidates(client, "slow")
+        assert found["anchor"] == {"node_id": "m", "model_id": "slow"} and found["links"] == []
+        by_id = {(c["node_id"], c["model_id"]): c for c in found["candidates"]}
+        reasons = {key: c["ineligible_reason"] for key, c in by_id.items()}
+        assert reasons == {
+            ("m", "other"): "same_node",
+            ("s1", "fast"): None,
+            ("s1", "tiny"): "context_too_small",
+            ("s1", "wide"): "parallel_slots",
+            ("s1", "nocx"): "context_unknown",
+        }
+        fast = by_id[("s1", "fast")]
+        assert fast["eligible"] and fast["context_size"] == 8192 and not fast["weights_match"]
+        assert fast["multimodal"] is False and fast["filename"] == "fast.kcpps"
+        # Refused, and nothing changes: a same-node link, an ineligible one in a good batch.
+        same = {**LINK, "lends_to": [{"node_id": "m", "model_id": "other"}]}
+        r = await client.post(TEXT_LINKS, json=same)
+        assert r.status_code == 400 and "same_node" in r.text
+        mixed = {**LINK, "lends_to": [*LINK["lends_to"], {"node_id": "s1", "model_id": "tiny"}]}
+        r = await client.post(TEXT_LINKS, json=mixed)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_too_small"
+        r = await client.post(TEXT_LINKS, json={**LINK, "node_url": "http://127.0.0.1:1"})
+        assert r.status_code == 400
+        assert (await candidates(client, "slow"))["links"] == []
+        # Set, seen from both ends.
+        r = await client.post(TEXT_LINKS, json=LINK)
+        assert r.status_code == 200, r.text
+        found = await candidates(client, "slow")
+        assert [(x["helper"]["model_id"], x["load_if_unloaded"]) for x in found["links"]] == [
+            ("fast", True)
+        ]
+        lends = {c["model_id"]: c["lends_to"] for c in found["candidates"]}
+        assert lends["fast"] is True and lends["tiny"] is False
+        seen = await candidates(client, "fast", node="s1")
+        assert {c["model_id"]: c["borrows_from"] for c in seen["candidates"]}["slow"] is True
+        # The image lane keeps its own links: slow is no image model; pic is.
+        r = await client.get("/router/v1/site/routing-groups", params={"model_id": "slow"})
+        assert r.status_code == 404
+        r = await client.get("/router/v1/site/routing-groups", params={"model_id": "pic"})
+        assert r.status_code == 200, r.text
+        image = [(c["node_id"], c["model_id"], c["eligible"]) for c in r.json()["candidates"]]
+        assert image == [("s1", "pic2", True)]  # no context rule on the image lane
+        pic = {"anchor": {"model_id": "pic"}, "lends_to": [{"node_id": "s1", "model_id": "pic2"}]}
+        assert (await client.post("/router/v1/site/routing-groups", json=pic)).status_code == 200
+        text_links = (await candidates(client, "slow"))["links"]
+        assert [x["helper"]["model_id"] for x in text_links] == ["fast"]
+        # Delete, then again (nothing left).
+        r = await client.delete(TEXT_LINKS, params={"node_id": "m", "model_id": "slow"})
+        assert r.status_code == 200 and r.json()["removed"] == 1
+        r = await client.delete(TEXT_LINKS, params={"node_id": "m", "model_id": "slow"})
+        assert r.status_code == 404
+        assert (await client.post(TEXT_LINKS, json=LINK)).status_code == 200
+    # Links survive a restart of the master.
+    master.kill()
+    await master.start()
+    async with httpx.AsyncClient(base_url=master.base, timeout=30) as client:
+        found = await candidates(client, "slow")
+        assert [x["helper"] for x in found["links"]] == [{"node_id": "s1", "model_id": "fast"}]
+
+
+def chat(model: str, stream: bool = False) -> dict[str, Any]:
+    return {"model": model, "max_tokens": TOKENS, "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+
+
+async def burst(client: httpx.AsyncClient, stream: bool = False) -> tuple[float, list[int]]:
+    """N concurrent requests for `slow`; the time until all completed and their statuses."""
+
+    async def one() -> int:
+        if stream:
+            async with client.stream("POST", "/v1/chat/completions", json=chat("slow", True)) as r:
+                text = (await r.aread()).decode()
+                assert r.status_code != 200 or "[DONE]" in text
+                return r.status_code
+        r = await client.post("/v1/chat/completions", json=chat("slow"))
+        assert r.status_code != 200 or r.json()["model"] == "slow", r.text
+        return r.status_code
+
+    started = time.monotonic()
+    statuses = await asyncio.gather(*(one() for _ in range(N)))
+    return time.monotonic() - started, list(statuses)
+
+
+async def rows(client: httpx.AsyncClient, node: RouterProcess, model: str) -> int:
+    flushed = await client.post("/router/v1/site/analytics/flush")
+    assert flushed.status_code == 200, flushed.text
+    return (await served_rows(node)).count(model)
+
+
+async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> None:
+    master, slave = two_nodes(h)
+    await master.start()
+    await slave.start()
+    async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
+        assert await until(lambda: slave_known(client), True)
+        for model in ("slow", "fast"):  # both loaded, so neither run pays a load
+            assert (await client.post("/v1/chat/completions", json=chat(model))).status_code == 200
+        without, statuses = await burst(client)
+        assert statuses == [200] * N
+        local0, lent0 = await rows(client, master, "slow"), await rows(client, slave, "fast")
+
+        assert (await client.post(TEXT_LINKS, json=LINK)).status_code == 200
+        with_link, statuses = await burst(client)
+        assert statuses == [200] * N  # no client ever sees the helper's 409
+        local1, lent1 = await rows(client, master, "slow"), await rows(client, slave, "fast")
+        assert lent1 - lent0 >= 1, "the helper served none of the backlog"
+        assert (local1 - local0) + (lent1 - lent0) == N  # each request recorded once
+        # Alone, the owner needs N x 0.4 s; the helper takes most of the backlog.
+        assert with_link < 0.75 * without, (with_link, without)
+
+        # Streams are never lent, however long the owner's backlog.
+        _, statuses = await burst(client, stream=True)
+        assert statuses == [200] * N
+        assert await rows(client, slave, "fast") == lent1
+        assert await rows(client, master, "slow") == local1 + N
+
+        # A client cannot claim to be lent work: the mark counts on node routes only.
+        marked = {"X-Tensors-Offload": "1", "X-Tensors-Offload-Load": "0"}
+        r = await client.post("/v1/chat/completions", json=chat("slow"), headers=marked)
+        assert r.status_code == 200
+        local2 = await rows(client, master, "slow")
+
+        # The helper refuses borrowed work that would need a load its link forbids.
+        async with httpx.AsyncClient(base_url=slave.base, timeout=30) as node:
+            r = await node.post(
+                "/router/v1/node/inference/v1/chat/completions",
+                json=chat("tiny"), headers={**AUTH, **marked},
+            )  # fmt: skip
+            assert r.status_code == 409 and r.json()["error"]["code"] == "offload_returned"
+            # ... and any borrowed work while a request of its own is on the lane.
+            long = {**chat("fast"), "max_tokens": 200}  # 1 s at 200 tokens/s
+            own = asyncio.create_task(node.post("/v1/chat/completions", json=long))
+
+            async def lent_status() -> int:
+                r = await node.post(
+                    "/router/v1/node/inference/v1/chat/completions",
+                    json=chat("fast"), headers={**AUTH, "X-Tensors-Offload": "1"},
+                )  # fmt: skip
+                return r.status_code
+
+            assert await until(lent_status, 409, deadline=5)
+            assert (await own).status_code == 200
+            assert await lent_status() == 200  # its own work done: borrowed work is served
+
+        # A killed helper: every request falls back to the owner, none fails.
+        slave.kill()
+        _, statuses = await burst(client)
+        assert statuses == [200] * N
+        assert await rows(client, master, "slow") == local2 + N
