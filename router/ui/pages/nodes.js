@@ -1,8 +1,9 @@
-// Nodes: the node list the site inventory returns (this node today; the cluster's nodes when
-// it has them, with no change here), and this node's runtimes and request counts, live.
+// Nodes: the node list the site inventory returns (on a master, every registered node with its
+// health and last contact), and one node's runtimes and request counts: this node's live from
+// the event stream, another node's read through the master by node id (?node=<id>).
 import { h, replace } from '../lib/dom.js';
 import { RESYNC, liveState } from '../lib/sse.js';
-import { badge, errorBox, pageHeader, table } from '../lib/ui.js';
+import { actionButton, badge, errorBox, formatTime, pageHeader, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
 
 const RUNTIME_EVENTS = new Set(['loading', 'ready', 'failed', 'unloading', 'unloaded', 'state']);
@@ -22,9 +23,13 @@ export default {
   async mount(root, ctx) {
     const nodesSlot = h('div', {}, h('p', { class: 'muted' }, 'Reading the nodes…'));
     const stateSlot = h('div');
+    const own = (ctx.session && ctx.session.node && ctx.session.node.node_id) || '';
+    const shown = (ctx.params && ctx.params.node) || '';
+    const remote = shown && shown !== own;
+    const stateTitle = remote ? `Runtimes on ${shown}` : 'Runtimes on this node';
     root.append(pageHeader('Nodes'), identity(ctx.session),
       h('section', { 'aria-labelledby': 'nodes-h' }, h('h2', { id: 'nodes-h' }, 'Nodes of this site'), nodesSlot),
-      h('section', { 'aria-labelledby': 'state-h' }, h('h2', { id: 'state-h' }, 'Runtimes on this node'), stateSlot));
+      h('section', { 'aria-labelledby': 'state-h' }, h('h2', { id: 'state-h' }, stateTitle), stateSlot));
 
     try {
       const inventory = await ctx.api.get('/site/inventory');
@@ -32,13 +37,16 @@ export default {
         caption: `${inventory.nodes.length} node(s), role ${inventory.role}`,
         rows: inventory.nodes, rowKey: (n) => n.node_id,
         columns: [
-          { key: 'node_id', label: 'Node', rowHeader: true, cell: (n) => n.node_id },
+          { key: 'node_id', label: 'Node', rowHeader: true,
+            cell: (n) => (n.node_id ? h('a', { href: pageHref('nodes', n.source === 'local' ? {} : { node: n.node_id }) }, n.node_id) : '—') },
           { key: 'available', label: 'State', cell: (n) => (n.available ? badge('online', 'reachable') : badge('unreachable')) },
           { key: 'role', label: 'Role', cell: (n) => `${n.role} (${n.source})` },
           { key: 'node_url', label: 'Address', class: 'wrap', cell: (n) => n.node_url || 'this router' },
           { key: 'backend_mode', label: 'Backend mode' },
           { key: 'models', label: 'Models', class: 'num',
             cell: (n) => h('a', { href: pageHref('models') }, String((n.models || []).length)) },
+          { key: 'last_contact', label: 'Last contact',
+            cell: (n) => (n.source === 'local' ? 'this router' : (n.last_contact ? formatTime(n.last_contact) : 'never')) },
           { key: 'error', label: 'Problem', class: 'wrap', cell: (n) => n.error || '—' },
         ],
       }));
@@ -46,10 +54,32 @@ export default {
       replace(nodesSlot, errorBox(exc, { title: 'The node list could not be read' }));
     }
 
+    if (remote) {
+      // Another node's runtimes come through the master (by id); no event stream reaches here
+      // from it, so the view is read on demand instead of polled.
+      const read = async () => {
+        try {
+          renderState(stateSlot, await ctx.api.get('/site/nodes/state', { node_id: shown }), refresh);
+        } catch (exc) {
+          replace(stateSlot, errorBox(exc, { title: `The state of ${shown} could not be read` }), refresh);
+        }
+      };
+      const refresh = actionButton('Refresh', read);
+      await read();
+      return () => {};
+    }
     const live = liveState(ctx.events, {
       load: () => ctx.api.get('/site/nodes/state'),
       reduce: (state, event) => (RUNTIME_EVENTS.has(event.event) ? RESYNC : state),
-      render: (state) => replace(stateSlot,
+      render: (state) => renderState(stateSlot, state),
+      onerror: (exc) => replace(stateSlot, errorBox(exc, { title: 'The node state could not be read' })),
+    });
+    return () => live.close();
+  },
+};
+
+function renderState(slot, state, ...extra) {
+  replace(slot,
         h('p', {}, `${state.active_requests} request(s) running, ${state.queued_requests} waiting.`),
         table({
           caption: `Runtimes of ${state.node_id}`, rows: state.runtimes, rowKey: (r) => r.runtime,
@@ -63,9 +93,5 @@ export default {
             { key: 'pid', label: 'PID', class: 'num' },
             { key: 'port', label: 'Port', class: 'num' },
           ],
-        })),
-      onerror: (exc) => replace(stateSlot, errorBox(exc, { title: 'The node state could not be read' })),
-    });
-    return () => live.close();
-  },
-};
+        }), ...extra);
+}
