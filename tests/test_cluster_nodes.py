@@ -600,3 +600,23 @@ async def test_load_captures_from_several_nodes(h: RouterHarness) -> None:
         assert await captured(node="s1") == [("s1", "b")]
         unknown = await client.get("/router/v1/site/load-captures", params={"node": "zz"})
         assert unknown.status_code == 404
+
+
+async def test_a_slave_keeps_serving_and_registering_while_the_master_is_down(
+    h: RouterHarness,
+) -> None:
+    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    slave = c.slaves[0]
+    await slave.start()  # the master is not running yet
+    body = {"model": "b", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(base_url=slave.base, timeout=30) as client:
+        assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+
+    async def failed_registrations() -> bool:
+        return slave.log.read_text().count("registration with the master failed") >= 2
+
+    assert await until(failed_registrations, True)  # it retries every sync_interval
+    await c.master.start()
+    async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
+        assert await until(lambda: listed_ids(client), ["a", "b"])
+        assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
