@@ -121,10 +121,15 @@ export function jobsPanel(ctx) {
 
   function follow(job) {
     if (STREAM_ENDS.has(job.state) || streams.has(job.id) || streams.size >= MAX_STREAMS) return;
-    const events = createEvents({ path: `/site/download/jobs/${encodeURIComponent(job.id)}/events`, names: JOB_EVENTS });
+    // A job's stream replays its history first: a stream opened again after a resume starts
+    // after the last event seen, or the replayed "paused" would end it at once.
+    const seen = rows.get(job.id)?.lastEventId;
+    const path = `/site/download/jobs/${encodeURIComponent(job.id)}/events${seen ? `?after=${seen}` : ''}`;
+    const events = createEvents({ path, names: JOB_EVENTS });
     events.subscribe((event) => {
       const entry = rows.get(job.id);
       if (!entry) return;
+      if (event.event_id) entry.lastEventId = event.event_id;
       const next = applyJobEvent(entry.job, event);
       if (STREAM_ENDS.has(next.state)) {
         events.stop();

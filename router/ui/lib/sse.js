@@ -58,6 +58,8 @@ export function createEvents({ path = '/events', onstatus = () => {}, names = EV
       return; // a heartbeat or a foreign line: nothing to apply
     }
     const event = { event: name, ...data };
+    // A job's stream replays its history from the id a new stream starts after (downloads).
+    if (id !== null && Number.isFinite(id)) event.event_id = id;
     for (const fn of handlers) fn(event);
   };
 
