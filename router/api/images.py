@@ -27,14 +27,13 @@ from aiohttp import web
 from router.api import inference
 from router.api.common import Handler, arrived, match_of, matched_route, read_control_json
 from router.api.lanes import active_view, choose_config, public_id, resolve_for_lane
-from router.api.relay import remote_target, target_on
-from router.api.responses import IdWatcher, WatchingRewriter
-from router.appkeys import CATALOG, CLUSTER, IMAGES, RUNTIMES, SESSION, SETTINGS
+from router.api.relay import remote_target
+from router.api.responses import pinned_target, pinning
+from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.cluster import Target
 from router.domain import Family, Lane, MiB, family_for
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import (
-    ModelRewriter,
     Selection,
     body_stream,
     read_selector,
@@ -290,23 +289,12 @@ def _relayed(
     """Relayed as sent; a job submitted there is pinned to that node for its polls."""
     if kind != "submit":
         return inference.Override(selection, relay_to=target)
-    service = request.app[CLUSTER]
-    node, local = target.replica.node_id, target.replica.local_id
-
-    def watch(rewriter: ModelRewriter) -> ModelRewriter:
-        return WatchingRewriter(
-            rewriter, IdWatcher(lambda i: service.pin(JOB_PIN + i, node, local))
-        )
-
+    watch = pinning(request, target, JOB_PIN)
     return inference.Override(selection, relay_to=target, relay_watch=watch)
 
 
 async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse | None:
-    if request.app[SETTINGS].cluster.role != "master":
-        return None
-    service = request.app[CLUSTER]
-    pinned = service.pinned(JOB_PIN + job_id)
-    target = target_on(service, *pinned) if pinned else None
+    target = pinned_target(request, JOB_PIN + job_id)
     if target is None:
         return None
     body = await request.read() if request.body_exists else b""

@@ -184,39 +184,47 @@ async def create(request: web.Request) -> web.StreamResponse:
     selection = await _selection(request)
     target = remote_target(request, selection)
     if target is not None:  # another cluster node answers: its id is pinned to that node
-        return await forward(request, _relayed(request, selection, target))
+        relayed = Override(selection, relay_to=target, relay_watch=pinning(request, target, PIN))
+        return await forward(request, relayed)
     return await forward(request, Override(selection, on_lease=watch))
 
 
 PIN = "response:"
 
 
-def _relayed(request: web.Request, selection: Selection, target: Target) -> Override:
+def pinning(
+    request: web.Request, target: Target, prefix: str
+) -> Callable[[ModelRewriter], ModelRewriter]:
+    """A relay watch that pins the id an answer starts with (a stored response, an sd-server
+    job) to the node that made it, so its follow-ups go there."""
     service = request.app[CLUSTER]
     node, local = target.replica.node_id, target.replica.local_id
 
     def watch(rewriter: ModelRewriter) -> ModelRewriter:
-        return WatchingRewriter(
-            rewriter, IdWatcher(lambda rid: service.pin(PIN + rid, node, local))
-        )
+        return WatchingRewriter(rewriter, IdWatcher(lambda i: service.pin(prefix + i, node, local)))
 
-    return Override(selection, relay_to=target, relay_watch=watch)
+    return watch
+
+
+def pinned_target(request: web.Request, key: str) -> Target | None:
+    """On a master, the node a pinned id was made on, as a relay target."""
+    if request.app[SETTINGS].cluster.role != "master":
+        return None
+    service = request.app[CLUSTER]
+    pinned = service.pinned(key)
+    return target_on(service, *pinned) if pinned else None
 
 
 async def _follow_remote(request: web.Request, response_id: str) -> web.StreamResponse | None:
     """A follow-up for a response another node made: to that node, as sent."""
-    if request.app[SETTINGS].cluster.role != "master":
-        return None
-    service = request.app[CLUSTER]
-    pinned = service.pinned(PIN + response_id)
-    target = target_on(service, *pinned) if pinned else None
+    target = pinned_target(request, PIN + response_id)
     if target is None:
         return None
     read = await _selection(request)
     selection = Selection(target.public.public_id, read.prefix, read.complete, "response")
     response = await forward(request, Override(selection, relay_to=target))
     if request.method == "DELETE" and 200 <= response.status < 300:
-        service.unpin(PIN + response_id)
+        request.app[CLUSTER].unpin(PIN + response_id)
     return response
 
 

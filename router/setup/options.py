@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from router.config import Settings
+from router.config.files import write_atomic
 from router.domain import Family
 from router.errors import BadRequest
-from router.setup.persist import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,9 @@ class LaunchOptions:
         """Persist `changes` (blocking, small); True when an effective value changed."""
         before = self.current()
         saved = {**self._saved, **changes}
-        write_atomic(self.path, json.dumps({BACKEND_ID: saved}, indent=1).encode())
+        write_atomic(
+            self.path, json.dumps({BACKEND_ID: saved}, indent=1).encode(), make_parent=True
+        )
         self._saved = saved
         return self.current() != before
 

@@ -5,37 +5,21 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from router.config.files import write_atomic
 from router.setup.job import Chunk
 
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Blocking: a temp file in the same folder renamed over `path` (whole or not at all)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_job(folder: Path, record: dict[str, Any], chunks: list[Chunk], keep: int) -> None:
     job_id = record["id"]
     rows = [[s, st, t, base64.b64encode(d).decode("ascii"), tr] for s, st, t, d, tr in chunks]
-    write_atomic(folder / f"{job_id}.output.json", json.dumps(rows).encode())
-    write_atomic(folder / f"{job_id}.json", json.dumps(record).encode())
+    write_atomic(folder / f"{job_id}.output.json", json.dumps(rows).encode(), make_parent=True)
+    write_atomic(folder / f"{job_id}.json", json.dumps(record).encode(), make_parent=True)
     records = sorted(
         (p for p in folder.glob("*.json") if _JOB_ID.match(p.stem)), key=lambda p: p.stat().st_mtime
     )

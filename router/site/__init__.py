@@ -5,6 +5,7 @@ the config-file routes (names, screening, findings) and cook plans (docs/site.md
 
 from __future__ import annotations
 
+from router.config.files import write_atomic
 from router.config.kcpps import unresolved_fields
 from router.site.configs import (
     SUFFIX,
@@ -33,7 +34,6 @@ from router.site.portable import (
     portable_slots,
     runnable,
     split_key,
-    write_atomic,
 )
 
 __all__ = [

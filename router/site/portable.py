@@ -3,14 +3,12 @@
 Export replaces every component path field `<field>` by `<field>_hash` (64 lowercase hex) and
 `<field>_filename` (the bare file name); list fields (`lora`, `sdlora`) become two parallel
 lists. Resolution finds each hash on this node and writes the paths back; a field that does
-not resolve is reported by name and nothing is written. Pure apart from `write_atomic`.
+not resolve is reported by name and nothing is written. Pure (files are written with `router.config.files.write_atomic`).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,23 +115,3 @@ def runnable(doc: Mapping[str, Any], paths: Mapping[str, str]) -> dict[str, Any]
             items[slot.position] = path
             out[slot.field] = items
     return out
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Blocking: write via a temp file in the same folder, fsync, rename, fsync the folder, so
-    a reader (the catalog) sees the old file or the whole new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

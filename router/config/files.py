@@ -1,0 +1,29 @@
+"""Writing a file whole or not at all: the one way the router replaces a file it owns."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: Path, data: bytes, *, make_parent: bool = False) -> None:
+    """Blocking: write via a temp file in the same folder, fsync, rename, fsync the folder, so
+    a reader (the catalog, a restarted router) sees the old file or the whole new one."""
+    if make_parent:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
