@@ -268,3 +268,45 @@ async def test_a_slave_resolves_its_master_once() -> None:
     )  # fmt: skip
     assert await _master_addresses(slave) == {"127.0.0.1"}
     assert await _master_addresses(Settings()) == frozenset()
+
+
+async def test_the_node_client_reads_a_large_answer_sent_in_pieces() -> None:
+    """A 200-model snapshot (hundreds of KB) written in several pieces with pauses is read to
+    its end, not cut at what happened to be buffered."""
+    import asyncio
+    import json
+
+    import aiohttp
+    from aiohttp import web
+
+    from router.cluster import NodeClient
+    from tests.harness import free_port
+
+    models = [{"local_id": f"model-{i:03d}", "filename": "x" * 1500} for i in range(200)]
+    body = json.dumps({"protocol": PROTOCOL_VERSION, "node_id": "a",
+                       "node_url": "http://127.0.0.1", "models": models}).encode()  # fmt: skip
+    assert len(body) > 300_000
+
+    async def snapshot(request: web.Request) -> web.StreamResponse:
+        reply = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await reply.prepare(request)
+        for start in range(0, len(body), 64_000):
+            await reply.write(body[start : start + 64_000])
+            await asyncio.sleep(0.02)
+        await reply.write_eof()
+        return reply
+
+    app = web.Application()
+    app.router.add_get("/router/v1/node/models", snapshot)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = NodeClient(session, "t", AllowList([base]), 10.0)
+            answer = await client.call("GET", base, "/router/v1/node/models")
+        assert Snapshot.model_validate(answer).models[-1].local_id == "model-199"
+    finally:
+        await runner.cleanup()

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 
 from router.cluster.urls import AllowList
+from router.edge import read_capped_stream
 from router.errors import BadGateway, ClusterError, GatewayTimeout, RouterError
 
 # A snapshot of 200 models is ~100 KB; this bounds what a broken or hostile peer can make us hold.
@@ -55,14 +56,18 @@ class NodeClient:
                 method, target, data=data, headers=headers, timeout=self._timeout,
                 allow_redirects=False,
             ) as reply:  # fmt: skip
-                raw = await reply.content.read(MAX_CONTROL_REPLY + 1)
+                # Every piece to the end (a 200-model snapshot arrives in several reads).
+                too_large = BadGateway(
+                    f"{base} answered {path} with more than {MAX_CONTROL_REPLY} bytes"
+                )
+                raw = await read_capped_stream(
+                    reply.content, reply.content_length, MAX_CONTROL_REPLY, too_large
+                )
                 status = reply.status
         except TimeoutError:
             raise GatewayTimeout(f"{base} did not answer {path} in time") from None
         except aiohttp.ClientError as err:
             raise BadGateway(f"{base} is unreachable: {err.__class__.__name__}") from None
-        if len(raw) > MAX_CONTROL_REPLY:
-            raise BadGateway(f"{base} answered {path} with more than {MAX_CONTROL_REPLY} bytes")
         return _decoded(base, path, status, raw)
 
 

@@ -16,20 +16,8 @@ const shell = {
   mounting: 0,
 };
 
-// Until the session route exists on a router (404/501), the UI behaves as on trusted_lan.
-const NO_SESSION_ROUTE = {
-  authenticated: true, login_required: false, profile: 'trusted_lan',
-  csrf_token: null, expires_at: null, node: null,
-};
-
 async function loadSession() {
-  let session;
-  try {
-    session = await api.get('/ui/session');
-  } catch (exc) {
-    if (!(exc instanceof ApiError) || (exc.status !== 404 && exc.status !== 501)) throw exc;
-    session = NO_SESSION_ROUTE;
-  }
+  const session = await api.get('/ui/session');
   setCsrfToken(session.csrf_token);
   return session;
 }

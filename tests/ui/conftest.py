@@ -78,8 +78,6 @@ class UiRouter:
         self.harness = harness
         self.base = process.base
         self.http = httpx.Client(base_url=process.base, timeout=30)
-        # Until the session API is part of this router, the UI runs as on trusted_lan.
-        self.has_session_route = self.http.get("/router/v1/ui/session").status_code != 404
 
     def get(self, path: str, **kw: Any) -> Any:
         response = self.http.get(path, **kw)
@@ -153,8 +151,6 @@ class GuardedPage:
         self.problems: list[str] = []
         self.api_calls: list[tuple[str, str]] = []
         self.allowed: list[tuple[re.Pattern[str], int]] = []
-        if not router.has_session_route:
-            self.allow(r"^/router/v1/ui/session$", 404)
         page.on("console", self._console)
         page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
         page.on("request", self._request)

@@ -91,8 +91,6 @@ def test_sign_in_never_redirects_off_the_ui(ui: GuardedPage) -> None:
 def secure_router(
     ui_router: UiRouter, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[UiRouter]:
-    if not ui_router.has_session_route:
-        pytest.skip("the router does not serve /router/v1/ui/session yet (the session API)")
     h = RouterHarness(tmp_path_factory.mktemp("ui-secure"))
     h.model("alpha")
     process = RouterProcess(h)
