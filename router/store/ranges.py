@@ -24,6 +24,8 @@ from typing import Any
 
 import aiosqlite
 
+from router.store.summary import filter_clause
+
 QUANTILES = {"p50": 50, "p95": 95}
 METRICS = ("duration_ms", "queue_wait_ms")  # metric 0 and 1 in analytics_hist
 RATIO = 2 ** (1 / 8)  # the migration's 1.0905077326652577
@@ -209,15 +211,8 @@ def expiry(now: float, raw_retention: float) -> list[tuple[str, tuple[Any, ...]]
 def _where(
     tier: int, from_ts: int, to_ts: int, model: str | None, nodes: Sequence[str]
 ) -> tuple[str, list[Any]]:
-    clause = "tier = ? AND start >= ? AND start < ?"
-    params: list[Any] = [tier, from_ts, to_ts]
-    if model is not None:
-        clause += " AND model = ?"
-        params.append(model)
-    if nodes:
-        clause += f" AND node_id IN ({', '.join('?' for _ in nodes)})"
-        params.extend(nodes)
-    return clause, params
+    extra, filters = filter_clause(model, nodes)
+    return "tier = ? AND start >= ? AND start < ?" + extra, [tier, from_ts, to_ts, *filters]
 
 
 _COUNTS = """

@@ -21,8 +21,9 @@ QUANTILES = {"p50": 50, "p95": 95}
 METRICS = ("duration_ms", "queue_wait_ms")
 
 
-def _where(model: str | None, nodes: Sequence[str]) -> tuple[str, list[Any]]:
-    clause, params = "time >= :from AND time < :to", []
+def filter_clause(model: str | None, nodes: Sequence[str]) -> tuple[str, list[Any]]:
+    """The model and node filters every analytics query takes: ` AND ...` and its parameters."""
+    clause, params = "", list[Any]()
     if model is not None:
         clause += " AND model = ?"
         params.append(model)
@@ -30,6 +31,11 @@ def _where(model: str | None, nodes: Sequence[str]) -> tuple[str, list[Any]]:
         clause += f" AND node_id IN ({', '.join('?' for _ in nodes)})"
         params.extend(nodes)
     return clause, params
+
+
+def _where(model: str | None, nodes: Sequence[str]) -> tuple[str, list[Any]]:
+    extra, params = filter_clause(model, nodes)
+    return "time >= :from AND time < :to" + extra, params
 
 
 def _bind(sql: str, from_ts: float, to_ts: float, bucket: int) -> str:
