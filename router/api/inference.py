@@ -12,7 +12,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
-from router.api import guardians, offload
+from router.api import borrowed, guardians, offload
 from router.api.common import Handler, arrived, matched_route
 from router.api.relay import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
@@ -144,7 +144,7 @@ async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[Pro
         result.status = result.status or exc.status
         result.error_message = result.error_message or exc.message
         # A lent request handed back to its owner is no request of this node's (lending.md).
-        returned = exc.code == offload.OFFLOAD_RETURNED
+        returned = exc.code == borrowed.OFFLOAD_RETURNED
         raise
     finally:
         # A request another node answered is recorded there; one that reached none, here.
@@ -208,7 +208,7 @@ async def _forward(
         lent = await offload.lend(request, selection, config, links, result)
         if lent is not None:
             return lent
-    with offload.serving(request, config, lane):
+    with borrowed.serving(request, config, lane):
         return await _serve(request, route, info, result, override, config, public_id, lane)
 
 

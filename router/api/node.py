@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api import control, offload
+from router.api import control
+from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER
 from router.api.common import Handler, match_of, read_control_json
 from router.appkeys import (
     BORROWED,
@@ -120,14 +121,12 @@ async def inference(request: web.Request, path: str) -> web.StreamResponse:
     if found.route.role is not Role.INFERENCE:
         raise NotFound(f"{path} is not an inference route")
     borrowed = None
-    if request.headers.get(offload.OFFLOAD_HEADER) == "1":  # lent by its owner (lending.md)
-        borrowed = request.headers.get(offload.OFFLOAD_LOAD_HEADER) != "0"
+    if request.headers.get(OFFLOAD_HEADER) == "1":  # lent by its owner (lending.md)
+        borrowed = request.headers.get(OFFLOAD_LOAD_HEADER) != "0"
     return await _dispatch_inner(request, path, found, request.app[DISPATCH], borrowed)
 
 
-_INNER_DROPPED = frozenset(
-    {"authorization", offload.OFFLOAD_HEADER.lower(), offload.OFFLOAD_LOAD_HEADER.lower()}
-)
+_INNER_DROPPED = frozenset({"authorization", OFFLOAD_HEADER.lower(), OFFLOAD_LOAD_HEADER.lower()})
 
 
 async def _dispatch_inner(

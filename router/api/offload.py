@@ -7,39 +7,32 @@ helper, the request goes to the helper's node for the helper's model, buffered, 
 borrowed. A refusal (409 `offload_returned`), an unreachable helper or a helper error puts the
 request back on this node: the client never sees any of it.
 
-Helper (the node inference route with the borrowed mark): refuses with 409 `offload_returned`
-while it has its own work on the lane, or when the model is not loaded and the link forbids
-a load; otherwise it serves the request as its own and records it.
+The helper's side is router/api/borrowed.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
 
+from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RETURNED
 from router.api.relay import node_headers, node_path_qs
 from router.appkeys import BORROWED, CLUSTER, LINKS, RUNTIMES, SESSION, SETTINGS
 from router.cluster import ClusterService, RuntimeStatus
 from router.cluster.lending import HelperState, Link, choose_helper
 from router.config import ModelConfig
 from router.domain import Lane
-from router.errors import Conflict
 from router.forwarding import ModelRewriter, ProxyResult, Selection
 from router.forwarding.selector import SELECTOR_HEADER
 
 if TYPE_CHECKING:
     from router.api.inference import Override
 
-OFFLOAD_HEADER = "X-Tensors-Offload"  # "1": a lent request (honoured on node routes only)
-OFFLOAD_LOAD_HEADER = "X-Tensors-Offload-Load"  # "0": the link forbids loading the model
-OFFLOAD_RETURNED = "offload_returned"
 LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # Paths whose follow-ups must find the node that made them (stored responses, sd-server jobs)
 # are never lent: only the relay pins them.
@@ -197,28 +190,3 @@ def _returned(raw: bytes) -> bool:
         return False
     error = doc.get("error") if isinstance(doc, dict) else None
     return isinstance(error, dict) and error.get("code") == OFFLOAD_RETURNED
-
-
-@contextlib.contextmanager
-def serving(request: web.Request, config: ModelConfig, lane: Lane) -> Iterator[None]:
-    """Around a request served here: a borrowed one is refused or counted as borrowed."""
-    allow_load = request.get(BORROWED)
-    if allow_load is None:
-        yield
-        return
-    runtimes = request.app[RUNTIMES]
-    table = request.app[LINKS]
-    views = runtimes.views()
-    active = sum(v.leases for v in views if v.lane is lane)
-    own = active + runtimes.queue_length(lane) - table.borrowed.get(lane.value, 0)
-    if own > 0:
-        raise Conflict(f"this node has its own {lane} work; the request goes back to its owner",
-                       code=OFFLOAD_RETURNED)  # fmt: skip
-    if not allow_load and not any(v.config.id == config.id and v.ready for v in views):
-        raise Conflict(f"{config.id!r} is not loaded and the link forbids a load",
-                       code=OFFLOAD_RETURNED)  # fmt: skip
-    table.borrowed[lane.value] = table.borrowed.get(lane.value, 0) + 1
-    try:
-        yield
-    finally:
-        table.borrowed[lane.value] -= 1
