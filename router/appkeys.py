@@ -14,8 +14,9 @@ from aiohttp import web
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService
+    from router.cluster.decisions import DecisionLog
     from router.cluster.guardians import GuardianTable
-    from router.cluster.lending import LinkTable
+    from router.cluster.lending import LendingValues, LinkTable
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
@@ -73,6 +74,10 @@ MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Lending links in force, and lending's counters (router/api/lending.py, offload.py).
 LINKS: web.AppKey[LinkTable] = web.AppKey("links")
+# The lending settings in force (config file, then the values saved from the WebUI).
+LENDING: web.AppKey[LendingValues] = web.AppKey("lending")
+# The lending decision log (router/cluster/decisions.py).
+DECISIONS: web.AppKey[DecisionLog] = web.AppKey("decisions")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -10,9 +10,11 @@ from typing import Any
 from aiohttp import web
 
 from router.api.common import Handler, read_control_json, refuse_addresses
-from router.appkeys import CLUSTER, LINKS, SETTINGS, STORE
+from router.appkeys import CLUSTER, DECISIONS, LENDING, LINKS, SETTINGS, STORE
 from router.cluster import NodeModel
+from router.cluster.decisions import DecisionLog
 from router.cluster.lending import (
+    LendingValues,
     Link,
     LinkTable,
     Side,
@@ -28,6 +30,8 @@ Known = dict[tuple[str, str], NodeModel]
 async def links_context(app: web.Application) -> AsyncIterator[None]:
     rows = await app[STORE].link_rows()
     app[LINKS] = LinkTable(Link(**row) for row in rows)
+    app[LENDING] = LendingValues(app[SETTINGS].cluster.lending())
+    app[DECISIONS] = DecisionLog()
     yield
 
 

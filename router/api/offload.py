@@ -22,7 +22,7 @@ from aiohttp import web
 
 from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RETURNED
 from router.api.relay import node_headers, node_path_qs
-from router.appkeys import BORROWED, CLUSTER, LINKS, RUNTIMES, SESSION, SETTINGS
+from router.appkeys import BORROWED, CLUSTER, LENDING, LINKS, RUNTIMES, SESSION, SETTINGS
 from router.cluster import ClusterService, RuntimeStatus
 from router.cluster.lending import HelperState, Link, choose_helper
 from router.config import ModelConfig
@@ -87,7 +87,7 @@ async def lend(
     """Hold the request while this node is busy with `config`; the helper's answer when one
     took it, None to run it here (not busy any more, returned, or held too long)."""
     settings = request.app[SETTINGS]
-    depth = settings.cluster.scheduling_backend_depth
+    depth = request.app[LENDING].values.scheduling_backend_depth
     end = time.monotonic() + settings.runtime.queue_timeout
     while True:
         busy = owner_busy(request, config)

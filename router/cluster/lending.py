@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.cluster.protocol import NodeModel, RuntimeStatus
+from router.config import LendingSettings
 from router.errors import BadRequest
 
 LANES = ("text", "image")
@@ -215,3 +216,11 @@ class LinkTable:
         return tuple(
             link for link in self.links if link.lane == lane and link.helper == (node_id, model_id)
         )
+
+
+class LendingValues:
+    """The lending settings in force (`cluster.scheduling_*` / `cluster.offload_*`): readers
+    take `.values` once per decision; a saved batch replaces it whole."""
+
+    def __init__(self, values: LendingSettings) -> None:
+        self.values = values

@@ -279,7 +279,37 @@ class MediaSection(_Section):
     scratch_dir: Path | None = None
 
 
-class ClusterSection(_Section):
+class LendingSettings(_Section):
+    """The lending keys (docs/lending.md): `cluster.*` in the config file, and the batch the
+    WebUI's Lending page saves over them (validated whole: one bad value changes nothing)."""
+
+    # Fallback tick for refitting costs and planning leases (events plan sooner).
+    scheduling_refresh_interval: PositiveDuration = 60.0
+    # Analytics younger than this feed the cost fits; must stay within analytics.raw_retention.
+    scheduling_sample_window: PositiveDuration = 86400.0
+    # Samples a node needs before its own fit is trusted (below: priced conservatively).
+    scheduling_min_samples: int = Field(default=20, ge=2, le=100_000)
+    # A linked model admits this many requests to its backend at once; the rest wait here.
+    scheduling_backend_depth: int = Field(default=2, ge=1, le=64)
+    scheduling_grant_ttl: PositiveDuration = 30.0
+    # Tokens reserved for the answer when a queued request states no max_tokens.
+    scheduling_context_reserve: int = Field(default=256, ge=0, le=2**20)
+    offload_restore_delay: PositiveDuration = 1.5
+    offload_probe_idle: PositiveDuration = 5.0
+    offload_faster_helper_slots: int = Field(default=2, ge=1, le=64)
+    offload_slower_helper_slots: int = Field(default=1, ge=1, le=64)
+    offload_probe_helper_slots: int = Field(default=1, ge=1, le=64)
+    offload_hold_for_faster_helper: bool = True
+    offload_decisions_retention: PositiveDuration = 30 * 86400.0
+
+    def lending(self) -> LendingSettings:
+        """Just the lending keys, as their own settings object."""
+        return LendingSettings.model_validate(
+            {name: getattr(self, name) for name in LendingSettings.model_fields}
+        )
+
+
+class ClusterSection(LendingSettings):
     role: Literal["standalone", "master", "slave"] = "standalone"
     node_id: str = "local"
     public_url: str | None = None
@@ -291,8 +321,6 @@ class ClusterSection(_Section):
     # One deadline per buffered node call (request and answer); streams have their own.
     control_timeout: PositiveDuration = 30.0
     sync_concurrency: int = Field(default=4, ge=1, le=128)
-    # A linked owner model lends only once this many of its requests are in flight or queued.
-    scheduling_backend_depth: int = Field(default=2, ge=1, le=64)
 
     @field_validator("node_id")
     @classmethod
