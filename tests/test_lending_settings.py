@@ -75,6 +75,8 @@ async def test_layers_save_hot_survive_a_restart_and_fall_back(h: RouterHarness)
         assert saved["offload_hold_for_faster_helper"]["effective"] is False
         assert effective(await current(client)) == effective(reply.json())
         before = effective(reply.json())
+        assert (await client.head(SETTINGS_PATH)).status_code == 200  # reads, never clears
+        assert by_key(await current(client))["scheduling_backend_depth"]["saved"] == 5
 
         # One bad value in a batch of good ones: 400 naming it, and not one key changed.
         for bad, key in (

@@ -44,12 +44,10 @@ def layers_of(app: web.Application) -> LendingLayers:
     return layers
 
 
-async def in_force(app: web.Application, values: LendingSettings) -> None:
-    """What follows a change of the values: the decision log's retention (pruned now, so a
-    shorter one takes effect at once) and the push to the slaves."""
-    store = app[STORE]
-    store.decision_retention = values.offload_decisions_retention
-    await store.prune_decisions(values.offload_decisions_retention)
+def in_force(app: web.Application, values: LendingSettings) -> None:
+    """What follows a change of the values, in the same step as the change: the decision
+    log's retention, and the push to the slaves (which sends what is in force when it runs)."""
+    app[STORE].decision_retention = values.offload_decisions_retention
     push = app.get(LENDING_PUSH)
     if push is not None:
         push.everyone()
@@ -71,7 +69,7 @@ async def offload_settings(request: web.Request) -> web.StreamResponse:
     refuse_addresses(request)
     app = request.app
     layers = layers_of(app)
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         return web.json_response(listing(layers.config, layers.saved, layers.values))
     if app[SETTINGS].cluster.role == "slave":
         raise NotFound("a slave's lending settings are pushed by its master; save them there")
@@ -87,7 +85,9 @@ async def offload_settings(request: web.Request) -> web.StreamResponse:
             saved, values = apply_batch(batch, layers.saved, layers.config, retention)
         await app[STORE].replace_lending_saved(saved)
         layers.saved, layers.values = saved, values
-    await in_force(app, values)
+        in_force(app, values)
+    # A shorter retention takes effect now rather than at the next hourly pass.
+    await app[STORE].prune_decisions(values.offload_decisions_retention)
     return web.json_response(listing(layers.config, layers.saved, layers.values))
 
 

@@ -80,4 +80,7 @@ class Pusher:
             except RouterError as err:
                 log.info("lending push to %s (%s) failed: %s", entry.node_id, path, err.message)
                 return
+            except Exception:  # the push task must outlive one bad answer
+                log.exception("lending push to %s (%s) failed", entry.node_id, path)
+                return
             self.sent += 1
