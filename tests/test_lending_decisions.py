@@ -8,9 +8,15 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from router import __version__
 from router.appkeys import DECISIONS, STORE
-from router.cluster.decisions import Decision
+from router.cluster.decisions import Decision, decision_row
+from router.config import AnalyticsSection
+from router.store import Store
+from router.store import store as store_module
+from router.store.lending import DecisionFilter
 from tests.harness import RouterHarness
 
 DECISIONS_PATH = "/router/v1/site/offload/decisions"
@@ -151,3 +157,25 @@ async def test_a_restart_prunes_with_the_saved_retention(harness: RouterHarness)
     client = await harness.start()
     kept = [r["detail"] for r in (await client.get(DECISIONS_PATH)).json()["decisions"]]
     assert kept == [{"keep": True}]
+
+
+async def test_the_writers_hourly_pass_prunes_decisions_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass that expires raw analytics (Store._hourly) also expires decision rows once the
+    lending context has set the retention."""
+    store = await Store.open(
+        tmp_path / "router.sqlite", node_id="n1", analytics=AnalyticsSection(writer_process=False)
+    )
+    try:
+        store.decision_retention = 600.0
+        store.add_decision(decision_row(sample(1, at=time.time() - 3600), "v"))
+        store.add_decision(decision_row(sample(2), "v"))
+        await store.flush()  # within the hour since open: nothing pruned yet
+        assert len((await store.decision_page(DecisionFilter()))["decisions"]) == 2
+        monkeypatch.setattr(store_module, "RETENTION_PERIOD", 0.0)
+        await store.flush()  # the writer runs its periodic pass before answering a flush
+        left = (await store.decision_page(DecisionFilter()))["decisions"]
+        assert [row["detail"]["index"] for row in left] == [2]
+    finally:
+        await store.close()
