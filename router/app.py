@@ -50,6 +50,7 @@ from router.api import (
     meta,
     models,
     node,
+    offload_plan,
     ollama,
     ollama_gen,
     realtime,
@@ -139,6 +140,7 @@ HANDLERS: dict[str, Handler] = {
     **node.HANDLERS,
     **guardians.HANDLERS,
     **lending.HANDLERS,
+    **offload_plan.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
     **setup.HANDLERS,
@@ -273,6 +275,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             benchmarks.benchmarks_context,
             guardians.guardians_context,
             lending.links_context,
+            offload_plan.planning_context,
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,

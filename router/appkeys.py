@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from router.cluster import ClusterService
     from router.cluster.decisions import DecisionLog
     from router.cluster.guardians import GuardianTable
+    from router.cluster.leases import LendBook
     from router.cluster.lending import LendingValues, LinkTable
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
@@ -78,6 +79,8 @@ LINKS: web.AppKey[LinkTable] = web.AppKey("links")
 LENDING: web.AppKey[LendingValues] = web.AppKey("lending")
 # The lending decision log (router/cluster/decisions.py).
 DECISIONS: web.AppKey[DecisionLog] = web.AppKey("decisions")
+# Leases, held and lent requests, this node's cost fits (router/api/offload_plan.py).
+LEND: web.AppKey[LendBook] = web.AppKey("lend")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -1,0 +1,132 @@
+"""Planning one owner's leases (docs/lending.md, "Leases"), and the text lane's context gate.
+Pure: the master's planner (router/api/offload_plan.py) gathers what it saw of each helper
+and records the rows these functions return.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.cluster.costs import CostFit
+from router.cluster.leases import Lease
+from router.cluster.lending import Link
+from router.cluster.pricing import quote
+from router.config import LendingSettings
+
+# Conservative: English text runs near 4 bytes a token and the JSON around a prompt adds
+# bytes that are no tokens at all, so 2 over-counts ordinary prompts about twofold; text in
+# three-byte UTF-8 scripts (CJK) runs near 1 token a character, which 2 still covers.
+BYTES_PER_TOKEN = 2.0
+_ANSWER_KEYS = ("max_tokens", "max_completion_tokens", "n_predict", "max_length")
+
+
+def needed_tokens(body: bytes, reserve: int) -> int:
+    """The context a text request needs: its estimated prompt plus the answer it asked for
+    (`reserve` when it names no limit, or names one that is no positive whole number)."""
+    prompt = math.ceil(len(body) / BYTES_PER_TOKEN)
+    answer = reserve
+    try:
+        doc = json.loads(body) if body else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict):
+        for key in _ANSWER_KEYS:
+            value = doc.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                answer = value
+                break
+    return prompt + answer
+
+
+def context_fits(need: int, window: int | None) -> bool:
+    """The helper's window holds the request (an unknown window holds nothing)."""
+    return window is not None and need <= window
+
+
+@dataclass(frozen=True, slots=True)
+class HelperView:
+    """One link's helper as the master saw it just now."""
+
+    answered: bool
+    available: bool
+    own_work: int
+    recently_busy: bool
+    loaded: bool
+    displaces: bool  # a load would push another loaded model of the lane out
+    context_length: int | None
+    cost: CostFit | None
+    displaced: CostFit | None = None
+    claimed: bool = False  # another owner holds a live lease on this helper node's lane
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRow:
+    link: Link
+    outcome: str  # granted | skipped
+    reasons: tuple[str, ...]
+    lease: Lease | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _refusal(link: Link, view: HelperView | None, needs: Sequence[int]) -> str | None:
+    if view is None or not view.answered or not view.available or view.own_work > 0:
+        return "helper_not_accepting"
+    if view.claimed:
+        return "helper_claimed"
+    if view.recently_busy:
+        return "helper_recently_busy"
+    if not view.loaded and not link.load_if_unloaded:
+        return "load_forbidden"
+    if link.lane == "text" and not any(context_fits(n, view.context_length) for n in needs):
+        return "context_too_small"
+    return None
+
+
+def plan_owner(
+    links: Sequence[Link],
+    *,
+    needs: Sequence[int],
+    owner_busy: int,
+    owner_cost: CostFit | None,
+    helpers: Mapping[tuple[str, str], HelperView],
+    values: LendingSettings,
+    now: float,
+) -> tuple[PlanRow, ...]:
+    """One row per link of an owner holding `needs` (one entry per held request): a lease
+    granted over it, or the reason it is skipped. Nothing held: nothing to plan."""
+    if not needs:
+        return ()
+    rows = []
+    ttl = values.scheduling_grant_ttl
+    for link in links:
+        view = helpers.get(link.helper)
+        refused = _refusal(link, view, needs)
+        if refused is not None or view is None:
+            rows.append(PlanRow(link, "skipped", (refused or "helper_not_accepting",)))
+            continue
+        price = quote(
+            backlog=len(needs) + owner_busy,
+            owner=owner_cost,
+            helper=view.cost,
+            helper_loaded=view.loaded,
+            displaced=view.displaced,
+            displaces=view.displaces,
+            restore=link.restore_after_borrow,
+            faster_slots=values.offload_faster_helper_slots,
+            slower_slots=values.offload_slower_helper_slots,
+        )
+        if not price.lend:
+            rows.append(PlanRow(link, "skipped", price.reasons, None, price.detail()))
+            continue
+        lease = Lease(
+            link.lane, *link.owner, *link.helper,
+            load_helper_model=not view.loaded,
+            restore_helper_model=link.restore_after_borrow and view.displaces and not view.loaded,
+            helper_slots=price.slots, probe=False, expires=now + ttl, ttl_ms=int(ttl * 1000),
+        )  # fmt: skip
+        rows.append(PlanRow(link, "granted", price.reasons, lease, price.detail()))
+    return tuple(rows)
