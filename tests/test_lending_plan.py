@@ -278,3 +278,29 @@ def test_a_grant_only_for_an_accepting_helper_that_holds_some_request(
     granted = rows[0].outcome == "granted"
     assert granted == (own == 0 and not busy and min(needs) <= window)
     assert (rows[0].lease is not None) == granted
+
+
+# -- probes -----------------------------------------------------------------------------
+
+
+@given(idle=st.floats(0, 200), since=st.floats(0, 200), loaded=st.booleans())
+def test_a_cost_rejected_idle_helper_gets_a_probe_when_due(
+    idle: float, since: float, loaded: bool
+) -> None:
+    slow_helper = CostFit("fast", "text", 50.0, 1.0, 20, True)  # never worth it on price
+    owner = CostFit("slow", "text", 1.0, 1.0, 20, True)
+    s1 = view(cost=slow_helper, idle_s=idle, since_probe_s=since, loaded=loaded)
+    row = plan([50], owner, s1=s1)[0]
+    wait = VALUES.offload_probe_idle * (1 if loaded else 12)
+    assert "cost_rejected" in row.reasons
+    if idle >= wait and since >= wait:
+        assert row.outcome == "probe" and row.lease is not None and row.lease.probe
+        assert row.lease.helper_slots == VALUES.offload_probe_helper_slots
+        assert row.lease.load_helper_model == (not loaded)
+    else:
+        assert row.outcome == "skipped" and row.lease is None
+
+
+def test_no_probe_for_a_helper_that_is_not_accepting() -> None:
+    s1 = view(own_work=1, idle_s=1e6)
+    assert plan([50], s1=s1)[0].outcome == "skipped"

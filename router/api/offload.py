@@ -172,7 +172,14 @@ def _take(request: web.Request, owner: OwnerKey, need: int) -> Lease | None:
             if entry else None  # fmt: skip
         return model is not None and context_fits(need, model.context_length)
 
-    return request.app[LEND].table.take(owner, now, fits)
+    book = request.app[LEND]
+    lease = book.table.take(owner, now, fits)
+    if lease is not None and lease.probe:
+        book.probed[lease.key] = now
+        # A probe's slots are used once: the next probe is planned anew when it comes due.
+        if book.table.in_use.get(lease.key, 0) >= lease.helper_slots:
+            book.table.clear(lease.key)
+    return lease
 
 
 async def _lend_over(

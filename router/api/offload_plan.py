@@ -214,7 +214,9 @@ def helper_view(
     load = status.lanes.get(link.lane) if status else None
     own_work = max(0, load.active + load.queued - load.borrowed) if load else 0
     now = time.monotonic()
-    recently = now - book.busy_seen.get(link.helper_node_id, -1e9) < HELPER_BUSY_RECENT_S
+    busy_at = book.busy_seen.get(link.helper_node_id)
+    recently = busy_at is not None and now - busy_at < HELPER_BUSY_RECENT_S
+    probed = book.probed.get((link.lane, *owner[1:], *link.helper))
     loaded = status is not None and link.helper_model_id in status.loaded_models
     others = [
         m for m in (status.loaded_models if status else ())
@@ -232,6 +234,8 @@ def helper_view(
         context_length=model.context_length if model is not None else None,
         cost=fit_of(fits, link.helper_model_id, link.lane),
         displaced=fit_of(fits, others[0], link.lane) if others else None, claimed=claimed,
+        idle_s=now - (book.started if busy_at is None else busy_at),
+        since_probe_s=float("inf") if probed is None else now - probed,
     )  # fmt: skip
 
 

@@ -170,3 +170,5 @@ class LendBook:
         self.last_rows: dict[LeaseKey, tuple[str, tuple[str, ...]]] = {}
         self.running: dict[OwnerKey, Any] = {}  # owner -> its planning task
         self.pending: dict[OwnerKey, str] = {}  # owner -> the trigger of the one queued run
+        self.probed: dict[LeaseKey, float] = {}  # link -> monotonic time its last probe went
+        self.started = time.monotonic()  # a helper never seen busy is idle since then

@@ -1,4 +1,5 @@
-"""Planning one owner's leases (docs/lending.md, "Leases"), and the text lane's context gate.
+"""Planning one owner's leases (docs/lending.md, "Leases"), probes of idle helpers, and the
+text lane's context gate.
 Pure: the master's planner (router/api/offload_plan.py) gathers what it saw of each helper
 and records the rows these functions return.
 """
@@ -61,6 +62,8 @@ class HelperView:
     cost: CostFit | None
     displaced: CostFit | None = None
     claimed: bool = False  # another owner holds a live lease on this helper node's lane
+    idle_s: float = 0.0  # since the helper's own work was last seen
+    since_probe_s: float = float("inf")  # since this link's last probe was lent
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +123,9 @@ def plan_owner(
             slower_slots=values.offload_slower_helper_slots,
         )
         if not price.lend:
-            rows.append(PlanRow(link, "skipped", price.reasons, None, price.detail()))
+            probe = _probe(link, view, values, now)
+            outcome = "skipped" if probe is None else "probe"
+            rows.append(PlanRow(link, outcome, price.reasons, probe, price.detail()))
             continue
         lease = Lease(
             link.lane, *link.owner, *link.helper,
@@ -130,3 +135,23 @@ def plan_owner(
         )  # fmt: skip
         rows.append(PlanRow(link, "granted", price.reasons, lease, price.detail()))
     return tuple(rows)
+
+
+def probe_due(view: HelperView, values: LendingSettings) -> bool:
+    """An accepting helper idle from its own work for `offload_probe_idle` (twelve times that
+    when it must load), and not probed over this link for as long, gets one probe."""
+    wait = values.offload_probe_idle * (1 if view.loaded else 12)
+    return view.idle_s >= wait and view.since_probe_s >= wait
+
+
+def _probe(link: Link, view: HelperView, values: LendingSettings, now: float) -> Lease | None:
+    if not probe_due(view, values):
+        return None
+    ttl = values.scheduling_grant_ttl
+    return Lease(
+        link.lane, *link.owner, *link.helper,
+        load_helper_model=not view.loaded,
+        restore_helper_model=link.restore_after_borrow and view.displaces and not view.loaded,
+        helper_slots=values.offload_probe_helper_slots, probe=True, expires=now + ttl,
+        ttl_ms=int(ttl * 1000),
+    )  # fmt: skip
