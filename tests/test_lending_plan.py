@@ -7,11 +7,16 @@ import json
 import statistics
 
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
+from router.api.offload_plan import _apply
+from router.appkeys import DECISIONS, LEND
+from router.cluster import RuntimeStatus
 from router.cluster.costs import CostFit, fit_costs, fit_of, job_seconds
-from router.cluster.leases import Lease, LeaseTable, renewed
+from router.cluster.decisions import DecisionLog
+from router.cluster.leases import Lease, LeaseTable, LendBook, renewed
 from router.cluster.lending import Link
 from router.cluster.planning import (
     BYTES_PER_TOKEN,
@@ -304,3 +309,37 @@ def test_a_cost_rejected_idle_helper_gets_a_probe_when_due(
 def test_no_probe_for_a_helper_that_is_not_accepting() -> None:
     s1 = view(own_work=1, idle_s=1e6)
     assert plan([50], s1=s1)[0].outcome == "skipped"
+
+
+# -- what is recorded, and what an old peer sends -----------------------------------------
+
+
+def test_rows_are_recorded_on_changes_only() -> None:
+    app = web.Application()
+    app[LEND], app[DECISIONS] = LendBook(), DecisionLog()
+    granted = plan([50])[0]
+    for _ in range(3):  # the same plan on every event: one plan row, one lease_updated
+        _apply(app, granted, "enqueued")
+    seen = [(d.kind, d.outcome) for d in app[DECISIONS].newest(10)][::-1]
+    assert seen == [("plan", "granted"), ("dispatch", "lease_updated")]
+    assert len(app[LEND].table.leases) == 1
+    skipped = plan([50], s1=view(own_work=1))[0]
+    _apply(app, skipped, "completed")
+    _apply(app, skipped, "completed")
+    newest = list(app[DECISIONS].newest(10))
+    assert [(d.kind, d.outcome) for d in newest[:2]][::-1] == [
+        ("plan", "skipped"), ("dispatch", "lease_cleared")
+    ]  # fmt: skip
+    assert len(newest) == 4 and newest[0].reasons == ("helper_not_accepting",)
+    assert app[LEND].table.leases == {}
+
+
+def test_an_old_peers_status_parses_without_models_or_costs() -> None:
+    old = RuntimeStatus.model_validate({"node_id": "s1", "active_requests": 1})
+    assert old.costs == () and old.models == {}
+    new = RuntimeStatus.model_validate(
+        {"node_id": "s1", "models": {"fast": {"active": 1, "queued": 2}},
+         "costs": [{"model_id": "fast", "lane": "text", "job_s": 0.5, "load_s": None,
+                    "samples": 3, "fitted": False, "newer_field": 1}]}
+    )  # fmt: skip
+    assert new.models["fast"].queued == 2 and new.costs[0].job_s == 0.5

@@ -23,7 +23,7 @@ from router.api.common import Handler
 from router.appkeys import CLUSTER, DECISIONS, LEND, LENDING, LINKS, RUNTIMES, SETTINGS, STORE
 from router.cluster import RuntimeStatus
 from router.cluster.costs import CostFit, fit_costs, fit_of, job_seconds
-from router.cluster.decisions import Decision
+from router.cluster.decisions import Decision, Kind
 from router.cluster.leases import Lease, LendBook, OwnerKey
 from router.cluster.lending import Link
 from router.cluster.planning import HelperView, PlanRow, plan_owner
@@ -74,14 +74,19 @@ async def _ticker(app: web.Application) -> None:
                 trigger(app, owner, "tick")
 
 
-def record(app: web.Application, kind: str, outcome: str, lease_or_link: Lease | Link,
-           trigger_: str = "", reasons: Iterable[str] = (), detail: Mapping[str, object] | None = None,
-           ) -> None:  # fmt: skip
-    item = lease_or_link
+def record(
+    app: web.Application,
+    kind: Kind,
+    outcome: str,
+    item: Lease | Link,
+    trigger_: str = "",
+    reasons: Iterable[str] = (),
+    detail: Mapping[str, object] | None = None,
+) -> None:
+    """One decision row about `item` (a lease or the link it was planned over)."""
     app[DECISIONS].record(
         Decision(
-            kind,  # type: ignore[arg-type]
-            outcome, item.lane, item.owner_node_id, item.owner_model_id,
+            kind, outcome, item.lane, item.owner_node_id, item.owner_model_id,
             item.helper_node_id, item.helper_model_id, trigger_, tuple(reasons),
             dict(detail or {}),
         )
@@ -127,8 +132,8 @@ async def statuses(app: web.Application, node_ids: Iterable[str]) -> dict[str, R
     if stale:
         for node_id, status in (await service.runtime_statuses(stale)).items():
             table.seen[node_id] = (time.monotonic(), status)
-            if status is not None and _own_work_anywhere(status):
-                app[LEND].busy_seen[node_id] = time.monotonic()
+            for lane in _lanes_with_own_work(status):
+                app[LEND].busy_seen[(node_id, lane)] = time.monotonic()
     out = {}
     for node_id in wanted:
         status = table.seen.get(node_id, (0.0, None))[1]
@@ -137,8 +142,10 @@ async def statuses(app: web.Application, node_ids: Iterable[str]) -> dict[str, R
     return out
 
 
-def _own_work_anywhere(status: RuntimeStatus) -> bool:
-    return any(load.active + load.queued > load.borrowed for load in status.lanes.values())
+def _lanes_with_own_work(status: RuntimeStatus | None) -> list[str]:
+    if status is None:
+        return []
+    return [lane for lane, x in status.lanes.items() if x.active + x.queued > x.borrowed]
 
 
 def costs_of(status: RuntimeStatus) -> tuple[CostFit, ...]:
@@ -163,10 +170,12 @@ async def _plan(app: web.Application, owner: OwnerKey, why: str) -> None:
     book = app[LEND]
     links = app[LINKS].owned(lane, node_id, model_id)
     expire(app, time.monotonic())
-    if not links:
-        for lease in book.table.live(owner, time.monotonic()):
+    helpers_now = {link.helper for link in links}
+    for lease in book.table.live(owner, time.monotonic()):
+        if (lease.helper_node_id, lease.helper_model_id) not in helpers_now:
             book.table.clear(lease.key)
             record(app, "dispatch", "lease_cleared", lease, why, ("link_removed",))
+    if not links:
         return
     needs = list(book.holding.held.get(owner, ()))
     if not needs:
@@ -214,7 +223,7 @@ def helper_view(
     load = status.lanes.get(link.lane) if status else None
     own_work = max(0, load.active + load.queued - load.borrowed) if load else 0
     now = time.monotonic()
-    busy_at = book.busy_seen.get(link.helper_node_id)
+    busy_at = book.busy_seen.get((link.helper_node_id, link.lane))
     recently = busy_at is not None and now - busy_at < HELPER_BUSY_RECENT_S
     probed = book.probed.get((link.lane, *owner[1:], *link.helper))
     loaded = status is not None and link.helper_model_id in status.loaded_models

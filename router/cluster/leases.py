@@ -166,7 +166,8 @@ class LendBook:
         self.table = LeaseTable()
         self.holding = Holding()
         self.costs: tuple[Any, ...] = ()  # this node's own CostFit rows (router/cluster/costs.py)
-        self.busy_seen: dict[str, float] = {}  # helper node -> monotonic time own work was seen
+        # (helper node, lane) -> monotonic time its own work was last seen
+        self.busy_seen: dict[tuple[str, str], float] = {}
         self.last_rows: dict[LeaseKey, tuple[str, tuple[str, ...]]] = {}
         self.running: dict[OwnerKey, Any] = {}  # owner -> its planning task
         self.pending: dict[OwnerKey, str] = {}  # owner -> the trigger of the one queued run
