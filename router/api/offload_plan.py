@@ -122,7 +122,7 @@ async def _runs(app: web.Application, owner: OwnerKey, why: str | None) -> None:
 
 async def statuses(app: web.Application, node_ids: Iterable[str]) -> dict[str, RuntimeStatus]:
     """Each named node's status, reused for STATUS_TTL_S (None-free: a silent node is left out)."""
-    service, table = app[CLUSTER], app[LINKS]
+    table = app[LINKS]
     own = app[SETTINGS].cluster.node_id
     wanted = {n for n in node_ids if n != own}
     now = time.monotonic()
@@ -130,16 +130,33 @@ async def statuses(app: web.Application, node_ids: Iterable[str]) -> dict[str, R
         n for n in wanted if n not in table.seen or now - table.seen[n][0] >= STATUS_TTL_S
     )
     if stale:
-        for node_id, status in (await service.runtime_statuses(stale)).items():
-            table.seen[node_id] = (time.monotonic(), status)
-            for lane in _lanes_with_own_work(status):
-                app[LEND].busy_seen[(node_id, lane)] = time.monotonic()
+        # One poll per node at a time: every held request that finds it stale shares it.
+        fetching = app[LEND].fetching
+        if not all(n in fetching for n in stale):
+            asked = [n for n in stale if n not in fetching]
+            poll = asyncio.ensure_future(_poll(app, asked))
+            for node_id in asked:
+                fetching[node_id] = poll
+        polls = {id(f): f for n in stale if (f := fetching.get(n)) is not None}
+        # Shielded: one waiter that goes away (its client did) does not cancel the others' poll.
+        await asyncio.gather(*map(asyncio.shield, polls.values()), return_exceptions=True)
     out = {}
     for node_id in wanted:
         status = table.seen.get(node_id, (0.0, None))[1]
         if status is not None:
             out[node_id] = status
     return out
+
+
+async def _poll(app: web.Application, node_ids: list[str]) -> None:
+    try:
+        for node_id, status in (await app[CLUSTER].runtime_statuses(node_ids)).items():
+            app[LINKS].seen[node_id] = (time.monotonic(), status)
+            for lane in _lanes_with_own_work(status):
+                app[LEND].busy_seen[(node_id, lane)] = time.monotonic()
+    finally:
+        for node_id in node_ids:
+            app[LEND].fetching.pop(node_id, None)
 
 
 def _lanes_with_own_work(status: RuntimeStatus | None) -> list[str]:

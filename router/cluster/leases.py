@@ -171,5 +171,6 @@ class LendBook:
         self.last_rows: dict[LeaseKey, tuple[str, tuple[str, ...]]] = {}
         self.running: dict[OwnerKey, Any] = {}  # owner -> its planning task
         self.pending: dict[OwnerKey, str] = {}  # owner -> the trigger of the one queued run
+        self.fetching: dict[str, Any] = {}  # node -> the status poll under way (a future)
         self.probed: dict[LeaseKey, float] = {}  # link -> monotonic time its last probe went
         self.started = time.monotonic()  # a helper never seen busy is idle since then
