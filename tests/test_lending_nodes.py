@@ -54,7 +54,11 @@ def speeds(h: RouterHarness) -> None:
 
 
 def master_node(
-    h: RouterHarness, port: int, slave_urls: list[str], models: dict[str, dict[str, Any]]
+    h: RouterHarness,
+    port: int,
+    slave_urls: list[str],
+    models: dict[str, dict[str, Any]],
+    tune: dict[str, Any] = QUICK,
 ) -> RouterProcess:
     return new_router(
         h,
@@ -64,7 +68,7 @@ def master_node(
         extra={
             "cluster": {
                 "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": slave_urls,
-                "public_url": f"http://127.0.0.1:{port}", "health_interval": 0.3, **QUICK,
+                "public_url": f"http://127.0.0.1:{port}", "health_interval": 0.3, **tune,
             },
             "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
                           "flush_interval": 0.2},
@@ -73,7 +77,12 @@ def master_node(
 
 
 def slave_node(
-    h: RouterHarness, name: str, port: int, master_port: int, models: dict[str, dict[str, Any]]
+    h: RouterHarness,
+    name: str,
+    port: int,
+    master_port: int,
+    models: dict[str, dict[str, Any]],
+    tune: dict[str, Any] = QUICK,
 ) -> RouterProcess:
     url = f"http://127.0.0.1:{port}"
     return new_router(
@@ -84,7 +93,7 @@ def slave_node(
         extra={
             "cluster": {
                 "role": "slave", "node_id": name, "token": TOKEN, "public_url": url,
-                "master_url": f"http://127.0.0.1:{master_port}", "sync_interval": 0.5, **QUICK,
+                "master_url": f"http://127.0.0.1:{master_port}", "sync_interval": 0.5, **tune,
             },
             "analytics": {"database_path": str(h.tmp / f"data-{name}" / "router.sqlite"),
                           "flush_interval": 0.2},
@@ -334,9 +343,11 @@ async def test_a_slave_owned_link_is_held_on_the_master_and_lent_to_another_node
     speeds(h)
     mport, p1, p2 = free_port(), free_port(), free_port()
     urls = [f"http://127.0.0.1:{p}" for p in (p1, p2)]
-    master = master_node(h, mport, urls, {"other": {"contextsize": 4096}})
-    s1 = slave_node(h, "s1", p1, mport, {"slow": {"contextsize": 4096}})
-    s2 = slave_node(h, "s2", p2, mport, {"fast": {"contextsize": 8192}})
+    # Two samples fit a model here, so the second backlog is priced.
+    tune = {**QUICK, "scheduling_min_samples": 2}
+    master = master_node(h, mport, urls, {"other": {"contextsize": 4096}}, tune)
+    s1 = slave_node(h, "s1", p1, mport, {"slow": {"contextsize": 4096}}, tune)
+    s2 = slave_node(h, "s2", p2, mport, {"fast": {"contextsize": 8192}}, tune)
     for node in (master, s1, s2):
         await node.start()
     link = {"anchor": {"node_id": "s1", "model_id": "slow"},
@@ -361,3 +372,24 @@ async def test_a_slave_owned_link_is_held_on_the_master_and_lent_to_another_node
         owned, lent = await rows(client, s1, "slow"), await rows(client, s2, "fast")
         assert lent - 1 >= 1, "the helper on s2 served none of s1's backlog"
         assert (owned - 1) + (lent - 1) == N  # each request recorded once, where it ran
+
+        # Both nodes' own fits are in now (each refits on its timer): the next backlog is
+        # priced, and the helper, faster per job than the owner, gets the faster slots.
+        assert await until(lambda: fitted(client, {("s1", "slow"), ("s2", "fast")}), True)
+        assert await until(lambda: summary_leases(client), [], deadline=30)  # the first ran out
+        running = asyncio.create_task(burst(client))
+        leases = await leases_during(client, running)
+        _, statuses = await running
+        assert statuses == [200] * N
+        assert [(x["helper_node_id"], x["helper_slots"]) for x in leases] == [("s2", 2)], (
+            leases,
+            (await client.get(SUMMARY)).json(),
+        )
+        assert await rows(client, s2, "fast") > lent
+
+
+async def fitted(client: httpx.AsyncClient, wanted: set[tuple[str, str]]) -> bool:
+    reply = await client.get(SUMMARY)
+    assert reply.status_code == 200, reply.text
+    found = {(c["node_id"], c["model_id"]) for c in reply.json()["costs"] if c["fitted"]}
+    return wanted <= found

@@ -22,6 +22,8 @@ from router.cluster.planning import (
     BYTES_PER_TOKEN,
     HelperView,
     context_fits,
+    cut_after,
+    hold_for_helper,
     needed_tokens,
     plan_owner,
 )
@@ -343,3 +345,35 @@ def test_an_old_peers_status_parses_without_models_or_costs() -> None:
                     "samples": 3, "fitted": False, "newer_field": 1}]}
     )  # fmt: skip
     assert new.models["fast"].queued == 2 and new.costs[0].job_s == 0.5
+
+
+# -- hold-for-faster-helper and the cut ---------------------------------------------------
+
+
+@given(owner=st.one_of(st.none(), seconds), helper=st.one_of(st.none(), seconds),
+       started=st.lists(st.floats(0, 100), max_size=3), now=st.floats(0, 200))  # fmt: skip
+def test_hold_only_for_a_faster_helper_that_would_finish_first(
+    owner: float | None, helper: float | None, started: list[float], now: float
+) -> None:
+    held = hold_for_helper(owner_job=owner, helper_job=helper, started=started, now=now)
+    if owner is None or helper is None or not started or helper >= owner:
+        assert not held  # an unknown, a slower helper or nothing out never stops the owner
+        return
+    done = min(started) + (len(started) + 1) * helper
+    assert held == (now <= done and done - now < owner)
+
+
+def test_hold_example_and_release_on_overrun() -> None:
+    # Owner 2.0 s a job, helper 0.5 s; two lent requests out since t=10.
+    assert hold_for_helper(owner_job=2.0, helper_job=0.5, started=[10.0, 10.2], now=10.1)
+    # Predicted done at 11.5 (10 + 3 x 0.5); at 11.6 the helper overran: released.
+    assert not hold_for_helper(owner_job=2.0, helper_job=0.5, started=[10.0, 10.2], now=11.6)
+
+
+def test_cut_after_is_priced_or_absent() -> None:
+    helper, owner = fit(1.0, 4.0), fit(2.0)
+    assert cut_after(False, helper, owner) == 3 * 1.0 + 30
+    assert cut_after(True, helper, owner) == 3 * (4.0 + 1.0) + 30
+    assert cut_after(False, fit(1.0, fitted=False), owner) == 3 * 2.0 + 30  # owner's fit
+    assert cut_after(True, fit(1.0, None), owner) is None  # the load is unknown
+    assert cut_after(False, None, None) is None

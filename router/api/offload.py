@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from router.api import offload_plan as plan
 from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RETURNED
@@ -31,7 +32,7 @@ from router.appkeys import BORROWED, CLUSTER, LEND, LENDING, LINKS, SESSION, SET
 from router.cluster import Target
 from router.cluster.leases import Lease, OwnerKey
 from router.cluster.lending import Link
-from router.cluster.planning import context_fits, needed_tokens
+from router.cluster.planning import context_fits, cut_after, hold_for_helper, needed_tokens
 from router.config import ModelConfig
 from router.domain import Lane
 from router.forwarding import ModelRewriter, ProxyResult, Selection
@@ -142,11 +143,19 @@ async def lend(
     plan.trigger(app, owner, "enqueued")
     try:
         end = time.monotonic() + app[SETTINGS].runtime.queue_timeout
+        waited_for_helper = False
         while True:
             seen = await plan.statuses(app, {owner[1]})
-            depth = app[LENDING].values.scheduling_backend_depth
-            if plan.owner_load(app, owner, seen) < depth or time.monotonic() > end:
-                return None  # no await between this check and the caller's lease or relay
+            load = plan.owner_load(app, owner, seen)
+            if time.monotonic() > end:
+                return None
+            if load < app[LENDING].values.scheduling_backend_depth:
+                lease = _held_for(request, owner, load)
+                if lease is None:
+                    return None  # no await between this check and the caller's lease or relay
+                if not waited_for_helper:
+                    waited_for_helper = True
+                    plan.record(app, "dispatch", "held_for_helper", lease)
             lease = _take(request, owner, need)
             if lease is not None:
                 holding.unhold(owner, need)
@@ -156,6 +165,27 @@ async def lend(
     finally:
         if held:
             holding.unhold(owner, need)
+
+
+def _held_for(request: web.Request, owner: OwnerKey, load: int) -> Lease | None:
+    """The faster helper's lease this request is held for although its owner has room (every
+    slot of it busy); None to run it on the owner. Never while the owner is idle."""
+    app = request.app
+    if load == 0 or not app[LENDING].values.offload_hold_for_faster_helper:
+        return None
+    book, now = app[LEND], time.monotonic()
+    for lease in book.table.live(owner, now):
+        if book.table.in_use.get(lease.key, 0) < lease.helper_slots:
+            continue
+        owner_fit, helper_fit = plan.fits_of(app, lease)
+        if hold_for_helper(
+            owner_job=owner_fit.job_s if owner_fit is not None and owner_fit.fitted else None,
+            helper_job=helper_fit.job_s if helper_fit is not None and helper_fit.fitted else None,
+            started=book.holding.started.get(lease.key, ()),
+            now=now,
+        ):
+            return lease
+    return None
 
 
 def _take(request: web.Request, owner: OwnerKey, need: int) -> Lease | None:
@@ -194,6 +224,8 @@ async def _lend_over(
     link = next((x for x in links if x.helper == (lease.helper_node_id, lease.helper_model_id)),
                 None)  # fmt: skip
     holding.count(holding.lent, lease.owner, 1)
+    started = time.monotonic()
+    holding.started.setdefault(lease.key, []).append(started)
     plan.record(app, "dispatch", "lent", lease, detail={"path": request.path})
     try:
         answer, why = (None, "link_removed") if link is None else \
@@ -201,6 +233,10 @@ async def _lend_over(
     finally:
         app[LEND].table.release(lease.key)
         holding.count(holding.lent, lease.owner, -1)
+        out = holding.started.get(lease.key, [])
+        out.remove(started)
+        if not out:
+            holding.started.pop(lease.key, None)
     if answer is None:
         plan.record(app, "dispatch", "returned", lease, detail={"reason": why})
     plan.trigger(app, lease.owner, "borrowed_completed")
@@ -227,16 +263,13 @@ async def _lend_once(
     headers[OFFLOAD_LOAD_HEADER] = "1" if link.load_if_unloaded else "0"
     if lease.restore_helper_model:
         headers[OFFLOAD_RESTORE_HEADER] = "1"
-    idle = request.app[SETTINGS].runtime.stream_idle_timeout
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=idle)
+    owner_fit, helper_fit = plan.fits_of(request.app, lease)
+    cut = cut_after(lease.load_helper_model, helper_fit, owner_fit)
     with service.reserved(link.helper_node_id):
         try:
-            async with request.app[SESSION].request(
-                request.method, url, data=body or None, headers=headers, timeout=timeout,
-                allow_redirects=False,
-            ) as upstream:  # fmt: skip
-                raw = await upstream.read()
-                status, content_type = upstream.status, upstream.headers.get("Content-Type")
+            status, content_type, raw = await _exchange(request, url, body, headers, cut)
+        except _NotStarted:
+            return None, f"helper_not_started within {cut or 0:g}s"
         except aiohttp.ClientConnectionError as err:
             service.node_failed(entry.node_url, f"a lent request failed: {err}")
             return None, "helper_unreachable"
@@ -254,6 +287,33 @@ async def _lend_once(
     if content_type:
         out.headers["Content-Type"] = content_type
     return out, ""
+
+
+class _NotStarted(Exception):
+    """The helper did not start answering in time: the owner takes the request back."""
+
+
+async def _exchange(
+    request: web.Request, url: str, body: bytes, headers: CIMultiDict[str], cut: float | None
+) -> tuple[int, str | None, bytes]:
+    """Send a lent request buffered; its status, content type and body. The answer's head must
+    come within `cut` seconds (when priced); then the body streams under the idle timeout."""
+    idle = request.app[SETTINGS].runtime.stream_idle_timeout
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=idle)
+    deadline = asyncio.timeout(cut)
+    try:
+        async with deadline:
+            upstream = await request.app[SESSION].request(
+                request.method, url, data=body or None, headers=headers, timeout=timeout,
+                allow_redirects=False,
+            )  # fmt: skip
+    except TimeoutError:
+        if deadline.expired():
+            raise _NotStarted from None
+        raise  # the socket's own idle timeout: a failed forward
+    async with upstream:
+        raw = await upstream.read()
+        return upstream.status, upstream.headers.get("Content-Type"), raw
 
 
 def _returned(raw: bytes) -> str | None:

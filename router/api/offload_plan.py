@@ -182,6 +182,22 @@ def owner_load(app: web.Application, owner: OwnerKey, seen: dict[str, RuntimeSta
     return max(reported, app[LEND].holding.relaying.get(owner, 0))
 
 
+def fits_of(app: web.Application, lease: Lease) -> tuple[CostFit | None, CostFit | None]:
+    """The owner's and the helper's fits for `lease`, as last seen (no poll)."""
+    own = app[SETTINGS].cluster.node_id
+    seen = app[LINKS].seen
+
+    def of(node_id: str, model_id: str) -> CostFit | None:
+        if node_id == own:
+            return fit_of(app[LEND].costs, model_id, lease.lane)
+        status = seen.get(node_id, (0.0, None))[1]
+        return fit_of(costs_of(status), model_id, lease.lane) if status is not None else None
+
+    return of(lease.owner_node_id, lease.owner_model_id), of(
+        lease.helper_node_id, lease.helper_model_id
+    )
+
+
 async def _plan(app: web.Application, owner: OwnerKey, why: str) -> None:
     lane, node_id, model_id = owner
     book = app[LEND]

@@ -131,6 +131,7 @@ class Holding:
         self.held: dict[OwnerKey, list[int]] = {}
         self.lent: dict[OwnerKey, int] = {}
         self.relaying: dict[OwnerKey, int] = {}  # slave owners: relayed there, not yet ended
+        self.started: dict[LeaseKey, list[float]] = {}  # lent over a lease: when (monotonic)
 
     def hold(self, owner: OwnerKey, need: int) -> None:
         self.held.setdefault(owner, []).append(need)

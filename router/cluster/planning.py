@@ -155,3 +155,27 @@ def _probe(link: Link, view: HelperView, values: LendingSettings, now: float) ->
         helper_slots=values.offload_probe_helper_slots, probe=True, expires=now + ttl,
         ttl_ms=int(ttl * 1000),
     )  # fmt: skip
+
+
+def hold_for_helper(
+    *, owner_job: float | None, helper_job: float | None, started: Sequence[float], now: float
+) -> bool:
+    """Leave the owner's free backend slot empty for this request (`offload_hold_for_faster_
+    helper`) while every slot of a faster helper's lease is busy: the helper, serving its `n`
+    lent requests one after another since the oldest started, would finish this one at
+    `oldest + (n + 1) x helper job`, sooner than the owner's one job. Released when the helper
+    overruns that prediction; never without both fits (an unknown never stops the owner)."""
+    if owner_job is None or helper_job is None or not started or helper_job >= owner_job:
+        return False
+    done = min(started) + (len(started) + 1) * helper_job
+    return now <= done and done - now < owner_job
+
+
+def cut_after(load: bool, helper: CostFit | None, owner: CostFit | None) -> float | None:
+    """How long a lent request may go without its helper starting to answer before the owner
+    takes it back: 3 x (switch + job) + 30 s; None (no cut) when that is not priced."""
+    job = next((f.job_s for f in (helper, owner) if f is not None and f.fitted), None)
+    switch = 0.0 if not load else (helper.load_s if helper is not None else None)
+    if job is None or switch is None:
+        return None
+    return 3 * (switch + job) + 30.0
