@@ -81,6 +81,22 @@ async def read_control_json(request: web.Request, *, required: bool = False) -> 
     return parse_json_object(raw, required=required)
 
 
+def query_int(
+    query: Mapping[str, str], name: str, default: int | None, low: int, high: int
+) -> int | None:
+    """An integer query parameter within [low, high]; `default` when absent or empty."""
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", param=name) from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}", param=name)
+    return value
+
+
 def refuse_addresses(request: web.Request, body: Mapping[str, Any] | None = None) -> None:
     """R34: a node is named by its id from the registry; an address in a request is refused
     (400), so it never receives anything from this router."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, node_of
+from router.api.common import Handler, node_of, query_int
 from router.appkeys import STORE
 from router.cluster.decisions import Decision, DecisionLog, decision_row
 from router.errors import BadRequest
@@ -31,19 +31,6 @@ def sink_for(store: Store, router_version: str) -> DecisionLog:
     return DecisionLog(sink=to_store)
 
 
-def _int(query: Any, name: str, default: int | None, low: int, high: int) -> int | None:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer", param=name) from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}", param=name)
-    return value
-
-
 def _choice(query: Any, name: str, allowed: tuple[str, ...]) -> str | None:
     raw = query.get(name)
     if raw is None or raw == "":
@@ -58,11 +45,11 @@ def parse_filter(query: Any) -> DecisionFilter:
     model_id = query.get("model_id") or None
     if model_id is not None and len(model_id) > 256:
         raise BadRequest("model_id is at most 256 characters", param="model_id")
-    limit = _int(query, "limit", 100, 1, MAX_LIMIT)
+    limit = query_int(query, "limit", 100, 1, MAX_LIMIT)
     assert limit is not None
     return DecisionFilter(
         limit=limit,
-        before=_int(query, "before", None, 1, 2**63 - 1),
+        before=query_int(query, "before", None, 1, 2**63 - 1),
         kind=_choice(query, "kind", KINDS),
         lane=_choice(query, "lane", LANES),
         model_id=model_id,

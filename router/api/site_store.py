@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from router.api.common import elsewhere, match_of, refuse_addresses
+from router.api.common import elsewhere, match_of, query_int, refuse_addresses
 from router.appkeys import STORE
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
@@ -49,15 +49,8 @@ def _path_param(request: web.Request, name: str) -> str:
 
 
 def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer", param=name) from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}", param=name)
+    value = query_int(request.query, name, default, low, high)
+    assert value is not None  # the default is an int
     return value
 
 
