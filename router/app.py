@@ -41,6 +41,7 @@ from backends.recipes import default_recipes, load_recipes
 from router.api import (
     anthropic,
     benchmarks,
+    borrowed,
     comfy,
     control,
     guardians,
@@ -273,6 +274,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             benchmarks.benchmarks_context,
             guardians.guardians_context,
             lending.links_context,
+            borrowed.helper_context,  # reads the lending values
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,

@@ -208,7 +208,7 @@ async def _forward(
         lent = await offload.lend(request, selection, config, links, result)
         if lent is not None:
             return lent
-    with borrowed.serving(request, config, lane):
+    async with borrowed.serving(request, config, lane):
         return await _serve(request, route, info, result, override, config, public_id, lane)
 
 

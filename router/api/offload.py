@@ -158,6 +158,7 @@ async def _lend_once(
     headers[SELECTOR_HEADER] = link.helper_model_id
     headers[OFFLOAD_HEADER] = "1"
     headers[OFFLOAD_LOAD_HEADER] = "1" if link.load_if_unloaded else "0"
+    headers["X-Tensors-Offload-Restore"] = "1" if link.restore_after_borrow else "0"
     idle = request.app[SETTINGS].runtime.stream_idle_timeout
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=idle)
     with service.reserved(link.helper_node_id):
