@@ -208,6 +208,8 @@ async def _forward(
         lent = await offload.lend(request, selection, config, links, result)
         if lent is not None:
             return lent
+    if borrowed.ungated(request, config, lane):
+        return await _serve(request, route, info, result, override, config, public_id, lane)
     async with borrowed.serving(request, config, lane):
         return await _serve(request, route, info, result, override, config, public_id, lane)
 

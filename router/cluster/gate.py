@@ -71,15 +71,12 @@ class Gate:
         self._depth = depth
         self.admitted = 0
         self.admitted_borrowed = 0
+        self.waiting_borrowed = 0
         self._waiting: dict[int, _Waiter] = {}  # by seq, in arrival order
 
     @property
     def waiting_own(self) -> int:
-        return sum(1 for w in self._waiting.values() if not w.held.borrowed)
-
-    @property
-    def waiting_borrowed(self) -> int:
-        return sum(1 for w in self._waiting.values() if w.held.borrowed)
+        return len(self._waiting) - self.waiting_borrowed
 
     @property
     def idle(self) -> bool:
@@ -95,6 +92,7 @@ class Gate:
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(held, future)
         self._waiting[held.seq] = waiter
+        self.waiting_borrowed += borrowed
         self._pump()
         if future.done():
             return future.result()
@@ -120,21 +118,26 @@ class Gate:
         """Answer every borrowed waiter RETURNED; how many there were."""
         back = handed_back(w.held for w in self._waiting.values())
         for held in back:
-            waiter = self._waiting.pop(held.seq)
-            waiter.future.set_result(Outcome.RETURNED)
+            self._take(held.seq).future.set_result(Outcome.RETURNED)
         return len(back)
 
     def _pump(self) -> None:
         held = [w.held for w in self._waiting.values()]
         for chosen in admissions(held, self.admitted, self._depth()):
-            waiter = self._waiting.pop(chosen.seq)
+            waiter = self._take(chosen.seq)
             self.admitted += 1
             if chosen.borrowed:
                 self.admitted_borrowed += 1
             waiter.future.set_result(Outcome.ADMITTED)
 
+    def _take(self, seq: int) -> _Waiter:
+        waiter = self._waiting.pop(seq)
+        self.waiting_borrowed -= waiter.held.borrowed
+        return waiter
+
     def _abandon(self, waiter: _Waiter) -> None:
-        self._waiting.pop(waiter.held.seq, None)
+        if waiter.held.seq in self._waiting:
+            self._take(waiter.held.seq)
         future = waiter.future
         if not future.done():
             future.cancel()
@@ -170,6 +173,11 @@ class LaneGates:
     @property
     def idle(self) -> bool:
         return all(g.idle for g in self.gates.values())
+
+    @property
+    def borrowed_work(self) -> bool:
+        """Any borrowed request waiting or admitted in the lane's gates."""
+        return any(g.admitted_borrowed or g.waiting_borrowed for g in self.gates.values())
 
 
 class Gates:
