@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from router.appkeys import DECISIONS
 from tests.harness import RouterHarness, free_port
 from tests.router_process import RouterProcess, new_router, tmp_harness
 from tests.test_cluster_nodes import AUTH, TOKEN, served_rows, until
@@ -247,3 +248,37 @@ async def test_restore_after_borrow_and_an_own_request_cancels_it(h: RouterHarne
         assert (await lane(node))["restore_model"] is None
         await asyncio.sleep(RESTORE_DELAY + 1)  # past the time a restore would have fired
         assert (await lane(node))["loaded"] == ["fast"]
+
+
+async def test_helper_decision_rows(harness: RouterHarness) -> None:
+    """In process, to read the node's decision log: a node (a master, which may be lent work
+    like any node) with `fast` generating one borrowed request and holding another; an own
+    request hands the waiting one back and waits behind the one in the backend."""
+    harness.faults_for_model["fast"] = f"--token-rate 20 --tokens {TOKENS} --parallel 1"
+    harness.model("fast", contextsize=4096)
+    base = harness.settings()
+    cluster = base.cluster.model_copy(
+        update={"role": "master", "node_id": "m", "token": TOKEN, "scheduling_backend_depth": 1}
+    )
+    node = await harness.start(base.model_copy(update={"cluster": cluster}))
+    assert harness.app is not None
+    log = harness.app[DECISIONS]
+    assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
+    first = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast", 100), headers=MARK))
+    assert await until(field(node, "active"), 1, deadline=30)
+    held = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast"), headers=MARK))
+    assert await until(field(node, "held_borrowed"), 1, deadline=30)
+    assert list(log.newest(10)) == []  # borrowed arrivals alone decide nothing
+    own = asyncio.create_task(node.post("/v1/chat/completions", json=chat("fast")))
+    returned = await held
+    assert returned.status_code == 409 and returned.json()["error"]["code"] == "offload_returned"
+    rows = [d.to_dict() for d in log.newest(10)]
+    assert {r["outcome"] for r in rows} == {"borrowed_returned", "native_waited_behind_borrowed"}
+    for r in rows:
+        assert r["kind"] == "helper" and r["lane"] == "text"
+        assert (r["helper_node_id"], r["helper_model_id"]) == ("m", "fast")
+        assert r["detail"] == {"returned": 1, "borrowed_in_backend": 1}
+    assert (await first).status_code == 200 and (await own).status_code == 200
+    # An own request with nothing borrowed on the lane records nothing more.
+    assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
+    assert len(list(log.newest(10))) == 2
