@@ -52,9 +52,6 @@ OFFLOAD_HEADER = "X-Tensors-Offload"  # "1": a lent request (honoured on node ro
 OFFLOAD_LOAD_HEADER = "X-Tensors-Offload-Load"  # "0": the link forbids loading the model
 OFFLOAD_RESTORE_HEADER = "X-Tensors-Offload-Restore"  # "1": restore the helper's model after
 OFFLOAD_RETURNED = "offload_returned"
-# Sent by a relay that knows the owner (the contract's relay headers); decision rows name it.
-OWNER_HEADER = "X-Tensors-Offload-Owner"
-OWNER_MODEL_HEADER = "X-Tensors-Offload-Owner-Model"
 
 
 def ungated(request: web.Request, config: ModelConfig, lane: Lane) -> bool:
@@ -183,6 +180,8 @@ def _record(request: web.Request, outcome: str, lane: Lane, model_id: str,
     settings = request.app[SETTINGS]
     request.app[DECISIONS].record(
         Decision(
+            # A lent request does not say who its owner is (the master relays it), and one
+            # hand back may return several owners' requests: the owner fields stay empty.
             kind="helper", outcome=outcome, lane=lane.value,
             owner_node_id="", owner_model_id="",
             helper_node_id=settings.cluster.node_id, helper_model_id=model_id,
