@@ -282,3 +282,28 @@ async def test_helper_decision_rows(harness: RouterHarness) -> None:
     # An own request with nothing borrowed on the lane records nothing more.
     assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
     assert len(list(log.newest(10))) == 2
+
+
+async def test_a_wait_in_the_gate_is_bounded_by_the_queue_timeout(harness: RouterHarness) -> None:
+    """Behind a long borrowed job, with `runtime.queue_timeout` 1 s: a waiting borrowed
+    request goes back to its owner (409), a waiting own request gets the queue timeout (503)."""
+    harness.faults_for_model["fast"] = f"--token-rate 20 --tokens {TOKENS} --parallel 1"
+    harness.model("fast", contextsize=4096)
+    base = harness.settings(queue_timeout=1)
+    cluster = base.cluster.model_copy(
+        update={"role": "master", "node_id": "m", "token": TOKEN, "scheduling_backend_depth": 1}
+    )
+    node = await harness.start(base.model_copy(update={"cluster": cluster}))
+    assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
+    first = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast", 200), headers=MARK))
+    assert await until(field(node, "active"), 1, deadline=30)  # 10 s in the backend
+    late = await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)
+    assert late.status_code == 409 and late.json()["error"]["code"] == "offload_returned"
+    own = await node.post("/v1/chat/completions", json=chat("fast"))
+    assert own.status_code == 503 and "runtime.queue_timeout" in own.text
+    assert (await lane(node))["queued"] == 0  # nobody left waiting
+    first.cancel()  # the owner gives up on the long one: its slot comes back
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await until(field(node, "active"), 0, deadline=30)
+    assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
