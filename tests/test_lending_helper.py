@@ -4,7 +4,8 @@ borrowed work handed back (and run by its owner), and restore after borrow.
 
 Fake backends generate one request at a time (`--parallel 1`) at a stated token rate. The
 helper's `cluster.scheduling_backend_depth` is 1, so a second borrowed request waits in its
-gate; the master's is 2, so it lends two requests at once to a helper.
+gate; where the master must lend two requests at once to the helper, its depth is 2 (the
+owner on this branch lends up to its depth to one helper).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ RESTORE_DELAY = 4.0  # s of quiet before the helper goes back to its model
 
 
 def nodes(
-    h: RouterHarness, master_rate: int, fast_rate: int
+    h: RouterHarness, master_rate: int, fast_rate: int, master_depth: int = 1
 ) -> tuple[RouterProcess, RouterProcess]:
     h.faults_for_model.update(
         {
@@ -51,7 +52,7 @@ def nodes(
             "cluster": {
                 "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
                 "public_url": f"http://127.0.0.1:{mport}", "health_interval": 0.3,
-                "scheduling_backend_depth": 2,
+                "scheduling_backend_depth": master_depth,
             },
             "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
                           "flush_interval": 0.2},
@@ -182,7 +183,8 @@ async def test_a_waiting_client_that_goes_away_leaves_the_gate(h: RouterHarness)
 
 
 async def test_returned_work_completes_on_the_owner(h: RouterHarness) -> None:
-    master, slave = nodes(h, master_rate=20, fast_rate=5)  # 1.6 s a job on the helper
+    # 1.6 s a job on the helper; the master lends up to its depth (2) to one helper at once.
+    master, slave = nodes(h, master_rate=20, fast_rate=5, master_depth=2)
     await master.start()
     await slave.start()
     n = 8
