@@ -41,6 +41,7 @@ from backends.recipes import default_recipes, load_recipes
 from router.api import (
     anthropic,
     benchmarks,
+    borrowed,
     comfy,
     control,
     guardians,
@@ -280,6 +281,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             guardians.guardians_context,
             lending.links_context,
             offload_plan.planning_context,
+            borrowed.helper_context,  # reads the lending values
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,

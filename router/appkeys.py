@@ -15,12 +15,14 @@ if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService
     from router.cluster.decisions import DecisionLog
+    from router.cluster.gate import Gates
     from router.cluster.guardians import GuardianTable
     from router.cluster.leases import LendBook
     from router.cluster.lending import LendingValues, LinkTable
     from router.cluster.push import Pusher
+    from router.cluster.restore import Restorer
     from router.comfy.state import ComfyState
-    from router.config import Catalog, Settings
+    from router.config import Catalog, ModelConfig, Settings
     from router.downloads import Downloads
     from router.edge.auth import Policy
     from router.edge.sessions import Sessions
@@ -84,6 +86,10 @@ DECISIONS: web.AppKey[DecisionLog] = web.AppKey("decisions")
 LENDING_PUSH: web.AppKey[Pusher] = web.AppKey("lending_push")
 # Leases, held and lent requests, this node's cost fits (router/api/offload_plan.py).
 LEND: web.AppKey[LendBook] = web.AppKey("lend")
+# Helper side of lending (router/api/borrowed.py): the enrolled models' admission gates, and
+# the lanes to restore after borrowed work.
+GATES: web.AppKey[Gates] = web.AppKey("gates")
+RESTORE: web.AppKey[Restorer[ModelConfig]] = web.AppKey("restore")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
@@ -98,3 +104,5 @@ ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[a
 RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)
 # Set by the node inference route on a lent request: whether the link allows a model load.
 BORROWED: web.RequestKey[bool] = web.RequestKey("borrowed", bool)
+# Set with BORROWED when the owner asks for the helper's model to be restored afterwards.
+BORROWED_RESTORE: web.RequestKey[bool] = web.RequestKey("borrowed_restore", bool)

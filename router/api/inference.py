@@ -216,8 +216,11 @@ async def _forward(
             return lent
         # Held time is waiting, not work: the cost fits read duration less queue wait.
         info.queue_wait_ms += (time.monotonic() - held_from) * 1000.0
-    with borrowed.serving(request, config, lane), offload.finishing(request, links):
+    if borrowed.ungated(request, config, lane):
         return await _serve(request, route, info, result, override, config, public_id, lane)
+    with offload.finishing(request, links):
+        async with borrowed.serving(request, config, lane):
+            return await _serve(request, route, info, result, override, config, public_id, lane)
 
 
 async def _serve(

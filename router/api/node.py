@@ -14,11 +14,13 @@ from collections.abc import Mapping, Sequence
 from aiohttp import web
 from pydantic import ValidationError
 
+from router.api import borrowed as helper
 from router.api import control, lending_push
-from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER
+from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RESTORE_HEADER
 from router.api.common import Handler, match_of, read_control_json
 from router.appkeys import (
     BORROWED,
+    BORROWED_RESTORE,
     CLUSTER,
     DISPATCH,
     LEND,
@@ -83,8 +85,11 @@ async def runtime_status(request: web.Request) -> web.StreamResponse:
     lanes = {
         lane.value: {
             "active": sum(v.leases for v in views if v.lane is lane),
-            "queued": runtimes.queue_length(lane),
+            # Own requests held in an enrolled model's gate are queued work too.
+            "queued": runtimes.queue_length(lane) + helper.held(request.app, lane)[0],
             "borrowed": borrowed.get(lane.value, 0),
+            "held_borrowed": helper.held(request.app, lane)[1],
+            "restore_model": helper.restore_pending(request.app, lane),
         }
         for lane in Lane
     }
@@ -139,10 +144,16 @@ async def inference(request: web.Request, path: str) -> web.StreamResponse:
     borrowed = None
     if request.headers.get(OFFLOAD_HEADER) == "1":  # lent by its owner (lending.md)
         borrowed = request.headers.get(OFFLOAD_LOAD_HEADER) != "0"
-    return await _dispatch_inner(request, path, found, request.app[DISPATCH], borrowed)
+    restore = borrowed is not None and request.headers.get(OFFLOAD_RESTORE_HEADER) == "1"
+    return await _dispatch_inner(request, path, found, request.app[DISPATCH], borrowed, restore)
 
 
-_INNER_DROPPED = frozenset({"authorization", OFFLOAD_HEADER.lower(), OFFLOAD_LOAD_HEADER.lower()})
+_INNER_DROPPED = frozenset(
+    {
+        "authorization",
+        *(h.lower() for h in (OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RESTORE_HEADER)),
+    }
+)
 
 
 async def _dispatch_inner(
@@ -151,13 +162,14 @@ async def _dispatch_inner(
     found: Match,
     dispatch: Handler,
     borrowed: bool | None = None,
+    restore: bool = False,
 ) -> web.StreamResponse:
     query = request.query_string
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _INNER_DROPPED}
     inner = request.clone(rel_url=path + ("?" + query if query else ""), headers=headers)
     inner[ROUTE], inner[MATCH] = found.route, found
     if borrowed is not None:
-        inner[BORROWED] = borrowed
+        inner[BORROWED], inner[BORROWED_RESTORE] = borrowed, restore
     try:
         return await dispatch(inner)
     except RouterError as err:

@@ -26,7 +26,12 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from router.api import offload_plan as plan
-from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RETURNED
+from router.api.borrowed import (
+    OFFLOAD_HEADER,
+    OFFLOAD_LOAD_HEADER,
+    OFFLOAD_RESTORE_HEADER,
+    OFFLOAD_RETURNED,
+)
 from router.api.relay import node_headers, node_path_qs, relay
 from router.appkeys import BORROWED, CLUSTER, LEND, LENDING, LINKS, SESSION, SETTINGS
 from router.cluster import Target
@@ -46,7 +51,6 @@ LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # are never lent: only the relay pins them.
 _NOT_LENT = ("/v1/responses", "/sdcpp/")
 WAIT_STEP_S = 0.05  # how often a held request looks again (cheap: local views, cached status)
-OFFLOAD_RESTORE_HEADER = "X-Tensors-Offload-Restore"  # "1": restore the displaced model after
 
 
 def _gated(request: web.Request, override: Override, lane: Lane) -> bool:

@@ -20,7 +20,17 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from aiohttp import web
 
 from router.api.common import Handler
-from router.appkeys import CLUSTER, DECISIONS, LEND, LENDING, LINKS, RUNTIMES, SETTINGS, STORE
+from router.appkeys import (
+    CLUSTER,
+    DECISIONS,
+    GATES,
+    LEND,
+    LENDING,
+    LINKS,
+    RUNTIMES,
+    SETTINGS,
+    STORE,
+)
 from router.cluster import RuntimeStatus
 from router.cluster.costs import CostFit, fit_costs, fit_of, job_seconds
 from router.cluster.decisions import Decision, Kind
@@ -175,7 +185,10 @@ def owner_load(app: web.Application, owner: OwnerKey, seen: dict[str, RuntimeSta
     lane, node_id, model_id = owner
     if node_id == app[SETTINGS].cluster.node_id:
         views = app[RUNTIMES].views()
-        return sum(v.leases + v.queued for v in views if v.config.id == model_id)
+        lane_gates = app[GATES].lanes.get(lane)
+        gate = lane_gates.gates.get(model_id) if lane_gates is not None else None
+        waiting = gate.waiting_own if gate is not None else 0  # released here, not yet admitted
+        return waiting + sum(v.leases + v.queued for v in views if v.config.id == model_id)
     status = seen.get(node_id)
     load = status.models.get(model_id) if status is not None else None
     reported = load.active + load.queued if load is not None else 0
