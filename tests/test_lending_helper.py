@@ -32,8 +32,10 @@ RESTORE_DELAY = 4.0  # s of quiet before the helper goes back to its model
 
 
 def nodes(
-    h: RouterHarness, master_rate: int, fast_rate: int, master_depth: int = 1
+    h: RouterHarness, master_rate: int, fast_rate: int, lent_at_once: int = 1
 ) -> tuple[RouterProcess, RouterProcess]:
+    """The master pushes its lending values to the slave, so the helper's depth (1) and
+    restore delay are set on the master; `lent_at_once` is the slots of the master's lease."""
     h.faults_for_model.update(
         {
             "slow": f"--token-rate {master_rate} --tokens {TOKENS} --parallel 1",
@@ -52,7 +54,9 @@ def nodes(
             "cluster": {
                 "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
                 "public_url": f"http://127.0.0.1:{mport}", "health_interval": 0.3,
-                "scheduling_backend_depth": master_depth,
+                "scheduling_backend_depth": 1, "offload_restore_delay": f"{RESTORE_DELAY:g}s",
+                "offload_slower_helper_slots": lent_at_once,
+                "offload_faster_helper_slots": lent_at_once,
             },
             "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
                           "flush_interval": 0.2},
@@ -183,8 +187,8 @@ async def test_a_waiting_client_that_goes_away_leaves_the_gate(h: RouterHarness)
 
 
 async def test_returned_work_completes_on_the_owner(h: RouterHarness) -> None:
-    # 1.6 s a job on the helper; the master lends up to its depth (2) to one helper at once.
-    master, slave = nodes(h, master_rate=20, fast_rate=5, master_depth=2)
+    # 1.6 s a job on the helper; the master's lease lends two at once to it.
+    master, slave = nodes(h, master_rate=20, fast_rate=5, lent_at_once=2)
     await master.start()
     await slave.start()
     n = 8
