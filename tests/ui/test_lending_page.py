@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import Page, Route, expect
 
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster, lending
 
 __all__ = ["lending"]
+SUMMARY_REFRESH_S = 3  # router/ui/lib/lending-live.js SUMMARY_REFRESH_MS
 
 
 @pytest.fixture
@@ -220,3 +222,52 @@ def test_guardian_errors_are_shown(ui: GuardedPage, lending: LendingCluster) -> 
         "is not a multimodal model"
     )
     assert assignments(lending) == []
+
+
+def test_sections_without_their_route_say_so(ui: GuardedPage) -> None:
+    # A router without the scheduler's routes answers 404 for them (as every router did before
+    # they were built): imitated here, since this one may have them.
+    def missing(route: Route) -> None:
+        body = {"error": {"message": "not found", "type": "not_found_error", "code": "not_found"}}
+        route.fulfill(status=404, json=body)
+
+    for name in ("summary", "decisions", "settings"):
+        ui.allow(rf"/router/v1/site/offload/{name}$", 404)
+        ui.page.route(f"**/router/v1/site/offload/{name}*", missing)
+    sections = {
+        "leases": "The live lease summary is not available on this router",
+        "decisions": "The decision log is not available on this router",
+        "settings": "Lending settings are not available on this router",
+    }
+    for section, text in sections.items():
+        ui.goto(f"/router/ui/lending?section={section}")
+        expect(ui.page.locator("main .unavailable")).to_contain_text(text)
+        expect(ui.page.get_by_role("alert")).to_have_count(0)
+    # The summary is not asked again once the router said it has none.
+    ui.goto("/router/ui/lending?section=leases")
+    expect(ui.page.locator("main .unavailable")).to_be_visible()
+    asked = len(ui.calls("/router/v1/site/offload/summary"))
+    ui.page.wait_for_timeout(SUMMARY_REFRESH_S * 1000 + 1500)
+    assert len(ui.calls("/router/v1/site/offload/summary")) == asked
+
+
+AXE = Axe()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_editors_pass_axe_and_fit_a_phone(ui: GuardedPage, theme: str) -> None:
+    ui.page.emulate_media(color_scheme=theme)
+    for path in ("section=links&lane=text&node=m&model=slow", "section=guardians"):
+        for width in (1280, 390):
+            ui.page.set_viewport_size({"width": width, "height": 800})
+            ui.goto(f"/router/ui/lending?{path}")
+            expect(ui.page.locator("main table").first).to_be_visible()
+            expect(ui.page.locator("#connection")).to_have_text("connected")
+            found = [
+                f"{v['id']}: {v['help']}"
+                for v in AXE.run(ui.page).response["violations"]
+                if v["impact"] in ("serious", "critical")
+            ]
+            assert not found, (path, width, found)
+            overflow = ui.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{path} at {width} px scrolls sideways by {overflow} px"
