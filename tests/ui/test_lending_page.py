@@ -67,6 +67,8 @@ def test_links_are_made_in_the_browser_and_stored(ui: GuardedPage, lending: Lend
     expect(held_table.locator("tbody tr")).to_contain_text("m/slow")
     expect(held_table.locator("tbody tr")).to_contain_text("s1/fast")
     assert held(lending) == [("slow", "fast", False, True)]
+    # The form was drawn again: the keyboard is back on Save, not at the top of the page.
+    expect(ui.page.get_by_role("button", name="Save links")).to_be_focused()
     # A reload shows the stored link ticked with its flags.
     ui.page.reload()
     fast = candidate_row(ui, "fast")
@@ -136,6 +138,7 @@ def test_remove_all_links(ui: GuardedPage, lending: LendingCluster) -> None:
     expect(ui.page.locator("main [role=status]").first).to_contain_text("Removed 1 link(s) of slow")
     expect(held_table).to_contain_text("No links yet")
     expect(ui.page.get_by_role("button", name="Remove all links")).to_be_disabled()
+    expect(ui.page.locator("main [role=status]").first).to_be_focused()
     assert held(lending) == []
 
 

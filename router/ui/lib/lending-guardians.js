@@ -2,6 +2,7 @@
 // text-only models, assigned for the whole cluster, a node, or one model
 // (GET/POST/DELETE /site/guardian-models). The most specific assignment wins.
 import { h, replace } from './dom.js';
+import { focusIfLost } from './focus.js';
 import { laneModels } from './lending.js';
 import { actionButton, confirmDialog, errorBox, showError, table } from './ui.js';
 
@@ -60,7 +61,7 @@ function assignForm(listing, textModels, nodes, onsave) {
 }
 
 export async function mountGuardians(root, ctx) {
-  const status = h('p', { role: 'status', class: 'muted' });
+  const status = h('p', { role: 'status', class: 'muted', tabindex: '-1' });
   const listSlot = h('div');
   const formSlot = h('div');
   replace(root, h('h2', {}, 'Guardian models'),
@@ -105,6 +106,7 @@ export async function mountGuardians(root, ctx) {
             await ctx.api.del('/site/guardian-models', clearQuery(a));
             status.textContent = `Cleared the ${a.scope} guardian (${appliesTo(a)}).`;
             await read();
+            focusIfLost(status);
           }, { slot: rowError });
           button.setAttribute('aria-label', `Clear the ${a.scope} guardian for ${appliesTo(a)}`);
           return button;
@@ -119,6 +121,7 @@ export async function mountGuardians(root, ctx) {
         const answer = await ctx.api.post('/site/guardian-models', body);
         status.textContent = `Assigned ${answer.assignment.guardian.model_id} as the ${answer.assignment.scope} guardian.`;
         await read();
+        focusIfLost(formSlot.querySelector('button.primary'));
       }));
   }
 

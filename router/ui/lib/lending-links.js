@@ -3,6 +3,7 @@
 // each link's flags. Save replaces the anchor's links (POST), Remove all deletes them; after
 // either the listing is read again, so the table shows what the router now holds.
 import { h, replace } from './dom.js';
+import { focusIfLost } from './focus.js';
 import { laneModels, linkRows, linksBody, modelRef, reasonText } from './lending.js';
 import { actionButton, badge, confirmDialog, errorBox, showError, table } from './ui.js';
 
@@ -128,7 +129,7 @@ export async function mountLinks(root, ctx) {
   const pickSlot = h('div');
   const heldSlot = h('div');
   const formSlot = h('div');
-  const status = h('p', { role: 'status', class: 'muted' });
+  const status = h('p', { role: 'status', class: 'muted', tabindex: '-1' });
   replace(root, h('h2', { id: 'links-h' }, 'Links'),
     h('p', { class: 'muted' }, 'A linked owner lends its backlog to a helper model on another node while the owner is busy. '
       + 'Pick the model to edit; its links in both directions are shown.'),
@@ -164,6 +165,7 @@ export async function mountLinks(root, ctx) {
       const answer = await ctx.api.post(routeOf(lane), linksBody(listing.anchor, rows));
       status.textContent = `Saved: ${answer.links.length} link(s) for ${listing.anchor.model_id}.`;
       await read();
+      focusIfLost(formSlot.querySelector('button.primary'));
     }, { slot: formError, cls: 'primary' });
     const remove = actionButton('Remove all links', async () => {
       const ok = await confirmDialog({
@@ -175,6 +177,7 @@ export async function mountLinks(root, ctx) {
       const answer = await ctx.api.del(routeOf(lane), { node_id: listing.anchor.node_id, model_id: listing.anchor.model_id });
       status.textContent = `Removed ${answer.removed} link(s) of ${listing.anchor.model_id}.`;
       await read();
+      focusIfLost(status);
     }, { slot: formError, cls: 'danger' });
     remove.disabled = !listing.links.length;
     replace(formSlot, h('form', { class: 'links-form', 'aria-label': 'Edit links', onsubmit: (ev) => ev.preventDefault() },

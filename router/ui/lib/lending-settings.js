@@ -3,6 +3,7 @@
 // changed keys only; a refused batch names its key and keeps what was typed), Default per key
 // (POST null) and Default for all (DELETE). GET/POST/DELETE /site/offload/settings.
 import { h, replace } from './dom.js';
+import { focusIfLost } from './focus.js';
 import { missingRoute } from './lending-live.js';
 import { keyOfError, settingText, settingsBody } from './lending.js';
 import { actionButton, confirmDialog, errorBox, showError, table } from './ui.js';
@@ -31,7 +32,7 @@ function shown(row, value) {
 }
 
 export async function mountSettings(root, ctx) {
-  const status = h('p', { role: 'status', class: 'muted' });
+  const status = h('p', { role: 'status', class: 'muted', tabindex: '-1' });
   const note = h('div');
   const slot = h('div');
   const body = h('div');
@@ -58,6 +59,7 @@ export async function mountSettings(root, ctx) {
         const next = await ctx.api.post(ROUTE, batch);
         status.textContent = `Saved ${Object.keys(batch.settings).join(', ')}.`;
         render(next);
+        focusIfLost(body.querySelector('button.primary'));
       } catch (exc) {
         const key = mark(settings, exc);
         if (!key) throw exc;
@@ -72,6 +74,7 @@ export async function mountSettings(root, ctx) {
       if (!ok) return;
       render(await ctx.api.del(ROUTE));
       status.textContent = 'Every setting is back to the config file\'s value.';
+      focusIfLost(status);
     }, { slot: formError, cls: 'danger' });
     replace(body, h('form', { class: 'settings-form', 'aria-label': 'Lending settings', onsubmit: (ev) => ev.preventDefault() },
       table({
@@ -92,6 +95,7 @@ export async function mountSettings(root, ctx) {
               const next = await ctx.api.post(ROUTE, { settings: { [s.key]: null } });
               status.textContent = `${s.key} is back to the config file's value.`;
               render(next, others(settings, s.key));
+              focusIfLost(status);
             }, { slot: formError });
             button.setAttribute('aria-label', `Default for ${s.key}`);
             button.disabled = s.saved === null || s.saved === undefined;
