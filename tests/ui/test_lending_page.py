@@ -82,6 +82,17 @@ def test_links_are_made_in_the_browser_and_stored(ui: GuardedPage, lending: Lend
     ).to_be_checked()
 
 
+def test_a_model_detail_opens_its_links(ui: GuardedPage) -> None:
+    ui.goto("/router/ui/models?model=pic")
+    ui.page.get_by_role("link", name="Lending links of pic").click()
+    expect(ui.page.locator("main h1")).to_have_text("Lending")
+    expect(ui.page.get_by_label("Anchor model")).to_have_value("m/pic")
+    expect(
+        ui.page.get_by_role("group", name="Lane").get_by_role("button", name="Image")
+    ).to_have_attribute("aria-pressed", "true")
+    expect(candidate_row(ui, "pic2")).to_contain_text("eligible")
+
+
 def test_an_ineligible_candidate_is_disabled_with_its_reason(ui: GuardedPage) -> None:
     ui.goto("/router/ui/lending?section=links&lane=text&node=m&model=slow")
     tiny = candidate_row(ui, "tiny")
