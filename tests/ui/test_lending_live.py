@@ -211,3 +211,38 @@ def test_older_decisions_page_by_next_before(ui: GuardedPage, lending: LendingCl
     expect(table.locator("caption")).to_contain_text(f"{len(rows)} decision(s) read")
     expect(table.locator("tbody tr")).to_have_count(folded_count(rows))
     assert max(r["id"] for r in second["decisions"]) < min(r["id"] for r in first["decisions"])
+
+
+HIDE = (
+    "(state) => { Object.defineProperty(document, 'visibilityState', "
+    "{value: state, configurable: true}); document.dispatchEvent(new Event('visibilitychange')); }"
+)
+
+
+def wait_calls(ui: GuardedPage, path: str, count: int, what: str, seconds: float) -> None:
+    """Playwright records requests only while it runs: wait in the page, not in time.sleep."""
+    for _ in range(int(seconds * 10)):
+        if len(ui.calls(path)) >= count:
+            return
+        ui.page.wait_for_timeout(100)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_summary_is_read_every_few_seconds_and_not_while_hidden(ui: GuardedPage) -> None:
+    summary = "/router/v1/site/offload/summary"
+    ui.goto("/router/ui/lending?section=leases")
+    expect(ui.page.locator("main table", has_text="Requests per node")).to_be_visible()
+    wait_calls(ui, summary, 2, "a second read of the summary", 15)
+    ui.page.evaluate(HIDE, "hidden")
+    ui.page.wait_for_timeout(500)  # a read already on its way may still land
+    before = len(ui.calls(summary))
+    ui.page.wait_for_timeout(3000 + 2500)  # longer than the 3 s refresh
+    assert len(ui.calls(summary)) == before
+    ui.page.evaluate(HIDE, "visible")
+    wait_calls(ui, summary, before + 1, "a read when the tab is shown again", 5)
+    # Leaving the section stops the reads.
+    ui.page.get_by_role("button", name="Settings").click()
+    ui.page.wait_for_timeout(500)
+    left = len(ui.calls(summary))
+    ui.page.wait_for_timeout(3000 + 1500)
+    assert len(ui.calls(summary)) == left
