@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 MAX_LINE = 16384  # longer lines are emitted (and kept) in pieces of this size
+# After a read, a pipe is left alone this long so the child's next writes arrive as one read:
+# llama-server writes each log line in several write()s, ~6 lines per request, and every read
+# woke the router's event loop (~75 us per request in bench/RESULTS.md, issue 17). Bounds how
+# late a line (a readiness line, say) is seen.
+READ_COALESCE_S = 0.004
 _KILL_WAIT = 5.0  # bound on waiting for SIGKILLed processes (D-state can delay death)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -242,7 +247,17 @@ class SupervisedProcess:
             os.set_blocking(fd, False)
             self._streams[name] = fh
             self._partial[name] = b""
-            loop.add_reader(fd, self._on_readable, name, fd)
+            loop.add_reader(fd, self._on_wake, loop, name, fd)
+
+    def _on_wake(self, loop: asyncio.AbstractEventLoop, name: str, fd: int) -> None:
+        if self._on_readable(name, fd) and name in self._streams:
+            loop.remove_reader(fd)
+            loop.call_later(READ_COALESCE_S, self._rearm, loop, name, fd)
+
+    def _rearm(self, loop: asyncio.AbstractEventLoop, name: str, fd: int) -> None:
+        fh = self._streams.get(name)
+        if fh is not None and not fh.closed and fh.fileno() == fd:
+            loop.add_reader(fd, self._on_wake, loop, name, fd)
 
     def _on_readable(self, name: str, fd: int) -> bool:
         """Read one chunk; False when nothing was available."""
@@ -274,6 +289,11 @@ class SupervisedProcess:
             for _ in range(64):  # bounded: a grandchild may keep writing
                 if not self._on_readable(name, fh.fileno()):
                     break
+
+    def detach_output(self) -> None:
+        """Stop calling `on_output`: its readers (readiness, load progress, the load capture)
+        are done once the backend is up, and a serving backend logs lines per request."""
+        self._on_output = None
 
     def _emit(self, name: str, line: bytes) -> None:
         self._ring.append(line.decode("utf-8", errors="replace"))

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from router.cluster.decisions import DecisionLog
     from router.cluster.guardians import GuardianTable
     from router.cluster.lending import LendingValues, LinkTable
+    from router.cluster.push import Pusher
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
@@ -78,6 +79,8 @@ LINKS: web.AppKey[LinkTable] = web.AppKey("links")
 LENDING: web.AppKey[LendingValues] = web.AppKey("lending")
 # The lending decision log (router/cluster/decisions.py).
 DECISIONS: web.AppKey[DecisionLog] = web.AppKey("decisions")
+# A master's push of its lending settings and links to its slaves (router/cluster/push.py).
+LENDING_PUSH: web.AppKey[Pusher] = web.AppKey("lending_push")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -229,6 +229,8 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
     _admin("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
     _admin("/router/v1/site/guardian-models", "GET POST DELETE", "site.guardian_models"),
+    _admin("/router/v1/site/offload/settings", "GET POST DELETE", "site.offload_settings"),
+    _admin("/router/v1/site/offload/decisions", "GET", "site.offload_decisions"),
     _admin("/router/v1/site/analytics", "GET", "site.analytics"),
     _admin("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
     _admin("/router/v1/site/store/download", "GET", "site.store_download"),

@@ -9,12 +9,14 @@ from typing import Any
 
 from aiohttp import web
 
+from router import __version__
+from router.api import lending_push
 from router.api.common import Handler, read_control_json, refuse_addresses
+from router.api.lending_decisions import sink_for
+from router.api.lending_settings import load_layers
 from router.appkeys import CLUSTER, DECISIONS, LENDING, LINKS, SETTINGS, STORE
 from router.cluster import NodeModel
-from router.cluster.decisions import DecisionLog
 from router.cluster.lending import (
-    LendingValues,
     Link,
     LinkTable,
     Side,
@@ -28,11 +30,24 @@ Known = dict[tuple[str, str], NodeModel]
 
 
 async def links_context(app: web.Application) -> AsyncIterator[None]:
-    rows = await app[STORE].link_rows()
+    """The links, the lending settings (config file under the saved values), the decision
+    log writing to the store (pruned now, then by the store's hourly pass) and, on a master,
+    the push of settings and links to the slaves."""
+    store = app[STORE]
+    rows = await store.link_rows()
     app[LINKS] = LinkTable(Link(**row) for row in rows)
-    app[LENDING] = LendingValues(app[SETTINGS].cluster.lending())
-    app[DECISIONS] = DecisionLog()
-    yield
+    app[LENDING] = layers = await load_layers(app)
+    app[DECISIONS] = sink_for(store, __version__)
+    retention = layers.values.offload_decisions_retention
+    store.decision_retention = retention
+    await store.prune_decisions(retention)
+    pusher = lending_push.start_pusher(app)
+    try:
+        yield
+    finally:
+        app[DECISIONS].sink = None  # the store closes after this context
+        if pusher is not None:
+            await pusher.close()
 
 
 def known_models(request: web.Request, lane: str) -> Known:
@@ -134,6 +149,7 @@ async def _replace(request: web.Request, lane: str) -> web.Response:
     await request.app[STORE].replace_links(lane, anchor, rows)
     table = request.app[LINKS]
     table.links = replace_links(table.links, lane, anchor, links)
+    lending_push.links_changed(request.app)
     return web.json_response(
         {
             "ok": True,
@@ -154,6 +170,7 @@ async def _delete(request: web.Request, lane: str) -> web.Response:
         raise NotFound(f"no {lane} links for {model_id[:256]!r} on node {anchor[0][:64]!r}")
     table = request.app[LINKS]
     table.links = replace_links(table.links, lane, anchor, ())
+    lending_push.links_changed(request.app)
     return web.json_response({"ok": True, "removed": removed})
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api import control
+from router.api import control, lending_push
 from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER
 from router.api.common import Handler, match_of, read_control_json
 from router.appkeys import (
@@ -69,6 +69,7 @@ async def register(request: web.Request) -> web.StreamResponse:
         raise ClusterError(f"the snapshot is not valid: {err.error_count()} problem(s)") from None
     service.registry.register(snap, time.time())
     service.changed()
+    lending_push.registered(request.app, snap.node_id)  # its lending settings and links
     return web.json_response({"ok": True})
 
 
@@ -166,6 +167,7 @@ _TABLE: Mapping[tuple[str, str], Handler] = {
     ("GET", "state"): state,
     ("POST", "load"): control.load,
     ("POST", "unload"): control.unload,
+    **lending_push.NODE_ROUTES,
 }
 
 HANDLERS: dict[str, Handler] = {"node.dispatch": node_dispatch}

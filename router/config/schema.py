@@ -429,6 +429,18 @@ class Settings(_Section):
         object.__setattr__(self, "cluster", self.cluster.model_copy(update={"token": token}))
         return self
 
+    @model_validator(mode="after")
+    def _sample_window_within_retention(self) -> Settings:
+        # Cost fits read analytics this old; older raw events are already deleted.
+        window, retention = self.cluster.scheduling_sample_window, self.analytics.raw_retention
+        if window > retention:
+            raise ValueError(
+                f"cluster.scheduling_sample_window ({window:g}s) must not exceed "
+                f"analytics.raw_retention ({retention:g}s): raise the retention or shorten "
+                "the window"
+            )
+        return self
+
 
 def _origin_only(value: str) -> str:
     """An http(s) origin and nothing more (no user info, path, query or fragment)."""

@@ -139,6 +139,7 @@ class Loader:
         started = time.monotonic()
         base_url = f"http://127.0.0.1:{port}"
         await self._await_ready(adapter, process, base_url, spec, ready_line, started)
+        process.detach_output()
         return Launched(
             process,
             port,

@@ -35,6 +35,7 @@ from router.store.channel import EventChannel, log_skipped
 from router.store.db import connect, migrate, prepare_path, secure_files
 from router.store.downloads import DownloadRows
 from router.store.guardians import GuardianAssignments
+from router.store.lending import LendingRows
 from router.store.links import RoutingLinks
 from router.store.rows import Raw, rows_from_raws
 from router.store.summary import summarize
@@ -47,7 +48,7 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks):
+class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks, LendingRows):
     def __init__(
         self,
         path: Path,
@@ -175,6 +176,7 @@ class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks):
         cursor = await db.execute("DELETE FROM analytics_events WHERE time < ?", (cutoff,))
         for sql, params in ranges.expiry(time.time(), self.settings.raw_retention):
             await db.execute(sql, params)
+        await self._prune_decisions_in(db)
         return cursor.rowcount
 
     async def enforce_retention(self) -> int:
