@@ -45,8 +45,8 @@ def test_settings_save_refuse_and_default(ui: GuardedPage, lending: LendingClust
     ui.goto("/router/ui/lending?section=settings")
     form = ui.page.get_by_role("form", name="Lending settings")
     expect(form.locator("tbody tr")).to_have_count(13)
-    depth = form.get_by_label("scheduling_backend_depth")
-    ttl = form.get_by_label("scheduling_grant_ttl")
+    depth = form.get_by_label("scheduling_backend_depth", exact=True)
+    ttl = form.get_by_label("scheduling_grant_ttl", exact=True)
     expect(depth).to_have_value(str(by_key(lending)["scheduling_backend_depth"]["effective"]))
     depth.fill("4")
     form.get_by_role("button", name="Save settings").click()
@@ -80,7 +80,7 @@ def test_settings_save_refuse_and_default(ui: GuardedPage, lending: LendingClust
     expect(ui.page.locator("main [role=status]").first).to_have_text("Saved scheduling_grant_ttl.")
     assert by_key(lending)["scheduling_grant_ttl"]["effective"] == 45
     # A boolean, then Default for all.
-    form.get_by_label("offload_hold_for_faster_helper").click()
+    form.get_by_label("offload_hold_for_faster_helper", exact=True).click()
     form.get_by_role("button", name="Save settings").click()
     expect(ui.page.locator("main [role=status]").first).to_contain_text(
         "offload_hold_for_faster_helper"
@@ -91,7 +91,7 @@ def test_settings_save_refuse_and_default(ui: GuardedPage, lending: LendingClust
     ui.page.get_by_role("dialog").get_by_role("button", name="Default for all").click()
     expect(ui.page.locator("main [role=status]").first).to_contain_text("back to the config file")
     assert all(s["saved"] is None for s in by_key(lending).values())
-    expect(form.get_by_label("scheduling_grant_ttl")).to_have_value("30s")
+    expect(form.get_by_label("scheduling_grant_ttl", exact=True)).to_have_value("30s")
 
 
 def chat() -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The Lending page on a secure router, signed in with the session cookie: its state changes
-(a guardian assigned and cleared) carry the session's CSRF token and work."""
+(a guardian assigned and cleared, a setting saved and put back) carry the session's CSRF token
+and work."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from tests.router_process import RouterProcess
 from tests.test_guardians import vision_model
 from tests.ui import test_login
 from tests.ui.conftest import GuardedPage, UiRouter
+
+SETTINGS = "/router/v1/site/offload/settings"
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,7 @@ def sign_in(ui: GuardedPage, path: str) -> None:
     expect(ui.page.locator("main h1")).to_have_text("Lending")
 
 
-def test_signed_in_guardian_changes_carry_the_csrf_token(
+def test_signed_in_changes_carry_the_csrf_token(
     secure_lending: UiRouter, page: Page, tmp_path: Path
 ) -> None:
     ui = GuardedPage(page, secure_lending, tmp_path)
@@ -76,4 +79,26 @@ def test_signed_in_guardian_changes_carry_the_csrf_token(
     assert cleared.value.headers.get("x-csrf-token")
     expect(listing).to_contain_text("No guardian assigned")
     assert secure_lending.get("/router/v1/site/guardian-models")["assignments"] == []
+
+    ui.page.get_by_role("button", name="Settings").click()
+    form = ui.page.get_by_role("form", name="Lending settings")
+    form.get_by_label("scheduling_backend_depth", exact=True).fill("3")
+    with ui.page.expect_request(
+        lambda r: r.method == "POST" and "offload/settings" in r.url
+    ) as sent:
+        form.get_by_role("button", name="Save settings").click()
+    assert sent.value.headers.get("x-csrf-token")
+    expect(ui.page.locator("main [role=status]").first).to_have_text(
+        "Saved scheduling_backend_depth."
+    )
+    depth = {s["key"]: s for s in secure_lending.get(SETTINGS)["settings"]}[
+        "scheduling_backend_depth"
+    ]
+    assert (depth["saved"], depth["effective"]) == (3, 3)
+    with ui.page.expect_request(lambda r: r.method == "DELETE") as reset:
+        form.get_by_role("button", name="Default for all").click()
+        ui.page.get_by_role("dialog").get_by_role("button", name="Default for all").click()
+    assert reset.value.headers.get("x-csrf-token")
+    expect(form.get_by_label("scheduling_backend_depth", exact=True)).to_have_value("2")
+    assert all(s["saved"] is None for s in secure_lending.get(SETTINGS)["settings"])
     ui.check()

@@ -118,6 +118,7 @@ export async function mountGuardians(root, ctx) {
         'No multimodal model to assign: a guardian needs a configuration with an mmproj (vision projector), '
         + 'or a vLLM configuration with "router_vision": true.'),
       assignForm(listing, textModels, nodes, async (body) => {
+        status.textContent = '';
         const answer = await ctx.api.post('/site/guardian-models', body);
         status.textContent = `Assigned ${answer.assignment.guardian.model_id} as the ${answer.assignment.scope} guardian.`;
         await read();

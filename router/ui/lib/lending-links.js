@@ -161,6 +161,7 @@ export async function mountLinks(root, ctx) {
     const rows = linkRows(listing);
     const formError = h('div', { id: 'links-error' });
     const save = actionButton('Save links', async () => {
+      status.textContent = '';
       if (!(await acknowledged(listing, rows))) return;
       const answer = await ctx.api.post(routeOf(lane), linksBody(listing.anchor, rows));
       status.textContent = `Saved: ${answer.links.length} link(s) for ${listing.anchor.model_id}.`;

@@ -39,7 +39,7 @@ export async function mountSettings(root, ctx) {
   replace(root, h('h2', {}, 'Settings'),
     h('p', { class: 'muted' }, 'The lending keys (cluster.* in router.yaml). A value saved here overrides the config file '
       + "until Default puts the file's value back; the master passes the values in force to every slave."),
-    note, slot, body);
+    note, status, slot, body);
   let inputs = {};
 
   function render(answer, keep = {}) {
@@ -50,6 +50,7 @@ export async function mountSettings(root, ctx) {
       ? h('p', { class: 'muted' }, 'This router reads some of these at start: a saved value applies after a restart.') : null);
     const formError = h('div', { id: 'settings-error' });
     const save = actionButton('Save settings', async () => {
+      status.textContent = '';
       const batch = settingsBody(settings, inputs);
       if (!Object.keys(batch.settings).length) {
         status.textContent = 'Nothing changed: every input holds the value in force.';
