@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,6 +35,7 @@ class LendingCluster:
     master: RouterProcess
     slave: RouterProcess
     http: httpx.Client
+    master_db: Path
 
     def get(self, path: str, **params: Any) -> Any:
         reply = self.http.get(path, params=params)
@@ -115,7 +117,8 @@ def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster
     # Its own thread: Playwright's sync API may already run an event loop in this one.
     with ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, up()).result()
-    c = LendingCluster(master, slave, httpx.Client(base_url=master.base, timeout=30))
+    db = h.tmp / "data-master" / "router.sqlite"
+    c = LendingCluster(master, slave, httpx.Client(base_url=master.base, timeout=30), db)
     try:
         wait_for(
             lambda: (

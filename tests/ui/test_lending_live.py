@@ -7,6 +7,9 @@ backlog drains."""
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -246,3 +249,103 @@ def test_the_summary_is_read_every_few_seconds_and_not_while_hidden(ui: GuardedP
     left = len(ui.calls(summary))
     ui.page.wait_for_timeout(3000 + 1500)
     assert len(ui.calls(summary)) == left
+
+
+SEEDED = 130  # more than one page of 100
+
+
+def seed_decisions(lending: LendingCluster) -> None:
+    """Rows written into the master's store file, as its log's sink writes them (WAL: the
+    route's reader sees them): runs of identical plan rows, dispatch rows, an image lane."""
+    now = time.time()
+    rows = []
+    for i in range(SEEDED):
+        kind, outcome, trigger, lane = "plan", "skipped", "tick", "text"
+        reasons = ["owner_unpriced"] if (i // 5) % 2 == 0 else ["cost_rejected"]
+        if i % 7 == 0:
+            kind, outcome, trigger, reasons = "dispatch", "lent", "", []
+        if i % 11 == 0:
+            lane = "image"
+        owner, helper = ("pic", "pic2") if lane == "image" else ("slow", "fast")
+        detail = json.dumps({"seeded": i})
+        rows.append((now - SEEDED + i, kind, trigger, outcome, json.dumps(reasons), lane,
+                     "m", owner, "s1", helper, "0.1.0", detail))  # fmt: skip
+    with sqlite3.connect(lending.master_db) as db:
+        db.execute("DELETE FROM offload_decisions")
+        db.executemany(
+            'INSERT INTO offload_decisions (at, kind, "trigger", outcome, reasons, lane, '
+            "owner_node_id, owner_model_id, helper_node_id, helper_model_id, router_version, "
+            "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+
+def test_the_decision_log_folds_filters_pages_and_opens(
+    ui: GuardedPage, lending: LendingCluster
+) -> None:
+    seed_decisions(lending)
+    _, first = decisions_read(ui, lambda: ui.goto("/router/ui/lending?section=decisions"))
+    assert len(first["decisions"]) == 100 and first["next_before"] is not None
+    table = ui.page.locator("main table", has_text="decision(s) read")
+    expect(table.locator("caption")).to_contain_text("100 decision(s) read")
+    expect(table.locator("tbody tr")).to_have_count(folded_count(first["decisions"]))
+    # A folded run shows its count; the newest row is first.
+    newest = first["decisions"][0]
+    assert newest["detail"] == {"seeded": SEEDED - 1}
+    expect(table.locator("tbody tr").first).to_contain_text(newest["outcome"])
+    expect(table.locator(".fold").first).to_have_text(re.compile(r"^×[2-9]\d*$"))
+    # Older: the router's cursor, appended below.
+    url, second = decisions_read(
+        ui, lambda: ui.page.get_by_role("button", name="Older decisions").click()
+    )
+    assert f"before={first['next_before']}" in url and second["next_before"] is None
+    rows = first["decisions"] + second["decisions"]
+    assert len(rows) == SEEDED
+    expect(table.locator("caption")).to_contain_text(f"{SEEDED} decision(s) read")
+    expect(table.locator("tbody tr")).to_have_count(folded_count(rows))
+    expect(ui.page.get_by_role("button", name="Older decisions")).to_have_count(0)
+    # A row's detail: its fields, the ids folded into it, its detail object.
+    folded = table.locator("tbody tr", has=ui.page.locator(".fold")).first
+    folded.get_by_role("button", name=re.compile(r"^Open decision ")).click()
+    detail = ui.page.locator("#decision-detail")
+    expect(detail).to_be_focused()
+    expect(detail).to_contain_text("identical older")
+    expect(detail).to_contain_text('"seeded"')
+    # Filters: each read from the route with the filter, kept in the URL.
+    url, answer = decisions_read(ui, lambda: ui.page.get_by_label("Kind").select_option("dispatch"))
+    assert "kind=dispatch" in url and "kind=dispatch" in ui.page.url
+    assert {r["kind"] for r in answer["decisions"]} == {"dispatch"}
+    expect(table.locator("caption")).to_contain_text(f"{len(answer['decisions'])} decision(s) read")
+    assert set(table.locator("tbody tr td:nth-of-type(1)").all_text_contents()) == {"dispatch"}
+    url, answer = decisions_read(ui, lambda: ui.page.get_by_label("Lane").select_option("image"))
+    assert "lane=image" in url and {r["lane"] for r in answer["decisions"]} == {"image"}
+    expect(table.locator("tbody tr").first).to_contain_text("m/pic")
+    decisions_read(ui, lambda: ui.page.get_by_label("Kind").select_option(""))
+    decisions_read(ui, lambda: ui.page.get_by_label("Lane").select_option(""))
+
+    def by_model() -> None:
+        ui.page.get_by_label("Model").fill("pic2")
+        ui.page.get_by_label("Model").press("Enter")
+
+    url, answer = decisions_read(ui, by_model)
+    assert "model_id=pic2" in url and "model=pic2" in ui.page.url
+    assert answer["decisions"] and all(
+        "pic2" in (r["owner_model_id"], r["helper_model_id"]) for r in answer["decisions"]
+    )
+    # Back in a new visit, the URL restores the filter.
+    ui.page.reload()
+    expect(ui.page.get_by_label("Model")).to_have_value("pic2")
+    expect(table.locator("tbody tr").first).to_contain_text("s1/pic2")
+
+
+def test_the_decision_log_of_another_node(ui: GuardedPage, lending: LendingCluster) -> None:
+    seed_decisions(lending)
+    ui.goto("/router/ui/lending?section=decisions")
+    table = ui.page.locator("main table", has_text="decision(s) read")
+    expect(table.locator("caption")).to_contain_text("100 decision(s) read")
+    # The slave's own log (its helper side), relayed by the master: nothing seeded there.
+    url, answer = decisions_read(ui, lambda: ui.page.get_by_label("Log of").select_option("s1"))
+    assert "node_id=s1" in url and "node=s1" in ui.page.url
+    expect(table.locator("caption")).to_contain_text(f"{len(answer['decisions'])} decision(s) read")
+    if not answer["decisions"]:
+        expect(table).to_contain_text("No decision matches")

@@ -111,11 +111,13 @@ export async function mountLeases(root, ctx) {
   };
 }
 
-function decisionFilters(params, onchange) {
-  const choice = (label, name, values) => h('label', {}, label,
+// `nodes`: the other nodes whose own log (the helper side) the master relays by node_id.
+function decisionFilters(params, nodes, onchange) {
+  const choice = (label, name, values, any = 'Any') => h('label', {}, label,
     h('select', { name, onchange: (ev) => onchange({ [name]: ev.target.value }) },
-      h('option', { value: '' }, 'Any'), values.map((v) => h('option', { value: v, selected: params[name] === v }, v))));
+      h('option', { value: '' }, any), values.map((v) => h('option', { value: v, selected: params[name] === v }, v))));
   return h('div', { class: 'filters', role: 'group', 'aria-label': 'Filters' },
+    nodes.length ? choice('Log of', 'node', nodes, 'this router') : null,
     choice('Kind', 'kind', KINDS), choice('Lane', 'lane', LANES),
     h('label', {}, 'Model', h('input', {
       type: 'search', name: 'model', value: params.model || '', placeholder: 'owner or helper model id',
@@ -147,9 +149,18 @@ export async function mountDecisions(root, ctx) {
   const more = h('div', { class: 'actions' });
   const detail = h('div');
   let rows = [];
+  let nodes = [];
+  try {
+    const own = (ctx.session && ctx.session.node && ctx.session.node.node_id) || '';
+    const inventory = await ctx.api.get('/site/inventory');
+    nodes = (inventory.nodes || []).map((n) => n.node_id).filter((id) => id && id !== own);
+  } catch {
+    // Without the node list the log of this router is still shown.
+  }
   replace(root, h('h2', {}, 'Decision log'),
-    h('p', { class: 'muted' }, 'What the lending scheduler decided and why, newest first. Identical consecutive rows are folded.'),
-    decisionFilters(params, (patch) => {
+    h('p', { class: 'muted' }, 'What the lending scheduler decided and why, newest first. Identical consecutive rows are '
+      + "folded. Another node's log holds its side as a helper."),
+    decisionFilters(params, nodes, (patch) => {
       Object.assign(params, patch);
       ctx.keepSection(params);
       load(null);
@@ -187,6 +198,7 @@ export async function mountDecisions(root, ctx) {
     try {
       const page = await ctx.api.get('/site/offload/decisions', {
         limit: DECISION_PAGE, before, kind: params.kind, lane: params.lane, model_id: params.model,
+        node_id: params.node,
       });
       rows = before ? [...rows, ...page.decisions] : page.decisions;
       if (!before) replace(detail);
