@@ -1,8 +1,8 @@
-"""The Lending page's scheduler sections against the real routes on a master with a slave:
-the settings form (a saved value in force, a refused batch naming its key and changing
-nothing, Default per key and for all), the decision log after a backlog was lent (rows, folding
-as the route's rows fold, filters, detail), and the live leases and per-node counts while the
-backlog drains."""
+"""The Lending page's settings and decision log against the real routes on a master with a
+slave: the settings form (a saved value in force, a refused batch naming its key and changing
+nothing, Default per key and for all), and the decision log over rows in the master's store
+(two pages, folding as the route's rows fold, filters in the URL, a row's detail, another
+node's log)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,18 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from tests.ui.conftest import GuardedPage, UiRouter
-from tests.ui.lending_cluster import TEXT_LINKS, TOKENS, LendingCluster, lending, wait_for
+from tests.ui.lending_cluster import LendingCluster, lending
 
 __all__ = ["lending"]
 SETTINGS = "/router/v1/site/offload/settings"
 DECISIONS = "/router/v1/site/offload/decisions"
-BACKLOG = 24
 LINK = {"anchor": {"node_id": "m", "model_id": "slow"},
         "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
 
@@ -97,52 +94,6 @@ def test_settings_save_refuse_and_default(ui: GuardedPage, lending: LendingClust
     expect(form.get_by_label("scheduling_grant_ttl", exact=True)).to_have_value("30s")
 
 
-def chat() -> dict[str, Any]:
-    return {"model": "slow", "max_tokens": TOKENS,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
-
-
-def backlog(lending: LendingCluster, pool: ThreadPoolExecutor) -> list[Future[int]]:
-    """BACKLOG concurrent chats for the slow owner, from threads (the browser holds this one)."""
-
-    def one() -> int:
-        return httpx.post(
-            lending.master.base + "/v1/chat/completions", json=chat(), timeout=120
-        ).status_code
-
-    return [pool.submit(one) for _ in range(BACKLOG)]
-
-
-def test_leases_and_counts_show_while_a_backlog_is_lent(
-    ui: GuardedPage, lending: LendingCluster
-) -> None:
-    assert lending.http.post(TEXT_LINKS, json=LINK).status_code == 200
-    ui.goto("/router/ui/lending?section=leases")
-    expect(ui.page.locator("main table", has_text="Requests per node")).to_be_visible()
-    with ThreadPoolExecutor(BACKLOG) as pool:
-        sent = backlog(lending, pool)
-        # While it drains, a refresh shows work held or lent for the owner, or a lease.
-        ui.page.wait_for_function(
-            """() => {
-                const lease = [...document.querySelectorAll('main table')]
-                  .find(t => t.caption && t.caption.textContent.includes('in force'));
-                const leased = lease && lease.querySelector('tbody tr:not(:has(td.empty))');
-                const counts = [...document.querySelectorAll('main table')][0];
-                const busy = [...counts.querySelectorAll('tbody tr')].some(tr =>
-                  [...tr.querySelectorAll('td.num')].some(td => Number(td.textContent) > 0));
-                return Boolean(leased) || busy;
-            }""",
-            timeout=60_000,
-        )
-        assert all(f.result() == 200 for f in sent)
-    # Once drained, the counts come back to zero on a later refresh.
-    ui.page.wait_for_function(
-        """() => [...[...document.querySelectorAll('main table')][0].querySelectorAll('td.num')]
-                 .every(td => td.textContent === '0')""",
-        timeout=30_000,
-    )
-
-
 def folded_count(rows: list[dict[str, Any]]) -> int:
     keys = ("kind", "trigger", "outcome", "lane", "owner_node_id", "owner_model_id",
             "helper_node_id", "helper_model_id")  # fmt: skip
@@ -160,95 +111,6 @@ def decisions_read(ui: GuardedPage, action: Any) -> tuple[str, dict[str, Any]]:
     with ui.page.expect_response(lambda r: "/site/offload/decisions" in r.url) as seen:
         action()
     return seen.value.url, seen.value.json()
-
-
-def lent_backlog(lending: LendingCluster, rows: int) -> None:
-    assert lending.http.post(TEXT_LINKS, json=LINK).status_code == 200
-    with ThreadPoolExecutor(BACKLOG) as pool:
-        assert all(f.result() == 200 for f in backlog(lending, pool))
-    wait_for(lambda: len(lending.get(DECISIONS)["decisions"]) >= rows, f"{rows} decision rows")
-
-
-def test_the_decision_log_shows_the_rows_of_a_lent_backlog(
-    ui: GuardedPage, lending: LendingCluster
-) -> None:
-    lent_backlog(lending, 1)
-    _, answer = decisions_read(ui, lambda: ui.goto("/router/ui/lending?section=decisions"))
-    rows = answer["decisions"]
-    table = ui.page.locator("main table", has_text="decision(s) read")
-    expect(table.locator("caption")).to_contain_text(f"{len(rows)} decision(s) read")
-    expect(table.locator("tbody tr")).to_have_count(folded_count(rows))
-    assert [r["at"] for r in rows] == sorted((r["at"] for r in rows), reverse=True)
-    newest = rows[0]
-    first = table.locator("tbody tr").first
-    expect(first).to_contain_text(newest["kind"])
-    expect(first).to_contain_text(newest["outcome"])
-    first.get_by_role("button", name=f"Open decision {newest['id']}").click()
-    detail = ui.page.locator("#decision-detail")
-    expect(detail).to_be_focused()
-    expect(detail).to_contain_text(f"Decision {newest['id']}")
-    # A filter reads the route with it, and the URL keeps it.
-    url, answer = decisions_read(ui, lambda: ui.page.get_by_label("Kind").select_option("dispatch"))
-    assert "kind=dispatch" in url and "kind=dispatch" in ui.page.url
-    expect(table.locator("caption")).to_contain_text(f"{len(answer['decisions'])} decision(s) read")
-    for cell in table.locator("tbody tr td:nth-of-type(1)").all_text_contents():
-        assert cell in ("dispatch", "No decision matches")
-
-
-def test_older_decisions_page_by_next_before(ui: GuardedPage, lending: LendingCluster) -> None:
-    lent_backlog(lending, 5)
-    # The real route with a small page (the page asks for 100): the cursor is the router's.
-    ui.page.route(
-        "**/router/v1/site/offload/decisions?*",
-        lambda route: route.continue_(url=route.request.url.replace("limit=100", "limit=4")),
-    )
-    _, first = decisions_read(ui, lambda: ui.goto("/router/ui/lending?section=decisions"))
-    table = ui.page.locator("main table", has_text="decision(s) read")
-    expect(table.locator("caption")).to_contain_text("4 decision(s) read")
-    assert first["next_before"] is not None
-    url, second = decisions_read(
-        ui, lambda: ui.page.get_by_role("button", name="Older decisions").click()
-    )
-    assert f"before={first['next_before']}" in url
-    rows = first["decisions"] + second["decisions"]
-    expect(table.locator("caption")).to_contain_text(f"{len(rows)} decision(s) read")
-    expect(table.locator("tbody tr")).to_have_count(folded_count(rows))
-    assert max(r["id"] for r in second["decisions"]) < min(r["id"] for r in first["decisions"])
-
-
-HIDE = (
-    "(state) => { Object.defineProperty(document, 'visibilityState', "
-    "{value: state, configurable: true}); document.dispatchEvent(new Event('visibilitychange')); }"
-)
-
-
-def wait_calls(ui: GuardedPage, path: str, count: int, what: str, seconds: float) -> None:
-    """Playwright records requests only while it runs: wait in the page, not in time.sleep."""
-    for _ in range(int(seconds * 10)):
-        if len(ui.calls(path)) >= count:
-            return
-        ui.page.wait_for_timeout(100)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def test_the_summary_is_read_every_few_seconds_and_not_while_hidden(ui: GuardedPage) -> None:
-    summary = "/router/v1/site/offload/summary"
-    ui.goto("/router/ui/lending?section=leases")
-    expect(ui.page.locator("main table", has_text="Requests per node")).to_be_visible()
-    wait_calls(ui, summary, 2, "a second read of the summary", 15)
-    ui.page.evaluate(HIDE, "hidden")
-    ui.page.wait_for_timeout(500)  # a read already on its way may still land
-    before = len(ui.calls(summary))
-    ui.page.wait_for_timeout(3000 + 2500)  # longer than the 3 s refresh
-    assert len(ui.calls(summary)) == before
-    ui.page.evaluate(HIDE, "visible")
-    wait_calls(ui, summary, before + 1, "a read when the tab is shown again", 5)
-    # Leaving the section stops the reads.
-    ui.page.get_by_role("button", name="Settings").click()
-    ui.page.wait_for_timeout(500)
-    left = len(ui.calls(summary))
-    ui.page.wait_for_timeout(3000 + 1500)
-    assert len(ui.calls(summary)) == left
 
 
 SEEDED = 130  # more than one page of 100
