@@ -14,6 +14,7 @@ from tests.ui import data_router
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.data_router import DataRouter
 from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster, lending
+from tests.ui.test_lending_live import SETTINGS, seed_decisions
 
 OUT = Path(os.environ.get("SCREENSHOT_DIR", Path(__file__).parents[2] / "docs" / "screenshots"))
 EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4"}
@@ -102,8 +103,9 @@ def test_data_page_screenshots(data_ui_router: DataRouter, data_ui: GuardedPage)
             data_ui.page.screenshot(path=str(OUT / f"{name}-{theme}.png"), full_page=full)
 
 
-# The Lending page on a master with a slave (tests/ui/lending_cluster.py): a link, a guardian
-# and what the scheduler's routes show; these overwrite the standalone router's Lending shot.
+# The Lending page on a master with a slave (tests/ui/lending_cluster.py): a link, a guardian,
+# saved settings, decision rows written into the master's store, and what the summary shows;
+# these overwrite the standalone router's Lending shot.
 LENDING_SECTIONS = {
     "lending": "lending?section=links&lane=text&node=m&model=slow",
     "lending-guardians": "lending?section=guardians",
@@ -125,9 +127,11 @@ def test_lending_screenshots(lending: LendingCluster, page: Page, tmp_path: Path
         "guardian": {"node_id": "s1", "model_id": "eye2"},
     }
     assert lending.http.post(GUARDIANS, json=guardian).status_code == 200
+    settings = {"settings": {"scheduling_backend_depth": 3, "offload_probe_idle": "10s"}}
+    assert lending.http.post(SETTINGS, json=settings).status_code == 200
+    seed_decisions(lending)
     ui = GuardedPage(page, UiRouter(lending.master, lending.master.h), tmp_path)
-    for pattern in ("summary", "decisions", "settings"):  # absent until the scheduler is in
-        ui.allow(rf"/router/v1/site/offload/{pattern}$", 404)
+    ui.allow(r"/router/v1/site/offload/summary$", 404)  # absent until the scheduler is in
     for theme in THEMES:
         ui.page.emulate_media(color_scheme=theme)
         for name, path in LENDING_SECTIONS.items():

@@ -120,7 +120,7 @@ function decisionFilters(params, nodes, onchange) {
     nodes.length ? choice('Log of', 'node', nodes, 'this router') : null,
     choice('Kind', 'kind', KINDS), choice('Lane', 'lane', LANES),
     h('label', {}, 'Model', h('input', {
-      type: 'search', name: 'model', value: params.model || '', placeholder: 'owner or helper model id',
+      type: 'search', name: 'model', value: params.model || '', placeholder: 'model id',
       onchange: (ev) => onchange({ model: ev.target.value.trim() }),
     })));
 }
