@@ -12,13 +12,18 @@ from router.demo_models.kcpps_writer import write_kcpps, write_text_kcpps
 
 
 def generate_demo_models(
-    out_dir: Path, *, image: bool = False, whisper: bool = True
+    out_dir: Path, *, image: bool = False, whisper: bool = True, vision: bool = False
 ) -> dict[str, Path]:
-    """Models under out_dir/models, configs under out_dir/kcpps; returns name -> file."""
+    """Models under out_dir/models, configs under out_dir/kcpps; returns name -> file.
+
+    `vision` adds `chat-vision.kcpps`: chat-a with the generated projector (`mmproj`).
+    """
     models_dir = out_dir / "models"
     kcpps_dir = out_dir / "kcpps"
     written: dict[str, Path] = dict(generate_text_models(models_dir))
     write_text_kcpps(kcpps_dir, written)
+    if vision:
+        written["mmproj"] = write_vision_demo(models_dir, kcpps_dir, written["chat-a"])
     if whisper:
         from router.demo_models.whisper_ggml import write_whisper_ggml
 
@@ -36,6 +41,20 @@ def generate_demo_models(
         written["sdxs"] = target
         write_kcpps(kcpps_dir / "sdxs.kcpps", extra={"sdmodel": target})
     return written
+
+
+def write_vision_demo(models_dir: Path, kcpps_dir: Path, text_model: Path) -> Path:
+    """`mmproj.gguf` (about 120 KB, written in milliseconds) and `chat-vision.kcpps` pairing it
+    with `text_model`, which must be 64 wide like the demo chat models; returns the projector."""
+    from router.demo_models.gguf_mmproj import write_mmproj_gguf
+
+    projector = models_dir / "mmproj.gguf"
+    if not projector.is_file():
+        write_mmproj_gguf(projector, seed=6)
+    write_kcpps(
+        kcpps_dir / "chat-vision.kcpps", model_param=text_model, extra={"mmproj": projector}
+    )
+    return projector
 
 
 def write_demo_router_yaml(out_dir: Path, base: Path | None = None) -> Path:
