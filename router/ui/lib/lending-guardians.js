@@ -60,75 +60,75 @@ function assignForm(listing, textModels, nodes, onsave) {
   return h('div', {}, form, error);
 }
 
+async function clear(view, a) {
+  const ok = await confirmDialog({
+    title: `Clear the ${a.scope} guardian?`,
+    message: `${appliesTo(a)} will no longer be answered by ${a.guardian.model_id}.`,
+    confirmLabel: 'Clear',
+  });
+  if (!ok) return;
+  await view.ctx.api.del('/site/guardian-models', clearQuery(a));
+  view.status.textContent = `Cleared the ${a.scope} guardian (${appliesTo(a)}).`;
+  await view.read();
+  focusIfLost(view.status);
+}
+
+async function assign(view, body) {
+  view.status.textContent = '';
+  const answer = await view.ctx.api.post('/site/guardian-models', body);
+  view.status.textContent = `Assigned ${answer.assignment.guardian.model_id} as the ${answer.assignment.scope} guardian.`;
+  await view.read();
+  focusIfLost(view.formSlot.querySelector('button.primary'));
+}
+
+function render(view, listing) {
+  const rowError = h('div', { id: 'guardian-clear-error' });
+  const clearButton = (a) => {
+    const button = actionButton('Clear', () => clear(view, a), { slot: rowError });
+    button.setAttribute('aria-label', `Clear the ${a.scope} guardian for ${appliesTo(a)}`);
+    return button;
+  };
+  replace(view.listSlot, table({
+    caption: 'Guardian assignments',
+    rows: listing.assignments,
+    rowKey: (a) => `${a.scope}/${a.node_id}/${a.model_id}`,
+    empty: 'No guardian assigned: an image chat to a text-only model is refused with a 400. Assign one below.',
+    columns: [
+      { key: 'scope', label: 'Scope', rowHeader: true },
+      { key: 'applies', label: 'Applies to', cell: appliesTo },
+      { key: 'guardian', label: 'Guardian', cell: (a) => `${a.guardian.model_id} on ${a.guardian.node_id}` },
+      { key: 'clear', label: 'Clear', cell: clearButton },
+    ],
+  }), rowError);
+  replace(view.formSlot, h('h3', {}, 'Assign a guardian'),
+    listing.candidates.length ? null : h('p', { class: 'empty-state' },
+      'No multimodal model to assign: a guardian needs a configuration with an mmproj (vision projector), '
+      + 'or a vLLM configuration with "router_vision": true.'),
+    assignForm(listing, view.textModels, view.nodes, (body) => assign(view, body)));
+}
+
 export async function mountGuardians(root, ctx) {
-  const status = h('p', { role: 'status', class: 'muted', tabindex: '-1' });
-  const listSlot = h('div');
-  const formSlot = h('div');
+  const view = {
+    ctx, status: h('p', { role: 'status', class: 'muted', tabindex: '-1' }), listSlot: h('div'), formSlot: h('div'),
+  };
   replace(root, h('h2', {}, 'Guardian models'),
     h('p', { class: 'muted' }, 'A chat with images sent to a text-only model is answered by its guardian, a multimodal model. '
       + "The most specific assignment wins: the model's own, then its node's, then the cluster's."),
-    status, listSlot, formSlot);
-
+    view.status, view.listSlot, view.formSlot);
   let models = [];
   try {
     models = (await ctx.api.get('/models')).data || [];
   } catch (exc) {
-    replace(listSlot, errorBox(exc, { title: 'The models could not be read' }));
+    replace(view.listSlot, errorBox(exc, { title: 'The models could not be read' }));
     return;
   }
   const own = (ctx.session && ctx.session.node && ctx.session.node.node_id) || '';
-  const textModels = laneModels(models, 'text', null);
-  const nodes = [...new Set([own, ...textModels.map((m) => m.node_id)].filter(Boolean))];
-
-  async function read() {
-    render(await ctx.api.get('/site/guardian-models'));
-  }
-
-  function render(listing) {
-    const rowError = h('div', { id: 'guardian-clear-error' });
-    replace(listSlot, table({
-      caption: 'Guardian assignments',
-      rows: listing.assignments,
-      rowKey: (a) => `${a.scope}/${a.node_id}/${a.model_id}`,
-      empty: 'No guardian assigned: an image chat to a text-only model is refused with a 400. Assign one below.',
-      columns: [
-        { key: 'scope', label: 'Scope', rowHeader: true },
-        { key: 'applies', label: 'Applies to', cell: appliesTo },
-        { key: 'guardian', label: 'Guardian', cell: (a) => `${a.guardian.model_id} on ${a.guardian.node_id}` },
-        { key: 'clear', label: 'Clear', cell: (a) => {
-          const button = actionButton('Clear', async () => {
-            const ok = await confirmDialog({
-              title: `Clear the ${a.scope} guardian?`,
-              message: `${appliesTo(a)} will no longer be answered by ${a.guardian.model_id}.`,
-              confirmLabel: 'Clear',
-            });
-            if (!ok) return;
-            await ctx.api.del('/site/guardian-models', clearQuery(a));
-            status.textContent = `Cleared the ${a.scope} guardian (${appliesTo(a)}).`;
-            await read();
-            focusIfLost(status);
-          }, { slot: rowError });
-          button.setAttribute('aria-label', `Clear the ${a.scope} guardian for ${appliesTo(a)}`);
-          return button;
-        } },
-      ],
-    }), rowError);
-    replace(formSlot, h('h3', {}, 'Assign a guardian'),
-      listing.candidates.length ? null : h('p', { class: 'empty-state' },
-        'No multimodal model to assign: a guardian needs a configuration with an mmproj (vision projector), '
-        + 'or a vLLM configuration with "router_vision": true.'),
-      assignForm(listing, textModels, nodes, async (body) => {
-        status.textContent = '';
-        const answer = await ctx.api.post('/site/guardian-models', body);
-        status.textContent = `Assigned ${answer.assignment.guardian.model_id} as the ${answer.assignment.scope} guardian.`;
-        await read();
-        focusIfLost(formSlot.querySelector('button.primary'));
-      }));
-  }
-
+  view.textModels = laneModels(models, 'text', null);
+  view.nodes = [...new Set([own, ...view.textModels.map((m) => m.node_id)].filter(Boolean))];
+  view.read = async () => render(view, await ctx.api.get('/site/guardian-models'));
   try {
-    await read();
+    await view.read();
   } catch (exc) {
-    showError(listSlot, exc, { title: 'The guardian assignments could not be read' });
+    showError(view.listSlot, exc, { title: 'The guardian assignments could not be read' });
   }
 }

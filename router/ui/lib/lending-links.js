@@ -5,7 +5,7 @@
 import { h, replace } from './dom.js';
 import { focusIfLost } from './focus.js';
 import { laneModels, linkRows, linksBody, modelRef, reasonText } from './lending.js';
-import { actionButton, badge, confirmDialog, errorBox, showError, table } from './ui.js';
+import { actionButton, badge, confirmDialog, errorBox, table } from './ui.js';
 
 const LANES = [['text', 'Text', '/site/text-routing-groups'], ['image', 'Image', '/site/routing-groups']];
 
@@ -122,74 +122,77 @@ async function acknowledged(listing, rows) {
   });
 }
 
+async function saveLinks(view, listing, rows) {
+  view.status.textContent = '';
+  if (!(await acknowledged(listing, rows))) return;
+  const answer = await view.ctx.api.post(routeOf(view.lane), linksBody(listing.anchor, rows));
+  view.status.textContent = `Saved: ${answer.links.length} link(s) for ${listing.anchor.model_id}.`;
+  await view.read();
+  focusIfLost(view.formSlot.querySelector('button.primary'));
+}
+
+async function removeLinks(view, listing) {
+  const ok = await confirmDialog({
+    title: `Remove every ${view.lane} link of ${listing.anchor.model_id}?`,
+    message: 'Both directions are removed; requests already lent finish where they are.',
+    confirmLabel: 'Remove all',
+  });
+  if (!ok) return;
+  const { node_id, model_id } = listing.anchor;
+  const answer = await view.ctx.api.del(routeOf(view.lane), { node_id, model_id });
+  view.status.textContent = `Removed ${answer.removed} link(s) of ${model_id}.`;
+  await view.read();
+  focusIfLost(view.status);
+}
+
+function render(view, listing) {
+  replace(view.heldSlot, heldTable(listing));
+  const rows = linkRows(listing);
+  const formError = h('div', { id: 'links-error' });
+  const save = actionButton('Save links', () => saveLinks(view, listing, rows), { slot: formError, cls: 'primary' });
+  const remove = actionButton('Remove all links', () => removeLinks(view, listing), { slot: formError, cls: 'danger' });
+  remove.disabled = !listing.links.length;
+  replace(view.formSlot, h('form', { class: 'links-form', 'aria-label': 'Edit links', onsubmit: (ev) => ev.preventDefault() },
+    candidatesTable(listing, rows), formError, h('div', { class: 'actions' }, save, remove)));
+}
+
 export async function mountLinks(root, ctx) {
-  const params = ctx.params;
-  const lane = params.lane === 'image' ? 'image' : 'text';
-  const anchor = params.model ? { node_id: params.node || '', model_id: params.model } : null;
-  const pickSlot = h('div');
-  const heldSlot = h('div');
-  const formSlot = h('div');
-  const status = h('p', { role: 'status', class: 'muted', tabindex: '-1' });
+  const lane = ctx.params.lane === 'image' ? 'image' : 'text';
+  const anchor = ctx.params.model ? { node_id: ctx.params.node || '', model_id: ctx.params.model } : null;
+  const view = {
+    ctx, lane, pickSlot: h('div'), heldSlot: h('div'), formSlot: h('div'),
+    status: h('p', { role: 'status', class: 'muted', tabindex: '-1' }),
+  };
   replace(root, h('h2', { id: 'links-h' }, 'Links'),
     h('p', { class: 'muted' }, 'A linked owner lends its backlog to a helper model on another node while the owner is busy. '
       + 'Pick the model to edit; its links in both directions are shown.'),
-    laneButtons(lane, (id) => ctx.setSection({ lane: id, node: '', model: '' })), pickSlot, status, heldSlot, formSlot);
-
+    laneButtons(lane, (id) => ctx.setSection({ lane: id, node: '', model: '' })),
+    view.pickSlot, view.status, view.heldSlot, view.formSlot);
   let models = [];
   try {
     models = (await ctx.api.get('/models')).data || [];
   } catch (exc) {
-    replace(pickSlot, errorBox(exc, { title: 'The models could not be read' }));
+    replace(view.pickSlot, errorBox(exc, { title: 'The models could not be read' }));
     return;
   }
-  const pick = (listing) => replace(pickSlot, anchorPicker(laneModels(models, lane, listing), anchor,
+  const pick = (listing) => replace(view.pickSlot, anchorPicker(laneModels(models, lane, listing), anchor,
     (picked) => ctx.setSection({ lane, node: picked ? picked.node_id : '', model: picked ? picked.model_id : '' })));
   pick(null);
   if (!anchor) {
-    replace(heldSlot, h('p', { class: 'empty-state' }, `No model picked: pick a ${lane} model above to see and edit its links.`));
+    replace(view.heldSlot, h('p', { class: 'empty-state' }, `No model picked: pick a ${lane} model above to see and edit its links.`));
     return;
   }
-
-  async function read() {
+  // After every change the listing is read again: the tables show what the router holds.
+  view.read = async () => {
     const listing = await ctx.api.get(routeOf(lane), { node_id: anchor.node_id, model_id: anchor.model_id });
     pick(listing);
-    render(listing);
-  }
-
-  function render(listing) {
-    replace(heldSlot, heldTable(listing));
-    const rows = linkRows(listing);
-    const formError = h('div', { id: 'links-error' });
-    const save = actionButton('Save links', async () => {
-      status.textContent = '';
-      if (!(await acknowledged(listing, rows))) return;
-      const answer = await ctx.api.post(routeOf(lane), linksBody(listing.anchor, rows));
-      status.textContent = `Saved: ${answer.links.length} link(s) for ${listing.anchor.model_id}.`;
-      await read();
-      focusIfLost(formSlot.querySelector('button.primary'));
-    }, { slot: formError, cls: 'primary' });
-    const remove = actionButton('Remove all links', async () => {
-      const ok = await confirmDialog({
-        title: `Remove every ${lane} link of ${listing.anchor.model_id}?`,
-        message: 'Both directions are removed; requests already lent finish where they are.',
-        confirmLabel: 'Remove all',
-      });
-      if (!ok) return;
-      const answer = await ctx.api.del(routeOf(lane), { node_id: listing.anchor.node_id, model_id: listing.anchor.model_id });
-      status.textContent = `Removed ${answer.removed} link(s) of ${listing.anchor.model_id}.`;
-      await read();
-      focusIfLost(status);
-    }, { slot: formError, cls: 'danger' });
-    remove.disabled = !listing.links.length;
-    replace(formSlot, h('form', { class: 'links-form', 'aria-label': 'Edit links', onsubmit: (ev) => ev.preventDefault() },
-      candidatesTable(listing, rows), formError, h('div', { class: 'actions' }, save, remove)));
-  }
-
+    render(view, listing);
+  };
   try {
-    await read();
+    await view.read();
   } catch (exc) {
     const title = exc.status === 404 ? `${anchor.model_id} on ${anchor.node_id} is not a ${lane} model the router knows`
       : 'The links could not be read';
-    replace(heldSlot, errorBox(exc, { title }));
+    replace(view.heldSlot, errorBox(exc, { title }));
   }
 }

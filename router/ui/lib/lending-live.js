@@ -142,21 +142,70 @@ function decisionDetail(fold) {
     h('pre', { class: 'tail' }, JSON.stringify(d.detail || {}, null, 2)));
 }
 
+function decisionColumns(onopen) {
+  return [
+    { key: 'at', label: 'Time', rowHeader: true, cell: (f) => [formatDateTime(f.row.at),
+      f.count > 1 ? [' ', h('span', { class: 'badge badge-neutral fold' }, `×${f.count}`)] : null] },
+    { key: 'kind', label: 'Kind', cell: (f) => f.row.kind },
+    { key: 'trigger', label: 'Trigger', cell: (f) => f.row.trigger || '—' },
+    { key: 'outcome', label: 'Outcome', cell: (f) => badge(OUTCOME_STATE[f.row.outcome] || 'neutral', f.row.outcome) },
+    { key: 'owner', label: 'Owner', cell: (f) => modelRef(f.row.owner_node_id, f.row.owner_model_id) || '—' },
+    { key: 'helper', label: 'Helper', cell: (f) => modelRef(f.row.helper_node_id, f.row.helper_model_id) || '—' },
+    { key: 'reasons', label: 'Reasons', class: 'wrap', cell: (f) => (f.row.reasons || []).map(reasonText).join('; ') || '—' },
+    { key: 'open', label: 'Detail', cell: (f) => h('button', {
+      type: 'button', class: 'link', 'aria-label': `Open decision ${f.row.id}`, onclick: () => onopen(f),
+    }, 'Open') },
+  ];
+}
+
+// The other nodes (the master relays their own logs by node_id); none when unknown.
+async function otherNodes(ctx) {
+  const own = (ctx.session && ctx.session.node && ctx.session.node.node_id) || '';
+  try {
+    const inventory = await ctx.api.get('/site/inventory');
+    return (inventory.nodes || []).map((n) => n.node_id).filter((id) => id && id !== own);
+  } catch {
+    return []; // without the node list this router's own log is still shown
+  }
+}
+
 export async function mountDecisions(root, ctx) {
   const params = ctx.params;
-  const slot = h('div');
-  const body = h('div');
-  const more = h('div', { class: 'actions' });
-  const detail = h('div');
+  const [slot, body, more, detail] = [h('div'), h('div'), h('div', { class: 'actions' }), h('div')];
   let rows = [];
-  let nodes = [];
-  try {
-    const own = (ctx.session && ctx.session.node && ctx.session.node.node_id) || '';
-    const inventory = await ctx.api.get('/site/inventory');
-    nodes = (inventory.nodes || []).map((n) => n.node_id).filter((id) => id && id !== own);
-  } catch {
-    // Without the node list the log of this router is still shown.
-  }
+  let asked = 0;
+  const open = (fold) => {
+    replace(detail, decisionDetail(fold));
+    detail.firstChild.focus();
+  };
+  const render = (nextBefore) => {
+    const folds = foldRepeats(rows);
+    replace(body, table({
+      caption: `${rows.length} decision(s) read, ${folds.length} row(s) after folding repeats`,
+      rows: folds, rowKey: (f) => f.row.id, columns: decisionColumns(open),
+      empty: 'No decision matches: rows appear once linked models have a backlog (Links section), or loosen the filters.',
+    }));
+    replace(more, nextBefore ? h('button', { type: 'button', onclick: () => load(nextBefore) }, 'Older decisions') : null);
+  };
+  // A filter changed while a page was on its way: only the newest question's answer is drawn.
+  const load = async (before) => {
+    const mine = ++asked;
+    replace(slot);
+    try {
+      const page = await ctx.api.get('/site/offload/decisions', {
+        limit: DECISION_PAGE, before, kind: params.kind, lane: params.lane, model_id: params.model, node_id: params.node,
+      });
+      if (mine !== asked) return;
+      rows = before ? [...rows, ...page.decisions] : page.decisions;
+      if (!before) replace(detail);
+      render(page.next_before);
+    } catch (exc) {
+      if (mine !== asked) return;
+      if (missingRoute(exc)) replace(body, unavailableNote('The decision log'));
+      else replace(slot, errorBox(exc, { title: 'The decision log could not be read' }));
+    }
+  };
+  const nodes = await otherNodes(ctx);
   replace(root, h('h2', {}, 'Decision log'),
     h('p', { class: 'muted' }, 'What the lending scheduler decided and why, newest first. Identical consecutive rows are '
       + "folded. Another node's log holds its side as a helper."),
@@ -165,49 +214,5 @@ export async function mountDecisions(root, ctx) {
       ctx.keepSection(params);
       load(null);
     }), slot, body, more, detail);
-
-  function render(nextBefore) {
-    const folds = foldRepeats(rows);
-    replace(body, table({
-      caption: `${rows.length} decision(s) read, ${folds.length} row(s) after folding repeats`,
-      rows: folds, rowKey: (f) => f.row.id,
-      empty: 'No decision matches: rows appear once linked models have a backlog (Links section), or loosen the filters.',
-      columns: [
-        { key: 'at', label: 'Time', rowHeader: true, cell: (f) => [formatDateTime(f.row.at),
-          f.count > 1 ? [' ', h('span', { class: 'badge badge-neutral fold' }, `×${f.count}`)] : null] },
-        { key: 'kind', label: 'Kind', cell: (f) => f.row.kind },
-        { key: 'trigger', label: 'Trigger', cell: (f) => f.row.trigger || '—' },
-        { key: 'outcome', label: 'Outcome', cell: (f) => badge(OUTCOME_STATE[f.row.outcome] || 'neutral', f.row.outcome) },
-        { key: 'owner', label: 'Owner', cell: (f) => modelRef(f.row.owner_node_id, f.row.owner_model_id) || '—' },
-        { key: 'helper', label: 'Helper', cell: (f) => modelRef(f.row.helper_node_id, f.row.helper_model_id) || '—' },
-        { key: 'reasons', label: 'Reasons', class: 'wrap', cell: (f) => (f.row.reasons || []).map(reasonText).join('; ') || '—' },
-        { key: 'open', label: 'Detail', cell: (f) => h('button', {
-          type: 'button', class: 'link', 'aria-label': `Open decision ${f.row.id}`,
-          onclick: () => {
-            replace(detail, decisionDetail(f));
-            detail.firstChild.focus();
-          },
-        }, 'Open') },
-      ],
-    }));
-    replace(more, nextBefore ? h('button', { type: 'button', onclick: () => load(nextBefore) }, 'Older decisions') : null);
-  }
-
-  async function load(before) {
-    replace(slot);
-    try {
-      const page = await ctx.api.get('/site/offload/decisions', {
-        limit: DECISION_PAGE, before, kind: params.kind, lane: params.lane, model_id: params.model,
-        node_id: params.node,
-      });
-      rows = before ? [...rows, ...page.decisions] : page.decisions;
-      if (!before) replace(detail);
-      render(page.next_before);
-    } catch (exc) {
-      if (missingRoute(exc)) replace(body, unavailableNote('The decision log'));
-      else replace(slot, errorBox(exc, { title: 'The decision log could not be read' }));
-    }
-  }
-
   await load(null);
 }
