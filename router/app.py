@@ -52,6 +52,7 @@ from router.api import (
     meta,
     models,
     node,
+    offload_plan,
     ollama,
     ollama_gen,
     realtime,
@@ -143,6 +144,7 @@ HANDLERS: dict[str, Handler] = {
     **lending.HANDLERS,
     **lending_settings.HANDLERS,
     **lending_decisions.HANDLERS,
+    **offload_plan.HANDLERS,
     **site_webuis.HANDLERS,
     **site_downloads.HANDLERS,
     **setup.HANDLERS,
@@ -277,6 +279,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             benchmarks.benchmarks_context,
             guardians.guardians_context,
             lending.links_context,
+            offload_plan.planning_context,
             site_downloads.downloads_context,  # before the cluster announces this node
             _cluster,
             site_webuis.webuis_context,

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from router.cluster import ClusterService
     from router.cluster.decisions import DecisionLog
     from router.cluster.guardians import GuardianTable
+    from router.cluster.leases import LendBook
     from router.cluster.lending import LendingValues, LinkTable
     from router.cluster.push import Pusher
     from router.comfy.state import ComfyState
@@ -81,6 +82,8 @@ LENDING: web.AppKey[LendingValues] = web.AppKey("lending")
 DECISIONS: web.AppKey[DecisionLog] = web.AppKey("decisions")
 # A master's push of its lending settings and links to its slaves (router/cluster/push.py).
 LENDING_PUSH: web.AppKey[Pusher] = web.AppKey("lending_push")
+# Leases, held and lent requests, this node's cost fits (router/api/offload_plan.py).
+LEND: web.AppKey[LendBook] = web.AppKey("lend")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -228,6 +228,7 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/webuis/{tail:.+}", "GET POST DELETE", "site.webuis"),
     _admin("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
     _admin("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
+    _admin("/router/v1/site/offload/summary", "GET", "site.offload_summary"),
     _admin("/router/v1/site/guardian-models", "GET POST DELETE", "site.guardian_models"),
     _admin("/router/v1/site/offload/settings", "GET POST DELETE", "site.offload_settings"),
     _admin("/router/v1/site/offload/decisions", "GET", "site.offload_decisions"),

@@ -26,6 +26,9 @@ __all__ = ["tmp_harness"]
 TEXT_LINKS = "/router/v1/site/text-routing-groups"
 N = 12  # concurrent requests per run
 TOKENS = 8
+SUMMARY = "/router/v1/site/offload/summary"
+# Short lease and refit clocks, so a test sees a lease run out and fits appear.
+QUICK = {"scheduling_grant_ttl": 2, "scheduling_refresh_interval": 1}
 
 
 def folder(h: RouterHarness, name: str, models: dict[str, dict[str, Any]]) -> Path:
@@ -41,33 +44,69 @@ def folder(h: RouterHarness, name: str, models: dict[str, dict[str, Any]]) -> Pa
     return kcpps
 
 
-def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
+def speeds(h: RouterHarness) -> None:
     h.faults_for_model.update(
         {
             "slow": f"--token-rate 20 --tokens {TOKENS} --parallel 1",
             "fast": f"--token-rate 200 --tokens {TOKENS} --parallel 1",
         }
     )
-    mport, sport = free_port(), free_port()
-    surl = f"http://127.0.0.1:{sport}"
-    master = new_router(
+
+
+def master_node(
+    h: RouterHarness,
+    port: int,
+    slave_urls: list[str],
+    models: dict[str, dict[str, Any]],
+    tune: dict[str, Any] = QUICK,
+) -> RouterProcess:
+    return new_router(
         h,
         name="master",
-        port=mport,
-        kcpps_dir=folder(
-            h,
-            "master",
-            {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096}, "pic": {"image": True}},
-        ),
+        port=port,
+        kcpps_dir=folder(h, "master", models),
         extra={
             "cluster": {
-                "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
-                "public_url": f"http://127.0.0.1:{mport}", "health_interval": 0.3,
+                "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": slave_urls,
+                "public_url": f"http://127.0.0.1:{port}", "health_interval": 0.3, **tune,
             },
             "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
                           "flush_interval": 0.2},
         },
     )  # fmt: skip
+
+
+def slave_node(
+    h: RouterHarness,
+    name: str,
+    port: int,
+    master_port: int,
+    models: dict[str, dict[str, Any]],
+    tune: dict[str, Any] = QUICK,
+) -> RouterProcess:
+    url = f"http://127.0.0.1:{port}"
+    return new_router(
+        h,
+        name=name,
+        port=port,
+        kcpps_dir=folder(h, name, models),
+        extra={
+            "cluster": {
+                "role": "slave", "node_id": name, "token": TOKEN, "public_url": url,
+                "master_url": f"http://127.0.0.1:{master_port}", "sync_interval": 0.5, **tune,
+            },
+            "analytics": {"database_path": str(h.tmp / f"data-{name}" / "router.sqlite"),
+                          "flush_interval": 0.2},
+        },
+    )  # fmt: skip
+
+
+def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
+    speeds(h)
+    mport, sport = free_port(), free_port()
+    master_models = {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096},
+                     "pic": {"image": True}}  # fmt: skip
+    master = master_node(h, mport, [f"http://127.0.0.1:{sport}"], master_models)
     slave_models = {
         "fast": {"contextsize": 8192},
         "tiny": {"contextsize": 1024},
@@ -75,21 +114,7 @@ def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
         "nocx": {},
         "pic2": {"image": True},
     }
-    slave = new_router(
-        h,
-        name="s1",
-        port=sport,
-        kcpps_dir=folder(h, "s1", slave_models),
-        extra={
-            "cluster": {
-                "role": "slave", "node_id": "s1", "token": TOKEN, "public_url": surl,
-                "master_url": f"http://127.0.0.1:{mport}", "sync_interval": 0.5,
-            },
-            "analytics": {"database_path": str(h.tmp / "data-s1" / "router.sqlite"),
-                          "flush_interval": 0.2},
-        },
-    )  # fmt: skip
-    return master, slave
+    return master, slave_node(h, "s1", sport, mport, slave_models)
 
 
 @pytest.fixture
@@ -201,6 +226,36 @@ async def burst(client: httpx.AsyncClient, stream: bool = False) -> tuple[float,
     return time.monotonic() - started, list(statuses)
 
 
+async def summary_leases(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    reply = await client.get(SUMMARY)
+    assert reply.status_code == 200, reply.text
+    leases: list[dict[str, Any]] = reply.json()["leases"]
+    return leases
+
+
+async def samples(client: httpx.AsyncClient, node: str, model: str) -> bool:
+    """The summary shows a job time fitted from at least one of `model`'s requests on `node`."""
+    reply = await client.get(SUMMARY)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert {n["node_id"] for n in body["nodes"]} == {"m", "s1"}
+    return any(
+        c["node_id"] == node and c["model_id"] == model and c["samples"] >= 1
+        and c["job_s"] is not None and c["job_s"] > 0 and c["fitted"] == (c["samples"] >= 20)
+        for c in body["costs"]
+    )  # fmt: skip
+
+
+async def leases_during(client: httpx.AsyncClient, running: asyncio.Task[Any]) -> list[Any]:
+    """The first non-empty lease list the summary shows while `running` runs."""
+    while not running.done():
+        leases = await summary_leases(client)
+        if leases:
+            return leases
+        await asyncio.sleep(0.05)
+    return []
+
+
 async def rows(client: httpx.AsyncClient, node: RouterProcess, model: str) -> int:
     flushed = await client.post("/router/v1/site/analytics/flush")
     assert flushed.status_code == 200, flushed.text
@@ -220,8 +275,19 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> Non
         local0, lent0 = await rows(client, master, "slow"), await rows(client, slave, "fast")
 
         assert (await client.post(TEXT_LINKS, json=LINK)).status_code == 200
-        with_link, statuses = await burst(client)
+        running = asyncio.create_task(burst(client))
+        leases = await leases_during(client, running)
+        with_link, statuses = await running
         assert statuses == [200] * N  # no client ever sees the helper's 409
+        # Lent only over a lease: the summary showed it while the backlog lasted (an empty
+        # store prices nothing, so one slot at a time), and it runs out once nothing is held.
+        assert [(x["helper_node_id"], x["helper_model_id"], x["helper_slots"]) for x in leases] \
+            == [("s1", "fast", 1)], leases  # fmt: skip
+        assert leases[0]["owner_model_id"] == "slow" and leases[0]["load_helper_model"] is False
+        assert await until(lambda: summary_leases(client), [], deadline=30)
+        # Each node's own fits, refit on its timer from its own store, reach the summary.
+        assert await until(lambda: samples(client, "m", "slow"), True, deadline=30)
+        assert await until(lambda: samples(client, "s1", "fast"), True, deadline=30)
         local1, lent1 = await rows(client, master, "slow"), await rows(client, slave, "fast")
         assert lent1 - lent0 >= 1, "the helper served none of the backlog"
         assert (local1 - local0) + (lent1 - lent0) == N  # each request recorded once
@@ -267,3 +333,63 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> Non
         _, statuses = await burst(client)
         assert statuses == [200] * N
         assert await rows(client, master, "slow") == local2 + N
+
+
+async def test_a_slave_owned_link_is_held_on_the_master_and_lent_to_another_node(
+    h: RouterHarness,
+) -> None:
+    """The owner `slow` lives on s1, the helper `fast` on s2: the master holds the backlog
+    it would relay to s1, judging s1 busy from its runtime status and what it relayed."""
+    speeds(h)
+    mport, p1, p2 = free_port(), free_port(), free_port()
+    urls = [f"http://127.0.0.1:{p}" for p in (p1, p2)]
+    # Two samples fit a model here, so the second backlog is priced.
+    tune = {**QUICK, "scheduling_min_samples": 2}
+    master = master_node(h, mport, urls, {"other": {"contextsize": 4096}}, tune)
+    s1 = slave_node(h, "s1", p1, mport, {"slow": {"contextsize": 4096}}, tune)
+    s2 = slave_node(h, "s2", p2, mport, {"fast": {"contextsize": 8192}}, tune)
+    for node in (master, s1, s2):
+        await node.start()
+    link = {"anchor": {"node_id": "s1", "model_id": "slow"},
+            "lends_to": [{"node_id": "s2", "model_id": "fast"}]}  # fmt: skip
+
+    async def both_known() -> bool:
+        reply = await client.get(TEXT_LINKS, params={"node_id": "s1", "model_id": "slow"})
+        return reply.status_code == 200 and any(
+            c["node_id"] == "s2" for c in reply.json()["candidates"]
+        )
+
+    async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
+        assert await until(both_known, True, deadline=30)
+        for model in ("slow", "fast"):
+            assert (await client.post("/v1/chat/completions", json=chat(model))).status_code == 200
+        assert (await client.post(TEXT_LINKS, json=link)).status_code == 200
+        running = asyncio.create_task(burst(client))
+        leases = await leases_during(client, running)
+        _, statuses = await running
+        assert statuses == [200] * N
+        assert [(x["owner_node_id"], x["helper_node_id"]) for x in leases] == [("s1", "s2")]
+        owned, lent = await rows(client, s1, "slow"), await rows(client, s2, "fast")
+        assert lent - 1 >= 1, "the helper on s2 served none of s1's backlog"
+        assert (owned - 1) + (lent - 1) == N  # each request recorded once, where it ran
+
+        # Both nodes' own fits are in now (each refits on its timer): the next backlog is
+        # priced, and the helper, faster per job than the owner, gets the faster slots.
+        assert await until(lambda: fitted(client, {("s1", "slow"), ("s2", "fast")}), True)
+        assert await until(lambda: summary_leases(client), [], deadline=30)  # the first ran out
+        running = asyncio.create_task(burst(client))
+        leases = await leases_during(client, running)
+        _, statuses = await running
+        assert statuses == [200] * N
+        assert [(x["helper_node_id"], x["helper_slots"]) for x in leases] == [("s2", 2)], (
+            leases,
+            (await client.get(SUMMARY)).json(),
+        )
+        assert await rows(client, s2, "fast") > lent
+
+
+async def fitted(client: httpx.AsyncClient, wanted: set[tuple[str, str]]) -> bool:
+    reply = await client.get(SUMMARY)
+    assert reply.status_code == 200, reply.text
+    found = {(c["node_id"], c["model_id"]) for c in reply.json()["costs"] if c["fitted"]}
+    return wanted <= found

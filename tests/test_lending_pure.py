@@ -1,5 +1,6 @@
 """Lending links, the pure parts (router/cluster/lending.py): eligibility, the site body with
-its all-or-nothing rule, replacing an anchor's links, and the lend decision."""
+its all-or-nothing rule, and replacing an anchor's links
+(pricing, leases and planning: tests/test_lending_plan.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router.cluster.lending import (
-    HelperState,
     Link,
     Side,
-    choose_helper,
     ineligible_reason,
     parse_links,
     replace_links,
@@ -127,54 +126,3 @@ def test_replace_touches_only_the_anchor_on_its_lane() -> None:
     out = replace_links([mine, borrowed, other, image], "text", ("m", "slow"), [new])
     assert set(out) == {other, image, new}
     assert set(replace_links(out, "text", ("m", "slow"), [])) == {other, image}
-
-
-LINKS = [Link("text", "m", "slow", f"s{i}", "fast", load_if_unloaded=i != 1) for i in range(3)]
-states = st.builds(
-    HelperState,
-    answered=st.booleans(),
-    available=st.booleans(),
-    own_work=st.integers(0, 3),
-    pending=st.integers(0, 4),
-    loaded=st.booleans(),
-)
-
-
-@given(
-    streaming=st.booleans(),
-    busy=st.integers(0, 6),
-    depth=st.integers(1, 4),
-    helpers=st.lists(st.one_of(st.none(), states), min_size=3, max_size=3),
-)
-def test_choose_helper_rules(
-    streaming: bool, busy: int, depth: int, helpers: list[HelperState | None]
-) -> None:
-    table = {link.helper: s for link, s in zip(LINKS, helpers, strict=True) if s is not None}
-    chosen = choose_helper(LINKS, streaming=streaming, owner_busy=busy, depth=depth, helpers=table)
-    usable = [
-        link
-        for link in LINKS
-        if (s := table.get(link.helper)) is not None
-        and s.answered
-        and s.available
-        and s.own_work == 0
-        and s.pending < depth
-        and (s.loaded or link.load_if_unloaded)
-    ]
-    if streaming or busy < depth:
-        assert chosen is None  # never a stream; only when the owner is busy
-        return
-    assert (chosen is None) == (not usable)
-    if chosen is not None:
-        state = table[chosen.helper]
-        assert chosen in usable and state.own_work == 0 and state.available
-        # A loaded helper is preferred over one that must load.
-        assert state.loaded or not any(table[link.helper].loaded for link in usable)
-
-
-def test_choose_helper_prefers_the_least_lent_to() -> None:
-    idle = HelperState(True, True, 0, 0, True)
-    one = HelperState(True, True, 0, 1, True)
-    helpers = {LINKS[0].helper: one, LINKS[2].helper: idle}
-    got = choose_helper(LINKS, streaming=False, owner_busy=2, depth=2, helpers=helpers)
-    assert got == LINKS[2]

@@ -196,6 +196,11 @@ async def _forward(
     selection = override.selection
     target = override.relay_to or (remote_target(request, selection) if override.plain else None)
     if target is not None:
+        owned = offload.lendable_remote(request, override, target, route.lane or Lane.TEXT)
+        if owned:  # a slave's linked model: held here until lent or relayed to its owner
+            return await offload.hold_then_relay(
+                request, selection, target, owned, result, override.relay_watch
+            )
         return await relay(request, selection, target, result, override.relay_watch)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
@@ -205,10 +210,13 @@ async def _forward(
             return await relay(request, selection, target, result)
     links = offload.lendable(request, override, config, lane)
     if links:
-        lent = await offload.lend(request, selection, config, links, result)
+        held_from = time.monotonic()
+        lent = await offload.lend(request, selection, links, result)
         if lent is not None:
             return lent
-    with borrowed.serving(request, config, lane):
+        # Held time is waiting, not work: the cost fits read duration less queue wait.
+        info.queue_wait_ms += (time.monotonic() - held_from) * 1000.0
+    with borrowed.serving(request, config, lane), offload.finishing(request, links):
         return await _serve(request, route, info, result, override, config, public_id, lane)
 
 

@@ -9,7 +9,7 @@ work), the same error shapes.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -21,6 +21,7 @@ from router.appkeys import (
     BORROWED,
     CLUSTER,
     DISPATCH,
+    LEND,
     LINKS,
     MATCH,
     NODE_DISPATCH,
@@ -34,6 +35,7 @@ from router.cluster.local import snapshot
 from router.domain import Lane, Role
 from router.edge import secrets_of
 from router.errors import ClusterError, NotFound, RouteNotFound, RouterError, render
+from router.runtime import RuntimeView
 
 INFERENCE = "inference/"
 
@@ -94,8 +96,21 @@ async def runtime_status(request: web.Request) -> web.StreamResponse:
             "loaded_stt_model": stt,
             "lanes": lanes,
             "loaded_models": sorted({v.config.id for v in views if v.ready}),
+            "models": _model_loads(views),
+            "costs": [fit.to_dict() for fit in request.app[LEND].costs],
         }
     )
+
+
+def _model_loads(views: Sequence[RuntimeView]) -> dict[str, dict[str, int]]:
+    """Per configuration: requests in its backend and queued for it (the lending planner
+    judges a slave-owned model busy from these)."""
+    out: dict[str, dict[str, int]] = {}
+    for view in views:
+        load = out.setdefault(view.config.id, {"active": 0, "queued": 0})
+        load["active"] += view.leases
+        load["queued"] += view.queued
+    return out
 
 
 async def state(request: web.Request) -> web.StreamResponse:

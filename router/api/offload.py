@@ -1,11 +1,13 @@
-"""Lending at request time (docs/lending.md): the owner's side and the helper's side.
+"""Lending at request time (docs/lending.md): the owner's side, played by the master for the
+requests it holds.
 
-Owner (the master, for client traffic): a complete, non-streaming request for a model that
-owns links waits in the router while this node already has `cluster.scheduling_backend_depth`
-of that model's requests in flight or queued; meanwhile, when `choose_helper` picks a linked
-helper, the request goes to the helper's node for the helper's model, buffered, marked
-borrowed. A refusal (409 `offload_returned`), an unreachable helper or a helper error puts the
-request back on this node: the client never sees any of it.
+A complete, non-streaming request for a model that owns links is held in the router while
+its owner already has `cluster.scheduling_backend_depth` requests in flight or queued: the
+master's own model (its runtime views) or a slave's (that node's runtime status, and what this
+master relayed there). Held, it is lent only over a live lease with a free slot
+(router/api/offload_plan.py plans them); without one it waits until the owner has room or
+`runtime.queue_timeout`. A refusal (409 `offload_returned`), an unreachable helper or a helper
+error puts the request back on its owner: the client never sees any of it.
 
 The helper's side is router/api/borrowed.py.
 """
@@ -13,18 +15,24 @@ The helper's side is router/api/borrowed.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
+from router.api import offload_plan as plan
 from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RETURNED
-from router.api.relay import node_headers, node_path_qs
-from router.appkeys import BORROWED, CLUSTER, LENDING, LINKS, RUNTIMES, SESSION, SETTINGS
-from router.cluster import ClusterService, RuntimeStatus
-from router.cluster.lending import HelperState, Link, choose_helper
+from router.api.relay import node_headers, node_path_qs, relay
+from router.appkeys import BORROWED, CLUSTER, LEND, LENDING, LINKS, SESSION, SETTINGS
+from router.cluster import Target
+from router.cluster.leases import Lease, OwnerKey
+from router.cluster.lending import Link
+from router.cluster.planning import context_fits, cut_after, hold_for_helper, needed_tokens
 from router.config import ModelConfig
 from router.domain import Lane
 from router.forwarding import ModelRewriter, ProxyResult, Selection
@@ -38,28 +46,40 @@ LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # are never lent: only the relay pins them.
 _NOT_LENT = ("/v1/responses", "/sdcpp/")
 WAIT_STEP_S = 0.05  # how often a held request looks again (cheap: local views, cached status)
-STATUS_TTL_S = 0.25  # a helper's status is reused this long by every held request
+OFFLOAD_RESTORE_HEADER = "X-Tensors-Offload-Restore"  # "1": restore the displaced model after
+
+
+def _gated(request: web.Request, override: Override, lane: Lane) -> bool:
+    selection = override.selection
+    return (
+        request.app[SETTINGS].cluster.role == "master"
+        and lane in LENDING_LANES
+        and override.plain
+        and selection.complete
+        and request.get(BORROWED) is None
+        and not request.path.startswith(_NOT_LENT)
+        and not _streams(selection.prefix)
+    )
 
 
 def lendable(
     request: web.Request, override: Override, config: ModelConfig, lane: Lane
 ) -> tuple[Link, ...]:
-    """The links this request may be lent over (empty: it runs here as usual)."""
-    settings = request.app[SETTINGS]
-    selection = override.selection
-    if (
-        settings.cluster.role != "master"
-        or lane not in LENDING_LANES
-        or not override.plain
-        or not selection.complete
-        or request.get(BORROWED) is not None
-        or request.path.startswith(_NOT_LENT)
-    ):
+    """The links this request for the master's own `config` may be lent over (empty: none)."""
+    if not request.app[LINKS].links or not _gated(request, override, lane):
         return ()
-    links = request.app[LINKS].owned(lane.value, settings.cluster.node_id, config.id)
-    if not links or _streams(selection.prefix):
+    node_id = request.app[SETTINGS].cluster.node_id
+    return request.app[LINKS].owned(lane.value, node_id, config.id)
+
+
+def lendable_remote(
+    request: web.Request, override: Override, target: Target, lane: Lane
+) -> tuple[Link, ...]:
+    """The links of the slave model `target` names, when this request may be held for it."""
+    if not request.app[LINKS].links or not _gated(request, override, lane):
         return ()
-    return links
+    replica = target.replica
+    return request.app[LINKS].owned(lane.value, replica.node_id, replica.local_id)
 
 
 def _streams(body: bytes) -> bool:
@@ -72,82 +92,165 @@ def _streams(body: bytes) -> bool:
     return isinstance(doc, dict) and doc.get("stream") is True
 
 
-def owner_busy(request: web.Request, config: ModelConfig) -> int:
-    views = request.app[RUNTIMES].views()
-    return sum(v.leases + v.queued for v in views if v.config.id == config.id)
+def owner_of(links: tuple[Link, ...]) -> OwnerKey:
+    first = links[0]
+    return (first.lane, first.owner_node_id, first.owner_model_id)
+
+
+@contextlib.contextmanager
+def finishing(request: web.Request, links: tuple[Link, ...]) -> Iterator[None]:
+    """Around an owner's own request of a linked model: its end is a planning event."""
+    try:
+        yield
+    finally:
+        if links:
+            plan.trigger(request.app, owner_of(links), "completed")
+
+
+async def hold_then_relay(
+    request: web.Request,
+    selection: Selection,
+    target: Target,
+    links: tuple[Link, ...],
+    result: ProxyResult,
+    watch: Callable[[ModelRewriter], ModelRewriter] | None,
+) -> web.StreamResponse:
+    """A request for a slave's linked model: held here, lent or relayed to its owner node."""
+    lent = await lend(request, selection, links, result)
+    if lent is not None:
+        return lent
+    owner, holding = owner_of(links), request.app[LEND].holding
+    holding.count(holding.relaying, owner, 1)
+    try:
+        return await relay(request, selection, target, result, watch)
+    finally:
+        holding.count(holding.relaying, owner, -1)
+        plan.trigger(request.app, owner, "completed")
 
 
 async def lend(
+    request: web.Request, selection: Selection, links: tuple[Link, ...], result: ProxyResult
+) -> web.StreamResponse | None:
+    """Hold the request while its owner is busy; the helper's answer when a lease took it,
+    None to run it on the owner (it has room, the helper returned it, or it was held long)."""
+    app = request.app
+    owner = owner_of(links)
+    values = app[LENDING].values
+    need = needed_tokens(selection.prefix, values.scheduling_context_reserve)
+    holding = app[LEND].holding
+    holding.hold(owner, need)
+    held = True
+    plan.trigger(app, owner, "enqueued")
+    try:
+        end = time.monotonic() + app[SETTINGS].runtime.queue_timeout
+        waited_for_helper = False
+        while True:
+            seen = await plan.statuses(app, {owner[1]})
+            load = plan.owner_load(app, owner, seen)
+            if time.monotonic() > end:
+                return None
+            if load < app[LENDING].values.scheduling_backend_depth:
+                lease = _held_for(request, owner, load)
+                if lease is None:
+                    return None  # no await between this check and the caller's lease or relay
+                if not waited_for_helper:
+                    waited_for_helper = True
+                    plan.record(app, "dispatch", "held_for_helper", lease)
+            lease = _take(request, owner, need)
+            if lease is not None:
+                holding.unhold(owner, need)
+                held = False
+                return await _lend_over(request, selection, lease, links, result)
+            await asyncio.sleep(WAIT_STEP_S)
+    finally:
+        if held:
+            holding.unhold(owner, need)
+
+
+def _held_for(request: web.Request, owner: OwnerKey, load: int) -> Lease | None:
+    """The faster helper's lease this request is held for although its owner has room (every
+    slot of it busy); None to run it on the owner. Never while the owner is idle."""
+    app = request.app
+    if load == 0 or not app[LENDING].values.offload_hold_for_faster_helper:
+        return None
+    book, now = app[LEND], time.monotonic()
+    for lease in book.table.live(owner, now):
+        if book.table.in_use.get(lease.key, 0) < lease.helper_slots:
+            continue
+        owner_fit, helper_fit = plan.fits_of(app, lease)
+        if hold_for_helper(
+            owner_job=owner_fit.job_s if owner_fit is not None and owner_fit.fitted else None,
+            helper_job=helper_fit.job_s if helper_fit is not None and helper_fit.fitted else None,
+            started=book.holding.started.get(lease.key, ()),
+            now=now,
+        ):
+            return lease
+    return None
+
+
+def _take(request: web.Request, owner: OwnerKey, need: int) -> Lease | None:
+    """A free slot of a live lease whose helper's window holds this request."""
+    now = time.monotonic()
+    plan.expire(request.app, now)
+    registry = request.app[CLUSTER].registry
+
+    def fits(lease: Lease) -> bool:
+        if lease.lane != Lane.TEXT.value:
+            return True
+        entry = registry.node(lease.helper_node_id)
+        model = next((m for m in entry.models if m.local_id == lease.helper_model_id), None) \
+            if entry else None  # fmt: skip
+        return model is not None and context_fits(need, model.context_length)
+
+    book = request.app[LEND]
+    lease = book.table.take(owner, now, fits)
+    if lease is not None and lease.probe:
+        book.probed[lease.key] = now
+        # A probe's slots are used once: the next probe is planned anew when it comes due.
+        if book.table.in_use.get(lease.key, 0) >= lease.helper_slots:
+            book.table.clear(lease.key)
+    return lease
+
+
+async def _lend_over(
     request: web.Request,
     selection: Selection,
-    config: ModelConfig,
+    lease: Lease,
     links: tuple[Link, ...],
     result: ProxyResult,
 ) -> web.StreamResponse | None:
-    """Hold the request while this node is busy with `config`; the helper's answer when one
-    took it, None to run it here (not busy any more, returned, or held too long)."""
-    settings = request.app[SETTINGS]
-    depth = request.app[LENDING].values.scheduling_backend_depth
-    end = time.monotonic() + settings.runtime.queue_timeout
-    while True:
-        busy = owner_busy(request, config)
-        if busy < depth or time.monotonic() > end:
-            return None  # no await between this check and the caller's lease
-        helpers = await _helper_states(request, links)
-        link = choose_helper(links, streaming=False, owner_busy=owner_busy(request, config),
-                             depth=depth, helpers=helpers)  # fmt: skip
-        if link is not None:
-            return await _lend_once(request, selection, link, result)
-        await asyncio.sleep(WAIT_STEP_S)
-
-
-async def _helper_states(
-    request: web.Request, links: tuple[Link, ...]
-) -> dict[tuple[str, str], HelperState]:
-    service = request.app[CLUSTER]
-    table = request.app[LINKS]
-    now = time.monotonic()
-    stale = sorted(
-        {link.helper_node_id for link in links}
-        - {n for n, (at, _) in table.seen.items() if now - at < STATUS_TTL_S}
-    )
-    if stale:
-        for node_id, status in (await service.runtime_statuses(stale)).items():
-            table.seen[node_id] = (time.monotonic(), status)
-    return {
-        link.helper: _state(service, link, table.seen.get(link.helper_node_id)) for link in links
-    }
-
-
-def _state(
-    service: ClusterService, link: Link, seen: tuple[float, RuntimeStatus | None] | None
-) -> HelperState:
-    status = seen[1] if seen else None
-    entry = service.registry.node(link.helper_node_id)
-    model = (
-        next((m for m in entry.models if m.local_id == link.helper_model_id), None)
-        if entry
-        else None
-    )
-    available = entry is not None and entry.healthy and model is not None and model.available
-    load = status.lanes.get(link.lane) if status else None
-    own = max(0, load.active + load.queued - load.borrowed) if load else 0
-    return HelperState(
-        answered=status is not None,
-        available=available,
-        own_work=own,
-        pending=service.pending.get(link.helper_node_id, 0),
-        loaded=status is not None and link.helper_model_id in status.loaded_models,
-    )
+    app = request.app
+    holding = app[LEND].holding
+    link = next((x for x in links if x.helper == (lease.helper_node_id, lease.helper_model_id)),
+                None)  # fmt: skip
+    holding.count(holding.lent, lease.owner, 1)
+    started = time.monotonic()
+    holding.started.setdefault(lease.key, []).append(started)
+    plan.record(app, "dispatch", "lent", lease, detail={"path": request.path})
+    try:
+        answer, why = (None, "link_removed") if link is None else \
+            await _lend_once(request, selection, link, lease, result)  # fmt: skip
+    finally:
+        app[LEND].table.release(lease.key)
+        holding.count(holding.lent, lease.owner, -1)
+        out = holding.started.get(lease.key, [])
+        out.remove(started)
+        if not out:
+            holding.started.pop(lease.key, None)
+    if answer is None:
+        plan.record(app, "dispatch", "returned", lease, detail={"reason": why})
+    plan.trigger(app, lease.owner, "borrowed_completed")
+    return answer
 
 
 async def _lend_once(
-    request: web.Request, selection: Selection, link: Link, result: ProxyResult
-) -> web.StreamResponse | None:
+    request: web.Request, selection: Selection, link: Link, lease: Lease, result: ProxyResult
+) -> tuple[web.StreamResponse | None, str]:
+    """The helper's answer, or None and why the request goes back to its owner."""
     service = request.app[CLUSTER]
     entry = service.registry.node(link.helper_node_id)
     if entry is None:
-        return None
+        return None, "helper_not_registered"
     rewriter = ModelRewriter(selection.model or link.owner_model_id, link.helper_model_id)
     body = rewriter.request_body(selection.prefix) if selection.prefix else b""
     url = service.client.url(entry.node_url, node_path_qs(request, selection, link.helper_model_id))
@@ -158,35 +261,68 @@ async def _lend_once(
     headers[SELECTOR_HEADER] = link.helper_model_id
     headers[OFFLOAD_HEADER] = "1"
     headers[OFFLOAD_LOAD_HEADER] = "1" if link.load_if_unloaded else "0"
-    idle = request.app[SETTINGS].runtime.stream_idle_timeout
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=idle)
+    if lease.restore_helper_model:
+        headers[OFFLOAD_RESTORE_HEADER] = "1"
+    owner_fit, helper_fit = plan.fits_of(request.app, lease)
+    cut = cut_after(lease.load_helper_model, helper_fit, owner_fit)
     with service.reserved(link.helper_node_id):
         try:
-            async with request.app[SESSION].request(
-                request.method, url, data=body or None, headers=headers, timeout=timeout,
-                allow_redirects=False,
-            ) as upstream:  # fmt: skip
-                raw = await upstream.read()
-                status, content_type = upstream.status, upstream.headers.get("Content-Type")
+            status, content_type, raw = await _exchange(request, url, body, headers, cut)
+        except _NotStarted:
+            return None, f"helper_not_started within {cut or 0:g}s"
         except aiohttp.ClientConnectionError as err:
             service.node_failed(entry.node_url, f"a lent request failed: {err}")
-            return None
+            return None, "helper_unreachable"
         except (aiohttp.ClientError, TimeoutError):
-            return None
-    if (status == 409 and _returned(raw)) or status >= 500:
-        return None
+            return None, "forward_failed"
+    returned = _returned(raw) if status == 409 else None
+    if returned is not None or status >= 500:
+        return (
+            None,
+            f"{OFFLOAD_RETURNED}: {returned}" if returned is not None else f"status {status}",
+        )
     result.relayed, result.upstream_status, result.status = True, status, status
     result.bytes_in, result.bytes_out = len(body), len(raw)
     out = web.Response(status=status, body=rewriter.response_body(raw))
     if content_type:
         out.headers["Content-Type"] = content_type
-    return out
+    return out, ""
 
 
-def _returned(raw: bytes) -> bool:
+class _NotStarted(Exception):
+    """The helper did not start answering in time: the owner takes the request back."""
+
+
+async def _exchange(
+    request: web.Request, url: str, body: bytes, headers: CIMultiDict[str], cut: float | None
+) -> tuple[int, str | None, bytes]:
+    """Send a lent request buffered; its status, content type and body. The answer's head must
+    come within `cut` seconds (when priced); then the body streams under the idle timeout."""
+    idle = request.app[SETTINGS].runtime.stream_idle_timeout
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=idle)
+    deadline = asyncio.timeout(cut)
+    try:
+        async with deadline:
+            upstream = await request.app[SESSION].request(
+                request.method, url, data=body or None, headers=headers, timeout=timeout,
+                allow_redirects=False,
+            )  # fmt: skip
+    except TimeoutError:
+        if deadline.expired():
+            raise _NotStarted from None
+        raise  # the socket's own idle timeout: a failed forward
+    async with upstream:
+        raw = await upstream.read()
+        return upstream.status, upstream.headers.get("Content-Type"), raw
+
+
+def _returned(raw: bytes) -> str | None:
+    """The helper's message when it handed the request back (409 `offload_returned`)."""
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return False
+        return None
     error = doc.get("error") if isinstance(doc, dict) else None
-    return isinstance(error, dict) and error.get("code") == OFFLOAD_RETURNED
+    if isinstance(error, dict) and error.get("code") == OFFLOAD_RETURNED:
+        return str(error.get("message", ""))[:512]
+    return None

@@ -1,11 +1,12 @@
 """Lending links (docs/lending.md): an owner model on one node lends queued work to a helper
-model on another. Pure: eligibility, the site body, replacing an anchor's links, and the lend
-decision. No I/O; the handlers and the forwarder feed these functions what they saw.
+model on another. Pure: eligibility, the site body, replacing an anchor's links. No I/O; the
+handlers feed these functions what they saw. Pricing and leases: pricing.py, leases.py,
+planning.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,54 +145,6 @@ def replace_links(
     """Every link of `anchor` on `lane` (as owner or helper) replaced by `new`."""
     kept = [link for link in links if not link.touches(lane, anchor)]
     return tuple(kept) + tuple(new)
-
-
-@dataclass(frozen=True, slots=True)
-class HelperState:
-    """A helper model's node as the owner sees it just now.
-
-    `own_work`: the helper node's own requests in flight or queued on the lane (borrowed work
-    left out); `pending`: requests this owner has lent to that node and not seen end."""
-
-    answered: bool
-    available: bool
-    own_work: int
-    pending: int
-    loaded: bool
-
-
-def choose_helper(
-    links: Sequence[Link],
-    *,
-    streaming: bool,
-    owner_busy: int,
-    depth: int,
-    helpers: Mapping[tuple[str, str], HelperState],
-) -> Link | None:
-    """The link to lend one request over, or None to run it here.
-
-    Only when the owner already has `depth` requests in its backend or queue; never a stream
-    (its first bytes would have to come back through two hops, and a refusal mid-stream
-    cannot be taken back); never a helper busy with its own work, already holding `depth` of
-    ours, unreachable, or whose model would need a load its link forbids. A loaded helper goes
-    before one that must load; then the helper with fewer of ours; then link order.
-    """
-    if streaming or owner_busy < depth:
-        return None
-    best: tuple[int, int, int] | None = None
-    chosen: Link | None = None
-    for index, link in enumerate(links):
-        state = helpers.get(link.helper)
-        if state is None or not state.answered or not state.available:
-            continue
-        if state.own_work > 0 or state.pending >= depth:
-            continue
-        if not state.loaded and not link.load_if_unloaded:
-            continue
-        rank = (0 if state.loaded else 1, state.pending, index)
-        if best is None or rank < best:
-            best, chosen = rank, link
-    return chosen
 
 
 class LinkTable:

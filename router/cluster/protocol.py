@@ -56,8 +56,27 @@ class LaneLoad(_Wire):
     borrowed: int = Field(default=0, ge=0)
 
 
+class ModelLoad(_Wire):
+    """One configuration's requests on a node: in its backend and queued for it."""
+
+    active: int = Field(default=0, ge=0)
+    queued: int = Field(default=0, ge=0)
+
+
+class CostWire(_Wire):
+    """A node's own cost fit of one model on one lane (router/cluster/costs.py)."""
+
+    model_id: str = Field(min_length=1, max_length=256)
+    lane: str
+    job_s: float | None = Field(default=None, ge=0)
+    load_s: float | None = Field(default=None, ge=0)
+    samples: int = Field(default=0, ge=0)
+    fitted: bool = False
+
+
 class RuntimeStatus(_Wire):
-    """A node's load at one moment: what speech-to-text placement and lending read."""
+    """A node's load at one moment: what speech-to-text placement and lending read.
+    `models` and `costs` are newer (lending's planner); an older peer's status has neither."""
 
     node_id: str
     active_requests: int = Field(default=0, ge=0)
@@ -65,6 +84,8 @@ class RuntimeStatus(_Wire):
     loaded_stt_model: str | None = None
     lanes: dict[str, LaneLoad] = Field(default_factory=dict)
     loaded_models: tuple[str, ...] = ()  # configurations with a ready runtime
+    models: dict[str, ModelLoad] = Field(default_factory=dict)
+    costs: tuple[CostWire, ...] = ()
 
 
 def protocol_problem(theirs: int, *, peer: str) -> str | None:

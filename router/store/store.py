@@ -32,6 +32,7 @@ from router.store import captures as cap
 from router.store import ranges
 from router.store.benchmarks import BenchmarkRuns
 from router.store.channel import EventChannel, log_skipped
+from router.store.cost_samples import CostSamples
 from router.store.db import connect, migrate, prepare_path, secure_files
 from router.store.downloads import DownloadRows
 from router.store.guardians import GuardianAssignments
@@ -48,7 +49,9 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store(BenchmarkRuns, DownloadRows, GuardianAssignments, RoutingLinks, LendingRows):
+class Store(
+    BenchmarkRuns, CostSamples, DownloadRows, GuardianAssignments, RoutingLinks, LendingRows
+):
     def __init__(
         self,
         path: Path,
