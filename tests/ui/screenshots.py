@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from playwright.sync_api import Page, Route, expect
@@ -14,6 +15,7 @@ from tests.ui import data_router
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.data_router import DataRouter
 from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster, lending
+from tests.ui.test_lending_leases import BACKLOG, backlog
 from tests.ui.test_lending_live import SETTINGS, seed_decisions
 
 OUT = Path(os.environ.get("SCREENSHOT_DIR", Path(__file__).parents[2] / "docs" / "screenshots"))
@@ -131,13 +133,25 @@ def test_lending_screenshots(lending: LendingCluster, page: Page, tmp_path: Path
     assert lending.http.post(SETTINGS, json=settings).status_code == 200
     seed_decisions(lending)
     ui = GuardedPage(page, UiRouter(lending.master, lending.master.h), tmp_path)
-    ui.allow(r"/router/v1/site/offload/summary$", 404)  # absent until the scheduler is in
     for theme in THEMES:
         ui.page.emulate_media(color_scheme=theme)
         for name, path in LENDING_SECTIONS.items():
             ui.goto(f"/router/ui/{path}")
             settle(ui)
+            if name == "lending-leases":
+                shoot_a_lease(ui, lending, OUT / f"{name}-{theme}.png")
+                continue
             ui.page.wait_for_load_state("networkidle")
             ui.page.screenshot(path=str(OUT / f"{name}-{theme}.png"), full_page=True)
     lending.reset()
     ui.check()
+
+
+def shoot_a_lease(ui: GuardedPage, lending: LendingCluster, path: Path) -> None:
+    """The leases section while a backlog of the slow owner is lent: shot once a lease shows."""
+    with ThreadPoolExecutor(BACKLOG) as pool:
+        sent = backlog(lending, pool)
+        leases = ui.page.locator("main table", has_text="in force")
+        expect(leases.locator("tbody tr td.num").first).to_be_visible(timeout=60_000)
+        ui.page.screenshot(path=str(path), full_page=True)
+        assert all(f.result() == 200 for f in sent)

@@ -42,7 +42,8 @@ function summaryView(summary) {
         { key: 'node_id', label: 'Node', rowHeader: true },
         { key: 'held', label: 'Held', class: 'num' },
         { key: 'lent', label: 'Lent', class: 'num' },
-        { key: 'borrowed', label: 'Borrowed', class: 'num' },
+        // null: the node did not answer the status poll just now.
+        { key: 'borrowed', label: 'Borrowed', class: 'num', cell: (n) => n.borrowed ?? '—' },
       ],
     }),
     table({
