@@ -19,6 +19,7 @@ from playwright.sync_api import Page, expect
 
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.lending_cluster import LendingCluster, lending
+from tests.ui.test_lending_page import check_sections
 
 __all__ = ["lending"]
 SETTINGS = "/router/v1/site/offload/settings"
@@ -211,3 +212,11 @@ def test_the_decision_log_of_another_node(ui: GuardedPage, lending: LendingClust
     expect(table.locator("caption")).to_contain_text(f"{len(answer['decisions'])} decision(s) read")
     if not answer["decisions"]:
         expect(table).to_contain_text("No decision matches")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_scheduler_sections_pass_axe_and_fit_a_phone(
+    ui: GuardedPage, lending: LendingCluster, theme: str
+) -> None:
+    seed_decisions(lending)
+    check_sections(ui, theme, ("section=settings", "section=decisions", "section=leases"))

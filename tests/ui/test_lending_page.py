@@ -268,10 +268,10 @@ def test_sections_without_their_route_say_so(ui: GuardedPage) -> None:
 AXE = Axe()
 
 
-@pytest.mark.parametrize("theme", ["light", "dark"])
-def test_the_editors_pass_axe_and_fit_a_phone(ui: GuardedPage, theme: str) -> None:
+def check_sections(ui: GuardedPage, theme: str, paths: tuple[str, ...]) -> None:
+    """axe finds nothing serious, and nothing scrolls sideways at 1280 and 390 px."""
     ui.page.emulate_media(color_scheme=theme)
-    for path in ("section=links&lane=text&node=m&model=slow", "section=guardians"):
+    for path in paths:
         for width in (1280, 390):
             ui.page.set_viewport_size({"width": width, "height": 800})
             ui.goto(f"/router/ui/lending?{path}")
@@ -285,3 +285,8 @@ def test_the_editors_pass_axe_and_fit_a_phone(ui: GuardedPage, theme: str) -> No
             assert not found, (path, width, found)
             overflow = ui.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 0, f"{path} at {width} px scrolls sideways by {overflow} px"
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_editors_pass_axe_and_fit_a_phone(ui: GuardedPage, theme: str) -> None:
+    check_sections(ui, theme, ("section=links&lane=text&node=m&model=slow", "section=guardians"))
