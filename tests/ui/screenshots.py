@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from playwright.sync_api import Page, Route, expect
 
 from tests.ui import data_router
-from tests.ui.conftest import GuardedPage
+from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.data_router import DataRouter
+from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster, lending
+from tests.ui.test_lending_leases import BACKLOG, backlog
+from tests.ui.test_lending_live import SETTINGS, seed_decisions
 
 OUT = Path(os.environ.get("SCREENSHOT_DIR", Path(__file__).parents[2] / "docs" / "screenshots"))
 EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4"}
 THEMES = ("light", "dark")
 data_ui_router = data_router.data_ui_router
 data_ui = data_router.data_ui
+__all__ = ["lending"]
 
 
 def nav_pages(page: Page) -> list[str]:
@@ -98,3 +103,55 @@ def test_data_page_screenshots(data_ui_router: DataRouter, data_ui: GuardedPage)
             # The capture's console sits below the fold: that shot takes the whole page.
             full = name == "capture-detail"
             data_ui.page.screenshot(path=str(OUT / f"{name}-{theme}.png"), full_page=full)
+
+
+# The Lending page on a master with a slave (tests/ui/lending_cluster.py): a link, a guardian,
+# saved settings, decision rows written into the master's store, and what the summary shows;
+# these overwrite the standalone router's Lending shot.
+LENDING_SECTIONS = {
+    "lending": "lending?section=links&lane=text&node=m&model=slow",
+    "lending-guardians": "lending?section=guardians",
+    "lending-leases": "lending?section=leases",
+    "lending-decisions": "lending?section=decisions",
+    "lending-settings": "lending?section=settings",
+}
+
+
+def test_lending_screenshots(lending: LendingCluster, page: Page, tmp_path: Path) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    lending.reset()
+    link = {"anchor": {"node_id": "m", "model_id": "slow"},
+            "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
+    assert lending.http.post(TEXT_LINKS, json=link).status_code == 200
+    guardian = {
+        "scope": "model",
+        "model_id": "slow",
+        "guardian": {"node_id": "s1", "model_id": "eye2"},
+    }
+    assert lending.http.post(GUARDIANS, json=guardian).status_code == 200
+    settings = {"settings": {"scheduling_backend_depth": 3, "offload_probe_idle": "10s"}}
+    assert lending.http.post(SETTINGS, json=settings).status_code == 200
+    seed_decisions(lending)
+    ui = GuardedPage(page, UiRouter(lending.master, lending.master.h), tmp_path)
+    for theme in THEMES:
+        ui.page.emulate_media(color_scheme=theme)
+        for name, path in LENDING_SECTIONS.items():
+            ui.goto(f"/router/ui/{path}")
+            settle(ui)
+            if name == "lending-leases":
+                shoot_a_lease(ui, lending, OUT / f"{name}-{theme}.png")
+                continue
+            ui.page.wait_for_load_state("networkidle")
+            ui.page.screenshot(path=str(OUT / f"{name}-{theme}.png"), full_page=True)
+    lending.reset()
+    ui.check()
+
+
+def shoot_a_lease(ui: GuardedPage, lending: LendingCluster, path: Path) -> None:
+    """The leases section while a backlog of the slow owner is lent: shot once a lease shows."""
+    with ThreadPoolExecutor(BACKLOG) as pool:
+        sent = backlog(lending, pool)
+        leases = ui.page.locator("main table", has_text="in force")
+        expect(leases.locator("tbody tr td.num").first).to_be_visible(timeout=60_000)
+        ui.page.screenshot(path=str(path), full_page=True)
+        assert all(f.result() == 200 for f in sent)

@@ -20,6 +20,9 @@ PAGES: dict[str, tuple[str, str, list[str]]] = {
     "config?id=alpha": ("Config", "textarea", ["/ui/session", "/events", "/models", "/site/config-file/alpha"]),
     "models?model=beta": ("Models", ".detail table", ["/ui/session", "/events", "/models", "/site/inventory", "/site/config-file/beta"]),
     "nodes": ("Nodes", "table", ["/ui/session", "/events", "/site/inventory", "/site/nodes/state"]),
+    "lending": ("Lending", "select", ["/ui/session", "/events", "/models"]),
+    "lending?section=links&lane=text&model=alpha": ("Lending", "table", ["/ui/session", "/events", "/models", "/site/text-routing-groups"]),
+    "lending?section=guardians": ("Lending", "table", ["/ui/session", "/events", "/models", "/site/guardian-models"]),
 }  # fmt: skip
 AXE = Axe()
 
@@ -111,7 +114,7 @@ def test_keyboard_only_load_confirm_unload(ui: GuardedPage) -> None:
 
 
 @pytest.mark.parametrize("width", [390, 1280])
-@pytest.mark.parametrize("path", ["overview", "models", "config?id=alpha", "nodes"])
+@pytest.mark.parametrize("path", ["overview", "models", "config?id=alpha", "nodes", "lending"])
 def test_no_horizontal_scroll(ui: GuardedPage, path: str, width: int) -> None:
     ui.page.set_viewport_size({"width": width, "height": 800})
     ui.router.post("/router/v1/load", {"model": "alpha"})

@@ -1,15 +1,16 @@
 // The one fetch wrapper. Every URL is derived from BASE; pages pass paths like '/status'.
-// Errors come back as ApiError{status, code, message} parsed from the router's error shapes
+// Errors come back as ApiError{status, code, message, param} parsed from the router's error shapes
 // ({"error": {"message", "code", "type"}}, {"error": "..."}, {"detail": {"msg"}}).
 
 export const BASE = '/router/v1';
 
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, param = null) {
     super(message);
     this.name = 'ApiError';
     this.status = status;
     this.code = code;
+    this.param = param; // the field a 400 names (router/errors.py), for the form to mark it
   }
 }
 
@@ -40,6 +41,7 @@ export function apiUrl(path, query) {
 
 async function parseError(response) {
   let code = null;
+  let param = null;
   let message = `${response.status} ${response.statusText}`.trim();
   try {
     const body = await response.json();
@@ -48,11 +50,12 @@ async function parseError(response) {
     else if (err && typeof err === 'object') {
       message = err.message || err.msg || message;
       code = err.code || err.type || null;
+      param = err.param || null;
     }
   } catch {
     // not JSON: the status line is the message
   }
-  return new ApiError(response.status, code, message);
+  return new ApiError(response.status, code, message, param);
 }
 
 export async function request(method, path, { query, body, signal } = {}) {

@@ -28,3 +28,10 @@ export function preserveFocus(root, render) {
   const target = nodeAt(root, path);
   if (target && target.tagName === active.tagName && typeof target.focus === 'function') target.focus();
 }
+
+// After a redraw removed the control that had the focus (a Save whose form was drawn again, a
+// Clear whose row is gone): hand the focus to `el`, so the keyboard stays where the action was.
+export function focusIfLost(el) {
+  const active = document.activeElement;
+  if (el && (!active || active === document.body || !active.isConnected)) el.focus();
+}

@@ -11,9 +11,10 @@ import loadErrors from './load-errors.js';
 import benchmarks from './benchmarks.js';
 import download from './download.js';
 import webuis from './webuis.js';
+import lending from './lending.js';
 
 export const PAGES = [
-  overview, models, config, nodes,
+  overview, models, config, nodes, lending,
   analytics, captures, loadErrors, benchmarks, download, webuis,
   login,
 ];

@@ -25,6 +25,15 @@ function facts(record) {
     h('dt', {}, 'State'), h('dd', {}, badge(record.enabled ? record.state : 'disabled')));
 }
 
+// The Lending page's links editor with this model as the anchor (its lane: image for an
+// image-only configuration, else text).
+function lendingHref(ctx, record, id) {
+  const node = record.node_id || (ctx.session && ctx.session.node && ctx.session.node.node_id) || '';
+  const lanes = record.capabilities || [];
+  const lane = lanes.includes('image') && !lanes.includes('text') ? 'image' : 'text';
+  return pageHref('lending', { section: 'links', lane, node, model: id });
+}
+
 // Fills `slot` for params.model; `current()` tells whether that model is still the one asked
 // for when the answers arrive (the user may have moved on).
 export async function renderDetail(slot, ctx, params, current) {
@@ -47,7 +56,8 @@ export async function renderDetail(slot, ctx, params, current) {
       h('h3', {}, 'Components and files'), filesTable(id, record.components),
       h('h3', {}, 'Sanitized .kcpps'),
       h('pre', { 'aria-label': `Sanitized ${record.filename}` }, JSON.stringify(file.sanitized, null, 2)),
-      h('p', {}, h('a', { href: pageHref('config', { id: file.id }) }, `Edit ${file.filename}`)));
+      h('p', {}, h('a', { href: pageHref('config', { id: file.id }) }, `Edit ${file.filename}`), ' · ',
+        h('a', { href: lendingHref(ctx, record, id) }, `Lending links of ${id}`)));
   } catch (exc) {
     if (current() === id) box.append(errorBox(exc, { title: 'The detail could not be read' }));
   }

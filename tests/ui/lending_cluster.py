@@ -1,0 +1,137 @@
+"""A master and a slave for the Lending page's browser tests (real router processes on
+loopback, fake backends, real SQLite stores), started once per test module.
+
+The master `m` has `slow` (context 4096, 20 tokens/s, one at a time), `other`, the image model
+`pic` and the vision model `eye`; the slave `s1` has `fast` (8192, 200 tokens/s), `tiny`
+(context 1024: "context window too small"), the image model `pic2` and the vision model `eye2`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.harness import RouterHarness, free_port
+from tests.router_process import RouterProcess, new_router
+from tests.test_cluster_nodes import TOKEN
+from tests.test_lending_nodes import folder
+
+TEXT_LINKS = "/router/v1/site/text-routing-groups"
+IMAGE_LINKS = "/router/v1/site/routing-groups"
+GUARDIANS = "/router/v1/site/guardian-models"
+TOKENS = 8
+
+
+@dataclass
+class LendingCluster:
+    master: RouterProcess
+    slave: RouterProcess
+    http: httpx.Client
+    master_db: Path
+
+    def get(self, path: str, **params: Any) -> Any:
+        reply = self.http.get(path, params=params)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def reset(self) -> None:
+        """No links, no guardians, no saved settings: what each test starts from."""
+        for anchor in ("slow", "other"):
+            self.http.delete(TEXT_LINKS, params={"node_id": "m", "model_id": anchor})
+        self.http.delete(IMAGE_LINKS, params={"node_id": "m", "model_id": "pic"})
+        for a in self.get(GUARDIANS)["assignments"]:
+            query = {"scope": a["scope"], "node_id": a["node_id"], "model_id": a["model_id"]}
+            self.http.delete(GUARDIANS, params={k: v for k, v in query.items() if v})
+        self.http.delete("/router/v1/site/offload/settings")
+
+
+def vision(h: RouterHarness, name: str) -> dict[str, Any]:
+    projector = h.tmp / f"{name}-proj.gguf"
+    projector.write_bytes(b"GGUF")
+    return {"contextsize": 4096, "mmproj": str(projector)}
+
+
+def build(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
+    h.faults_for_model.update(
+        {
+            "slow": f"--token-rate 20 --tokens {TOKENS} --parallel 1",
+            "fast": f"--token-rate 200 --tokens {TOKENS} --parallel 1",
+        }
+    )
+    mport, sport = free_port(), free_port()
+    surl = f"http://127.0.0.1:{sport}"
+    master_models = {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096},
+                     "pic": {"image": True}, "eye": vision(h, "eye")}  # fmt: skip
+    master = new_router(
+        h, name="master", port=mport, kcpps_dir=folder(h, "master", master_models),
+        extra={
+            "cluster": {"role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
+                        "public_url": f"http://127.0.0.1:{mport}", "health_interval": 0.3},
+            "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
+                          "flush_interval": 0.2},
+        },
+    )  # fmt: skip
+    slave_models = {"fast": {"contextsize": 8192}, "tiny": {"contextsize": 1024},
+                    "pic2": {"image": True}, "eye2": vision(h, "eye2")}  # fmt: skip
+    slave = new_router(
+        h, name="s1", port=sport, kcpps_dir=folder(h, "s1", slave_models),
+        extra={
+            "cluster": {"role": "slave", "node_id": "s1", "token": TOKEN, "public_url": surl,
+                        "master_url": f"http://127.0.0.1:{mport}", "sync_interval": 0.5},
+            "analytics": {"database_path": str(h.tmp / "data-s1" / "router.sqlite"),
+                          "flush_interval": 0.2},
+        },
+    )  # fmt: skip
+    return master, slave
+
+
+def wait_for(predicate: Any, what: str, seconds: float = 45.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster]:
+    # Not tests.router_process.tmp_harness: its no-survivor check would count the session's
+    # browser processes; each router here is killed at the end and its backends with it.
+    h = RouterHarness(tmp_path_factory.mktemp("lending-ui"))
+    h.routers = []  # type: ignore[attr-defined]
+    master, slave = build(h)
+
+    async def up() -> None:
+        await master.start()
+        await slave.start()
+
+    # Its own thread: Playwright's sync API may already run an event loop in this one.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, up()).result()
+    db = h.tmp / "data-master" / "router.sqlite"
+    c = LendingCluster(master, slave, httpx.Client(base_url=master.base, timeout=30), db)
+    try:
+        wait_for(
+            lambda: (
+                any(
+                    x["node_id"] == "s1"
+                    for x in c.get(TEXT_LINKS, node_id="m", model_id="slow")["candidates"]
+                )
+                and any(g["node_id"] == "s1" for g in c.get(GUARDIANS)["candidates"])
+            ),
+            "the slave's models on the master",
+        )
+        yield c
+    finally:
+        c.http.close()
+        for node in (master, slave):
+            node.kill()
