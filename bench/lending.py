@@ -227,6 +227,18 @@ def serving_cost(n: int = 100_000) -> dict[str, Any]:
     return {"links_absent_us": round(absent or 0, 2), "links_present_us": round(present or 0, 2)}
 
 
+def target_rows(d: dict[str, Any]) -> list[tuple[str, str, Any, float, bool, str, int]]:
+    """(goal, target text, value, limit, higher is better, unit, digits) for bench/report.py."""
+    drain = d.get("drain") or {}
+    latency = d.get("latency") or {}
+    return [
+        ("Lending: drain 200 queued, link / none (issue 16)", "<= 0.6",
+         drain.get("ratio_link_over_no_link"), 0.6, False, "", 2),
+        ("Lending: unlinked model added p50, links / none", "<= 1.02",
+         latency.get("added_ratio_present_over_absent"), 1.02, False, "", 2),
+    ]  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = c.Opts.parse(argv, __doc__ or "")
     n = 60 if opts.quick else 200
