@@ -45,7 +45,7 @@ from router.cluster.gate import Gate, Gates, GateTimeout, LaneGates, Outcome
 from router.cluster.restore import Restorer
 from router.config import ModelConfig
 from router.domain import Lane
-from router.errors import BadRequest, Conflict, ServiceUnavailable
+from router.errors import Conflict, ServiceUnavailable
 from router.runtime import RuntimeView
 
 log = logging.getLogger(__name__)
@@ -201,14 +201,6 @@ def _record(request: web.Request, outcome: str, lane: Lane, model_id: str,
             trigger="native_request", detail=dict(detail),
         )
     )  # fmt: skip
-
-
-def parse_owner(value: str) -> tuple[str, str]:
-    """`<node_id>/<model_id>` -> the pair (a model ID may itself hold slashes)."""
-    node_id, sep, model_id = value.strip().partition("/")
-    if not sep or not node_id or not model_id:
-        raise BadRequest(f"{OFFLOAD_OWNER_HEADER} must be <node_id>/<model_id>, not {value!r}")
-    return node_id, model_id
 
 
 def lane_model(views: tuple[RuntimeView, ...], lane: Lane) -> ModelConfig | None:

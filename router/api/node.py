@@ -20,7 +20,6 @@ from router.api.borrowed import (
     OFFLOAD_LOAD_HEADER,
     OFFLOAD_OWNER_HEADER,
     OFFLOAD_RESTORE_HEADER,
-    parse_owner,
 )
 from router.api.common import Handler, match_of, read_control_json
 from router.appkeys import (
@@ -37,6 +36,7 @@ from router.appkeys import (
 )
 from router.classify import Match, match
 from router.cluster import Snapshot
+from router.cluster.lending import parse_owner
 from router.cluster.local import snapshot
 from router.domain import Lane, Role
 from router.edge import secrets_of

@@ -38,7 +38,7 @@ from router.api.relay import node_headers, node_path_qs, relay
 from router.appkeys import BORROWED, CLUSTER, LEND, LENDING, LINKS, SESSION, SETTINGS
 from router.cluster import Target
 from router.cluster.leases import Lease, OwnerKey
-from router.cluster.lending import Link
+from router.cluster.lending import Link, owner_header
 from router.cluster.planning import context_fits, cut_after, hold_for_helper, needed_tokens
 from router.config import ModelConfig
 from router.domain import Lane
@@ -269,7 +269,7 @@ async def _lend_once(
     headers[SELECTOR_HEADER] = link.helper_model_id
     headers[OFFLOAD_HEADER] = "1"
     headers[OFFLOAD_LOAD_HEADER] = "1" if link.load_if_unloaded else "0"
-    headers[OFFLOAD_OWNER_HEADER] = f"{link.owner_node_id}/{link.owner_model_id}"
+    headers[OFFLOAD_OWNER_HEADER] = owner_header(link.owner_node_id, link.owner_model_id)
     if lease.restore_helper_model:
         headers[OFFLOAD_RESTORE_HEADER] = "1"
     owner_fit, helper_fit = plan.fits_of(request.app, lease)
