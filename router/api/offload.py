@@ -36,7 +36,7 @@ from router.api.borrowed import (
 )
 from router.api.relay import node_headers, node_path_qs, relay
 from router.appkeys import BORROWED, CLUSTER, LEND, LENDING, LINKS, SESSION, SETTINGS
-from router.cluster import Target
+from router.cluster import NodeEntry, Target
 from router.cluster.leases import Lease, OwnerKey
 from router.cluster.lending import Link, owner_header
 from router.cluster.planning import context_fits, cut_after, hold_for_helper, needed_tokens
@@ -257,11 +257,7 @@ async def _lend_once(
         return None, "helper_not_registered"
     rewriter = ModelRewriter(selection.model or link.owner_model_id, link.helper_model_id)
     body = rewriter.request_body(selection.prefix) if selection.prefix else b""
-    path_qs = node_path_qs(request, selection, link.helper_model_id)
-    # The master as a helper: one loopback hop to its own node inference route, so the lent
-    # request takes the helper's path (mark, gate, hand back, records) as on any slave.
-    url = node_status.loopback_url(request.app) + path_qs if entry is None else \
-        service.client.url(entry.node_url, path_qs)  # fmt: skip
+    url = _helper_url(request, entry, node_path_qs(request, selection, link.helper_model_id))
     headers = node_headers(request, request.app[SETTINGS].cluster.token or "", selection,
                            link.helper_model_id)  # fmt: skip
     headers.popall("Accept-Encoding", None)  # the answer's model IDs are rewritten here
@@ -298,6 +294,15 @@ async def _lend_once(
     if content_type:
         out.headers["Content-Type"] = content_type
     return out, ""
+
+
+def _helper_url(request: web.Request, entry: NodeEntry | None, path_qs: str) -> str:
+    """The helper node's URL for `path_qs`; `entry` None: the master's own model is the
+    helper, reached by one loopback hop to its own node inference route, so the lent request
+    takes the helper's path (mark, gate, hand back, records) as on any slave."""
+    if entry is None:
+        return node_status.loopback_url(request.app) + path_qs
+    return request.app[CLUSTER].client.url(entry.node_url, path_qs)
 
 
 class _NotStarted(Exception):
