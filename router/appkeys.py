@@ -106,3 +106,5 @@ RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)
 BORROWED: web.RequestKey[bool] = web.RequestKey("borrowed", bool)
 # Set with BORROWED when the owner asks for the helper's model to be restored afterwards.
 BORROWED_RESTORE: web.RequestKey[bool] = web.RequestKey("borrowed_restore", bool)
+# Set with BORROWED: the lending owner's (node ID, model ID), named by the master that lent it.
+BORROWED_OWNER: web.RequestKey[tuple[str, str]] = web.RequestKey("borrowed_owner")

@@ -103,9 +103,10 @@ async def test_hand_back_returns_only_waiting_borrowed() -> None:
     gates = Gates("s1", lambda: 1)
     gate = gates.mark("text", "fast")
     assert await gate.enter(borrowed=True, bound=5) is Outcome.ADMITTED
-    waiting = [asyncio.create_task(gate.enter(borrowed=True, bound=5)) for _ in range(3)]
+    owners = [("m", "slow"), ("s2", "big"), ("m", "slow")]
+    waiting = [asyncio.create_task(gate.enter(borrowed=True, bound=5, owner=o)) for o in owners]
     await asyncio.sleep(0)
-    assert gates.lanes["text"].hand_back() == 3
+    assert gates.lanes["text"].hand_back() == tuple(owners)  # each waiter's owner, in order
     assert [await t for t in waiting] == [Outcome.RETURNED] * 3
     assert gate.admitted == 1 and gate.admitted_borrowed == 1  # the admitted one finishes
     gate.leave(borrowed=True)

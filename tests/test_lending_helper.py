@@ -28,6 +28,7 @@ __all__ = ["tmp_harness"]
 TOKENS = 8
 NODE_CHAT = "/router/v1/node/inference/v1/chat/completions"
 MARK = {**AUTH, "X-Tensors-Offload": "1"}
+OWNER = "X-Tensors-Offload-Owner"
 RESTORE_DELAY = 4.0  # s of quiet before the helper goes back to its model
 
 
@@ -276,22 +277,41 @@ async def test_helper_decision_rows(harness: RouterHarness) -> None:
     assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
     first = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast", 100), headers=MARK))
     assert await until(field(node, "active"), 1, deadline=30)
-    held = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast"), headers=MARK))
-    assert await until(field(node, "held_borrowed"), 1, deadline=30)
+    # Each lent request names its owner (the lending master sets the header); two owners here,
+    # one with a slash in its model ID. A malformed owner is refused with 400.
+    bad = {**MARK, OWNER: "s1"}
+    r = await node.post(NODE_CHAT, json=chat("fast"), headers=bad)
+    assert r.status_code == 400 and OWNER in r.json()["error"]["message"], r.text
+    owners = [("s1", "slow"), ("s9", "org/big")]
+    held = [
+        asyncio.create_task(
+            node.post(NODE_CHAT, json=chat("fast"), headers={**MARK, OWNER: f"{n}/{m}"})
+        )
+        for n, m in owners
+    ]
+    assert await until(field(node, "held_borrowed"), 2, deadline=30)
     assert list(log.newest(10)) == []  # borrowed arrivals alone decide nothing
     own = asyncio.create_task(node.post("/v1/chat/completions", json=chat("fast")))
-    returned = await held
-    assert returned.status_code == 409 and returned.json()["error"]["code"] == "offload_returned"
+    for returned in await asyncio.gather(*held):
+        assert returned.status_code == 409, returned.text
+        assert returned.json()["error"]["code"] == "offload_returned"
     rows = [d.to_dict() for d in log.newest(10)]
-    assert {r["outcome"] for r in rows} == {"borrowed_returned", "native_waited_behind_borrowed"}
     for r in rows:
         assert r["kind"] == "helper" and r["lane"] == "text"
         assert (r["helper_node_id"], r["helper_model_id"]) == ("m", "fast")
-        assert r["detail"] == {"returned": 1, "borrowed_in_backend": 1}
+    # One `borrowed_returned` row per owner whose work went back, with that owner's count.
+    back = {(r["owner_node_id"], r["owner_model_id"]): r["detail"]
+            for r in rows if r["outcome"] == "borrowed_returned"}  # fmt: skip
+    assert back == {o: {"returned": 1, "borrowed_in_backend": 1} for o in owners}
+    # The wait behind admitted borrowed work names no owner; it counts everything returned.
+    waited = [r for r in rows if r["outcome"] == "native_waited_behind_borrowed"]
+    assert [(r["owner_node_id"], r["owner_model_id"], r["detail"]) for r in waited] == [
+        ("", "", {"returned": 2, "borrowed_in_backend": 1})
+    ]
     assert (await first).status_code == 200 and (await own).status_code == 200
     # An own request with nothing borrowed on the lane records nothing more.
     assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
-    assert len(list(log.newest(10))) == 2
+    assert len(list(log.newest(10))) == 3
 
 
 async def test_a_wait_in_the_gate_is_bounded_by_the_queue_timeout(harness: RouterHarness) -> None:

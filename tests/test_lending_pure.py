@@ -14,7 +14,9 @@ from router.cluster.lending import (
     Link,
     Side,
     ineligible_reason,
+    owner_header,
     parse_links,
+    parse_owner,
     replace_links,
 )
 from router.errors import BadRequest
@@ -126,3 +128,21 @@ def test_replace_touches_only_the_anchor_on_its_lane() -> None:
     out = replace_links([mine, borrowed, other, image], "text", ("m", "slow"), [new])
     assert set(out) == {other, image, new}
     assert set(replace_links(out, "text", ("m", "slow"), [])) == {other, image}
+
+
+_NODE = st.text(st.characters(blacklist_characters="/", blacklist_categories=("Cs",)), min_size=1)
+
+
+def _bare(text: str) -> bool:
+    return text == text.strip() and text != ""
+
+
+@given(_NODE.filter(_bare), st.text(min_size=1).filter(_bare))
+def test_the_owner_header_round_trips(node_id: str, model_id: str) -> None:
+    assert parse_owner(owner_header(node_id, model_id)) == (node_id, model_id)
+
+
+@given(st.sampled_from(["", "m", "/slow", "m/", " / ", "mslow"]))
+def test_a_malformed_owner_header_is_refused(value: str) -> None:
+    with pytest.raises(BadRequest, match="X-Tensors-Offload-Owner"):
+        parse_owner(value)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from router.appkeys import (
     BORROWED,
+    BORROWED_OWNER,
     BORROWED_RESTORE,
     DECISIONS,
     GATES,
@@ -51,6 +53,7 @@ log = logging.getLogger(__name__)
 OFFLOAD_HEADER = "X-Tensors-Offload"  # "1": a lent request (honoured on node routes only)
 OFFLOAD_LOAD_HEADER = "X-Tensors-Offload-Load"  # "0": the link forbids loading the model
 OFFLOAD_RESTORE_HEADER = "X-Tensors-Offload-Restore"  # "1": restore the helper's model after
+OFFLOAD_OWNER_HEADER = "X-Tensors-Offload-Owner"  # "<node_id>/<model_id>": whose work it is
 OFFLOAD_RETURNED = "offload_returned"
 
 
@@ -101,11 +104,14 @@ async def _own(
 ) -> AsyncIterator[None]:
     request.app[RESTORE].own_arrived(lane.value)
     in_backend = lane_gates.admitted_borrowed
-    returned = lane_gates.hand_back()
-    detail = {"returned": returned, "borrowed_in_backend": in_backend}
-    if returned:
-        _record(request, "borrowed_returned", lane, config.id, detail)
+    owners = lane_gates.hand_back()
+    # One row per owner whose work went back: the owner fields say whose, `returned` how many
+    # of that owner's (an unnamed owner, from an older master, is the empty pair).
+    for owner, count in Counter(owners).items():
+        detail = {"returned": count, "borrowed_in_backend": in_backend}
+        _record(request, "borrowed_returned", lane, config.id, detail, owner)
     if in_backend:  # admitted borrowed work finishes first
+        detail = {"returned": len(owners), "borrowed_in_backend": in_backend}
         _record(request, "native_waited_behind_borrowed", lane, config.id, detail)
     gate = lane_gates.gates.get(config.id)
     if gate is None:
@@ -140,7 +146,7 @@ async def _borrowed(
     restore = app[RESTORE]
     restore.borrowed_arrived(lane.value)
     try:
-        await _enter(request, gate, config, borrowed=True)
+        await _enter(request, gate, config, borrowed=True, owner=request.get(BORROWED_OWNER))
     except BaseException:
         restore.borrowed_done(lane.value)
         raise
@@ -158,10 +164,17 @@ async def _borrowed(
         restore.borrowed_done(lane.value)
 
 
-async def _enter(request: web.Request, gate: Gate, config: ModelConfig, *, borrowed: bool) -> None:
+async def _enter(
+    request: web.Request,
+    gate: Gate,
+    config: ModelConfig,
+    *,
+    borrowed: bool,
+    owner: tuple[str, str] | None = None,
+) -> None:
     bound = request.app[SETTINGS].runtime.queue_timeout
     try:
-        outcome = await gate.enter(borrowed=borrowed, bound=bound)
+        outcome = await gate.enter(borrowed=borrowed, bound=bound, owner=owner or ("", ""))
     except GateTimeout:
         if borrowed:
             raise Conflict(f"waited {bound:g}s for {config.id}; the request goes back to its owner",
@@ -176,14 +189,14 @@ async def _enter(request: web.Request, gate: Gate, config: ModelConfig, *, borro
 
 
 def _record(request: web.Request, outcome: str, lane: Lane, model_id: str,
-            detail: dict[str, int]) -> None:  # fmt: skip
+            detail: dict[str, int], owner: tuple[str, str] = ("", "")) -> None:  # fmt: skip
     settings = request.app[SETTINGS]
     request.app[DECISIONS].record(
         Decision(
-            # A lent request does not say who its owner is (the master relays it), and one
-            # hand back may return several owners' requests: the owner fields stay empty.
+            # The owner is what the lending master named (X-Tensors-Offload-Owner); a
+            # `native_waited_behind_borrowed` row names none: admitted work may be several's.
             kind="helper", outcome=outcome, lane=lane.value,
-            owner_node_id="", owner_model_id="",
+            owner_node_id=owner[0], owner_model_id=owner[1],
             helper_node_id=settings.cluster.node_id, helper_model_id=model_id,
             trigger="native_request", detail=dict(detail),
         )

@@ -15,7 +15,7 @@ from backends.registry import adapter_for
 from router.api import borrowed, guardians, offload
 from router.api.common import Handler, arrived, matched_route
 from router.api.relay import relay, remote_target
-from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
+from router.appkeys import BORROWED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.cluster import Target
 from router.cluster.guardians import carries_images, has_vision
@@ -194,7 +194,9 @@ async def _forward(
                 f"the request body did not arrive within {idle:g}s (server.header_timeout)"
             ) from None
     selection = override.selection
-    target = override.relay_to or (remote_target(request, selection) if override.plain else None)
+    # Borrowed work (lent to this node, the master's own included) is served here, never relayed.
+    relays = override.plain and request.get(BORROWED) is None
+    target = override.relay_to or (remote_target(request, selection) if relays else None)
     if target is not None:
         owned = offload.lendable_remote(request, override, target, route.lane or Lane.TEXT)
         if owned:  # a slave's linked model: held here until lent or relayed to its owner

@@ -9,22 +9,25 @@ work), the same error shapes.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api import borrowed as helper
-from router.api import control, lending_push
-from router.api.borrowed import OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RESTORE_HEADER
+from router.api import control, lending_push, node_status
+from router.api.borrowed import (
+    OFFLOAD_HEADER,
+    OFFLOAD_LOAD_HEADER,
+    OFFLOAD_OWNER_HEADER,
+    OFFLOAD_RESTORE_HEADER,
+)
 from router.api.common import Handler, match_of, read_control_json
 from router.appkeys import (
     BORROWED,
+    BORROWED_OWNER,
     BORROWED_RESTORE,
     CLUSTER,
     DISPATCH,
-    LEND,
-    LINKS,
     MATCH,
     NODE_DISPATCH,
     ROUTE,
@@ -33,11 +36,11 @@ from router.appkeys import (
 )
 from router.classify import Match, match
 from router.cluster import Snapshot
+from router.cluster.lending import parse_owner
 from router.cluster.local import snapshot
 from router.domain import Lane, Role
 from router.edge import secrets_of
 from router.errors import ClusterError, NotFound, RouteNotFound, RouterError, render
-from router.runtime import RuntimeView
 
 INFERENCE = "inference/"
 
@@ -78,44 +81,7 @@ async def register(request: web.Request) -> web.StreamResponse:
 
 
 async def runtime_status(request: web.Request) -> web.StreamResponse:
-    runtimes = request.app[RUNTIMES]
-    views = runtimes.views()
-    stt = next((v.config.id for v in views if v.lane is Lane.VOICE and v.ready), None)
-    borrowed = request.app[LINKS].borrowed
-    lanes = {
-        lane.value: {
-            "active": sum(v.leases for v in views if v.lane is lane),
-            # Own requests held in an enrolled model's gate are queued work too.
-            "queued": runtimes.queue_length(lane) + helper.held(request.app, lane)[0],
-            "borrowed": borrowed.get(lane.value, 0),
-            "held_borrowed": helper.held(request.app, lane)[1],
-            "restore_model": helper.restore_pending(request.app, lane),
-        }
-        for lane in Lane
-    }
-    return web.json_response(
-        {
-            "node_id": request.app[SETTINGS].cluster.node_id,
-            "active_requests": sum(v.leases for v in views),
-            "queued_requests": sum(runtimes.queue_length(lane) for lane in Lane),
-            "loaded_stt_model": stt,
-            "lanes": lanes,
-            "loaded_models": sorted({v.config.id for v in views if v.ready}),
-            "models": _model_loads(views),
-            "costs": [fit.to_dict() for fit in request.app[LEND].costs],
-        }
-    )
-
-
-def _model_loads(views: Sequence[RuntimeView]) -> dict[str, dict[str, int]]:
-    """Per configuration: requests in its backend and queued for it (the lending planner
-    judges a slave-owned model busy from these)."""
-    out: dict[str, dict[str, int]] = {}
-    for view in views:
-        load = out.setdefault(view.config.id, {"active": 0, "queued": 0})
-        load["active"] += view.leases
-        load["queued"] += view.queued
-    return out
+    return web.json_response(node_status.status_body(request.app))
 
 
 async def state(request: web.Request) -> web.StreamResponse:
@@ -145,13 +111,26 @@ async def inference(request: web.Request, path: str) -> web.StreamResponse:
     if request.headers.get(OFFLOAD_HEADER) == "1":  # lent by its owner (lending.md)
         borrowed = request.headers.get(OFFLOAD_LOAD_HEADER) != "0"
     restore = borrowed is not None and request.headers.get(OFFLOAD_RESTORE_HEADER) == "1"
-    return await _dispatch_inner(request, path, found, request.app[DISPATCH], borrowed, restore)
+    owner = None
+    if borrowed is not None and OFFLOAD_OWNER_HEADER in request.headers:
+        owner = parse_owner(request.headers[OFFLOAD_OWNER_HEADER])  # BadRequest when malformed
+    return await _dispatch_inner(
+        request, path, found, request.app[DISPATCH], borrowed, restore, owner
+    )
 
 
 _INNER_DROPPED = frozenset(
     {
         "authorization",
-        *(h.lower() for h in (OFFLOAD_HEADER, OFFLOAD_LOAD_HEADER, OFFLOAD_RESTORE_HEADER)),
+        *(
+            h.lower()
+            for h in (
+                OFFLOAD_HEADER,
+                OFFLOAD_LOAD_HEADER,
+                OFFLOAD_RESTORE_HEADER,
+                OFFLOAD_OWNER_HEADER,
+            )
+        ),
     }
 )
 
@@ -163,6 +142,7 @@ async def _dispatch_inner(
     dispatch: Handler,
     borrowed: bool | None = None,
     restore: bool = False,
+    owner: tuple[str, str] | None = None,
 ) -> web.StreamResponse:
     query = request.query_string
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _INNER_DROPPED}
@@ -170,6 +150,8 @@ async def _dispatch_inner(
     inner[ROUTE], inner[MATCH] = found.route, found
     if borrowed is not None:
         inner[BORROWED], inner[BORROWED_RESTORE] = borrowed, restore
+        if owner is not None:
+            inner[BORROWED_OWNER] = owner
     try:
         return await dispatch(inner)
     except RouterError as err:

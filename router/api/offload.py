@@ -25,18 +25,20 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from router.api import node_status
 from router.api import offload_plan as plan
 from router.api.borrowed import (
     OFFLOAD_HEADER,
     OFFLOAD_LOAD_HEADER,
+    OFFLOAD_OWNER_HEADER,
     OFFLOAD_RESTORE_HEADER,
     OFFLOAD_RETURNED,
 )
 from router.api.relay import node_headers, node_path_qs, relay
 from router.appkeys import BORROWED, CLUSTER, LEND, LENDING, LINKS, SESSION, SETTINGS
-from router.cluster import Target
+from router.cluster import NodeEntry, Target
 from router.cluster.leases import Lease, OwnerKey
-from router.cluster.lending import Link
+from router.cluster.lending import Link, owner_header
 from router.cluster.planning import context_fits, cut_after, hold_for_helper, needed_tokens
 from router.config import ModelConfig
 from router.domain import Lane
@@ -196,14 +198,11 @@ def _take(request: web.Request, owner: OwnerKey, need: int) -> Lease | None:
     """A free slot of a live lease whose helper's window holds this request."""
     now = time.monotonic()
     plan.expire(request.app, now)
-    registry = request.app[CLUSTER].registry
 
     def fits(lease: Lease) -> bool:
         if lease.lane != Lane.TEXT.value:
             return True
-        entry = registry.node(lease.helper_node_id)
-        model = next((m for m in entry.models if m.local_id == lease.helper_model_id), None) \
-            if entry else None  # fmt: skip
+        model = plan.node_models(request.app, lease.helper_node_id)[1].get(lease.helper_model_id)
         return model is not None and context_fits(need, model.context_length)
 
     book = request.app[LEND]
@@ -252,12 +251,13 @@ async def _lend_once(
 ) -> tuple[web.StreamResponse | None, str]:
     """The helper's answer, or None and why the request goes back to its owner."""
     service = request.app[CLUSTER]
-    entry = service.registry.node(link.helper_node_id)
-    if entry is None:
+    itself = link.helper_node_id == request.app[SETTINGS].cluster.node_id
+    entry = None if itself else service.registry.node(link.helper_node_id)
+    if entry is None and not itself:
         return None, "helper_not_registered"
     rewriter = ModelRewriter(selection.model or link.owner_model_id, link.helper_model_id)
     body = rewriter.request_body(selection.prefix) if selection.prefix else b""
-    url = service.client.url(entry.node_url, node_path_qs(request, selection, link.helper_model_id))
+    url = _helper_url(request, entry, node_path_qs(request, selection, link.helper_model_id))
     headers = node_headers(request, request.app[SETTINGS].cluster.token or "", selection,
                            link.helper_model_id)  # fmt: skip
     headers.popall("Accept-Encoding", None)  # the answer's model IDs are rewritten here
@@ -265,17 +265,20 @@ async def _lend_once(
     headers[SELECTOR_HEADER] = link.helper_model_id
     headers[OFFLOAD_HEADER] = "1"
     headers[OFFLOAD_LOAD_HEADER] = "1" if link.load_if_unloaded else "0"
+    headers[OFFLOAD_OWNER_HEADER] = owner_header(link.owner_node_id, link.owner_model_id)
     if lease.restore_helper_model:
         headers[OFFLOAD_RESTORE_HEADER] = "1"
     owner_fit, helper_fit = plan.fits_of(request.app, lease)
     cut = cut_after(lease.load_helper_model, helper_fit, owner_fit)
-    with service.reserved(link.helper_node_id):
+    # The master's own node is no relay target: nothing to reserve there.
+    with contextlib.nullcontext() if itself else service.reserved(link.helper_node_id):
         try:
             status, content_type, raw = await _exchange(request, url, body, headers, cut)
         except _NotStarted:
             return None, f"helper_not_started within {cut or 0:g}s"
         except aiohttp.ClientConnectionError as err:
-            service.node_failed(entry.node_url, f"a lent request failed: {err}")
+            if entry is not None:
+                service.node_failed(entry.node_url, f"a lent request failed: {err}")
             return None, "helper_unreachable"
         except (aiohttp.ClientError, TimeoutError):
             return None, "forward_failed"
@@ -291,6 +294,15 @@ async def _lend_once(
     if content_type:
         out.headers["Content-Type"] = content_type
     return out, ""
+
+
+def _helper_url(request: web.Request, entry: NodeEntry | None, path_qs: str) -> str:
+    """The helper node's URL for `path_qs`; `entry` None: the master's own model is the
+    helper, reached by one loopback hop to its own node inference route, so the lent request
+    takes the helper's path (mark, gate, hand back, records) as on any slave."""
+    if entry is None:
+        return node_status.loopback_url(request.app) + path_qs
+    return request.app[CLUSTER].client.url(entry.node_url, path_qs)
 
 
 class _NotStarted(Exception):

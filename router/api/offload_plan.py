@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 from aiohttp import web
 
+from router.api import node_status
 from router.api.common import Handler
 from router.appkeys import (
     CLUSTER,
@@ -31,7 +32,7 @@ from router.appkeys import (
     SETTINGS,
     STORE,
 )
-from router.cluster import RuntimeStatus
+from router.cluster import NodeModel, RuntimeStatus
 from router.cluster.costs import CostFit, fit_costs, fit_of, job_seconds
 from router.cluster.decisions import Decision, Kind
 from router.cluster.leases import Lease, LendBook, OwnerKey
@@ -228,6 +229,8 @@ async def _plan(app: web.Application, owner: OwnerKey, why: str) -> None:
         return  # nothing held: its leases run out by their TTL
     seen = await statuses(app, {link.helper_node_id for link in links} | {node_id})
     own = app[SETTINGS].cluster.node_id
+    if any(link.helper_node_id == own for link in links):
+        seen[own] = own_seen(app)  # the master as a helper: its own numbers, no poll
     owner_costs = (
         book.costs if node_id == own else costs_of(seen[node_id]) if node_id in seen else ()
     )
@@ -257,15 +260,35 @@ def _apply(app: web.Application, row: PlanRow, why: str) -> None:
         record(app, "dispatch", "lease_cleared", old, why, row.reasons)
 
 
+def own_seen(app: web.Application) -> RuntimeStatus:
+    """This node's status as a helper sees itself; its own work marks the lane busy, as a
+    polled helper's does."""
+    status = node_status.own_status(app)
+    now = time.monotonic()
+    for lane in _lanes_with_own_work(status):
+        app[LEND].busy_seen[(status.node_id, lane)] = now
+    return status
+
+
+def node_models(app: web.Application, node_id: str) -> tuple[bool, dict[str, NodeModel]]:
+    """Whether a helper node is up, and its models by local ID: this node's own catalog, or
+    a registered node's last snapshot."""
+    if node_id == app[SETTINGS].cluster.node_id:
+        return True, node_status.own_models(app)
+    entry = app[CLUSTER].registry.node(node_id)
+    if entry is None:
+        return False, {}
+    return entry.healthy, {m.local_id: m for m in entry.models}
+
+
 def helper_view(
     app: web.Application, link: Link, seen: dict[str, RuntimeStatus], owner: OwnerKey
 ) -> HelperView:
-    service, book = app[CLUSTER], app[LEND]
+    book = app[LEND]
     status = seen.get(link.helper_node_id)
-    entry = service.registry.node(link.helper_node_id)
-    models = {m.local_id: m for m in entry.models} if entry is not None else {}
+    healthy, models = node_models(app, link.helper_node_id)
     model = models.get(link.helper_model_id)
-    available = entry is not None and entry.healthy and model is not None and model.available
+    available = healthy and model is not None and model.available
     load = status.lanes.get(link.lane) if status else None
     own_work = max(0, load.active + load.queued - load.borrowed) if load else 0
     now = time.monotonic()

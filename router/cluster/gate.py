@@ -29,6 +29,7 @@ class Held:
 
     seq: int  # arrival order within the node
     borrowed: bool
+    owner: tuple[str, str] = ("", "")  # a borrowed request's lending owner (node, model), if named
 
 
 def admissions(waiting: Sequence[Held], admitted: int, depth: int) -> tuple[Held, ...]:
@@ -82,13 +83,15 @@ class Gate:
     def idle(self) -> bool:
         return self.admitted == 0 and not self._waiting
 
-    async def enter(self, *, borrowed: bool, bound: float) -> Outcome:
+    async def enter(
+        self, *, borrowed: bool, bound: float, owner: tuple[str, str] = ("", "")
+    ) -> Outcome:
         """Wait for admission (ADMITTED: call `leave` when done) or a hand back (RETURNED).
 
         Raises GateTimeout after `bound` seconds (0: no bound); a cancelled caller (the
         client went away) leaves the queue, and a slot granted in the same instant is freed.
         """
-        held = Held(next(_SEQ), borrowed)
+        held = Held(next(_SEQ), borrowed, owner)
         future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         waiter = _Waiter(held, future)
         self._waiting[held.seq] = waiter
@@ -114,12 +117,12 @@ class Gate:
             self.admitted_borrowed -= 1
         self._pump()
 
-    def hand_back(self) -> int:
-        """Answer every borrowed waiter RETURNED; how many there were."""
+    def hand_back(self) -> tuple[tuple[str, str], ...]:
+        """Answer every borrowed waiter RETURNED; the owner of each, in arrival order."""
         back = handed_back(w.held for w in self._waiting.values())
         for held in back:
             self._take(held.seq).future.set_result(Outcome.RETURNED)
-        return len(back)
+        return tuple(held.owner for held in back)
 
     def _pump(self) -> None:
         held = [w.held for w in self._waiting.values()]
@@ -155,8 +158,9 @@ class LaneGates:
         self.lane = lane
         self.gates: dict[str, Gate] = {}
 
-    def hand_back(self) -> int:
-        return sum(gate.hand_back() for gate in self.gates.values())
+    def hand_back(self) -> tuple[tuple[str, str], ...]:
+        """Every gate's borrowed waiters handed back: their owners, gate by gate."""
+        return tuple(owner for gate in self.gates.values() for owner in gate.hand_back())
 
     @property
     def waiting_own(self) -> int:

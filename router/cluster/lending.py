@@ -177,3 +177,17 @@ class LendingValues:
 
     def __init__(self, values: LendingSettings) -> None:
         self.values = values
+
+
+def owner_header(node_id: str, model_id: str) -> str:
+    """The lent request's `X-Tensors-Offload-Owner` value: `<node_id>/<model_id>`."""
+    return f"{node_id}/{model_id}"
+
+
+def parse_owner(value: str) -> tuple[str, str]:
+    """`X-Tensors-Offload-Owner` back to (node ID, model ID). Node IDs hold no slash; a model
+    ID may (`org/model`), so the first slash splits. BadRequest when a part is missing."""
+    node_id, sep, model_id = value.strip().partition("/")
+    if not sep or not node_id or not model_id:
+        raise BadRequest(f"X-Tensors-Offload-Owner must be <node_id>/<model_id>, not {value!r}")
+    return node_id, model_id
