@@ -11,10 +11,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import httpx
+
+if TYPE_CHECKING:
+    import httpx
 
 from router import __version__
 from router.config import (
@@ -127,10 +129,15 @@ def _client(config: str | None, url: str | None) -> httpx.Client:
         url = f"http://{'[' + host + ']' if ':' in host else host}:{settings.server.port}"
     key = os.environ.get("TENSOR_ROUTER_ADMIN_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    # Imported here: `tensor-router start` never needs it (~4 MiB of the server's memory).
+    import httpx
+
     return httpx.Client(base_url=url, headers=headers, timeout=None)
 
 
 def _call(config: str | None, url: str | None, method: str, path: str, body: Any = None) -> Any:
+    import httpx
+
     try:
         with _client(config, url) as client:
             response = client.request(method, path, json=body)
@@ -325,6 +332,8 @@ def download(config: str | None, url: str | None, repository: str, files: tuple[
              as_json: bool) -> None:  # fmt: skip
     """Download FILES (paths or patterns; default: the whole repository) of a Hugging Face
     REPOSITORY through a running router, with a progress bar."""
+    import httpx
+
     from router.downloads.follow import BASE, follow
 
     body: dict[str, Any] = {"repository": repository, "files": list(files),

@@ -7,9 +7,10 @@ the weights). Any file it cannot parse simply has no metadata; the inventory sti
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gguf
+if TYPE_CHECKING:
+    import gguf
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ def _value(reader: gguf.GGUFReader, key: str) -> Any:
 def _file_type(code: Any) -> str | None:
     if not isinstance(code, int):
         return None
+    import gguf
+
     try:
         return gguf.LlamaFileType(code).name.removeprefix("MOSTLY_")
     except ValueError:
@@ -35,6 +38,10 @@ def _file_type(code: Any) -> str | None:
 
 def read_gguf_metadata(path: str) -> dict[str, Any] | None:
     """The few keys the inventory shows, or None when the file is not a readable GGUF."""
+    # Imported on first use: gguf brings numpy, ~18 MiB of an idle router's memory, and only
+    # an inventory with files reads GGUF headers.
+    import gguf
+
     try:
         reader = gguf.GGUFReader(path, "r")
     except Exception as exc:  # a damaged header raises anything from ValueError to IndexError
