@@ -9,7 +9,6 @@ The master `m` has `slow` (context 4096, 20 tokens/s, one at a time), `other`, t
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from tests.harness import RouterHarness, free_port
 from tests.router_process import RouterProcess, new_router
 from tests.test_cluster_nodes import TOKEN
 from tests.test_lending_nodes import folder
+from tests.ui.conftest import wait_until
 
 TEXT_LINKS = "/router/v1/site/text-routing-groups"
 IMAGE_LINKS = "/router/v1/site/routing-groups"
@@ -93,15 +93,6 @@ def build(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
     return master, slave
 
 
-def wait_for(predicate: Any, what: str, seconds: float = 45.0) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster]:
     # Not tests.router_process.tmp_harness: its no-survivor check would count the session's
@@ -120,7 +111,7 @@ def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster
     db = h.tmp / "data-master" / "router.sqlite"
     c = LendingCluster(master, slave, httpx.Client(base_url=master.base, timeout=30), db)
     try:
-        wait_for(
+        wait_until(
             lambda: (
                 any(
                     x["node_id"] == "s1"
@@ -129,6 +120,7 @@ def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster
                 and any(g["node_id"] == "s1" for g in c.get(GUARDIANS)["candidates"])
             ),
             "the slave's models on the master",
+            seconds=45.0,
         )
         yield c
     finally:

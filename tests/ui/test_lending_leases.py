@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import expect
 
-from tests.ui.conftest import GuardedPage
-from tests.ui.lending_cluster import TEXT_LINKS, TOKENS, LendingCluster, lending, wait_for
+from tests.ui.conftest import GuardedPage, wait_until
+from tests.ui.lending_cluster import TEXT_LINKS, TOKENS, LendingCluster, lending
 from tests.ui.test_lending_live import DECISIONS, LINK, decisions_read, folded_count, ui
 
 __all__ = ["lending", "ui"]
@@ -62,7 +62,9 @@ def lent_backlog(lending: LendingCluster, rows: int) -> None:
     assert lending.http.post(TEXT_LINKS, json=LINK).status_code == 200
     with ThreadPoolExecutor(BACKLOG) as pool:
         assert all(f.result() == 200 for f in backlog(lending, pool))
-    wait_for(lambda: len(lending.get(DECISIONS)["decisions"]) >= rows, f"{rows} decision rows")
+    wait_until(
+        lambda: len(lending.get(DECISIONS)["decisions"]) >= rows, f"{rows} decision rows", 45.0
+    )
 
 
 def test_the_decision_log_shows_the_rows_of_a_lent_backlog(
