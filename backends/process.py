@@ -51,10 +51,11 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 MAX_LINE = 16384  # longer lines are emitted (and kept) in pieces of this size
-# After a read, a pipe is left alone this long so the child's next writes arrive as one read:
-# llama-server writes each log line in several write()s, ~6 lines per request, and every read
-# woke the router's event loop (~75 us per request in bench/RESULTS.md, issue 17). Bounds how
-# late a line (a readiness line, say) is seen.
+# Once serving (after `detach_output`), a pipe is left alone this long after each read so the
+# child's next writes arrive as one read: llama-server writes each log line in several
+# write()s, ~6 lines per request, and every read woke the router's event loop (~75 us per
+# request in bench/RESULTS.md, issue 17). Before that, lines are read as they come: the
+# readiness line and load progress must not wait.
 READ_COALESCE_S = 0.004
 _KILL_WAIT = 5.0  # bound on waiting for SIGKILLed processes (D-state can delay death)
 
@@ -136,6 +137,7 @@ class SupervisedProcess:
         self._cwd = cwd
         self._pidfile = pidfile_dir / f"{name}.pid" if pidfile_dir is not None else None
         self._on_output = on_output
+        self._coalesce = False  # set by detach_output: the backend is serving
         self._ring: collections.deque[str] = collections.deque(maxlen=max(1, ring_lines))
         self._partial: dict[str, bytes] = {}
         self._streams: dict[str, IO[bytes]] = {}
@@ -250,7 +252,7 @@ class SupervisedProcess:
             loop.add_reader(fd, self._on_wake, loop, name, fd)
 
     def _on_wake(self, loop: asyncio.AbstractEventLoop, name: str, fd: int) -> None:
-        if self._on_readable(name, fd) and name in self._streams:
+        if self._on_readable(name, fd) and self._coalesce and name in self._streams:
             loop.remove_reader(fd)
             loop.call_later(READ_COALESCE_S, self._rearm, loop, name, fd)
 
@@ -292,8 +294,10 @@ class SupervisedProcess:
 
     def detach_output(self) -> None:
         """Stop calling `on_output`: its readers (readiness, load progress, the load capture)
-        are done once the backend is up, and a serving backend logs lines per request."""
+        are done once the backend is up, and a serving backend logs lines per request, so its
+        reads are coalesced from now on."""
         self._on_output = None
+        self._coalesce = True
 
     def _emit(self, name: str, line: bytes) -> None:
         self._ring.append(line.decode("utf-8", errors="replace"))

@@ -147,6 +147,42 @@ async def test_callback_errors_do_not_stop_reading() -> None:
     assert p.tail(2) == ["a", "b"]
 
 
+async def test_a_serving_backends_output_is_detached_and_read_coalesced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Long enough that x2 and x3 (written 0.1 s and 0.2 s after x1) come in one read.
+    monkeypatch.setattr(proc_mod, "READ_COALESCE_S", 0.6)
+    seen: list[bytes] = []
+    code = """
+        import sys, time
+        print("ready", flush=True)
+        time.sleep(0.5)
+        for name in ("x1", "x2", "x3"):
+            print(name, flush=True)
+            time.sleep(0.1)
+        time.sleep(1.0)
+    """
+    p = SupervisedProcess(py(code), name="detach", on_output=lambda s, b: seen.append(b))
+    await p.start()
+    await wait_for_line(p, "^ready$")
+    assert seen == [b"ready"]  # read at once while loading: no coalescing before detach
+    p.detach_output()
+    reads: list[bool] = []
+    read_one = p._on_readable
+
+    def counted(name: str, fd: int) -> bool:
+        got = read_one(name, fd)
+        reads.append(got)
+        return got
+
+    monkeypatch.setattr(p, "_on_readable", counted)
+    await wait_for_line(p, "^x3$")
+    assert seen == [b"ready"]  # nothing reaches the load's readers any more
+    assert p.tail(3) == ["x1", "x2", "x3"]  # the ring still keeps the last words
+    assert reads.count(True) == 2, reads  # x1, then x2 and x3 together
+    await p.stop(1.0)
+
+
 # ---- exit detection (R6, R2) -------------------------------------------------------------
 
 
