@@ -176,11 +176,13 @@ async def test_a_serving_backends_output_is_detached_and_read_coalesced(
         return got
 
     monkeypatch.setattr(p, "_on_readable", counted)
-    await wait_for_line(p, "^x3$")
-    assert seen == [b"ready"]  # nothing reaches the load's readers any more
-    assert p.tail(3) == ["x1", "x2", "x3"]  # the ring still keeps the last words
-    assert reads.count(True) == 2, reads  # x1, then x2 and x3 together
-    await p.stop(1.0)
+    try:
+        await wait_for_line(p, "^x3$")
+        assert seen == [b"ready"]  # nothing reaches the load's readers any more
+        assert p.tail(3) == ["x1", "x2", "x3"]  # the ring still keeps the last words
+        assert reads.count(True) == 2, reads  # x1, then x2 and x3 together
+    finally:
+        await p.stop(1.0)
 
 
 # ---- exit detection (R6, R2) -------------------------------------------------------------
