@@ -78,13 +78,18 @@ class RouterProcess:
             )
         )
 
-    async def start(self) -> None:
+    def launch(self) -> None:
+        """Start the process without waiting for it to answer (for one that should stop)."""
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(  # noqa: ASYNC220 (a quick fork-exec)
+            self.proc = subprocess.Popen(
                 [str(CLI), "start", "--config", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+
+    async def start(self) -> None:
+        self.launch()
+        assert self.proc is not None
         async with httpx.AsyncClient(base_url=self.base) as c:
             end = time.monotonic() + 15
             while time.monotonic() < end:

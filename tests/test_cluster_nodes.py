@@ -296,7 +296,8 @@ async def test_duplicate_identity_stops_the_slave(h: RouterHarness) -> None:
     await c.slaves[0].start()
     async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
         assert await until(lambda: listed_ids(client), ["a", "b"])
-    await c.slaves[1].start()
+    # Launched, not started: it may be refused and stop before it ever answers /health.
+    c.slaves[1].launch()
     assert await c.slaves[1].wait_exit(20) is not None
     assert "already registered" in c.slaves[1].log.read_text()
     async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
