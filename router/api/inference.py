@@ -67,6 +67,12 @@ class Override:
     relay_to: Target | None = None
     # Wraps the relay's rewriter to watch the answer (a follow-up id to pin to that node).
     relay_watch: Callable[[ModelRewriter], ModelRewriter] | None = None
+    # How long the runtime stays loaded after this request (Ollama's keep_alive; seconds,
+    # math.inf = until unloaded); None leaves it as it is.
+    keep_alive: float | None = None
+    # Answered by the router for the chosen model without leasing (so never loading) a
+    # runtime: Ollama's unload request.
+    unleased: Callable[[ModelConfig, Lane], Awaitable[web.StreamResponse]] | None = None
 
     @property
     def plain(self) -> bool:
@@ -77,6 +83,7 @@ class Override:
             and self.on_lease is None
             and self.translation is None
             and self.answer is None
+            and self.unleased is None
         )
 
 
@@ -206,6 +213,10 @@ async def _forward(
         return await relay(request, selection, target, result, override.relay_watch)
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
+    if override.unleased is not None:
+        response = await override.unleased(config, lane)
+        result.status = response.status
+        return response
     if lane is Lane.TEXT and _needs_guardian(config, selection):
         config, target = guardians.answering(request, config, info)
         if target is not None:
@@ -241,7 +252,7 @@ async def _serve(
     backend_path = _path(override.path_qs or request.path)
     _check_served(route, config, lane, request, backend_path)
     for resend in (False, True):
-        lease = await request.app[RUNTIMES].ensure(config, lane)
+        lease = await request.app[RUNTIMES].ensure(config, lane, keep_alive=override.keep_alive)
         info.queue_wait_ms += lease.queue_wait_ms
         try:
             return await _send(request, lease, override, config, public_id, info, result)

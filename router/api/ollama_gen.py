@@ -20,7 +20,7 @@ from router import ollama as tr
 from router.api import inference
 from router.api.common import Handler, read_json_object, resolve_model
 from router.api.relay import remote_target
-from router.appkeys import SETTINGS
+from router.appkeys import RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
@@ -68,32 +68,61 @@ async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> i
     raw, body = await _read_body(request)
     name = body.get("model")
     if isinstance(name, str) and name:
+        name = tr.canonical_name(name)
         # Served by another cluster node as sent: that node translates it for its backend.
         target = remote_target(request, Selection(name, raw, True, "json:model"))
         if target is not None:
             return inference.Override(Selection(name, raw, True, "json:model"), relay_to=target)
-    config = resolve_model(request, body.get("model"))
-    public: str = body["model"]
-    if family_for(config.backend_mode, _lane(op, config)) is Family.KOBOLD:
-        return inference.Override(Selection(public, raw, True, "json:model"))
+    config = resolve_model(request, name)
+    public: str = body["model"] if name is None else name  # the ID the router selects by
+    sent: str = body["model"]  # answers name the model as it was sent (Ollama does)
+    lane = _lane(op, config)
+    keep_alive = tr.parse_keep_alive(body.get("keep_alive"))
     path = _PATH_OF[op]
     if tr.is_load_request(op, body):
-
-        def loaded(_: Lease) -> web.StreamResponse:
-            return web.json_response(tr.load_response(op, public, time.time_ns()))
-
-        return inference.Override(Selection(public, b"", True), path, answer=loaded)
+        return _load_or_unload(request, op, public, sent, path, keep_alive)
+    if op in ("chat", "generate") and family_for(config.backend_mode, lane) is Family.KOBOLD:
+        # KoboldCpp answers /api/chat and /api/generate itself (not /api/embed: translated).
+        selection = Selection(public, raw, True, "json:model")
+        return inference.Override(selection, keep_alive=keep_alive)
     path, oai = _request(op, body, public)  # the rewriter puts in the backend's own model ID
     dimensions = tr.embed_dimensions(body) if op in ("embed", "embeddings") else None
 
     def translation(lease: Lease) -> tr.OllamaTranslation:
         load_ns = int(lease.queue_wait_ms * 1e6)
-        return tr.OllamaTranslation(op, public, started_ns, load_ns, dimensions)
+        return tr.OllamaTranslation(op, sent, started_ns, load_ns, dimensions)
 
     headers = upstream_request_headers(request.headers, extra_drop=_REPLACED)
     headers["Content-Type"] = "application/json"
     selection = Selection(public, json.dumps(oai).encode(), True, "json:model")
-    return inference.Override(selection, path, headers, translation=translation)
+    return inference.Override(
+        selection, path, headers, translation=translation, keep_alive=keep_alive
+    )
+
+
+def _load_or_unload(
+    request: web.Request,
+    op: tr.LoadKind,
+    public: str,
+    sent: str,
+    path: str,
+    keep_alive: float | None,
+) -> inference.Override:
+    """Nothing to generate: Ollama's load request, or with `keep_alive: 0` its unload request,
+    which stops the model if it runs (after its running work) and never loads it."""
+    selection = Selection(public, b"", True)
+    if keep_alive == 0:
+
+        async def unload(config: ModelConfig, lane: Lane) -> web.StreamResponse:
+            await request.app[RUNTIMES].expire(config, lane)
+            return web.json_response(tr.load_response(op, sent, time.time_ns(), "unload"))
+
+        return inference.Override(selection, path, unleased=unload)
+
+    def loaded(_: Lease) -> web.StreamResponse:
+        return web.json_response(tr.load_response(op, sent, time.time_ns()))
+
+    return inference.Override(selection, path, answer=loaded, keep_alive=keep_alive)
 
 
 def _request(op: tr.LoadKind, body: dict[str, Any], model: str) -> tuple[str, dict[str, Any]]:
