@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from router.classify import Route
 from router.cluster import Target
 from router.cluster.guardians import carries_images, has_vision
 from router.config import ModelConfig
-from router.domain import BackendMode, Lane, MiB, family_for
+from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
 from router.errors import (
     BadGateway,
@@ -42,6 +44,7 @@ from router.forwarding import (
     merge_chat_template_kwargs,
     read_selector,
 )
+from router.forwarding.embeddings import EmbeddingDimensions, dimensions_of
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime, RuntimeView, choose_config
 
@@ -181,6 +184,7 @@ def _info(request: web.Request, route: Route) -> RequestInfo:
 
 IDENTITY = Rewrite(ModelRewriter("", ""))
 CHAT_COMPLETIONS = "/v1/chat/completions"
+EMBEDDINGS = "/v1/embeddings"
 
 
 async def _forward(
@@ -251,6 +255,7 @@ async def _serve(
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
     _check_served(route, config, lane, request, backend_path)
+    override = _with_dimensions(override, family, backend_path, public_id)
     for resend in (False, True):
         lease = await request.app[RUNTIMES].ensure(config, lane, keep_alive=override.keep_alive)
         info.queue_wait_ms += lease.queue_wait_ms
@@ -266,6 +271,34 @@ async def _serve(
         finally:
             lease.release()
     raise AssertionError("unreachable")
+
+
+def _with_dimensions(
+    override: Override, family: Family | None, path: str, public_id: str
+) -> Override:
+    """OpenAI `dimensions` on /v1/embeddings, for the backends that ignore it: the router cuts
+    the vectors (router/forwarding/embeddings.py); vLLM does it itself."""
+    selection = override.selection
+    if (
+        path != EMBEDDINGS
+        or family not in (Family.LLAMACPP, Family.KOBOLD)
+        or override.translation is not None
+        or not selection.complete
+        or b"dimensions" not in selection.prefix
+    ):
+        return override
+    try:
+        dims = dimensions_of(json.loads(selection.prefix))
+    except (ValueError, RecursionError):
+        return override  # not JSON: the backend answers it as it does
+    if dims is None:
+        return override
+
+    def translation(lease: Lease) -> Translation:
+        local = lease.runtime.local_model_id or public_id
+        return EmbeddingDimensions(ModelRewriter(public_id, local), dims)
+
+    return dataclasses.replace(override, translation=translation)
 
 
 def _needs_guardian(config: ModelConfig, selection: Selection) -> bool:
