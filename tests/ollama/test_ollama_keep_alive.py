@@ -5,6 +5,7 @@ deadline cuts work in flight. Fake llama-server processes under the real supervi
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from collections.abc import AsyncIterator
@@ -185,3 +186,20 @@ async def test_bad_keep_alive_is_refused_in_ollama_shape(harness: RouterHarness)
     r = await client.post("/api/chat", json={"model": "chat-a", "keep_alive": "soon"})
     assert r.status_code == 400 and "keep_alive" in r.json()["error"]
     assert harness.runtimes.spawn_count == 0
+
+
+async def test_unload_request_in_pieces_without_a_json_type(harness: RouterHarness) -> None:
+    """As a network delivers it: three writes with pauses, Ollama's curl content type."""
+    client = await harness.start()
+    await client_for(harness).generate(model="chat-a", prompt="hi")
+    body = json.dumps({"model": "chat-a", "keep_alive": 0}).encode()
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for i in range(0, len(body), 9):
+            await asyncio.sleep(0.1)
+            yield body[i : i + 9]
+
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    r = await client.post("/api/generate", content=pieces(), headers=headers)
+    assert r.status_code == 200 and r.json()["done_reason"] == "unload"
+    assert status(harness, "chat-a") == "unloaded"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import threading
 from collections.abc import AsyncIterator
@@ -206,3 +207,10 @@ async def test_management_routes_through_the_sdk(harness: RouterHarness) -> None
     with pytest.raises(ollama.ResponseError) as caught:
         await client.pull("qwen")
     assert caught.value.status_code in (400, 503) and "hf.co/" in caught.value.error
+
+
+def test_expires_at_follows_the_runtime_deadline() -> None:
+    now = 1_800_000_000.0
+    assert meta.expires_at(300.0, now + 12, now) == meta.rfc3339(now + 12)  # idle: its deadline
+    assert meta.expires_at(300.0, None, now) == meta.rfc3339(now + 300)  # working
+    assert int(meta.expires_at(math.inf, None, now)[:4]) > 2300  # kept: now + 2^63 ns, as Ollama
