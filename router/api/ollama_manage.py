@@ -16,7 +16,8 @@ from aiohttp import web
 from router.api.common import Handler, read_json_object
 from router.appkeys import CATALOG, DOWNLOADS, SETTINGS
 from router.config.files import write_atomic
-from router.downloads import Downloads, Job, State
+from router.downloads import Downloads, Job, State, UnsafeName
+from router.downloads.plan import RepoFile
 from router.errors import BadRequest, Conflict, NotImplementedRoute, RouterError, ServiceUnavailable
 from router.ollama import pull as pl
 
@@ -55,7 +56,16 @@ async def pull(request: web.Request) -> web.StreamResponse:
         raise ServiceUnavailable("pulling needs the downloads service (downloads.enabled: true)")
     repo = await service.repository(name.repo_id, None)
     files = pl.choose_files(repo.files, name)
-    records = _pull(request, service, name, files)
+    # Planned and started before the first record, so a refusal keeps its status (a 409
+    # names the blocker: no space, no access, another job on the file).
+    try:
+        plan = await service.plan(name.repo_id, None, [f.path for f in files], "explicit")
+    except UnsafeName as exc:
+        raise BadRequest(str(exc), param="model") from None
+    job = None
+    if plan.files:
+        job = await service.start_job(plan, confirm_replace=False, confirm_unsafe=False)
+    records = _pull(request, service, name, files, job)
     if stream is False:
         return await _whole(records)
     response: web.StreamResponse | None = None
@@ -83,16 +93,14 @@ async def _whole(records: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:
 
 
 async def _pull(
-    request: web.Request, service: Downloads, name: pl.PullName, files: tuple[Any, ...]
+    request: web.Request,
+    service: Downloads,
+    name: pl.PullName,
+    files: tuple[RepoFile, ...],
+    job: Job | None,
 ) -> AsyncIterator[dict[str, Any]]:
     yield pl.status("pulling manifest")
-    paths = [f.path for f in files]
-    plan = await service.plan(name.repo_id, None, paths, "explicit")
-    if plan.files:
-        try:
-            job = await service.start_job(plan, confirm_replace=False, confirm_unsafe=False)
-        except Conflict as exc:
-            raise BadRequest(f"cannot pull {name.repo_id}: {exc.message}") from None
+    if job is not None:
         async for record in _follow(job):
             yield record
     else:

@@ -133,3 +133,16 @@ async def test_a_failed_download_ends_the_stream_with_an_error(
     assert seen[0] == "pulling manifest" and "success" not in seen
     assert "failed" in caught.value.error
     assert not (harness.kcpps_dir / "Qwen-GGUF-Q8_0.kcpps").exists()
+
+
+async def test_a_second_pull_of_a_file_being_pulled_is_a_409(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
+    await harness.start(download_settings(harness, hub))
+    client = client_for(harness)
+    first = await client.pull("hf.co/acme/Qwen-GGUF:Q4_K_M", stream=True)
+    assert (await anext(first)).status == "pulling manifest"
+    with pytest.raises(ollama.ResponseError) as caught:
+        await client.pull("hf.co/acme/Qwen-GGUF:Q4_K_M")
+    assert caught.value.status_code == 409 and "Qwen-Q4_K_M.gguf" in caught.value.error
+    assert [r.status async for r in first][-1] == "success"
