@@ -45,7 +45,7 @@ def copy_tree(tmp: Path) -> Path:
         # an upward import across layers
         ("router/config/kcpps.py", "import router.runtime", "Layers"),
         # a handler module imported by something other than the app
-        ("router/server.py", "import router.api.meta", "Only the app wires the handlers"),
+        ("router/server.py", "import router.api.admin.meta", "Only the app wires the handlers"),
         # an adapter reaching into the edge, which sits below it in the layers
         ("backends/base.py", "import router.edge", "Backends stand on domain"),
     ],
