@@ -4,10 +4,11 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
   0. connection level (router/edge/listener.py `GuardedRequestHandler`, installed by
      `capped_site` in `serve()`): connection caps, header deadline, request-line/header limits
-  1. `edge_errors`     (router/edge/errors.py) stamps the arrival time; the one place a RouterError raised below
-                       becomes a response, in the surface's own shape, keys blanked out;
-                       unexpected exceptions become a clean 500; after a response was
-                       prepared nothing more is written: the connection is closed
+  1. `edge_errors`     (router/edge/errors.py) stamps the arrival time; the one place a
+                       RouterError raised below becomes a response, in the surface's own
+                       shape, keys blanked out; unexpected exceptions become a clean 500;
+                       after a response was prepared nothing more is written: the
+                       connection is closed
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
   6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
@@ -15,8 +16,10 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> ComfyUI
-jobs -> site files -> benchmarks -> downloads -> cluster.
+client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> image
+lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> lending (links and settings,
+planner, helper gates) -> downloads -> cluster -> backend WebUIs. Each lifetime but the core
+ones here lives in the package whose resource it starts (the API faces, router.lending).
 """
 
 from __future__ import annotations

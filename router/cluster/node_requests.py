@@ -1,6 +1,6 @@
 """A request for another node's inference route, `/router/v1/node/inference/<path>`: its path
-and the headers that go with it. The master's relay (router/api/node/relay.py) and lending's
-owner side (router/lending/owner.py) address a node the same way.
+and the headers that go with it. The master's relay (router/api/node/inference_relay.py) and
+lending's owner side (router/lending/owner.py) address a node the same way.
 """
 
 from __future__ import annotations

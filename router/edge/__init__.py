@@ -1,6 +1,6 @@
 """The HTTP edge: connection-level guards (listener), the outermost error renderer (errors),
-request guards (CIDR, Host, size, Origin), authentication, the hop-by-hop header rules both legs share, and the registry of
-long-lived sessions shutdown tells to go away.
+request guards (CIDR, Host, size, Origin), authentication, the hop-by-hop header rules both
+legs share, and the registry of long-lived sessions shutdown tells to go away.
 """
 
 from __future__ import annotations

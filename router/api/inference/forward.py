@@ -67,7 +67,8 @@ class Override:
     path_qs: str | None = None  # backend path and query; default: the request's own
     headers: Mapping[str, str] | None = None  # replaces the forwarded request headers
     # Called once a runtime is leased: may refuse (raise) or return a rewriter that also
-    # watches the response (router/api/inference/responses.py remembers which runtime made a response).
+    # watches the response (router/api/inference/responses.py remembers which runtime made a
+    # response).
     on_lease: Callable[[Lease, ModelRewriter], ModelRewriter] | None = None
     # Called once a runtime is leased: how the backend's answer becomes the client's (Ollama
     # translates OpenAI answers); default: as it is, model IDs rewritten.
@@ -75,7 +76,7 @@ class Override:
     # Answered by the router once a runtime is leased, nothing sent (Ollama's load request).
     answer: Callable[[Lease], web.StreamResponse] | None = None
     # Chosen by a handler that reads its own body: another cluster node serves the request as
-    # the client sent it (router/api/node/relay.py).
+    # the client sent it (router/api/node/inference_relay.py).
     relay_to: Target | None = None
     # Wraps the relay's rewriter to watch the answer (a follow-up id to pin to that node).
     relay_watch: Callable[[ModelRewriter], ModelRewriter] | None = None

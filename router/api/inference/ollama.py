@@ -1,7 +1,8 @@
 """The Ollama surface answered by the router: tags, ps, version, show.
 
-Generation routes (`/api/chat`, `/api/generate`, `/api/embed`) are in router/api/inference/ollama_gen.py:
-forwarded as they are to KoboldCpp, translated for llama-server and vLLM (router/ollama/).
+Generation routes (`/api/chat`, `/api/generate`, `/api/embed`) are in
+router/api/inference/ollama_gen.py: forwarded as they are to KoboldCpp, translated for
+llama-server and vLLM (router/ollama/).
 """
 
 from __future__ import annotations

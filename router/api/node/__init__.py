@@ -18,7 +18,7 @@ from router.api.node.cluster_models import (
     remote_only,
     router_entry,
 )
-from router.api.node.relay import relay, remote_target, stt_target, target_on
+from router.api.node.inference_relay import relay, remote_target, stt_target, target_on
 from router.api.node.site_fanout import FANOUT
 from router.api.node.site_relay import relayable
 
