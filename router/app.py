@@ -68,8 +68,7 @@ from router.appkeys import (
     UI_LOGINS,
 )
 from router.classify import ROUTES, Route, match
-from router.cluster import AllowList, ClusterService, NodeClient, NodeModel
-from router.cluster.local import node_models
+from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Sessions, auth, edge_errors, guards, secrets_of
 from router.edge.ui_sessions import LoginLimiter, UiSessions

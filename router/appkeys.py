@@ -16,8 +16,7 @@ from router.edge.errors import ARRIVED as ARRIVED
 
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
-    from router.cluster import ClusterService
-    from router.cluster.guardians import GuardianTable
+    from router.cluster import ClusterService, GuardianTable
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads

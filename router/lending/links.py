@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from router.cluster.protocol import NodeModel, RuntimeStatus
+from router.cluster import NodeModel, RuntimeStatus
 from router.config import LendingSettings
 from router.errors import BadRequest
 

@@ -25,8 +25,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from router.appkeys import CLUSTER, SESSION, SETTINGS
-from router.cluster import NodeEntry, Target
-from router.cluster.node_requests import node_headers, node_path_qs
+from router.cluster import NodeEntry, Target, node_headers, node_path_qs
 from router.config import ModelConfig
 from router.domain import Lane
 from router.forwarding import ModelRewriter, ProxyResult, Selection

@@ -16,8 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from router.cluster.registry import NodeEntry
-from router.cluster.service import ClusterService
+from router.cluster import ClusterService, NodeEntry
 from router.errors import RouterError
 
 log = logging.getLogger(__name__)

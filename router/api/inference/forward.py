@@ -18,8 +18,7 @@ from router.api.inference.guardian import answering
 from router.api.node import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
-from router.cluster import Target
-from router.cluster.guardians import carries_images, has_vision
+from router.cluster import Target, carries_images, has_vision
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, MiB, family_for
 from router.edge import upstream_request_headers

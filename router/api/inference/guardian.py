@@ -8,8 +8,7 @@ from aiohttp import web
 
 from router.api.node import target_on
 from router.appkeys import CATALOG, CLUSTER, GUARDIANS, SETTINGS
-from router.cluster import Target
-from router.cluster.guardians import Assignment
+from router.cluster import Assignment, Target
 from router.config import ModelConfig
 from router.errors import BadRequest, ServiceUnavailable
 from router.records import RequestInfo

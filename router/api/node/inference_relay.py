@@ -17,8 +17,14 @@ from aiohttp import web
 
 from router.api.common import arrived
 from router.appkeys import CATALOG, CLUSTER, PROXY, RUNTIMES, SETTINGS
-from router.cluster import ClusterService, SttNode, Target, choose_stt_node
-from router.cluster.node_requests import node_headers, node_path_qs
+from router.cluster import (
+    ClusterService,
+    SttNode,
+    Target,
+    choose_stt_node,
+    node_headers,
+    node_path_qs,
+)
 from router.domain import Lane
 from router.errors import BadGateway
 from router.forwarding import (

@@ -18,8 +18,7 @@ from router.api.common import Handler, match_of, read_control_json
 from router.api.node import lending_push
 from router.appkeys import CLUSTER, DISPATCH, MATCH, NODE_DISPATCH, ROUTE, RUNTIMES, SETTINGS
 from router.classify import Match, match
-from router.cluster import Snapshot
-from router.cluster.local import snapshot
+from router.cluster import Snapshot, snapshot
 from router.domain import Lane, Role
 from router.edge import secrets_of
 from router.errors import ClusterError, NotFound, RouteNotFound, RouterError, render

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from router.api.common import Handler, read_control_json, refuse_addresses
 from router.appkeys import CATALOG, CLUSTER, GUARDIANS, SETTINGS, STORE
-from router.cluster.guardians import (
+from router.cluster import (
     Assignment,
     GuardianTable,
     has_vision,
