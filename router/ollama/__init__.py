@@ -1,6 +1,7 @@
 """Ollama <-> OpenAI translation: request bodies (`requests`), response bodies (`responses`),
 the SSE -> NDJSON stream (`stream`) and the proxy's `Translation` that applies them to a
-backend's answer (`translation`). Pure: no I/O; the handlers are in router/api/ollama*.py.
+backend's answer (`translation`). Pure: no I/O; the handlers are in
+router/api/inference/ollama*.py.
 """
 
 from __future__ import annotations

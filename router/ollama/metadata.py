@@ -1,6 +1,6 @@
 """A model's Ollama metadata (`details`, `model_info`, `capabilities`, `expires_at`) from its
 GGUF header, as `router/site/gguf_meta.py` `read_gguf_header` reads it. Pure: the header is
-read off the event loop (router/api/ollama_meta.py caches it per file hash).
+read off the event loop and cached per file (router/site/gguf_headers.py).
 
 Ollama's own rules (server/images.go, format/format.go): `family` is `general.architecture`,
 `parameter_size` is the parameter count in its `HumanNumber` form ("8.0B", "135.00M"),

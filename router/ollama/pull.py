@@ -1,6 +1,6 @@
 """Ollama's `/api/pull` for Hugging Face GGUF repositories (`hf.co/{owner}/{repo}:{quant}`):
 which files a name means, what configuration is written for them, and the progress records
-Ollama's clients read. Pure: router/api/ollama_manage.py runs the download through the
+Ollama's clients read. Pure: router/api/inference/ollama_manage.py runs the download through the
 downloads service (router/downloads) and writes the file.
 """
 
