@@ -118,9 +118,9 @@ async def show_links(request: web.Request) -> web.StreamResponse:
     return web.json_response({"links": [asdict(link) for link in request.app[LINKS].links]})
 
 
-NODE_ROUTES: dict[tuple[str, str], Handler] = {
-    ("POST", "offload/settings"): take_settings,
-    ("GET", "offload/settings"): show_settings,
-    ("POST", "routing-links"): take_links,
-    ("GET", "routing-links"): show_links,
+NODE_HANDLERS: dict[str, Handler] = {
+    "node.offload_settings": show_settings,
+    "node.offload_settings_set": take_settings,
+    "node.routing_links": show_links,
+    "node.routing_links_set": take_links,
 }

@@ -3,18 +3,19 @@
 The master polls `models` and `runtime-status`, a slave posts `register`, and requests the
 master sends on go to `inference/<path>`, which this node dispatches as if a client had sent
 `<path>` here: the same handlers, the same analytics (recorded here, the node that did the
-work), the same error shapes.
+work), the same error shapes. The master's site and benchmark calls that name this node come
+to the node copies of the management rows (`node.site`), at the contract's paths
+(`/router/v1/node/store/download`, ...) or their `/router/v1/node/site/...` aliases.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api import control, lending_push, node_status
+from router.api import lending_push, node_status
 from router.api.borrowed import (
     OFFLOAD_HEADER,
     OFFLOAD_LOAD_HEADER,
@@ -34,27 +35,13 @@ from router.appkeys import (
     RUNTIMES,
     SETTINGS,
 )
-from router.classify import Match, match
+from router.classify import Match, management_path, match
 from router.cluster import Snapshot
 from router.cluster.lending import parse_owner
 from router.cluster.local import snapshot
 from router.domain import Lane, Role
 from router.edge import secrets_of
-from router.errors import ClusterError, NotFound, RouteNotFound, RouterError, render
-
-INFERENCE = "inference/"
-
-
-async def node_dispatch(request: web.Request) -> web.StreamResponse:
-    tail = match_of(request).params.get("tail", "")
-    if tail.startswith(INFERENCE):
-        return await inference(request, "/" + tail[len(INFERENCE) :])
-    if tail.startswith(("site/", "benchmarks")):
-        return await management(request, "/router/v1/" + tail)
-    handler = _TABLE.get((request.method, tail))
-    if handler is None:
-        raise RouteNotFound(request.path)
-    return await handler(request)
+from router.errors import ClusterError, NotFound, RouterError, render
 
 
 async def models(request: web.Request) -> web.StreamResponse:
@@ -100,8 +87,10 @@ def _inner_path_ok(path: str) -> bool:
     return path.startswith("/") and path[1:2] not in ("/", "\\")
 
 
-async def inference(request: web.Request, path: str) -> web.StreamResponse:
-    """Serve `path` as a client request made to this node (its own routing and records)."""
+async def inference(request: web.Request) -> web.StreamResponse:
+    """Serve the inner path as a client request made to this node (its own routing and
+    records); the route table classifies it, as it does a client's."""
+    path = "/" + match_of(request).params.get("path", "")
     if not _inner_path_ok(path):
         raise NotFound("the inner path must be a local path")
     found = match(request.method, path)  # RouteNotFound / MethodNotAllowed as for a client
@@ -161,22 +150,22 @@ async def _dispatch_inner(
         return render(err, found.route.surface, secrets_of(request.app[SETTINGS]))
 
 
-async def management(request: web.Request, path: str) -> web.StreamResponse:
-    """The master's site or benchmark call for this node, served by this node's handlers."""
+async def site(request: web.Request) -> web.StreamResponse:
+    """The master's site or benchmark call for this node, served by this node's handlers.
+
+    Its row is a copy of the management row (router/classify.py `_node_copies`), so the method
+    was checked already; the inner match gives the management route and its parameters."""
+    path = management_path(request.path)
     found = match(request.method, path)
-    if not found.route.template.startswith(("/router/v1/site/", "/router/v1/benchmarks")):
-        raise RouteNotFound(path)
     return await _dispatch_inner(request, path, found, request.app[NODE_DISPATCH])
 
 
-_TABLE: Mapping[tuple[str, str], Handler] = {
-    ("GET", "models"): models,
-    ("POST", "register"): register,
-    ("GET", "runtime-status"): runtime_status,
-    ("GET", "state"): state,
-    ("POST", "load"): control.load,
-    ("POST", "unload"): control.unload,
-    **lending_push.NODE_ROUTES,
+HANDLERS: dict[str, Handler] = {
+    "node.models": models,
+    "node.register": register,
+    "node.runtime_status": runtime_status,
+    "node.state": state,
+    "node.inference": inference,
+    "node.site": site,
+    **lending_push.NODE_HANDLERS,
 }
-
-HANDLERS: dict[str, Handler] = {"node.dispatch": node_dispatch}

@@ -78,6 +78,3 @@ async def bind(request: web.Request, body: dict[str, Any]) -> web.Response:
     await request.app[STORE].save_asset_origin({"sha256": sha, "repository": repository,
         "commit_sha": commit, "repo_path": path, "bound_at": time.time()})  # fmt: skip
     return web.json_response({"node_id": node_id, "sha256": sha, "hf": hf_uri(repository, commit, path)})  # fmt: skip
-
-
-ACTIONS = {"candidates": candidates, "bind": bind}

@@ -27,7 +27,7 @@ from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS
 from router.config import Catalog, ModelConfig
 from router.domain import Lane
-from router.errors import BadRequest, Conflict, MethodNotAllowed, NotFound, RouteNotFound
+from router.errors import BadRequest, Conflict, NotFound
 from router.site import Finding
 from router.store.captures import sanitize_kcpps
 
@@ -282,20 +282,11 @@ def _read_mark(marks: Path, cook_id: str) -> dict[str, Any] | None:
     return mark if isinstance(mark, dict) else None
 
 
-# ---- dispatch (the route table sends every tail of both families here) -------------------------
+# ---- the route table's handlers (router/classify.py: one row each) ---------------------------
 
 
-async def config_file(request: web.Request) -> web.StreamResponse:
-    tail = match_of(request).params.get("tail")
-    if tail is None:  # the bare /router/v1/site/config-file row is DELETE only
-        return await _config_file_delete(request)
-    if tail not in ("preview", "apply"):
-        if request.method == "GET":  # the WebUI's view and editor read a file by its id
-            return await _config_file_read(request, tail)
-        raise RouteNotFound(request.path[:200])
-    if request.method != "POST":
-        raise MethodNotAllowed(request.method, {"POST"})
-    return await _config_file(request, apply=tail == "apply")
+async def _config_file_route(request: web.Request) -> web.Response:
+    return await _config_file_read(request, match_of(request).params["config_id"])
 
 
 async def _config_file_read(request: web.Request, name: str) -> web.Response:
@@ -324,18 +315,16 @@ async def _config_file_read(request: web.Request, name: str) -> web.Response:
     return web.json_response(answer)
 
 
-async def cook_route(request: web.Request) -> web.StreamResponse:
-    tail = str(match_of(request).params.get("tail", ""))
-    if tail in ("preview", "apply"):
-        if request.method != "POST":
-            raise MethodNotAllowed(request.method, {"POST"})
-        return await _cook(request, apply=tail == "apply")
-    if request.method != "DELETE":
-        raise MethodNotAllowed(request.method, {"DELETE"})
-    return await _cook_delete(request, tail)
+async def _cook_delete_route(request: web.Request) -> web.Response:
+    return await _cook_delete(request, match_of(request).params["cook_id"])
 
 
 HANDLERS: dict[str, Handler] = {
-    "site.config_file": config_file,
-    "site.cook": cook_route,
+    "site.config_file_delete": _config_file_delete,
+    "site.config_file_preview": functools.partial(_config_file, apply=False),
+    "site.config_file_apply": functools.partial(_config_file, apply=True),
+    "site.config_file_read": _config_file_route,
+    "site.cook_preview": functools.partial(_cook, apply=False),
+    "site.cook_apply": functools.partial(_cook, apply=True),
+    "site.cook_delete": _cook_delete_route,
 }

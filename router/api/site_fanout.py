@@ -1,7 +1,7 @@
 """The master's site calls that cover every node at once: analytics flush and load errors.
 
 Without a `node_id` / `node` filter the master answers for the whole cluster: its own result,
-then every registered slave's over `/router/v1/node/site/...`, merged, with the nodes that
+then every registered slave's over its node path (`classify.node_path`), merged, with the nodes that
 answered and the ones that did not (`failed`, with the reason). A slave that is down never
 fails the call; it is listed in `failed`.
 """
@@ -18,6 +18,7 @@ from aiohttp import web
 
 from router.api.common import Handler
 from router.appkeys import CLUSTER
+from router.classify import node_path
 from router.cluster import NodeEntry
 from router.errors import NotFound, RouterError
 
@@ -154,7 +155,7 @@ async def _pages(
             continue
         entry = service.registry.node(node)
         assert entry is not None
-        path = "/router/v1/node/site/load-captures?" + urlencode(query)
+        path = node_path("/router/v1/site/load-captures") + "?" + urlencode(query)
         try:
             pages[node] = await service.client.call("GET", entry.node_url, path)
         except RouterError as err:
@@ -177,9 +178,9 @@ def _analytics(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> 
 
 
 FANOUT: dict[str, Callable[[Handler], Handler]] = {
-    "site.analytics": _merged(_analytics, "GET", "/router/v1/node/site/analytics"),
+    "site.analytics": _merged(_analytics, "GET", node_path("/router/v1/site/analytics")),
     "site.load_captures": _captures,
-    "site.analytics_flush": _merged(_flush, "POST", "/router/v1/node/site/analytics/flush"),
-    "site.load_errors": _merged(_errors, "GET", "/router/v1/node/site/load-errors"),
-    "site.load_errors_clear": _merged(_cleared, "DELETE", "/router/v1/node/site/load-errors"),
+    "site.analytics_flush": _merged(_flush, "POST", node_path("/router/v1/site/analytics/flush")),
+    "site.load_errors": _merged(_errors, "GET", node_path("/router/v1/site/load-errors")),
+    "site.load_errors_clear": _merged(_cleared, "DELETE", node_path("/router/v1/site/load-errors")),
 }

@@ -22,7 +22,7 @@ from router.appkeys import CATALOG, RUNTIMES, SETTINGS, WEBUIS
 from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import split_host
-from router.errors import BadRequest, Conflict, MethodNotAllowed, NotFound, ServiceUnavailable
+from router.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from router.webuis import (
     BY_ID,
     TICKET_PARAM,
@@ -46,18 +46,6 @@ async def webuis_context(app: web.Application) -> AsyncIterator[None]:
 def _node(request: web.Request) -> Node:
     settings = request.app[SETTINGS]
     return Node(settings.cluster.node_id, settings.cluster.public_url)
-
-
-async def site_webuis(request: web.Request) -> web.StreamResponse:
-    """The one handler name of both site templates; the tail picks the action."""
-    tail = match_of(request).params.get("tail", "").strip("/")
-    actions = {"": ("GET", _list), "session": ("POST", _session), "load": ("POST", _load)}
-    if tail not in actions:
-        raise NotFound(f"no WebUI route {request.path[:200]}")
-    method, action = actions[tail]
-    if request.method not in (method, "HEAD" if method == "GET" else method):
-        raise MethodNotAllowed(request.method, {method})
-    return await action(request)
 
 
 async def _list(request: web.Request) -> web.Response:
@@ -161,4 +149,9 @@ async def open_webui(request: web.Request) -> web.StreamResponse:
     return web.Response(status=302, headers={"Location": str(target), "Cache-Control": "no-store"})
 
 
-HANDLERS: dict[str, Handler] = {"site.webuis": site_webuis, "webuis.open": open_webui}
+HANDLERS: dict[str, Handler] = {
+    "site.webuis_list": _list,
+    "site.webuis_session": _session,
+    "site.webuis_load": _load,
+    "webuis.open": open_webui,
+}
