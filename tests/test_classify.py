@@ -165,7 +165,7 @@ EXPECTED = [
     ("POST", "/router/v1/site/text-routing-groups", "site.text_routing_groups", None, Surface.SITE),
     ("GET", "/router/v1/site/guardian-models", "site.guardian_models", None, Surface.SITE),
     ("DELETE", "/router/v1/site/cook/recipes", "site.cook_delete", None, Surface.SITE),
-    ("GET", "/router/v1/site/config-file/hermes.kcpps", "site.config_file_read", None, Surface.SITE),
+    ("GET", "/router/v1/site/config-file/a.kcpps", "site.config_file_read", None, Surface.SITE),
     ("POST", "/router/v1/site/model-files/hash", "site.model_file_hash", None, Surface.SITE),
     ("GET", "/router/v1/site/model-assets/abc", "site.assets_hash", None, Surface.SITE),
     ("GET", "/router/v1/benchmarks", "bench.list", None, Surface.CONTROL),
