@@ -73,7 +73,6 @@ from router.api import (
     voice,
     webui_proxy,
 )
-from router.api.common import Handler
 from router.appkeys import (
     ARRIVED,
     AUTH,
@@ -88,6 +87,7 @@ from router.appkeys import (
     MATCH,
     METRICS,
     NODE_DISPATCH,
+    NODES,
     PROXY,
     RECORDER,
     ROUTE,
@@ -103,7 +103,7 @@ from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel
 from router.cluster.local import node_models
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Middleware, RouteOf, Sessions, auth, guards, secrets_of, surface_of
+from router.edge import Handler, Middleware, RouteOf, Sessions, auth, guards, secrets_of, surface_of
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import InternalError, NotImplementedRoute, RouteNotFound, RouterError, render
 from router.forwarding import Proxy
@@ -474,6 +474,7 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
         app[SESSION], settings.cluster.token or "", AllowList(), settings.cluster.control_timeout
     )
     app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
+    app[NODES] = service.resolve_node  # router/edge/params.py: the node a site call names
     task = (
         asyncio.create_task(service.run(), name="cluster") if service.role != "standalone" else None
     )

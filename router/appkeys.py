@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
+from router.edge import bodies, params, request
+
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService
@@ -93,15 +95,11 @@ RESTORE: web.AppKey[Restorer[ModelConfig]] = web.AppKey("restore")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
-# Per-request storage (set by the edge and the classifier, read by handlers).
-if TYPE_CHECKING:
-    from router.classify import Match, Route
-
-ARRIVED: web.RequestKey[float] = web.RequestKey("arrived", float)
-MATCH: web.RequestKey[Match] = web.RequestKey("match", object)  # type: ignore[arg-type]
-ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[arg-type]
-# The body a site handler read, kept so the request can be relayed to the node it names.
-RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)
+# Per-request storage (set by the edge and the classifier, read by handlers), and who answers
+# for a node id a site call names: defined where they are set (router/edge), re-exported here.
+ARRIVED, MATCH, ROUTE = request.ARRIVED, request.MATCH, request.ROUTE
+RAW_BODY = bodies.RAW_BODY  # the body a handler read, kept for a relay to the node it names
+NODES = params.NODES
 # Set by the node inference route on a lent request: whether the link allows a model load.
 BORROWED: web.RequestKey[bool] = web.RequestKey("borrowed", bool)
 # Set with BORROWED when the owner asks for the helper's model to be restored afterwards.

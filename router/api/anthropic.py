@@ -13,9 +13,9 @@ import asyncio
 from aiohttp import web
 
 from router.api import inference
-from router.api.common import Handler, matched_route, parse_json_object
 from router.appkeys import SETTINGS
 from router.domain import MiB
+from router.edge import Handler, matched_route, parse_json_object
 from router.errors import BadRequest, RequestTimeout
 from router.forwarding import Selection, read_selector
 

@@ -13,7 +13,6 @@ from multidict import CIMultiDict
 
 from backends.registry import adapter_for
 from router.api import borrowed, guardians, offload
-from router.api.common import Handler, arrived, matched_route
 from router.api.relay import relay, remote_target
 from router.appkeys import BORROWED, CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
@@ -21,7 +20,7 @@ from router.cluster import Target
 from router.cluster.guardians import carries_images, has_vision
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, MiB, family_for
-from router.edge import upstream_request_headers
+from router.edge import Handler, arrived, matched_route, upstream_request_headers
 from router.errors import (
     BadGateway,
     BadRequest,

@@ -10,9 +10,9 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, node_of, query_int
 from router.appkeys import STORE
 from router.cluster.decisions import Decision, DecisionLog, decision_row
+from router.edge import Handler, node_of, query_int
 from router.errors import BadRequest
 from router.store import Store
 from router.store.lending import DecisionFilter

@@ -19,12 +19,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api.common import Handler, read_control_json
 from router.appkeys import CLUSTER, LENDING, LENDING_PUSH, LINKS, SETTINGS, STORE
 from router.cluster.lending import LANES, Link
 from router.cluster.lending_settings import LendingLayers
 from router.cluster.push import LINKS_PATH, SETTINGS_PATH, Pusher
 from router.config import LendingSettings
+from router.edge import Handler, read_json
 from router.errors import BadRequest, ClusterError
 
 MAX_PUSHED_LINKS = 10_000
@@ -67,7 +67,7 @@ def _only_on_a_slave(request: web.Request) -> None:
 
 async def take_settings(request: web.Request) -> web.StreamResponse:
     _only_on_a_slave(request)
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     try:
         values = LendingSettings.model_validate(body.get("settings"))
     except ValidationError as err:
@@ -104,7 +104,7 @@ def _link(entry: Any, index: int) -> Link:
 
 async def take_links(request: web.Request) -> web.StreamResponse:
     _only_on_a_slave(request)
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     entries = body.get("links")
     if not isinstance(entries, list) or len(entries) > MAX_PUSHED_LINKS:
         raise BadRequest(f"links must be a list of at most {MAX_PUSHED_LINKS}", param="links")

@@ -11,7 +11,6 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, read_control_json, refuse_addresses
 from router.appkeys import LENDING, LENDING_PUSH, SETTINGS, STORE
 from router.cluster.lending_settings import (
     LendingLayers,
@@ -21,6 +20,7 @@ from router.cluster.lending_settings import (
     usable_saved,
 )
 from router.config import LendingSettings
+from router.edge import Handler, read_json, refuse_addresses
 from router.errors import BadRequest, InternalError, NotFound
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def in_force(app: web.Application, values: LendingSettings) -> None:
 
 
 async def _batch(request: web.Request) -> Any:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     refuse_addresses(request, body)
     extra = sorted(set(body) - {"settings"})
     if extra:

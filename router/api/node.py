@@ -22,7 +22,6 @@ from router.api.borrowed import (
     OFFLOAD_OWNER_HEADER,
     OFFLOAD_RESTORE_HEADER,
 )
-from router.api.common import Handler, match_of, read_control_json
 from router.appkeys import (
     BORROWED,
     BORROWED_OWNER,
@@ -40,7 +39,7 @@ from router.cluster import Snapshot
 from router.cluster.lending import parse_owner
 from router.cluster.local import snapshot
 from router.domain import Lane, Role
-from router.edge import secrets_of
+from router.edge import Handler, match_of, read_json, secrets_of
 from router.errors import ClusterError, NotFound, RouterError, render
 
 
@@ -56,7 +55,7 @@ async def register(request: web.Request) -> web.StreamResponse:
     service = request.app[CLUSTER]
     if service.role != "master":
         raise ClusterError(f"this node is a {service.role}; register with the master")
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     try:
         snap = Snapshot.model_validate(body)
     except ValidationError as err:

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from aiohttp import web
 
 from router.api import node_status
-from router.api.common import Handler
 from router.appkeys import (
     CLUSTER,
     DECISIONS,
@@ -38,6 +37,7 @@ from router.cluster.decisions import Decision, Kind
 from router.cluster.leases import Lease, LendBook, OwnerKey
 from router.cluster.lending import Link
 from router.cluster.planning import HelperView, PlanRow, plan_owner
+from router.edge import Handler
 
 log = logging.getLogger(__name__)
 

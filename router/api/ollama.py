@@ -13,10 +13,10 @@ from aiohttp import web
 
 from router import __version__
 from router.api import cluster_models
-from router.api.common import Handler, read_control_json, resolve_model
 from router.appkeys import CATALOG, RUNTIMES
 from router.config import ModelConfig
 from router.domain import Lane
+from router.edge import Handler, read_json
 
 OLLAMA_COMPAT_VERSION = "0.12.0"
 
@@ -99,8 +99,8 @@ async def version(request: web.Request) -> web.StreamResponse:
 
 
 async def show(request: web.Request) -> web.StreamResponse:
-    body = await read_control_json(request, required=True)
-    config = resolve_model(request, body.get("model") or body.get("name"))
+    body = await read_json(request, required=True)
+    config = request.app[CATALOG].require(body.get("model") or body.get("name"))
     capabilities = []
     if Lane.TEXT in config.lanes:
         capabilities.append("completion")

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.api.common import arrived
 from router.appkeys import CATALOG, CLUSTER, PROXY, RUNTIMES, SETTINGS
 from router.cluster import ClusterService, SttNode, Target, choose_stt_node
 from router.domain import Lane
+from router.edge import arrived
 from router.errors import BadGateway
 from router.forwarding import (
     ModelRewriter,

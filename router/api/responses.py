@@ -21,12 +21,12 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, matched_route
 from router.api.inference import Override, forward
 from router.api.relay import remote_target, target_on
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
 from router.cluster import Target
 from router.domain import MiB
+from router.edge import Handler, match_of, matched_route
 from router.errors import NotFound
 from router.forwarding import ModelRewriter, Selection, StreamRewriter, read_selector
 from router.runtime import Lease, Runtime, RuntimeManager

@@ -19,10 +19,10 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import node_of
 from router.appkeys import DOWNLOADS, SITE_FILES, STORE
 from router.downloads import Downloads, State, UnsafeName
 from router.downloads.assets import hf_uri, pinned_origin
+from router.edge import node_of
 from router.errors import NotFound, RouterError, ServiceUnavailable
 from router.site import SiteFiles
 

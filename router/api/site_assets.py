@@ -17,10 +17,10 @@ from typing import Any
 from aiohttp import web
 
 from router.api import site_asset_jobs, site_asset_substitute, site_assets_hub
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
 from router.config.kcpps import ID_PATTERN, MAX_KCPPS_BYTES, KcppsError, parse_kcpps
+from router.edge import Handler, match_of, node_of, read_json
 from router.errors import (
     BadRequest,
     Conflict,
@@ -227,13 +227,13 @@ def _posted(action: Callable[[web.Request, dict[str, Any]], Awaitable[web.Respon
     """A POST action with its required JSON body."""
 
     async def handler(request: web.Request) -> web.Response:
-        return await action(request, await read_control_json(request, required=True))
+        return await action(request, await read_json(request, required=True))
 
     return handler
 
 
 async def _job_start(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     return await site_asset_jobs.start(request, body, _document, _resolve_doc)
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import node_of
 from router.appkeys import DOWNLOADS, STORE
 from router.downloads import Downloads, UnsafeName
 from router.downloads.assets import hf_uri
 from router.downloads.names import check_path, check_repo_id, is_commit, is_sha256
+from router.edge import node_of
 from router.errors import BadRequest, Conflict, ServiceUnavailable
 
 

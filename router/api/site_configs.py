@@ -23,10 +23,10 @@ from typing import Any
 from aiohttp import web
 
 from router import site
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS
 from router.config import Catalog, ModelConfig
 from router.domain import Lane
+from router.edge import Handler, match_of, node_of, read_json
 from router.errors import BadRequest, Conflict, NotFound
 from router.site import Finding
 from router.store.captures import sanitize_kcpps
@@ -147,7 +147,7 @@ def _validation(draft: Draft, node_id: str) -> list[dict[str, Any]]:
 
 
 async def _config_file(request: web.Request, apply: bool) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     config_id, filename = site.config_name(body)
     overwrite = _flag(body, "overwrite")
@@ -172,7 +172,7 @@ async def _config_file(request: web.Request, apply: bool) -> web.Response:
 
 
 async def _config_file_delete(request: web.Request) -> web.Response:
-    body = await read_control_json(request) or dict(request.query)
+    body = await read_json(request) or dict(request.query)
     node_id = node_of(request, body)
     config_id, filename = site.config_name(body)
     folder = request.app[SETTINGS].models.config_dir
@@ -190,7 +190,7 @@ async def _config_file_delete(request: web.Request) -> web.Response:
 
 
 async def _cook(request: web.Request, apply: bool) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     cook_id = site.plain_name(body.get("id"), "id")
     overwrite = _flag(body, "overwrite")
@@ -250,7 +250,7 @@ def _plan(request: web.Request, node_id: str, draft: Draft, plan: site.CookPlan)
 
 
 async def _cook_delete(request: web.Request, tail: str) -> web.Response:
-    body = await read_control_json(request)
+    body = await read_json(request)
     node_id = node_of(request, body)
     cook_id = site.plain_name(tail, "id")
     filename = cook_id + site.SUFFIX

@@ -11,7 +11,6 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import DOWNLOADS, SETTINGS, STORE
 from router.downloads import (
     Downloads,
@@ -23,6 +22,7 @@ from router.downloads import (
     repository_of,
     search_query,
 )
+from router.edge import Handler, match_of, node_of, read_json
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import encode_event
 
@@ -95,7 +95,7 @@ def _posted(action: Action) -> Handler:
     """A POST action: its JSON body (may be empty), the node it names, the service."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        body = await read_control_json(request)
+        body = await read_json(request)
         node_of(request, body)
         return await action(request, _service(request), body)
 
@@ -124,7 +124,7 @@ def _job_action(name: str) -> Handler:
 
     async def handler(request: web.Request) -> web.StreamResponse:
         service = _service(request)
-        node_of(request, await read_control_json(request))
+        node_of(request, await read_json(request))
         job = await getattr(service, name)(match_of(request).params["job_id"])
         return web.json_response(job.to_json())
 

@@ -16,13 +16,15 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from router.api.common import Handler
 from router.appkeys import CLUSTER
 from router.classify import node_path
 from router.cluster import NodeEntry
+from router.edge import Handler, node_filter, query_int
 from router.errors import NotFound, RouterError
 
 _FILTERS = ("node", "node_id")
+# The load-captures page size, as the node's own route takes it (router/api/site_store.py).
+CAPTURES_LIMIT, MAX_CAPTURES_LIMIT = 50, 500
 
 
 def _whole_cluster(request: web.Request) -> bool:
@@ -112,7 +114,7 @@ def _captures(handler: Handler) -> Handler:
     async def site(request: web.Request) -> web.StreamResponse:
         service = request.app[CLUSTER]
         own = service.registry.own_node
-        asked = {*request.query.getall("node", []), *request.query.getall("node_id", [])}
+        asked = set(node_filter(request))
         known = {own, *(e.node_id for e in service.registry.nodes() if e.node_id)}
         targets = asked or known
         if targets <= {own} or len(known) == 1:
@@ -120,8 +122,9 @@ def _captures(handler: Handler) -> Handler:
         unknown = sorted(targets - known)
         if unknown:
             raise NotFound(f"unknown node {unknown[0][:64]!r}", param="node")
+        # Checked before any node is asked: a bad limit is this request's 400, not a 500.
+        limit = query_int(request.query, "limit", CAPTURES_LIMIT, 1, MAX_CAPTURES_LIMIT)
         pages, failed = await _pages(request, handler, own, sorted(targets))
-        limit = int(request.query.get("limit", "50") or 50)
         rows = sorted(
             (row for page in pages.values() for row in page.get("captures", [])),
             key=lambda row: row.get("started_at") or 0,

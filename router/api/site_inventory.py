@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, node_of, read_control_json
 from router.api.setup import backends_state
 from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
 from router.config import ModelConfig
 from router.domain import Lane
+from router.edge import Handler, node_of, read_json
 from router.errors import BadRequest, Conflict, ModelNotFound, NotFound
 from router.site import SiteFiles, file_records, model_record, runtime_record
 
@@ -142,7 +142,7 @@ def _config_named(request: web.Request, model: Any) -> ModelConfig:
 
 
 async def nodes_unload(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     lane, model = body.get("lane"), body.get("model")
     if lane is None and model is None:
@@ -158,7 +158,7 @@ async def nodes_unload(request: web.Request) -> web.Response:
 
 
 async def model_file_hash(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     path = body.get("path")
     if not isinstance(path, str) or not path:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
-from router.api.common import Handler
-from router.appkeys import CLUSTER, RAW_BODY, SESSION
+from router.appkeys import CLUSTER, SESSION
 from router.classify import node_path
 from router.cluster import RemoteNode
+from router.edge import Handler, control_cap, read_body
 from router.errors import BadGateway, GatewayTimeout
 
 _KEPT_HEADERS = ("Content-Type", "Content-Disposition", "Content-Length", "Cache-Control")
@@ -35,9 +35,8 @@ async def relay_site(request: web.Request, remote: RemoteNode) -> web.StreamResp
     service = request.app[CLUSTER]
     path = node_path(request.path)
     url = service.client.url(remote.entry.node_url, path)
-    body = request.get(RAW_BODY)
-    if body is None and request.can_read_body:
-        body = await request.read()
+    # The handler read the body already (kept under RAW_BODY), or this reads it, capped.
+    body = await read_body(request, control_cap(request))
     headers = service.client.headers()
     if request.content_type and body:
         headers["Content-Type"] = request.content_type

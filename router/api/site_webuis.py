@@ -17,11 +17,10 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, WEBUIS
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import split_host
+from router.edge import Handler, match_of, node_of, read_json, split_host
 from router.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from router.webuis import (
     BY_ID,
@@ -72,7 +71,7 @@ def _kind(body: dict[str, Any], configs: list[ModelConfig]) -> Kind:
 
 
 async def _session(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_of(request, body)
     kind = _kind(body, request.app[CATALOG].configs())
     enabled = body.get("enabled")
@@ -110,7 +109,7 @@ def _chosen(kind: Kind, body: dict[str, Any], configs: list[ModelConfig]) -> Mod
 
 
 async def _load(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_of(request, body)
     configs = request.app[CATALOG].configs()
     kind = _kind(body, configs)
