@@ -274,6 +274,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _catalog,
             _backend_setup,
             _runtimes,
+            responses.responses_context,  # after the runtimes its table points at
             images.images_context,
             comfy.comfy_context,
             site_inventory.site_context,

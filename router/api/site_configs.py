@@ -1,7 +1,7 @@
 """Site routes that write `.kcpps` files: config-file preview/apply/delete and cook.
 
 This node answers for itself only: a `node_id` naming another node is a 404. Every write goes
-through one lock per catalog (so "exists?" and "write" cannot interleave with another write),
+through the catalog's write lock (so "exists?" and "write" cannot interleave with another write),
 lands atomically, and is followed by a catalog refresh, whose `catalog` event on
 /router/v1/events is published by the catalog's `on_change` hook (app.py) exactly as for a
 file edited on disk. The rules are in docs/site.md and docs/decisions.md.
@@ -15,7 +15,6 @@ import functools
 import hashlib
 import json
 import os
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from aiohttp import web
 
 from router import site
 from router.appkeys import CATALOG, SETTINGS
-from router.config import Catalog, ModelConfig
+from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import Handler, match_of, node_of, read_json
 from router.errors import BadRequest, Conflict, NotFound
@@ -32,7 +31,6 @@ from router.site import Finding
 from router.store.captures import sanitize_kcpps
 
 COOK_MARKS = ".cook"  # config_dir/.cook/<id>.json: what cook wrote (a dot folder: never scanned)
-_LOCKS: weakref.WeakKeyDictionary[Catalog, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -49,10 +47,6 @@ class Draft:
     @property
     def data(self) -> bytes:
         return site.render(self.options)
-
-
-def _lock(catalog: Catalog) -> asyncio.Lock:
-    return _LOCKS.setdefault(catalog, asyncio.Lock())
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:
@@ -153,7 +147,7 @@ async def _config_file(request: web.Request, apply: bool) -> web.Response:
     overwrite = _flag(body, "overwrite")
     kept, screened = site.screen_options(_options(body))
     catalog = request.app[CATALOG]
-    async with _lock(catalog):
+    async with catalog.write_lock:
         draft = await _check(request, config_id, filename, kept, screened)
         if apply:
             _refuse(draft, overwrite, "invalid_config")
@@ -177,7 +171,7 @@ async def _config_file_delete(request: web.Request) -> web.Response:
     config_id, filename = site.config_name(body)
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
-    async with _lock(catalog):
+    async with catalog.write_lock:
         if await _current(folder / filename) is None:
             raise NotFound(f"no configuration file {filename}", param="filename")
         await asyncio.to_thread(site.remove_file, folder, filename)
@@ -198,7 +192,7 @@ async def _cook(request: web.Request, apply: bool) -> web.Response:
     settings, catalog = request.app[SETTINGS], request.app[CATALOG]
     # A snapshot: the plan runs in a worker thread while refreshes may run on the loop.
     known = {i: c for c in catalog.all_configs() for i in (c.id, c.image_id) if i is not None}
-    async with _lock(catalog):
+    async with catalog.write_lock:
         plan = await asyncio.to_thread(
             site.plan_cook,
             body.get("components"),
@@ -256,7 +250,7 @@ async def _cook_delete(request: web.Request, tail: str) -> web.Response:
     filename = cook_id + site.SUFFIX
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
-    async with _lock(catalog):
+    async with catalog.write_lock:
         mark = await asyncio.to_thread(_read_mark, folder / COOK_MARKS, cook_id)
         current = await _current(folder / filename)
         if current is None:

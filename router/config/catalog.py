@@ -71,6 +71,9 @@ class Catalog:
     ) -> None:
         self.config_dir = config_dir
         self.default_mode = default_mode
+        # Held by every route that writes a file here (router/api/site_configs.py), so
+        # "exists?" and "write" cannot interleave with another write.
+        self.write_lock = asyncio.Lock()
         self.file_roots = tuple(file_roots)
         self.on_state_change = on_state_change
         # Told of every refresh that changed the set or the errors, whichever caller ran it
