@@ -13,18 +13,14 @@ from aiohttp import web
 
 from router.edge import bodies, params, request
 
+# Stamped by the outermost middleware (router/edge/errors.py), which sits below this module.
+from router.edge.errors import ARRIVED as ARRIVED
+
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
-    from router.cluster import ClusterService
-    from router.cluster.decisions import DecisionLog
-    from router.cluster.gate import Gates
-    from router.cluster.guardians import GuardianTable
-    from router.cluster.leases import LendBook
-    from router.cluster.lending import LendingValues, LinkTable
-    from router.cluster.push import Pusher
-    from router.cluster.restore import Restorer
+    from router.cluster import ClusterService, GuardianTable
     from router.comfy.state import ComfyState
-    from router.config import Catalog, ModelConfig, Settings
+    from router.config import Catalog, Settings
     from router.downloads import Downloads
     from router.edge.auth import Policy
     from router.edge.sessions import Sessions
@@ -59,12 +55,12 @@ LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
 LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
-# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
+# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
 # The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
 CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
-# The app's dispatcher: node routes hand an inner request to it (router/api/node.py).
+# The app's dispatcher: node routes hand an inner request to it (router/api/node/node.py).
 DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
     "dispatch"
 )
@@ -76,33 +72,13 @@ NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]
 WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 # The backend-UI listener's app: the management app it serves for (its resources are shared).
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
-# Guardian assignments in force (router/api/guardians.py); replaced whole on a change.
+# Guardian assignments in force (router/api/site/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
-# Lending links in force, and lending's counters (router/api/lending.py, offload.py).
-LINKS: web.AppKey[LinkTable] = web.AppKey("links")
-# The lending settings in force (config file, then the values saved from the WebUI).
-LENDING: web.AppKey[LendingValues] = web.AppKey("lending")
-# The lending decision log (router/cluster/decisions.py).
-DECISIONS: web.AppKey[DecisionLog] = web.AppKey("decisions")
-# A master's push of its lending settings and links to its slaves (router/cluster/push.py).
-LENDING_PUSH: web.AppKey[Pusher] = web.AppKey("lending_push")
-# Leases, held and lent requests, this node's cost fits (router/api/offload_plan.py).
-LEND: web.AppKey[LendBook] = web.AppKey("lend")
-# Helper side of lending (router/api/borrowed.py): the enrolled models' admission gates, and
-# the lanes to restore after borrowed work.
-GATES: web.AppKey[Gates] = web.AppKey("gates")
-RESTORE: web.AppKey[Restorer[ModelConfig]] = web.AppKey("restore")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
 # Per-request storage (set by the edge and the classifier, read by handlers), and who answers
 # for a node id a site call names: defined where they are set (router/edge), re-exported here.
-ARRIVED, MATCH, ROUTE = request.ARRIVED, request.MATCH, request.ROUTE
+MATCH, ROUTE = request.MATCH, request.ROUTE
 RAW_BODY = bodies.RAW_BODY  # the body a handler read, kept for a relay to the node it names
 NODES = params.NODES
-# Set by the node inference route on a lent request: whether the link allows a model load.
-BORROWED: web.RequestKey[bool] = web.RequestKey("borrowed", bool)
-# Set with BORROWED when the owner asks for the helper's model to be restored afterwards.
-BORROWED_RESTORE: web.RequestKey[bool] = web.RequestKey("borrowed_restore", bool)
-# Set with BORROWED: the lending owner's (node ID, model ID), named by the master that lent it.
-BORROWED_OWNER: web.RequestKey[tuple[str, str]] = web.RequestKey("borrowed_owner")

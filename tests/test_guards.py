@@ -18,11 +18,10 @@ import pytest
 from aiohttp import web
 
 from router import errors
-from router.app import edge_errors
 from router.config import Settings
 from router.config.schema import LimitsSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
-from router.edge import read_body
+from router.edge import edge_errors, read_body
 from router.edge.guards import (
     HostAllowlist,
     body_cap_for,

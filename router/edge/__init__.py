@@ -1,8 +1,8 @@
-"""The HTTP edge: connection-level guards (listener), request guards (CIDR, Host, size,
-Origin), authentication, the hop-by-hop header rules both legs share, the registry of
-long-lived sessions shutdown tells to go away, and what every handler reads from a request the
-same way: its body (`read_json`, `read_body`), its parameters (`query_int`, `node_of`) and the
-route table's match (`match_of`).
+"""The HTTP edge: connection-level guards (listener), the outermost error renderer (errors),
+request guards (CIDR, Host, size, Origin), authentication, the hop-by-hop header rules both
+legs share, the registry of long-lived sessions shutdown tells to go away, and what every
+handler reads from a request the same way: its body (`read_json`, `read_body`), its parameters
+(`query_int`, `node_of`) and the route table's match (`match_of`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from router.edge.bodies import (
     read_capped_stream,
     read_json,
 )
+from router.edge.errors import ARRIVED, edge_errors
 from router.edge.guards import Handler, Middleware, RouteOf, split_host, surface_of
 from router.edge.headers import (
     downstream_response_headers,
@@ -36,6 +37,7 @@ from router.edge.request import arrived, match_of, matched_route
 from router.edge.sessions import Sessions
 
 __all__ = [
+    "ARRIVED",
     "NODES",
     "RAW_BODY",
     "Handler",
@@ -45,6 +47,7 @@ __all__ = [
     "arrived",
     "control_cap",
     "downstream_response_headers",
+    "edge_errors",
     "is_streaming",
     "mark_streaming",
     "match_of",

@@ -1,6 +1,6 @@
-"""What the edge attaches to a request before a handler runs: when it arrived and the route
-table's match (its Route and path parameters). Defined here, where they are set; appkeys
-re-exports the keys."""
+"""What the edge attaches to a request before a handler runs: when it arrived (stamped by
+`errors.edge_errors`) and the route table's match (its Route and path parameters). The match
+keys are defined here, where the edge sets them; appkeys re-exports them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from aiohttp import web
 
 from router.classify import Match, Route
+from router.edge.errors import ARRIVED
 
-ARRIVED: web.RequestKey[float] = web.RequestKey("arrived", float)
 MATCH: web.RequestKey[Match] = web.RequestKey("match", Match)
 ROUTE: web.RequestKey[Route] = web.RequestKey("route", Route)
 
