@@ -307,4 +307,9 @@ def capped_site(
         settings.server.host if host is None else host,
         settings.server.port if port is None else port,
         guard=guard or ConnectionGuard(settings),
+        # aiohttp's default accept queue (128) overflows when many clients connect at once
+        # (S1's 500 attackers reconnecting): the kernel then drops handshakes, and a
+        # legitimate client waits out SYN-ACK retransmissions for seconds. Queue as many as
+        # the router would admit (the kernel caps it at net.core.somaxconn).
+        backlog=settings.server.max_connections,
     )
