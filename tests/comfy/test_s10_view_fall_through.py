@@ -61,3 +61,40 @@ async def test_s10_a_plain_name_the_router_did_not_mint_falls_through(
     r = await client.get("/view?filename=kliteimg_00001_.png&type=output")
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
     assert _views(harness, record) == ["/view"]
+
+
+HTML = b"<html><script>alert(1)</script></html>"
+
+
+async def test_s12_uploaded_html_is_never_served_as_html_in_koboldcpp_mode(
+    harness: RouterHarness, tmp_path: Path
+) -> None:
+    """S12 where `/view` can fall through: the router keeps a copy of each upload (for its own
+    video jobs) and must never serve it from `/view`; what falls through is KoboldCpp's own
+    answer (its generated image: KoboldCpp never serves uploads by name). The router does not
+    rewrite a fall-through answer's type: docs/reliability.md states this limit."""
+    record = tmp_path / "kobold.jsonl"
+    client = await _kobold(harness, record)
+    boundary = "s12boundary"
+    for name, ctype in (
+        ("x.html", "text/html"),
+        ("x.svg", "image/svg+xml"),
+        ("x.mp4", "video/mp4"),
+    ):
+        body = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="image"; filename="{name}"\r\n'
+                f"Content-Type: {ctype}\r\n\r\n"
+            ).encode()
+            + HTML
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        up = await client.post("/upload/image", content=body, headers=headers)
+        assert up.status_code == 200, up.text
+        for kind in ("input", "output", "temp"):
+            r = await client.get("/view", params={"filename": name, "type": kind})
+            assert "html" not in r.headers.get("content-type", ""), (name, kind)
+            assert "svg" not in r.headers.get("content-type", ""), (name, kind)
+            assert HTML not in r.content, (name, kind)
+    assert len(_views(harness, record)) == 9  # each fetch reached KoboldCpp: a real fall-through
