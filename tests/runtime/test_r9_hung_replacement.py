@@ -1,4 +1,4 @@
-"""A hung backend and its replacement are never alive together (issue 24).
+"""R9: a hung backend and its replacement are never alive together (issue 24).
 
 The backend hangs mid-stream and ignores SIGTERM, so stopping it takes the whole `stop_grace`
 and a SIGKILL. A request that arrives meanwhile must wait for the replacement, and the
@@ -26,7 +26,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def test_the_replacement_of_a_hung_backend_starts_after_it_has_exited(
+async def test_r9_the_replacement_of_a_hung_backend_starts_after_it_has_exited(
     harness: RouterHarness, tmp_path: Path
 ) -> None:
     harness.model("chat-a")
