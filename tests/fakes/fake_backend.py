@@ -75,6 +75,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--record-requests": "record_requests",
     "--record-bodies": "record_bodies",
     "--gate": "gate",
+    "--crash-on-field": "crash_on_field",
     "--parallel": "parallel",
 }
 _BOOL = {
@@ -129,6 +130,7 @@ class Opts:
     record_requests: str = ""
     record_bodies: str = ""  # generation request bodies as received, one JSON line each
     gate: str = ""  # a file: every generation waits until it exists (a test opens the gate)
+    crash_on_field: str = ""  # abort at once on a generation body carrying this field (S27)
     cancel_crashes: bool = False
     parallel: int = 0  # >0: at most this many generations at once, the rest wait (a backlog)
     positional: list[str] = field(default_factory=list)
@@ -359,6 +361,8 @@ async def _produce(st: State, n: int, emit: Any = None) -> list[str]:
 
 
 def want_tokens(st: State, body: dict[str, Any], *keys: str) -> int:
+    if st.o.crash_on_field and st.o.crash_on_field in body:
+        crash(f"a body with {st.o.crash_on_field} (--crash-on-field)")
     for key in keys:
         value = body.get(key)
         if isinstance(value, int) and value > 0:
