@@ -21,7 +21,6 @@ from typing import Any
 from aiohttp import web
 
 from router import __version__
-from router.api.common import Handler, read_json_object, resolve_model
 from router.api.inference import ollama_manage
 from router.api.node import TEXT_SIDE, ollama_tag, remote_only
 from router.api.node import loaded as remote_loaded
@@ -29,6 +28,7 @@ from router.appkeys import CATALOG, GGUF_HEADERS, RUNTIMES
 from router.cluster.local import context_length
 from router.config import ModelConfig
 from router.domain import Lane
+from router.edge import Handler, read_json
 from router.ollama import canonical_name
 from router.ollama import metadata as meta
 from router.site.gguf_headers import GgufHeaders, Header
@@ -136,9 +136,9 @@ async def version(request: web.Request) -> web.StreamResponse:
 async def show(request: web.Request) -> web.StreamResponse:
     # Any content type, as Ollama and every other /api/* route here (its own curl example
     # sends JSON as a form).
-    _, body = await read_json_object(request, required=True)
+    body = await read_json(request, required=True, types=None)
     name = body.get("model") or body.get("name")
-    config = resolve_model(request, canonical_name(name) if isinstance(name, str) else name)
+    config = request.app[CATALOG].require(canonical_name(name) if isinstance(name, str) else name)
     header = await _header(request, config)
     capabilities = meta.capabilities(
         header,

@@ -13,11 +13,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, read_json_object
 from router.appkeys import CATALOG, DOWNLOADS, SETTINGS
 from router.config.files import write_atomic
 from router.downloads import Downloads, Job, State, UnsafeName
 from router.downloads.plan import RepoFile
+from router.edge import Handler, read_json
 from router.errors import BadRequest, Conflict, NotImplementedRoute, RouterError, ServiceUnavailable
 from router.ollama import pull as pl
 
@@ -35,7 +35,7 @@ async def manage(request: web.Request) -> web.StreamResponse:
     """push, copy, create, delete: the router serves .kcpps configurations from its config
     folder, so these are refused with what to do instead (501, Ollama's `{"error"}`)."""
     op = request.path.rstrip("/").rsplit("/", 1)[-1]
-    await read_json_object(request)  # a malformed body is still a 400
+    await read_json(request, types=None)  # a malformed body is still a 400
     instead = {
         "push": "the router does not publish models",
         "copy": "to serve a model under another name, copy its .kcpps file in the config folder",
@@ -46,7 +46,7 @@ async def manage(request: web.Request) -> web.StreamResponse:
 
 
 async def pull(request: web.Request) -> web.StreamResponse:
-    _, body = await read_json_object(request, required=True)
+    body = await read_json(request, required=True, types=None)
     name = pl.parse_pull_name(body.get("model") or body.get("name"))
     stream = body.get("stream", True)
     if not isinstance(stream, bool | None):
