@@ -321,7 +321,10 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         app[SESSION] = session
         runtime = app[SETTINGS].runtime
         app[PROXY] = Proxy(
-            session, idle_timeout=runtime.stream_idle_timeout, connect_window=runtime.load_timeout
+            session,
+            idle_timeout=runtime.stream_idle_timeout,
+            response_timeout=runtime.response_timeout,
+            connect_window=runtime.load_timeout,
         )
         yield
 
