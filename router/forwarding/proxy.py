@@ -28,6 +28,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from router.edge import downstream_response_headers, mark_streaming, read_capped_stream
+from router.edge.inflight import DRAIN_DEADLINE, InFlight
 from router.errors import BadGateway, GatewayTimeout
 from router.forwarding.reply import MAX_WHOLE_READ, Reply, Translation
 
@@ -75,8 +76,11 @@ class Proxy:
         idle_timeout: float,
         response_timeout: float,
         connect_window: float,
+        inflight: InFlight | None = None,
     ) -> None:
         self._session = session
+        # (not `or`: an empty registry is falsy)
+        self._inflight = inflight if inflight is not None else InFlight()
         self._idle_timeout = idle_timeout
         self._response_timeout = response_timeout
         self._connect_window = connect_window
@@ -220,6 +224,12 @@ class Proxy:
             await self._end_with_error(
                 request, out, reply, result, f"the backend sent nothing for {self._idle_timeout:g}s"
             )
+        except asyncio.CancelledError:
+            # The graceful stop's deadline (R27): the stream ends in its own format, not cut.
+            if not self._inflight.ending():
+                raise
+            resp.close()
+            await self._end_with_error(request, out, reply, result, DRAIN_DEADLINE)
 
     async def _send(
         self, request: web.Request, out: web.StreamResponse, result: ProxyResult, data: bytes
