@@ -351,6 +351,12 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         analytics=settings.analytics,
     )
     app[STORE] = store
+
+    def incident(info: dict[str, Any]) -> None:  # router/store/file_watch.py
+        app[METRICS].store_replaced.inc()
+        app[EVENTS].publish("store_replaced", **info)  # the WebUI's banner
+
+    store.on_incident = incident
     app[LOAD_TIMES].seed(await store.load_durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None

@@ -18,7 +18,7 @@ import time
 
 from aiohttp import web
 
-from router.appkeys import EVENTS, INFLIGHT, RUNTIMES, SETTINGS
+from router.appkeys import EVENTS, INFLIGHT, RUNTIMES, SETTINGS, STORE
 from router.edge.inflight import ended_at_deadline
 from router.records import EventBus
 from router.records.events import Event, Subscription, resync_event
@@ -56,6 +56,9 @@ def opening(request: web.Request, bus: EventBus) -> list[Event]:
     node = request.app[SETTINGS].cluster.node_id
     now = time.time()
     hello = {"event": "hello", "id": now_id, "time": now, "node_id": node, "retry_ms": RETRY_MS}
+    store = request.app.get(STORE)
+    if store is not None and store.incidents:  # the WebUI keeps the banner across reloads
+        hello["store_incidents"] = list(store.incidents)
     events.append(hello)
     for runtime in request.app[RUNTIMES].snapshot():
         events.append({"event": "state", "id": now_id, "time": now, **runtime})

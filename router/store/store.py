@@ -35,6 +35,7 @@ from router.store.channel import EventChannel, log_skipped
 from router.store.cost_samples import CostSamples
 from router.store.db import connect, migrate, prepare_path, secure_files
 from router.store.downloads import DownloadRows
+from router.store.file_watch import FileWatch
 from router.store.guardians import GuardianAssignments
 from router.store.health import SETTING, cause, within
 from router.store.lending import LendingRows
@@ -51,7 +52,13 @@ _DOWNLOAD_MARK = ".download-"
 
 
 class Store(
-    BenchmarkRuns, CostSamples, DownloadRows, GuardianAssignments, RoutingLinks, LendingRows
+    BenchmarkRuns,
+    CostSamples,
+    DownloadRows,
+    GuardianAssignments,
+    RoutingLinks,
+    LendingRows,
+    FileWatch,
 ):
     def __init__(
         self,
@@ -66,12 +73,13 @@ class Store(
         self.settings = settings
         self._db = db
         self._reader = reader
-        self._writer = Writer(db, settings.flush_interval, self._hourly)
+        self._writer = Writer(db, settings.flush_interval, self._periodic)
         self._events: EventChannel | None = None  # the writer process, when analytics is on
         self._live: dict[str, cap.LiveCapture] = {}
         self._cap_bytes = int(settings.load_capture_max_output_mb * 1024 * 1024)
         self._last_retention = time.monotonic()
         self.schema_version = 0
+        self._watch_init()
 
     @classmethod
     async def open(cls, path: Path, *, node_id: str, analytics: AnalyticsSection) -> Store:
@@ -188,6 +196,10 @@ class Store(
         window = ranges.plan(name, time.time() if now is None else now)
         result = await ranges.range_summary(self._reader, window, model, list(nodes))
         return {"node_id": self.node_id, **result}
+
+    async def _periodic(self) -> None:
+        await self.check_file()  # a deleted or replaced file (router/store/file_watch.py)
+        await self._hourly()
 
     async def _hourly(self) -> None:
         if time.monotonic() - self._last_retention >= RETENTION_PERIOD:

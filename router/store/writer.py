@@ -75,6 +75,10 @@ class Writer:
         self.stats = WriterStats()
         self._task: asyncio.Task[None] | None = None
 
+    def swap(self, db: aiosqlite.Connection) -> None:
+        """Write to `db` from now on (the store reopened its file); between writes only."""
+        self._db = db
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="store-writer")
 
