@@ -231,6 +231,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
             inflight=app[INFLIGHT],
         )
         yield
+        await app[PROXY].close()
 
 
 async def _store(app: web.Application) -> AsyncIterator[None]:
