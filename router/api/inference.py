@@ -239,7 +239,7 @@ async def _serve(
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
-    _check_served(route, config, lane, request, backend_path)
+    _check_served(route, config, public_id, lane, request, backend_path)
     for resend in (False, True):
         lease = await request.app[RUNTIMES].ensure(config, lane)
         info.queue_wait_ms += lease.queue_wait_ms
@@ -378,10 +378,16 @@ def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
 
 
 def _check_served(
-    route: Route, config: ModelConfig, lane: Lane, request: web.Request, backend_path: str
+    route: Route,
+    config: ModelConfig,
+    public_id: str,
+    lane: Lane,
+    request: web.Request,
+    backend_path: str,
 ) -> None:
+    # Messages name the ID the client used (an image model's own ID, an alias), never a file.
     if lane not in config.lanes:
-        raise BadRequest(f"model {config.id!r} has no {lane} component; {_use_instead(config)}")
+        raise BadRequest(f"model {public_id!r} has no {lane} component; {_use_instead(config)}")
     if config.backend_mode is BackendMode.VLLM and not route.vllm:
         raise RouteNotFound(request.path)  # vLLM's strict allowlist (S23): never forwarded
     family = family_for(config.backend_mode, lane)
@@ -389,7 +395,7 @@ def _check_served(
         raise BadRequest(f"{lane} requests are not served under backend_mode {config.backend_mode}")
     if not adapter_for(family).serves(backend_path, request.method):
         raise BadRequest(
-            f"{request.method} {request.path} is not served by {family} for model {config.id!r}; "
+            f"{request.method} {request.path} is not served by {family} for model {public_id!r}; "
             f"{_use_instead(config)}"
         )
 
