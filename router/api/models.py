@@ -11,6 +11,7 @@ from router.api.common import Handler, match_of, node_of, read_control_json, res
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import Summary
 from router.config import ModelConfig
+from router.config.availability import MISSING_STATUS
 from router.domain import Lane
 from router.errors import BadRequest, ModelNotFound
 
@@ -32,8 +33,16 @@ def _openai_entry(
         "object": "model",
         "created": _created(config),
         "owned_by": OWNER,
-        "status": request.app[RUNTIMES].status_of(config.id),
+        "status": _status(request, config),
     }
+
+
+def _status(request: web.Request, config: ModelConfig) -> str:
+    """The runtime's state; `missing files` for an unloaded config whose files are absent."""
+    status = request.app[RUNTIMES].status_of(config.id)
+    if status == "unloaded" and request.app[CATALOG].missing_files(config):
+        return MISSING_STATUS
+    return status
 
 
 async def openai_list(request: web.Request) -> web.StreamResponse:
@@ -101,7 +110,7 @@ def router_record(request: web.Request, config: ModelConfig) -> dict[str, Any]:
         "node_id": settings.cluster.node_id,
         "config_file": config.path.name,
         "hashes": {"config": config.config_sha256, **dict(config.asset_sha256)},
-        "status": request.app[RUNTIMES].status_of(config.id),
+        "status": _status(request, config),
         "available": not missing,
         "missing_files": list(missing),
         "disabled": catalog.is_disabled(config.id),
