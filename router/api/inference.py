@@ -20,7 +20,7 @@ from router.classify import Route
 from router.cluster import Target
 from router.cluster.guardians import carries_images, has_vision
 from router.config import ModelConfig
-from router.domain import BackendMode, Lane, MiB, family_for
+from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
 from router.errors import (
     BadGateway,
@@ -298,10 +298,11 @@ async def _send(
         result.status = response.status
         return response
     runtime = lease.runtime
-    rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id)
+    path_qs = override.path_qs or request.rel_url.raw_path_qs
+    also = _answered_paths(runtime, config, _path(path_qs))
+    rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id, also)
     if override.on_lease is not None:
         rewriter = override.on_lease(lease, rewriter)
-    path_qs = override.path_qs or request.rel_url.raw_path_qs
     selection = override.selection
     # The config's template kwargs go with every chat completion the backend gets, whatever
     # surface the client spoke (an Ollama /api/chat becomes one).
@@ -326,6 +327,19 @@ async def _send(
     if result.backend_failed:
         request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
     return response
+
+
+_NATIVE_COMPLETION = frozenset({"/completion", "/completions"})
+
+
+def _answered_paths(runtime: Runtime, config: ModelConfig, path: str) -> tuple[str, ...]:
+    """llama-server's native /completion answer names the model by its file's absolute path
+    (not its --alias): that path too becomes the public ID. Other answers never carry it, so
+    their rewriting stays free."""
+    if runtime.spec.family is not Family.LLAMACPP or path not in _NATIVE_COMPLETION:
+        return ()
+    model_file = config.model_file(runtime.spec.lane)
+    return (str(model_file),) if model_file is not None else ()
 
 
 def _overhead(info: RequestInfo, result: ProxyResult, wait_s: float) -> Callable[[], float]:

@@ -64,6 +64,10 @@ def surface_of(request: web.Request, route_of: RouteOf) -> Surface:
     is unknown (Ollama clients only read `{"error": "..."}`)."""
     try:
         surface: Surface = route_of(request).surface
+    except errors.MethodNotAllowed as exc:  # a known path: its own API's shape (Kobold's)
+        if exc.surface is not None:
+            return exc.surface
+        return Surface.OLLAMA if request.path.startswith("/api/") else Surface.OPENAI
     except errors.RouterError:
         return Surface.OLLAMA if request.path.startswith("/api/") else Surface.OPENAI
     return surface
