@@ -13,6 +13,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   1b. `inflight`       every request counts in the graceful stop's drain (R27); during the
                        stop a new one gets 503
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
+  3b. `cors_preflight` (router/edge/cors.py) answers a listed origin's preflight on a model API
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
   6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
                        unsafe methods) -> role; the route's declared role is checked
@@ -75,6 +76,7 @@ from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, secrets_of
+from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
 from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
@@ -103,6 +105,11 @@ def route_of(request: web.Request) -> Route:
         request[MATCH] = found
         request[ROUTE] = route = found.route
     return route
+
+
+def _route_for(method: str, path: str) -> Route:
+    """The route a request with `method` would reach (a CORS preflight asks for another)."""
+    return match(method, path).route
 
 
 def handler_table(settings: Settings) -> dict[str, Handler]:
@@ -143,10 +150,13 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
     )
     inflight = InFlight()
+    cors = CorsPolicy(settings.server.cors_origins)
     middlewares: list[Any] = [  # the order of the module docstring
         edge_errors(settings, route_of),
         inflight_middleware(inflight),
-        *guards.edge_middlewares(settings, route_of),
+        *guards.edge_middlewares(
+            settings, route_of, cors_preflight(cors, _route_for), cors.trusted
+        ),
         auth.policy_middleware(policy, route_of),
     ]
     app = web.Application(
@@ -154,6 +164,8 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings
+    if cors.enabled:
+        app.on_response_prepare.append(add_allow_origin(cors, route_of))
     app[AUTH] = policy
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
     app[EVENTS] = EventBus(settings.ui.events_queue)

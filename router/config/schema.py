@@ -137,6 +137,9 @@ class ServerSection(_Section):
     # disables it, or an explicit HOST:PORT.
     backend_ui_bind: str = "auto"
     backend_ui_public_url: str | None = None
+    # Browser origins whose pages may call the inference routes (CORS, router/edge/cors.py).
+    # Exact origins; `*` only under the secure profile with inference keys (load.py).
+    cors_origins: tuple[str, ...] = ()
 
     @field_validator("bind")
     @classmethod
@@ -155,6 +158,11 @@ class ServerSection(_Section):
     @classmethod
     def _check_ui_url(cls, value: str | None) -> str | None:
         return _origin_only(value) if value is not None and value.strip() else None
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_cors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys("*" if v.strip() == "*" else cors_origin(v) for v in value))
 
     def backend_ui_address(self) -> tuple[str, int] | None:
         """Where the backend-UI listener binds; None when it is off."""
@@ -464,6 +472,18 @@ def _origin_only(value: str) -> str:
     if parts.query or parts.fragment:
         raise ValueError(f"{value!r} must be an origin only: no query or fragment")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def cors_origin(value: str) -> str:
+    """A browser origin as browsers serialize it in `Origin`: lower case, default port left
+    out, no trailing slash (so an exact comparison with the header is right)."""
+    origin = _origin_only(value)
+    parts = urlsplit(origin)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    default = {"http": 80, "https": 443}[parts.scheme]
+    port = f":{parts.port}" if parts.port not in (None, default) else ""
+    return f"{parts.scheme}://{host.lower()}{port}"
 
 
 def is_ip(text: str) -> bool:
