@@ -6,7 +6,9 @@ reader memory-maps the file and touches only the header pages and the tensor ind
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,19 @@ class ModelShape:
 
 
 def read_shape(path: str) -> ModelShape | None:
-    """The shape of a GGUF file, or None when it is not a readable GGUF with an architecture."""
+    """The shape of a GGUF file, or None when it is not a readable GGUF with an architecture.
+
+    Cached per file version (path, size, mtime): the Python reader parses the whole tokenizer
+    array, about a second for a 150k-token vocabulary, and the status asks on every poll."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _read_shape(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_shape(path: str, _size: int, _mtime_ns: int) -> ModelShape | None:
     import gguf
 
     try:
