@@ -3,12 +3,15 @@
 Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
   0. connection level (router/edge/listener.py `GuardedRequestHandler`, installed by
-     `capped_site` in `serve()`): connection caps, header deadline, request-line/header limits
+     `capped_site` in `serve()`): connection caps, header and body deadlines, request-line/header
+     limits
   1. `edge_errors`     (router/edge/errors.py) stamps the arrival time; the one place a
                        RouterError raised below becomes a response, in the surface's own
                        shape, keys blanked out; unexpected exceptions become a clean 500;
                        after a response was prepared nothing more is written: the
                        connection is closed
+  1b. `inflight`       every request counts in the graceful stop's drain (R27); during the
+                       stop a new one gets 503
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
   6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
@@ -49,6 +52,7 @@ from router.appkeys import (
     CLUSTER,
     DISPATCH,
     EVENTS,
+    INFLIGHT,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -71,6 +75,7 @@ from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, secrets_of
+from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
@@ -137,8 +142,10 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         settings,
         UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
     )
+    inflight = InFlight()
     middlewares: list[Any] = [  # the order of the module docstring
         edge_errors(settings, route_of),
+        inflight_middleware(inflight),
         *guards.edge_middlewares(settings, route_of),
         auth.policy_middleware(policy, route_of),
     ]
@@ -158,6 +165,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
+    app[INFLIGHT] = inflight
     app.cleanup_ctx.extend(
         [
             _client_session,
@@ -193,7 +201,11 @@ def create_backend_ui_app(main: web.Application) -> web.Application:
     settings = main[SETTINGS]
     route_of = admin.listener_route_of
     guarded = guards.edge_middlewares(admin.listener_settings(settings), route_of)
-    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    middlewares: list[Any] = [
+        edge_errors(settings, route_of),
+        inflight_middleware(main[INFLIGHT]),
+        *guarded,
+    ]
     app = web.Application(middlewares=middlewares)
     app[MAIN_APP] = main
     app.on_startup.append(admin.share_resources)
@@ -213,7 +225,11 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         app[SESSION] = session
         runtime = app[SETTINGS].runtime
         app[PROXY] = Proxy(
-            session, idle_timeout=runtime.stream_idle_timeout, connect_window=runtime.load_timeout
+            session,
+            idle_timeout=runtime.stream_idle_timeout,
+            response_timeout=runtime.response_timeout,
+            connect_window=runtime.load_timeout,
+            inflight=app[INFLIGHT],
         )
         yield
         await app[PROXY].close()
@@ -228,6 +244,12 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         analytics=settings.analytics,
     )
     app[STORE] = store
+
+    def incident(info: dict[str, Any]) -> None:  # router/store/file_watch.py
+        app[METRICS].store_replaced.inc()
+        app[EVENTS].publish("store_replaced", **info)  # the WebUI's banner
+
+    store.on_incident = incident
     app[LOAD_TIMES].seed(await store.load_durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None

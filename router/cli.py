@@ -27,6 +27,7 @@ from router.config import (
     parse_duration,
     resolve_config_path,
 )
+from router.errors import StoreUnavailable
 
 OLLAMA_PORT = 11434
 
@@ -57,7 +58,10 @@ def start(config: str | None, ollama: bool, log_level: str) -> None:
     )
     settings = _settings(config)
     extra = [("127.0.0.1", OLLAMA_PORT)] if ollama else []
-    _run(serve(settings, extra_binds=extra))
+    try:
+        _run(serve(settings, extra_binds=extra))
+    except StoreUnavailable as err:  # a full or read-only disk at start: one line, no traceback
+        raise click.ClickException(err.message) from None
 
 
 def _run(main_coro: Any) -> None:

@@ -169,6 +169,13 @@ class ServiceUnavailable(RouterError):
             self.headers["Retry-After"] = str(max(1, int(retry_after + 0.999)))
 
 
+class StoreUnavailable(ServiceUnavailable):
+    """The SQLite store cannot be written or opened (a full or read-only disk); the message
+    names the cause and the `analytics.database_path` setting, never the path itself (S25)."""
+
+    code = "store_unavailable"
+
+
 class GatewayTimeout(RouterError):
     status, type = 504, "timeout_error"
 

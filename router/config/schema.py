@@ -251,6 +251,9 @@ class RuntimeSection(_Section):
     # R17: queued requests for the loaded model go first, but never wait longer than this.
     max_batch_wait: Duration = 30.0
     stream_idle_timeout: PositiveDuration = 300.0
+    # R24: how long one request waits for its whole answer (a non-streamed generation arrives
+    # only when done, so no idle deadline can tell a slow backend from a hung one).
+    response_timeout: PositiveDuration = 1800.0
 
 
 class MemorySection(_Section):
