@@ -161,6 +161,9 @@ def test_choice_properties(ledger: Ledger, est: Estimate) -> None:
     if plan.wait == "drain":
         stopping = {r.key for r in ledger.residents if r.state == "stopping"}
         assert _fits_after(ledger, est, {r.key for r in victims} | stopping)
+    # Stopped in order: idle before busy, cheapest first.
+    order = [(r.busy, reload_cost(r)) for r in victims]
+    assert order == sorted(order)
     # Deterministic: the same inputs in another order give the same answer.
     shuffled = Ledger(ledger.budgets, tuple(reversed(ledger.residents)))
     assert plan_load(shuffled, "new", "new", est) == plan
