@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from router.config.sizes import Size, SizeOrAuto
 from router.domain import BackendMode, Family
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
@@ -263,6 +264,17 @@ class RuntimeSection(_Section):
     response_timeout: PositiveDuration = 1800.0
 
 
+class MemorySection(_Section):
+    """The memory ledger's budgets per device (docs/residency.md). Read by router/memory; the
+    runtime manager does not act on them yet, so these keys change no behaviour today."""
+
+    # `auto`: total RAM minus `reserve`; or a size such as 600MiB.
+    host_budget: SizeOrAuto = "auto"
+    # `auto`: each GPU's total minus `reserve`; or a size applied to each GPU.
+    gpu_budget: SizeOrAuto = "auto"
+    reserve: Size = 1 << 30
+
+
 class AnalyticsSection(_Section):
     enabled: bool = True
     database_path: Path | None = None
@@ -424,6 +436,7 @@ class Settings(_Section):
     whispercpp: ProgramSection = ProgramSection()
     vllm: VllmSection = VllmSection()
     runtime: RuntimeSection = RuntimeSection()
+    memory: MemorySection = MemorySection()
     analytics: AnalyticsSection = AnalyticsSection()
     limits: LimitsSection = LimitsSection()
     media: MediaSection = MediaSection()
@@ -515,6 +528,7 @@ __all__ = [
     "PROGRAM_SECTIONS",
     "DownloadsSection",
     "Duration",
+    "MemorySection",
     "PositiveDuration",
     "Settings",
     "SettingsError",
