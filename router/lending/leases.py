@@ -8,11 +8,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
-# lane, owner node, owner model, helper node, helper model
-LeaseKey = tuple[str, str, str, str, str]
 OwnerKey = tuple[str, str, str]  # lane, owner node, owner model
+
+
+class LeaseKey(NamedTuple):
+    """One link's identity: a lease is keyed by it (one lease per link at a time)."""
+
+    lane: str
+    owner_node_id: str
+    owner_model_id: str
+    helper_node_id: str
+    helper_model_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +39,8 @@ class Lease:
 
     @property
     def key(self) -> LeaseKey:
-        return (self.lane, self.owner_node_id, self.owner_model_id,
-                self.helper_node_id, self.helper_model_id)  # fmt: skip
+        return LeaseKey(self.lane, self.owner_node_id, self.owner_model_id,
+                        self.helper_node_id, self.helper_model_id)  # fmt: skip
 
     @property
     def owner(self) -> OwnerKey:
