@@ -6,7 +6,8 @@ its owner already has `cluster.scheduling_backend_depth` requests in flight or q
 master's own model (its runtime views) or a slave's (that node's runtime status, and what this
 master relayed there). Held, it is lent only over a live lease with a free slot
 (router/lending/planner.py plans them); without one it waits until the owner has room or
-`runtime.queue_timeout`. A refusal (409 `offload_returned`), an unreachable helper or a helper
+`runtime.queue_timeout`. It waits on its owner's wake-up future (leases.Wakeups), resolved by
+a grant, a freed slot or a finished owner job: no timer of its own. A refusal (409 `offload_returned`), an unreachable helper or a helper
 error puts the request back on its owner: the client never sees any of it.
 
 The helper's side is router/lending/helper.py.
@@ -32,8 +33,14 @@ from router.forwarding.selector import SELECTOR_HEADER
 from router.lending.keys import BORROWED
 from router.lending.leases import Lease, OwnerKey
 from router.lending.links import Link
-from router.lending.planner import Planner, record_to
-from router.lending.planning import context_fits, cut_after, hold_for_helper, needed_tokens
+from router.lending.planner import STATUS_TTL_S, Planner, record_to
+from router.lending.planning import (
+    context_fits,
+    cut_after,
+    helper_done,
+    hold_for_helper,
+    needed_tokens,
+)
 from router.lending.state import LendingState
 from router.lending.wire import OFFLOAD_RETURNED, lent_headers
 
@@ -41,7 +48,7 @@ LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # Paths whose follow-ups must find the node that made them (stored responses, sd-server jobs)
 # are never lent: only the relay pins them.
 _NOT_LENT = ("/v1/responses", "/sdcpp/")
-WAIT_STEP_S = 0.05  # how often a held request looks again (cheap: local views, cached status)
+_AFTER_S = 0.001  # a hold's own end: looked at just after it, when it has surely passed
 
 
 class Owner:
@@ -85,6 +92,12 @@ class Owner:
             return ()
         return table.owned(lane.value, *owner)
 
+    def job_ended(self, config: ModelConfig) -> None:
+        """A lease of this node's `config` ended (the runtime manager tells every one, however
+        it was taken): a request held for it as an owner looks again."""
+        for lane in LENDING_LANES:
+            self.book.wakeups.notify((lane.value, self.lending.node_id, config.id))
+
     @contextlib.contextmanager
     def finishing(self, links: tuple[Link, ...]) -> Iterator[None]:
         """Around an owner's own request of a linked model: its end is a planning event."""
@@ -92,6 +105,7 @@ class Owner:
             yield
         finally:
             if links:
+                self.book.wakeups.notify(owner_of(links))
                 self.planner.trigger(owner_of(links), "completed")
 
     async def hold_then_relay(
@@ -113,6 +127,7 @@ class Owner:
             return await relay()
         finally:
             holding.count(holding.relaying, owner, -1)
+            self.book.wakeups.notify(owner)
             self.planner.trigger(owner, "completed")
 
     async def lend(
@@ -134,10 +149,12 @@ class Owner:
             end = time.monotonic() + self.lending.settings.runtime.queue_timeout
             waited_for_helper = False
             while True:
+                holding.looks += 1
                 seen = await self.planner.statuses({owner[1]})
                 load = self.planner.owner_load(owner, seen)
                 if time.monotonic() > end:
                     return None
+                wake_by = end
                 if load < self.lending.values.scheduling_backend_depth:
                     lease = self._held_for(owner, load)
                     if lease is None:
@@ -145,12 +162,13 @@ class Owner:
                     if not waited_for_helper:
                         waited_for_helper = True
                         record_to(self.lending.decisions, "dispatch", "held_for_helper", lease)
+                    wake_by = min(end, self._hold_ends(lease))
                 lease = self._take(owner, need)
                 if lease is not None:
                     holding.unhold(owner, need)
                     held = False
                     return await self._lend_over(request, selection, lease, links, result)
-                await asyncio.sleep(WAIT_STEP_S)
+                await self.book.wakeups.wait(owner, self._bound(owner, wake_by))
         finally:
             if held:
                 holding.unhold(owner, need)
@@ -175,6 +193,22 @@ class Owner:
             ):
                 return lease
         return None
+
+    def _hold_ends(self, lease: Lease) -> float:
+        """When a hold for the busy `lease` ends by itself: the helper overran its prediction
+        (planning.hold_for_helper) or the lease ran out. Just after, so the look finds it."""
+        helper_fit = self.planner.fits_of(lease)[1]
+        started = self.book.holding.started.get(lease.key, ())
+        if helper_fit is None or helper_fit.job_s is None or not started:
+            return lease.expires
+        return min(lease.expires, helper_done(helper_fit.job_s, started)) + _AFTER_S
+
+    def _bound(self, owner: OwnerKey, wake_by: float) -> float:
+        """How long a held request waits for an event before it looks again anyway: until
+        `wake_by`. A slave owner's own clients' jobs end unseen here (only its runtime status
+        tells), so for one the wait also ends when that status is due again."""
+        left = wake_by - time.monotonic()
+        return left if owner[1] == self.lending.node_id else min(left, STATUS_TTL_S)
 
     def _take(self, owner: OwnerKey, need: int) -> Lease | None:
         """A free slot of a live lease whose helper's window holds this request."""
@@ -218,6 +252,7 @@ class Owner:
         finally:
             self.book.table.release(lease.key)
             holding.count(holding.lent, lease.owner, -1)
+            self.book.wakeups.notify(lease.owner)  # a slot is free (and `started` changed)
             out = holding.started.get(lease.key, [])
             out.remove(started)
             if not out:

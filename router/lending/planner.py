@@ -76,9 +76,12 @@ class Planner:
 
     def expire(self, now: float) -> None:
         for lease in self.book.table.expire(now):
-            record_to(
-                self.lending.decisions, "dispatch", "lease_cleared", lease, reasons=("expired",)
-            )
+            self._cleared(lease, "", "expired")
+
+    def _cleared(self, lease: Lease, why: str, reason: str) -> None:
+        """`lease` left the table: recorded, and a request held for it looks again."""
+        record_to(self.lending.decisions, "dispatch", "lease_cleared", lease, why, (reason,))
+        self.book.wakeups.notify(lease.owner)
 
     def trigger(self, owner: OwnerKey, why: str) -> None:
         """Plan `owner` soon: one run at a time, and at most one more queued behind it."""
@@ -175,14 +178,7 @@ class Planner:
         for lease in book.table.live(owner, time.monotonic()):
             if (lease.helper_node_id, lease.helper_model_id) not in helpers_now:
                 book.table.clear(lease.key)
-                record_to(
-                    self.lending.decisions,
-                    "dispatch",
-                    "lease_cleared",
-                    lease,
-                    why,
-                    ("link_removed",),
-                )
+                self._cleared(lease, why, "link_removed")
         if not links:
             return
         needs = list(book.holding.held.get(owner, ()))
@@ -289,10 +285,12 @@ def apply_row(book: LendBook, decisions: DecisionLog, row: PlanRow, why: str) ->
         if book.table.put(row.lease):
             detail = {"helper_slots": row.lease.helper_slots, "ttl_ms": row.lease.ttl_ms}
             record_to(decisions, "dispatch", "lease_updated", row.lease, why, row.reasons, detail)
+        book.wakeups.notify(row.lease.owner)  # granted or renewed: a held request may take it
         return
     old = book.table.clear(key)
     if old is not None:
         record_to(decisions, "dispatch", "lease_cleared", old, why, row.reasons)
+        book.wakeups.notify(old.owner)
 
 
 def _lanes_with_own_work(status: RuntimeStatus | None) -> list[str]:

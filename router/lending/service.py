@@ -60,11 +60,14 @@ class Lending(LendingState):
         with contextlib.suppress(Exception):  # a store that cannot be read: no fits yet
             await self.planner.refit()
         self.planner.start()
+        self.runtimes.released.append(self.owner.job_ended)
         if self.master:
             self.pusher = Pusher(self.payloads, lambda: self.cluster)
             self.pusher.start()
 
     async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.runtimes.released.remove(self.owner.job_ended)
         await self.restorer.close()
         await self.planner.close()
         self.decisions.sink = None  # the store closes after this service
