@@ -11,8 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, read_control_json, refuse_addresses
 from router.appkeys import SETTINGS, STORE
+from router.edge import Handler, read_json, refuse_addresses
 from router.errors import BadRequest, InternalError, NotFound
 from router.lending import (
     LENDING,
@@ -33,7 +33,7 @@ def layers_of(app: web.Application) -> LendingLayers:
 
 
 async def _batch(request: web.Request) -> Any:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     refuse_addresses(request, body)
     extra = sorted(set(body) - {"settings"})
     if extra:
