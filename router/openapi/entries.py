@@ -1,0 +1,192 @@
+"""One description entry per handler name of the route table (router/classify.py ROUTES).
+
+`ENTRIES[handler]` says what the operations of every row with that handler take and answer; the
+builder (router/openapi/build.py) walks ROUTES, so a new row with a known handler is described at
+once, and a row whose handler has no entry fails tests/openapi/test_openapi_document.py.
+Forwarded handlers (`forwarded=True`) are described loosely: any JSON request, the backend's
+answer passed through; the router's own refusals on them are still in its error shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from router.openapi import shapes as s
+from router.openapi.answers import (
+    ANY_REQUEST,
+    EVENTS,
+    HTML_OR_ASSET,
+    JSON_ANY,
+    JSON_OBJECT,
+    JSON_REQUEST,
+    METRICS,
+    NO_CONTENT,
+    PASSTHROUGH,
+    REDIRECT,
+    Answer,
+    json_of,
+    json_schema,
+)
+
+# The site API answers JSON objects whose fields docs/site-api.md lists; an admin's JSON
+# request (its fields checked by the handler, which answers 400 naming a wrong one).
+CONTROL_REQUEST = json_schema({"type": "object"}, "A JSON object (fields: docs/site-api.md)")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    summary: str
+    # status -> body for every method of the row, unless `by_method` names the method
+    ok: Mapping[str, Answer] = field(default_factory=lambda: {"200": JSON_OBJECT})
+    by_method: Mapping[str, Mapping[str, Answer]] = field(default_factory=dict)
+    request: Answer | None = None  # the body of a method that sends one (None: by BodyMode)
+    forwarded: bool = False
+
+    def answers(self, method: str) -> Mapping[str, Answer]:
+        return self.by_method.get(method, self.ok)
+
+
+def _ok(answer: Answer) -> Mapping[str, Answer]:
+    return {"200": answer}
+
+
+def _fwd(summary: str, **kw: object) -> Entry:
+    return Entry(summary, _ok(PASSTHROUGH), forwarded=True, **kw)  # type: ignore[arg-type]
+
+
+def _site(summary: str, answer: Answer = JSON_OBJECT, **kw: object) -> Entry:
+    return Entry(summary, _ok(answer), **kw)  # type: ignore[arg-type]
+
+
+_JSON_OR_EVENTS = Answer(
+    "JSON, or server-sent events for a `/events` sub-path",
+    {"application/json": {}, "text/event-stream": {"type": "string"}},
+)
+_JSON_OR_FILE = Answer(
+    "JSON, or the file's bytes", {"application/json": {}, "application/octet-stream": {}}
+)
+
+ENTRIES: Mapping[str, Entry] = {
+    # -- meta
+    "meta.health": Entry("Liveness: the router answers", _ok(json_of(s.Health))),
+    "meta.metrics": Entry("Prometheus metrics", _ok(METRICS)),
+    "meta.openapi": Entry("This description (OpenAPI 3.1)", _ok(JSON_OBJECT)),
+    "ui.serve": Entry(
+        "The admin WebUI's files", {"200": HTML_OR_ASSET, "301": REDIRECT, "302": REDIRECT}
+    ),
+    # -- model discovery, answered from the catalog
+    "models.openai_list": Entry(
+        "Text and embedding models (OpenAI)", _ok(json_of(s.OpenAIModelList))
+    ),
+    "models.openai_get": Entry("One model (OpenAI)", _ok(json_of(s.OpenAIModel))),
+    "models.sd_list": Entry(
+        "Image models (A1111)", _ok(json_of(s.SdModel, "Image models", many=True))
+    ),
+    "models.router_list": Entry("Every configuration, with state", _ok(json_of(s.RouterModelList))),
+    # -- explicit control
+    "control.load": Entry("Load a model", _ok(json_of(s.Loaded)), request=json_of(s.LoadRequest)),
+    "control.unload": Entry(
+        "Unload a lane, or all", _ok(json_of(s.Unloaded)), request=json_of(s.UnloadRequest)
+    ),
+    "control.shutdown": Entry("Stop the router gracefully", _ok(json_of(s.ShuttingDown))),
+    "control.events": Entry("Runtime and request events", _ok(EVENTS)),
+    "control.status": Entry("Runtimes and queues", _ok(json_of(s.Status))),
+    "bench.list": _site("Benchmark runs"),
+    "bench.run": _site("Run a benchmark (loads the model)", request=CONTROL_REQUEST),
+    "ui.session": Entry("The WebUI session's state", _ok(json_of(s.UiSession))),
+    "ui.login": Entry(
+        "Sign in to the WebUI", _ok(json_of(s.UiSession)), request=json_of(s.UiLogin)
+    ),
+    "ui.logout": Entry("Sign out of the WebUI", {"204": NO_CONTENT}),
+    "vllm.admin": _fwd("A vLLM runtime's operational path (`/router/v1/vllm/X` -> `/X`)"),
+    # -- site management
+    "site.inventory": _site("This node's models, files and runtimes"),
+    "site.nodes_state": _site("Every node's state"),
+    "site.nodes_unload": _site("Unload on a node", request=CONTROL_REQUEST),
+    "site.backends_init": _site(
+        "Start a backend init job (builds backends)", request=CONTROL_REQUEST
+    ),
+    "site.backends_init_cancel": _site("Cancel the backend init job", request=CONTROL_REQUEST),
+    "site.backends_init_status": _site("Backend init jobs"),
+    "site.backends_init_job": _site("One backend init job"),
+    "site.backends_init_output": _site("One backend init job's output"),
+    "site.backends_init_events": _site("One backend init job's progress", EVENTS),
+    "site.launch_options": _site("Backend launch options"),
+    "site.launch_options_set": _site("Set backend launch options", request=CONTROL_REQUEST),
+    "site.download": _site(
+        "Model downloads: start, list, follow, cancel", _JSON_OR_EVENTS, request=CONTROL_REQUEST
+    ),
+    "site.webuis": _site("Backend WebUI listeners", request=CONTROL_REQUEST),
+    "site.routing_groups": _site("Image routing groups", request=CONTROL_REQUEST),
+    "site.text_routing_groups": _site("Text routing groups", request=CONTROL_REQUEST),
+    "site.offload_summary": _site("Offload (lending) summary"),
+    "site.guardian_models": _site("Guardian models", request=CONTROL_REQUEST),
+    "site.offload_settings": _site("Offload (lending) settings", request=CONTROL_REQUEST),
+    "site.offload_decisions": _site("Recent offload decisions"),
+    "site.analytics": _site("Request analytics"),
+    "site.analytics_flush": _site("Flush buffered analytics to the store", request=CONTROL_REQUEST),
+    "site.store_download": _site(
+        "A copy of the analytics database",
+        Answer("The SQLite file", {"application/vnd.sqlite3": {}}),
+    ),
+    "site.load_captures": _site("Load captures (backend output of load attempts)"),
+    "site.load_capture": _site("One load capture"),
+    "site.load_capture_output": _site("One load capture's output"),
+    "site.load_errors": _site("Recent load errors"),
+    "site.load_errors_clear": _site("Clear the load errors", request=CONTROL_REQUEST),
+    "site.models_state": Entry("Disabled models", _ok(json_of(s.ModelsState))),
+    "site.models_state_set": Entry(
+        "Disable or enable a model", _ok(json_of(s.ModelsStateSet)), request=CONTROL_REQUEST
+    ),
+    "site.cook": _site("Configuration recipes (cook a .kcpps)", request=CONTROL_REQUEST),
+    "site.config_file": _site("Read, write or delete a .kcpps file", request=CONTROL_REQUEST),
+    "site.model_files": _site(
+        "Model files: list, read, upload, delete", _JSON_OR_FILE, request=ANY_REQUEST
+    ),
+    "site.model_assets": _site(
+        "Model assets (projectors, VAEs, ...)", _JSON_OR_FILE, request=ANY_REQUEST
+    ),
+    "webuis.open": Entry(
+        "Open a backend's WebUI (a ticket redirect)",
+        {"302": REDIRECT, "303": REDIRECT, "307": REDIRECT},
+    ),
+    "node.dispatch": _fwd("Cluster protocol between nodes (docs/cluster.md)", request=ANY_REQUEST),
+    # -- inference: forwarded, or translated and then forwarded
+    "proxy": _fwd("Forwarded to the selected backend", request=JSON_REQUEST),
+    "responses.create": _fwd("OpenAI Responses (translated where the backend lacks it)"),
+    "responses.follow": _fwd("A stored response (the backend that made it)"),
+    "anthropic.messages": _fwd("Anthropic Messages (translated where the backend lacks it)"),
+    "ollama.tags": Entry("Local models (Ollama)", _ok(json_of(s.OllamaTags))),
+    "ollama.ps": Entry("Running models (Ollama)", _ok(json_of(s.OllamaPs))),
+    "ollama.version": Entry("Ollama compatibility version", _ok(json_of(s.OllamaVersion))),
+    "ollama.show": Entry(
+        "One model's details (Ollama)",
+        _ok(json_of(s.OllamaShow)),
+        request=json_schema(
+            {
+                "type": "object",
+                "properties": {"model": {"type": "string"}, "name": {"type": "string"}},
+            },
+            "`model` (or `name`)",
+        ),
+    ),
+    "ollama.chat": _fwd("Ollama chat (translated where the backend lacks it)"),
+    "ollama.generate": _fwd("Ollama generate (translated where the backend lacks it)"),
+    "ollama.embed": _fwd("Ollama embed (translated where the backend lacks it)"),
+    "ollama.embeddings": _fwd("Ollama embeddings, legacy (translated)"),
+    "voice.speech": _fwd("Text to speech and voice lists"),
+    "voice.transcriptions": _fwd("Speech to text (multipart upload)", request=ANY_REQUEST),
+    "voice.translations": _fwd("Speech to English text (multipart upload)", request=ANY_REQUEST),
+    "voice.transcribe": _fwd("Kobold speech to text", request=ANY_REQUEST),
+    "realtime.connect": _fwd("OpenAI Realtime (WebSocket)"),
+    "images.forward": _fwd("Image generation (OpenAI, A1111, sd.cpp)", request=ANY_REQUEST),
+    "sdapi.options": Entry(
+        "A1111 options (the image model)", _ok(JSON_OBJECT), request=CONTROL_REQUEST
+    ),
+    "sdapi.refresh": Entry("A1111 refresh checkpoints", _ok(JSON_ANY), request=CONTROL_REQUEST),
+    "comfy.prompt": _fwd("ComfyUI prompt queue"),
+    "comfy.history": _fwd("ComfyUI history"),
+    "comfy.view": _fwd("ComfyUI outputs"),
+    "comfy.upload": _fwd("ComfyUI image upload (multipart)", request=ANY_REQUEST),
+}
