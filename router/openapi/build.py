@@ -74,11 +74,14 @@ def _path_params(template: str) -> list[dict[str, Any]]:
     return out
 
 
-def _query_params(route: Route) -> list[dict[str, Any]]:
+def _query_params(route: Route, entry: Entry) -> list[dict[str, Any]]:
+    selector = "model selector (body first, then query, then X-Tensors-Model)"
+    named = {q: (selector, False) for q in route.selector.query}
+    named |= {q.name: (q.description, q.required) for q in entry.query}
     return [
-        {"name": q, "in": "query", "required": False, "schema": {"type": "string"},
-         "description": "model selector (body first, then query, then X-Tensors-Model)"}
-        for q in route.selector.query
+        {"name": name, "in": "query", "required": required, "schema": {"type": "string"},
+         "description": text}
+        for name, (text, required) in named.items()
     ]  # fmt: skip
 
 
@@ -100,7 +103,7 @@ def _response(answer: Answer) -> dict[str, Any]:
 def _default_answer(route: Route, entry: Entry) -> dict[str, Any]:
     if entry.forwarded:
         text = "The router's refusal in the surface's error shape, or the backend's own error"
-        return {"description": text, "content": {"*/*": {}}}
+        return {"description": text}
     model = _ERROR_MODEL.get(route.surface, shapes.Error)
     ref = {"$ref": _REF.format(model=model.__name__)}
     return {"description": "An error, in the surface's shape", "content": {"application/json": {"schema": ref}}}  # fmt: skip
@@ -127,7 +130,7 @@ def _operation(route: Route, method: str, entry: Entry) -> dict[str, Any]:
         "x-role": route.role.value,
         "x-forwarded": entry.forwarded,
         "x-served-by": sorted(f.value for f in route.served_by) or ["router"],
-        "parameters": _path_params(route.template) + _query_params(route),
+        "parameters": _path_params(route.template) + _query_params(route, entry),
         "responses": {
             **{status: _response(a) for status, a in entry.answers(method).items()},
             "default": _default_answer(route, entry),

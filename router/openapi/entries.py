@@ -35,6 +35,18 @@ CONTROL_REQUEST = json_schema({"type": "object"}, "A JSON object (fields: docs/s
 
 
 @dataclass(frozen=True, slots=True)
+class Query:
+    """A query parameter the handler reads (besides the route's model selector)."""
+
+    name: str
+    description: str
+    required: bool = False
+
+
+NODE = Query("node_id", "the node to act on (default this node; another is a 404 on a standalone)")
+
+
+@dataclass(frozen=True, slots=True)
 class Entry:
     summary: str
     # status -> body for every method of the row, unless `by_method` names the method
@@ -42,6 +54,7 @@ class Entry:
     by_method: Mapping[str, Mapping[str, Answer]] = field(default_factory=dict)
     request: Answer | None = None  # the body of a method that sends one (None: by BodyMode)
     forwarded: bool = False
+    query: tuple[Query, ...] = ()
 
     def answers(self, method: str) -> Mapping[str, Answer]:
         return self.by_method.get(method, self.ok)
@@ -73,7 +86,8 @@ ENTRIES: Mapping[str, Entry] = {
     "meta.metrics": Entry("Prometheus metrics", _ok(METRICS)),
     "meta.openapi": Entry("This description (OpenAPI 3.1)", _ok(JSON_OBJECT)),
     "ui.serve": Entry(
-        "The admin WebUI's files", {"200": HTML_OR_ASSET, "301": REDIRECT, "302": REDIRECT}
+        "The admin WebUI's files (`/router/ui` redirects to `/router/ui/`)",
+        {"200": HTML_OR_ASSET, "308": REDIRECT},
     ),
     # -- model discovery, answered from the catalog
     "models.openai_list": Entry(
@@ -92,7 +106,10 @@ ENTRIES: Mapping[str, Entry] = {
     "control.shutdown": Entry("Stop the router gracefully", _ok(json_of(s.ShuttingDown))),
     "control.events": Entry("Runtime and request events", _ok(EVENTS)),
     "control.status": Entry("Runtimes and queues", _ok(json_of(s.Status))),
-    "bench.list": _site("Benchmark runs"),
+    "bench.list": _site(
+        "Benchmark runs of one model",
+        query=(Query("model_id", "the model", required=True), Query("limit", "most runs")),
+    ),
     "bench.run": _site("Run a benchmark (loads the model)", request=CONTROL_REQUEST),
     "ui.session": Entry("The WebUI session's state", _ok(json_of(s.UiSession))),
     "ui.login": Entry(
@@ -103,41 +120,79 @@ ENTRIES: Mapping[str, Entry] = {
     # -- site management
     "site.inventory": _site("This node's models, files and runtimes"),
     "site.nodes_state": _site("Every node's state"),
-    "site.nodes_unload": _site("Unload on a node", request=CONTROL_REQUEST),
+    "site.nodes_unload": _site("Unload on a node", request=json_of(s.NodesUnload)),
     "site.backends_init": _site(
         "Start a backend init job (builds backends)", request=CONTROL_REQUEST
     ),
-    "site.backends_init_cancel": _site("Cancel the backend init job", request=CONTROL_REQUEST),
+    "site.backends_init_cancel": _site(
+        "Cancel the backend init job", request=json_of(s.BackendRef)
+    ),
     "site.backends_init_status": _site("Backend init jobs"),
     "site.backends_init_job": _site("One backend init job"),
     "site.backends_init_output": _site("One backend init job's output"),
     "site.backends_init_events": _site("One backend init job's progress", EVENTS),
-    "site.launch_options": _site("Backend launch options"),
-    "site.launch_options_set": _site("Set backend launch options", request=CONTROL_REQUEST),
+    "site.launch_options": _site(
+        "Backend launch options",
+        query=(NODE, Query("backend_id", "the backend (vllm)", required=True)),
+    ),
+    "site.launch_options_set": _site(
+        "Set backend launch options", request=json_of(s.LaunchOptionsSet)
+    ),
     "site.download": _site(
         "Model downloads: start, list, follow, cancel", _JSON_OR_EVENTS, request=CONTROL_REQUEST
     ),
     "site.webuis": _site("Backend WebUI listeners", request=CONTROL_REQUEST),
-    "site.routing_groups": _site("Image routing groups", request=CONTROL_REQUEST),
-    "site.text_routing_groups": _site("Text routing groups", request=CONTROL_REQUEST),
+    "site.routing_groups": _site(
+        "Image routing groups",
+        request=CONTROL_REQUEST,
+        query=(NODE, Query("model_id", "the model")),
+    ),
+    "site.text_routing_groups": _site(
+        "Text routing groups", request=CONTROL_REQUEST, query=(NODE, Query("model_id", "the model"))
+    ),
     "site.offload_summary": _site("Offload (lending) summary"),
-    "site.guardian_models": _site("Guardian models", request=CONTROL_REQUEST),
-    "site.offload_settings": _site("Offload (lending) settings", request=CONTROL_REQUEST),
+    "site.guardian_models": _site(
+        "Guardian models (docs/guardians.md)",
+        request=json_of(s.GuardianAssignment),
+        query=(Query("scope", "DELETE: cluster, node or model"), NODE, Query("model_id", "DELETE")),
+    ),
+    "site.offload_settings": _site(
+        "Offload (lending) settings", request=json_of(s.OffloadSettingsRequest)
+    ),
     "site.offload_decisions": _site("Recent offload decisions"),
-    "site.analytics": _site("Request analytics"),
+    "site.analytics": _site(
+        "Request analytics",
+        query=(
+            Query("range", "a named range (1h, 24h, 7d, ...)"),
+            Query("model", "one model"),
+            NODE,
+        ),
+    ),
     "site.analytics_flush": _site("Flush buffered analytics to the store", request=CONTROL_REQUEST),
     "site.store_download": _site(
         "A copy of the analytics database",
         Answer("The SQLite file", {"application/vnd.sqlite3": {}}),
     ),
-    "site.load_captures": _site("Load captures (backend output of load attempts)"),
+    "site.load_captures": _site(
+        "Load captures (backend output of load attempts)",
+        query=(
+            Query("kind", "load or probe"),
+            Query("status", "outcome"),
+            Query("backend", "family"),
+            Query("cursor", "the next page"),
+            Query("limit", "page size"),
+            NODE,
+        ),
+    ),
     "site.load_capture": _site("One load capture"),
     "site.load_capture_output": _site("One load capture's output"),
     "site.load_errors": _site("Recent load errors"),
     "site.load_errors_clear": _site("Clear the load errors", request=CONTROL_REQUEST),
     "site.models_state": Entry("Disabled models", _ok(json_of(s.ModelsState))),
     "site.models_state_set": Entry(
-        "Disable or enable a model", _ok(json_of(s.ModelsStateSet)), request=CONTROL_REQUEST
+        "Disable or enable a model",
+        _ok(json_of(s.ModelsStateSet)),
+        request=json_of(s.ModelsStateRequest),
     ),
     "site.cook": _site("Configuration recipes (cook a .kcpps)", request=CONTROL_REQUEST),
     "site.config_file": _site("Read, write or delete a .kcpps file", request=CONTROL_REQUEST),
@@ -182,11 +237,17 @@ ENTRIES: Mapping[str, Entry] = {
     "realtime.connect": _fwd("OpenAI Realtime (WebSocket)"),
     "images.forward": _fwd("Image generation (OpenAI, A1111, sd.cpp)", request=ANY_REQUEST),
     "sdapi.options": Entry(
-        "A1111 options (the image model)", _ok(JSON_OBJECT), request=CONTROL_REQUEST
+        "A1111 options; POST `sd_model_checkpoint` switches the image model (loads it)",
+        _ok(json_schema({"type": "object"}, "The options")),
+        by_method={"POST": _ok(json_schema({"type": "null"}, "null, as A1111 answers"))},
+        request=CONTROL_REQUEST,
     ),
     "sdapi.refresh": Entry("A1111 refresh checkpoints", _ok(JSON_ANY), request=CONTROL_REQUEST),
     "comfy.prompt": _fwd("ComfyUI prompt queue"),
-    "comfy.history": _fwd("ComfyUI history"),
+    "comfy.history": _fwd(
+        "ComfyUI history (the router's jobs, and a KoboldCpp's); POST clears or deletes",
+        by_method={"GET": _ok(JSON_OBJECT), "POST": _ok(Answer("Empty, as ComfyUI answers"))},
+    ),
     "comfy.view": _fwd("ComfyUI outputs"),
     "comfy.upload": _fwd("ComfyUI image upload (multipart)", request=ANY_REQUEST),
 }

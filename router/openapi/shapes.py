@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from router.domain import Lane
+
 
 class Shape(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -147,7 +149,7 @@ class Loaded(Shape):
 
 
 class UnloadRequest(Shape):
-    target: str = "all"
+    target: Lane | Literal["all"] = "all"
 
 
 class Unloaded(Shape):
@@ -217,3 +219,47 @@ class UiSession(Shape):
 
 class UiLogin(Shape):
     key: str
+
+
+# ---- requests the router's own handlers read (what is not listed is refused or ignored) -----
+
+LaneName = Lane | Literal["all"]
+
+
+class NodesUnload(Shape):
+    node_id: str | None = None
+    lane: LaneName | None = None
+    model: str | None = None
+
+
+class ModelsStateRequest(Shape):
+    node_id: str | None = None
+    local_id: str
+    enabled: bool
+
+
+class GuardianRef(Shape):
+    node_id: str | None = None
+    model_id: str
+
+
+class GuardianAssignment(Shape):
+    scope: Literal["cluster", "node", "model"]
+    node_id: str | None = None
+    model_id: str | None = None
+    guardian: GuardianRef
+
+
+class BackendRef(Shape):
+    node_id: str | None = None
+    backend_id: str
+
+
+class LaunchOptionsSet(BackendRef):
+    options: dict[str, Any]
+
+
+class OffloadSettingsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # the handler refuses any other field
+
+    settings: dict[str, Any]

@@ -84,7 +84,7 @@ def _check(schema: Any, method: str, path: str, response: httpx.Response) -> Non
 
 async def test_synthesized_answers_match_the_description(harness: RouterHarness) -> None:
     harness.model("chat-a")
-    harness.model("art", mode="sdcpp", model_param="", sdmodel="art.safetensors")
+    harness.model("art", sdmodel="art.safetensors")
     client = await harness.start()
     served = (await client.get("/router/v1/openapi.json")).json()
     assert served == json.loads(json.dumps(document()))
