@@ -34,8 +34,8 @@ def json_schema(schema: Schema, description: str) -> Answer:
     return Answer(description, {"application/json": schema})
 
 
-JSON_OBJECT = json_schema({"type": "object"}, "A JSON object (its fields: docs/site-api.md)")
-JSON_ARRAY = json_schema({"type": "array"}, "A JSON array (its items: docs/site-api.md)")
+JSON_OBJECT = json_schema({"type": "object"}, "A JSON object (its fields: docs/site.md)")
+JSON_ARRAY = json_schema({"type": "array"}, "A JSON array (its items: docs/site.md)")
 JSON_ANY = json_schema({}, "A JSON value")
 EVENTS = Answer(
     "Server-sent events, one JSON object per `data:` line, until the client disconnects",

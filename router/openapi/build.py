@@ -74,15 +74,21 @@ def _path_params(template: str) -> list[dict[str, Any]]:
     return out
 
 
-def _query_params(route: Route, entry: Entry) -> list[dict[str, Any]]:
+def _selector_and_query(route: Route, entry: Entry) -> list[dict[str, Any]]:
     selector = "model selector (body first, then query, then X-Tensors-Model)"
     named = {q: (selector, False) for q in route.selector.query}
     named |= {q.name: (q.description, q.required) for q in entry.query}
-    return [
+    params = [
         {"name": name, "in": "query", "required": required, "schema": {"type": "string"},
          "description": text}
         for name, (text, required) in named.items()
     ]  # fmt: skip
+    if route.selector.header:
+        params.append(
+            {"name": "X-Tensors-Model", "in": "header", "required": False,
+             "schema": {"type": "string"}, "description": selector}
+        )  # fmt: skip
+    return params
 
 
 def _media(answer: Answer) -> dict[str, Any]:
@@ -130,7 +136,7 @@ def _operation(route: Route, method: str, entry: Entry) -> dict[str, Any]:
         "x-role": route.role.value,
         "x-forwarded": entry.forwarded,
         "x-served-by": sorted(f.value for f in route.served_by) or ["router"],
-        "parameters": _path_params(route.template) + _query_params(route, entry),
+        "parameters": _path_params(route.template) + _selector_and_query(route, entry),
         "responses": {
             **{status: _response(a) for status, a in entry.answers(method).items()},
             "default": _default_answer(route, entry),

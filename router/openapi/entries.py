@@ -29,9 +29,9 @@ from router.openapi.answers import (
     json_schema,
 )
 
-# The site API answers JSON objects whose fields docs/site-api.md lists; an admin's JSON
+# The site API answers JSON objects whose fields docs/site.md lists; an admin's JSON
 # request (its fields checked by the handler, which answers 400 naming a wrong one).
-CONTROL_REQUEST = json_schema({"type": "object"}, "A JSON object (fields: docs/site-api.md)")
+CONTROL_REQUEST = json_schema({"type": "object"}, "A JSON object (fields: docs/site.md)")
 
 
 @dataclass(frozen=True, slots=True)
