@@ -151,6 +151,10 @@ HANDLERS: dict[str, Handler] = {
     **setup.HANDLERS,
 }
 
+# Every path reaches the dispatcher, which classifies it (router/classify.py). `[\s\S]`, not
+# `.`: a decoded path may hold a line feed, and aiohttp's own plain-text 404 would answer it.
+CATCH_ALL = r"/{tail:[\s\S]*}"
+
 # What a slave does not serve: it is no management surface (docs/cluster.md).
 MANAGEMENT_PREFIXES = ("/router/v1/site/", "/router/v1/benchmarks", "/router/ui", "/router/webuis")
 
@@ -290,7 +294,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app.on_shutdown.append(_begin_drain)
     app[DISPATCH] = dispatcher(handler_table(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
-    app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
+    app.router.add_route("*", CATCH_ALL, app[DISPATCH])
     return app
 
 
@@ -306,7 +310,7 @@ def create_backend_ui_app(main: web.Application) -> web.Application:
     app[MAIN_APP] = main
     app.on_startup.append(webui_proxy.share_resources)
     app.on_response_prepare.append(webui_proxy.on_prepare)
-    app.router.add_route("*", "/{tail:.*}", webui_proxy.serve)
+    app.router.add_route("*", CATCH_ALL, webui_proxy.serve)
     return app
 
 
