@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from router import app as app_module
-from router.api import meta
+from router.api.admin import meta
 from router.appkeys import METRICS
 from router.errors import BadGateway
 from tests.harness import RouterHarness, harness_fixture

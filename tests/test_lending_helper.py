@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from router.appkeys import DECISIONS
+from router.lending import DECISIONS
 from tests.harness import RouterHarness, free_port
 from tests.router_process import RouterProcess, new_router, tmp_harness
 from tests.test_cluster_nodes import AUTH, TOKEN, served_rows, until

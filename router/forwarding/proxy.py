@@ -49,7 +49,8 @@ class ProxyResult:
     error_message: str | None = None
     backend_failed: bool = False
     stream: bool = False
-    # Sent on to another cluster node, which records the event itself (router/api/relay.py).
+    # Sent on to another cluster node, which records the event itself
+    # (router/api/node/inference_relay.py).
     relayed: bool = False
     tail: bytes = field(default=b"", repr=False)  # last bytes, for usage sniffing
 
