@@ -219,6 +219,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
             session, idle_timeout=runtime.stream_idle_timeout, connect_window=runtime.load_timeout
         )
         yield
+        await app[PROXY].close()
 
 
 async def _store(app: web.Application) -> AsyncIterator[None]:

@@ -19,8 +19,8 @@ from router.api.node import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.cluster import Target, carries_images, has_vision
-from router.config import ModelConfig
-from router.domain import BackendMode, Lane, MiB, family_for
+from router.config import PROGRAM_SECTIONS, ModelConfig, ProgramSection, Settings
+from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import upstream_request_headers
 from router.errors import (
     BadGateway,
@@ -32,6 +32,7 @@ from router.errors import (
     RouterError,
 )
 from router.forwarding import (
+    AbortDrain,
     ModelRewriter,
     ProxyResult,
     Rewrite,
@@ -331,6 +332,7 @@ async def _send(
         override.headers if override.headers is not None else _headers(request),
         body,
         replayable,
+        _abort_drain(request.app[SETTINGS], runtime.spec.family),
     )
     translation = (
         override.translation(lease) if override.translation is not None else Rewrite(rewriter)
@@ -349,6 +351,14 @@ def _overhead(info: RequestInfo, result: ProxyResult, wait_s: float) -> Callable
         return max(0.0, spent * 1000.0)
 
     return overhead_ms
+
+
+def _abort_drain(settings: Settings, family: Family) -> AbortDrain | None:
+    """R23b: drain instead of cancel, for a program configured so."""
+    program: ProgramSection = getattr(settings, PROGRAM_SECTIONS[family])
+    if not program.drain_on_abort:
+        return None
+    return AbortDrain(program.abort_drain_bytes, program.abort_drain_timeout)
 
 
 def _path(path_qs: str) -> str:
