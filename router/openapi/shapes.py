@@ -161,9 +161,27 @@ class ShuttingDown(Shape):
     status: Literal["shutting down"]
 
 
-class Status(Shape):
-    runtimes: list[dict[str, Any]]
+class RuntimeState(Shape):
+    """One runtime (router/runtime/state.py `describe`)."""
+
+    runtime: str
+    model: str
+    family: str
+    lanes: list[Lane]
+    state: str
+    pid: int | None
+    port: int | None
+    in_flight: int
+    draining: bool
     queued: dict[str, int]
+    error: str | None
+    ready_at: float | None
+    since: float
+
+
+class Status(Shape):
+    runtimes: list[RuntimeState]
+    queued: dict[Lane, int]
 
 
 class RouterModel(Shape):
