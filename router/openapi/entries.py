@@ -119,7 +119,7 @@ ENTRIES: Mapping[str, Entry] = {
     "vllm.admin": _fwd("A vLLM runtime's operational path (`/router/v1/vllm/X` -> `/X`)"),
     # -- site management
     "site.inventory": _site("This node's models, files and runtimes"),
-    "site.nodes_state": _site("Every node's state"),
+    "site.nodes_state": _site("This node's state", json_of(s.NodesState)),
     "site.nodes_unload": _site("Unload on a node", request=json_of(s.NodesUnload)),
     "site.backends_init": _site(
         "Start a backend init job (builds backends)", request=CONTROL_REQUEST
@@ -127,7 +127,9 @@ ENTRIES: Mapping[str, Entry] = {
     "site.backends_init_cancel": _site(
         "Cancel the backend init job", request=json_of(s.BackendRef)
     ),
-    "site.backends_init_status": _site("Backend init jobs"),
+    "site.backends_init_status": _site(
+        "Native backends and their init jobs", json_of(s.BackendsInit)
+    ),
     "site.backends_init_job": _site("One backend init job"),
     "site.backends_init_output": _site("One backend init job's output"),
     "site.backends_init_events": _site("One backend init job's progress", EVENTS),
@@ -159,7 +161,7 @@ ENTRIES: Mapping[str, Entry] = {
     "site.offload_settings": _site(
         "Offload (lending) settings", request=json_of(s.OffloadSettingsRequest)
     ),
-    "site.offload_decisions": _site("Recent offload decisions"),
+    "site.offload_decisions": _site("Recent offload decisions", json_of(s.OffloadDecisions)),
     "site.analytics": _site(
         "Request analytics",
         query=(
@@ -175,6 +177,7 @@ ENTRIES: Mapping[str, Entry] = {
     ),
     "site.load_captures": _site(
         "Load captures (backend output of load attempts)",
+        json_of(s.LoadCaptures),
         query=(
             Query("kind", "load or probe"),
             Query("status", "outcome"),
@@ -186,7 +189,7 @@ ENTRIES: Mapping[str, Entry] = {
     ),
     "site.load_capture": _site("One load capture"),
     "site.load_capture_output": _site("One load capture's output"),
-    "site.load_errors": _site("Recent load errors"),
+    "site.load_errors": _site("Recent load errors", json_of(s.LoadErrors)),
     "site.load_errors_clear": _site("Clear the load errors", request=CONTROL_REQUEST),
     "site.models_state": Entry("Disabled models", _ok(json_of(s.ModelsState))),
     "site.models_state_set": Entry(

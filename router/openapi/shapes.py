@@ -281,3 +281,51 @@ class OffloadSettingsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")  # the handler refuses any other field
 
     settings: dict[str, Any]
+
+
+# ---- site answers: the top-level fields (items the WebUI reads are in docs/site.md) ----------
+
+
+class BackendState(Shape):
+    """One native backend's install state (router/setup)."""
+
+    id: str
+    display_name: str
+    family: str
+    lifecycle_state: str
+    installed: bool
+    runtime_version: str | None
+    recipe_version: str | None
+    retryable: bool
+    error: str | None
+
+
+class BackendsInit(Shape):
+    node_id: str
+    backends: list[BackendState]
+
+
+class NodesState(Shape):
+    node_id: str
+    role: str
+    runtimes: list[dict[str, Any]]
+    backends: list[BackendState]
+    active_requests: int
+    queued_requests: int
+
+
+class LoadErrors(Shape):
+    nodes: list[str]
+    errors: list[dict[str, Any]]
+
+
+class LoadCaptures(Shape):
+    enabled: bool
+    nodes: list[str]
+    captures: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+class OffloadDecisions(Shape):
+    decisions: list[dict[str, Any]]
+    next_before: Any
