@@ -72,12 +72,13 @@ def _site(summary: str, answer: Answer = JSON_OBJECT, **kw: object) -> Entry:
     return Entry(summary, _ok(answer), **kw)  # type: ignore[arg-type]
 
 
-_JSON_OR_EVENTS = Answer(
-    "JSON, or server-sent events for a `/events` sub-path",
-    {"application/json": {}, "text/event-stream": {"type": "string"}},
-)
-_JSON_OR_FILE = Answer(
-    "JSON, or the file's bytes", {"application/json": {}, "application/octet-stream": {}}
+_NODE_SITE = Answer(
+    "What the site route answers: JSON, events for `/events`, the SQLite file for store/download",
+    {
+        "application/json": {},
+        "text/event-stream": {"type": "string"},
+        "application/vnd.sqlite3": {},
+    },
 )
 
 ENTRIES: Mapping[str, Entry] = {
@@ -140,10 +141,6 @@ ENTRIES: Mapping[str, Entry] = {
     "site.launch_options_set": _site(
         "Set backend launch options", request=json_of(s.LaunchOptionsSet)
     ),
-    "site.download": _site(
-        "Model downloads: start, list, follow, cancel", _JSON_OR_EVENTS, request=CONTROL_REQUEST
-    ),
-    "site.webuis": _site("Backend WebUI listeners", request=CONTROL_REQUEST),
     "site.routing_groups": _site(
         "Image routing groups",
         request=CONTROL_REQUEST,
@@ -197,19 +194,64 @@ ENTRIES: Mapping[str, Entry] = {
         _ok(json_of(s.ModelsStateSet)),
         request=json_of(s.ModelsStateRequest),
     ),
-    "site.cook": _site("Configuration recipes (cook a .kcpps)", request=CONTROL_REQUEST),
-    "site.config_file": _site("Read, write or delete a .kcpps file", request=CONTROL_REQUEST),
-    "site.model_files": _site(
-        "Model files: list, read, upload, delete", _JSON_OR_FILE, request=ANY_REQUEST
-    ),
-    "site.model_assets": _site(
-        "Model assets (projectors, VAEs, ...)", _JSON_OR_FILE, request=ANY_REQUEST
-    ),
+    # downloads (docs/downloads.md)
+    "site.download_capabilities": _site("What this node can download (hub reachability, roots)"),
+    "site.download_search": _site("Search the hub", request=CONTROL_REQUEST),
+    "site.download_repository": _site("One hub repository's files", request=CONTROL_REQUEST),
+    "site.download_plan": _site("Plan a download (files, sizes, target)", request=CONTROL_REQUEST),
+    "site.download_rescan": _site("Rescan the model roots", request=CONTROL_REQUEST),
+    "site.download_library": _site("Downloaded models"),
+    "site.download_start": _site("Start a download job", request=CONTROL_REQUEST),
+    "site.download_job": _site("One download job"),
+    "site.download_events": _site("One download job's progress", EVENTS),
+    "site.download_pause": _site("Pause a download job", request=CONTROL_REQUEST),
+    "site.download_resume": _site("Resume a download job", request=CONTROL_REQUEST),
+    "site.download_cancel": _site("Cancel a download job", request=CONTROL_REQUEST),
+    # backend WebUIs (docs/webuis.md)
+    "site.webuis_list": _site("Backend WebUI kinds this node offers"),
+    "site.webuis_session": _site("Enable or disable a WebUI kind", request=CONTROL_REQUEST),
+    "site.webuis_load": _site("Load a model for a WebUI kind", request=CONTROL_REQUEST),
+    # configuration files (docs/site.md)
+    "site.cook_preview": _site("Preview a cooked .kcpps", request=CONTROL_REQUEST),
+    "site.cook_apply": _site("Write a cooked .kcpps", request=CONTROL_REQUEST),
+    "site.cook_delete": _site("Delete a cooked .kcpps", request=CONTROL_REQUEST),
+    "site.config_file_read": _site("Read a .kcpps file"),
+    "site.config_file_preview": _site("Preview a .kcpps edit", request=CONTROL_REQUEST),
+    "site.config_file_apply": _site("Write a .kcpps file", request=CONTROL_REQUEST),
+    "site.config_file_delete": _site("Delete a .kcpps file", request=CONTROL_REQUEST),
+    # model files and assets (projectors, VAEs, ...)
+    "site.model_file_hash": _site("Hash a model file", request=CONTROL_REQUEST),
+    "site.assets_export": _site("Export a model's assets", request=CONTROL_REQUEST),
+    "site.assets_resolve": _site("Resolve an asset by hash", request=CONTROL_REQUEST),
+    "site.assets_resolve_batch": _site("Resolve assets by hash", request=CONTROL_REQUEST),
+    "site.assets_import": _site("Import assets", request=CONTROL_REQUEST),
+    "site.assets_candidates": _site("Candidate files for an asset", request=CONTROL_REQUEST),
+    "site.assets_bind": _site("Bind an asset to a configuration", request=CONTROL_REQUEST),
+    "site.assets_substitute": _site("Substitute an asset", request=CONTROL_REQUEST),
+    "site.assets_job_start": _site("Start an asset job (a download)", request=CONTROL_REQUEST),
+    "site.assets_job": _site("One asset job"),
+    "site.assets_hash": _site("One asset, by its SHA-256"),
     "webuis.open": Entry(
         "Open a backend's WebUI (a ticket redirect)",
         {"302": REDIRECT, "303": REDIRECT, "307": REDIRECT},
     ),
-    "node.dispatch": _fwd("Cluster protocol between nodes (docs/cluster.md)", request=ANY_REQUEST),
+    # -- cluster (docs/cluster.md): the node protocol, and this node's site API for the master
+    "node.models": _site("This node's configurations (the master's poll)"),
+    "node.register": _site("A slave registers its snapshot", request=CONTROL_REQUEST),
+    "node.runtime_status": _site("This node's load (active, queued, per lane and model)"),
+    "node.state": _site("This node's state"),
+    "node.offload_settings": _site("This node's offload settings"),
+    "node.offload_settings_set": _site("Set this node's offload settings", request=CONTROL_REQUEST),
+    "node.routing_links": _site("This node's routing links"),
+    "node.routing_links_set": _site("Set this node's routing links", request=CONTROL_REQUEST),
+    "node.site": Entry(
+        "The same-named site route, on this node (what the master relays)",
+        _ok(_NODE_SITE),
+        request=CONTROL_REQUEST,
+    ),
+    "node.inference": _fwd(
+        "An inference request relayed to this node's backends", request=ANY_REQUEST
+    ),
     # -- inference: forwarded, or translated and then forwarded
     "proxy": _fwd("Forwarded to the selected backend", request=JSON_REQUEST),
     "responses.create": _fwd("OpenAI Responses (translated where the backend lacks it)"),

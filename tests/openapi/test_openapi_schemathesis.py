@@ -43,26 +43,39 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
+_HUB = "asks the model hub (no network here: it would wait for a timeout)"
+_WRITES = "writes or deletes files on disk"
 EXCLUDED: dict[str, str] = {
     "POST /router/v1/shutdown": "stops the router under test",
     "POST /router/v1/load": "loads models (a backend start per example)",
     "POST /router/v1/benchmarks/run": "loads a model and runs a benchmark",
     "GET /router/v1/events": "an event stream that lasts until the client leaves",
     "GET /router/v1/site/nodes/backends/init/{job_id}/events": "an event stream",
+    "GET /router/v1/site/download/jobs/{job_id}/events": "an event stream",
     "POST /router/v1/site/nodes/backends/init": "runs backend build steps (minutes)",
-    "POST /router/v1/site/download": "starts a real download",
-    "POST /router/v1/site/download/{tail}": "starts or resumes a real download",
-    "POST /router/v1/site/webuis": "loads a model for a backend WebUI",
-    "POST /router/v1/site/webuis/{tail}": "loads a model for a backend WebUI",
-    **{
-        f"{method} /router/v1/site/{tree}/{{tail}}": "writes or deletes files on disk"
-        for tree in ("model-files", "model-assets", "config-file", "cook")
-        for method in ("POST", "PUT", "DELETE")
-    },
-    "DELETE /router/v1/site/config-file": "deletes a .kcpps file",
+    "POST /router/v1/site/download/search": _HUB,
+    "POST /router/v1/site/download/search-page": _HUB,
+    "POST /router/v1/site/download/repository": _HUB,
+    "POST /router/v1/site/download/plan": _HUB,
+    "POST /router/v1/site/download/jobs": "starts a real download",
+    "POST /router/v1/site/model-assets/jobs": "starts a real download",
+    "POST /router/v1/site/model-assets/resolve": _HUB,
+    "POST /router/v1/site/model-assets/resolve-batch": _HUB,
+    "POST /router/v1/site/model-assets/candidates": _HUB,
+    "POST /router/v1/site/webuis/load": "loads a model for a backend WebUI",
+    "POST /router/v1/site/cook/apply": _WRITES,
+    "DELETE /router/v1/site/cook/{cook_id}": _WRITES,
+    "POST /router/v1/site/config-file/apply": _WRITES,
+    "DELETE /router/v1/site/config-file": _WRITES,
+    "POST /router/v1/site/model-assets/export": _WRITES,
+    "POST /router/v1/site/model-assets/import": _WRITES,
+    "POST /router/v1/site/model-assets/bind": _WRITES,
+    "POST /router/v1/site/model-assets/substitute": _WRITES,
 }
 # Forwarded operations (`x-forwarded`) load a model and pass the backend's answer through;
-# tests/test_route_fuzz.py covers them (no router 500 on any route of the table).
+# tests/test_route_fuzz.py covers them (no router 500 on any route of the table). Cluster-token
+# operations (`x-role: cluster`) are all refused (403) before any handler by a standalone router
+# without a cluster token; the cluster tests (tests/test_cluster_*) exercise them.
 
 
 def _operations(schema: Any) -> list[Any]:
@@ -70,7 +83,9 @@ def _operations(schema: Any) -> list[Any]:
     return [
         op
         for op in ops
-        if op.label not in EXCLUDED and not op.definition.raw.get("x-forwarded", False)
+        if op.label not in EXCLUDED
+        and not op.definition.raw.get("x-forwarded", False)
+        and op.definition.raw.get("x-role") != "cluster"
     ]
 
 
