@@ -3,13 +3,17 @@
 Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
   0. connection level (router/edge/listener.py `GuardedRequestHandler`, installed by
-     `capped_site` in `serve()`): connection caps, header deadline, request-line/header limits
+     `capped_site` in `serve()`): connection caps, header and body deadlines, request-line/header
+     limits
   1. `edge_errors`     (router/edge/errors.py) stamps the arrival time; the one place a
                        RouterError raised below becomes a response, in the surface's own
                        shape, keys blanked out; unexpected exceptions become a clean 500;
                        after a response was prepared nothing more is written: the
                        connection is closed
+  1b. `inflight`       every request counts in the graceful stop's drain (R27); during the
+                       stop a new one gets 503
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
+  3b. `cors_preflight` (router/edge/cors.py) answers a listed origin's preflight on a model API
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
   6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
                        unsafe methods) -> role; the route's declared role is checked
@@ -49,6 +53,7 @@ from router.appkeys import (
     CLUSTER,
     DISPATCH,
     EVENTS,
+    INFLIGHT,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -71,6 +76,8 @@ from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, secrets_of
+from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
+from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
@@ -102,6 +109,11 @@ def route_of(request: web.Request) -> Route:
         request[MATCH] = found
         request[ROUTE] = route = found.route
     return route
+
+
+def _route_for(method: str, path: str) -> Route:
+    """The route a request with `method` would reach (a CORS preflight asks for another)."""
+    return match(method, path).route
 
 
 def handler_table(settings: Settings) -> dict[str, Handler]:
@@ -141,9 +153,14 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         settings,
         UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
     )
+    inflight = InFlight()
+    cors = CorsPolicy(settings.server.cors_origins)
     middlewares: list[Any] = [  # the order of the module docstring
         edge_errors(settings, route_of),
-        *guards.edge_middlewares(settings, route_of),
+        inflight_middleware(inflight),
+        *guards.edge_middlewares(
+            settings, route_of, cors_preflight(cors, _route_for), cors.trusted
+        ),
         auth.policy_middleware(policy, route_of),
     ]
     app = web.Application(
@@ -151,6 +168,8 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings
+    if cors.enabled:
+        app.on_response_prepare.append(add_allow_origin(cors, route_of))
     app[AUTH] = policy
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
     app[EVENTS] = EventBus(settings.ui.events_queue)
@@ -162,6 +181,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
+    app[INFLIGHT] = inflight
     app.cleanup_ctx.extend(
         [
             _client_session,
@@ -197,7 +217,11 @@ def create_backend_ui_app(main: web.Application) -> web.Application:
     settings = main[SETTINGS]
     route_of = admin.listener_route_of
     guarded = guards.edge_middlewares(admin.listener_settings(settings), route_of)
-    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    middlewares: list[Any] = [
+        edge_errors(settings, route_of),
+        inflight_middleware(main[INFLIGHT]),
+        *guarded,
+    ]
     app = web.Application(middlewares=middlewares)
     app[MAIN_APP] = main
     app.on_startup.append(admin.share_resources)
@@ -217,7 +241,11 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         app[SESSION] = session
         runtime = app[SETTINGS].runtime
         app[PROXY] = Proxy(
-            session, idle_timeout=runtime.stream_idle_timeout, connect_window=runtime.load_timeout
+            session,
+            idle_timeout=runtime.stream_idle_timeout,
+            response_timeout=runtime.response_timeout,
+            connect_window=runtime.load_timeout,
+            inflight=app[INFLIGHT],
         )
         yield
         await app[PROXY].close()
@@ -232,6 +260,12 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         analytics=settings.analytics,
     )
     app[STORE] = store
+
+    def incident(info: dict[str, Any]) -> None:  # router/store/file_watch.py
+        app[METRICS].store_replaced.inc()
+        app[EVENTS].publish("store_replaced", **info)  # the WebUI's banner
+
+    store.on_incident = incident
     app[LOAD_TIMES].seed(await store.load_durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None

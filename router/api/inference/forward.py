@@ -253,7 +253,7 @@ async def _serve(
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
-    _check_served(route, config, lane, request, backend_path)
+    _check_served(route, config, public_id, lane, request, backend_path)
     for resend in (False, True):
         lease = await request.app[RUNTIMES].ensure(config, lane)
         info.queue_wait_ms += lease.queue_wait_ms
@@ -312,10 +312,11 @@ async def _send(
         result.status = response.status
         return response
     runtime = lease.runtime
-    rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id)
+    path_qs = override.path_qs or request.rel_url.raw_path_qs
+    also = _answered_paths(runtime, config, _path(path_qs))
+    rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id, also)
     if override.on_lease is not None:
         rewriter = override.on_lease(lease, rewriter)
-    path_qs = override.path_qs or request.rel_url.raw_path_qs
     selection = override.selection
     # The config's template kwargs go with every chat completion the backend gets, whatever
     # surface the client spoke (an Ollama /api/chat becomes one).
@@ -341,6 +342,19 @@ async def _send(
     if result.backend_failed:
         request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
     return response
+
+
+_NATIVE_COMPLETION = frozenset({"/completion", "/completions"})
+
+
+def _answered_paths(runtime: Runtime, config: ModelConfig, path: str) -> tuple[str, ...]:
+    """llama-server's native /completion answer names the model by its file's absolute path
+    (not its --alias): that path too becomes the public ID. Other answers never carry it, so
+    their rewriting stays free."""
+    if runtime.spec.family is not Family.LLAMACPP or path not in _NATIVE_COMPLETION:
+        return ()
+    model_file = config.model_file(runtime.spec.lane)
+    return (str(model_file),) if model_file is not None else ()
 
 
 def _overhead(info: RequestInfo, result: ProxyResult, wait_s: float) -> Callable[[], float]:
@@ -401,10 +415,16 @@ def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
 
 
 def _check_served(
-    route: Route, config: ModelConfig, lane: Lane, request: web.Request, backend_path: str
+    route: Route,
+    config: ModelConfig,
+    public_id: str,
+    lane: Lane,
+    request: web.Request,
+    backend_path: str,
 ) -> None:
+    # Messages name the ID the client used (an image model's own ID, an alias), never a file.
     if lane not in config.lanes:
-        raise BadRequest(f"model {config.id!r} has no {lane} component; {_use_instead(config)}")
+        raise BadRequest(f"model {public_id!r} has no {lane} component; {_use_instead(config)}")
     if config.backend_mode is BackendMode.VLLM and not route.vllm:
         raise RouteNotFound(request.path)  # vLLM's strict allowlist (S23): never forwarded
     family = family_for(config.backend_mode, lane)
@@ -412,7 +432,7 @@ def _check_served(
         raise BadRequest(f"{lane} requests are not served under backend_mode {config.backend_mode}")
     if not adapter_for(family).serves(backend_path, request.method):
         raise BadRequest(
-            f"{request.method} {request.path} is not served by {family} for model {config.id!r}; "
+            f"{request.method} {request.path} is not served by {family} for model {public_id!r}; "
             f"{_use_instead(config)}"
         )
 
