@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cluster.test_nodes import TOKEN
 from tests.harness import RouterHarness, free_port
+from tests.lending.test_nodes import folder
 from tests.router_process import RouterProcess, new_router
-from tests.test_cluster_nodes import TOKEN
-from tests.test_lending_nodes import folder
 from tests.ui.conftest import wait_until
 
 TEXT_LINKS = "/router/v1/site/text-routing-groups"

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from playwright.sync_api import Page, expect
 
+from tests.cluster.test_guardians import vision_model
 from tests.harness import RouterHarness
 from tests.router_process import RouterProcess
-from tests.test_guardians import vision_model
 from tests.ui import test_login
 from tests.ui.conftest import GuardedPage, UiRouter
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.cluster.test_nodes import Cluster, cluster, listed_ids, start_all, until
 from tests.harness import RouterHarness
-from tests.test_cluster_nodes import Cluster, cluster, listed_ids, start_all, until
 from tests.ui.conftest import GuardedPage, UiRouter
 
 

@@ -23,7 +23,7 @@ from router.config import (
 from router.config.load import placeholder_reason
 from router.config.schema import split_bind
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs" / "router.example.yaml"
 REFERENCE = ROOT / "docs" / "configuration.md"
 

@@ -17,7 +17,7 @@ from router.config.kcpps import KcppsError, parse_kcpps
 from router.domain import BackendMode, Lane
 
 BASE = Path("/srv/kcpps")
-EXAMPLES = Path(__file__).resolve().parent.parent / "configs" / "kcpps"
+EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "kcpps"
 
 
 def parse(

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from router import __version__
+from tests.cluster.test_nodes import AUTH, until
 from tests.harness import RouterHarness
+from tests.lending.test_nodes import LINK, TEXT_LINKS, slave_known, two_nodes
 from tests.router_process import RouterProcess, tmp_harness
-from tests.test_cluster_nodes import AUTH, until
-from tests.test_lending_nodes import LINK, TEXT_LINKS, slave_known, two_nodes
 
 __all__ = ["tmp_harness"]
 

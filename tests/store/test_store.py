@@ -24,7 +24,7 @@ from router.store.db import discover_migrations
 from router.store.rows import Raw
 from tests.harness import raw_record
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MARKER = "ZZ-PROMPT-MARKER-7f3a9c"
 
 

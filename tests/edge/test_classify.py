@@ -14,7 +14,7 @@ from router.classify import ROUTES, BodyMode, Match, match, routes_markdown
 from router.domain import Family, Lane, Role, Surface
 from router.errors import MethodNotAllowed, RouteNotFound
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "routes.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "routes.md"
 
 # (method, path, handler, lane, surface) for at least one member of every route family.
 EXPECTED = [

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 
+from tests.cluster.test_nodes import until
 from tests.harness import RouterHarness
+from tests.lending.test_nodes import rows, slave_known, summary_leases, two_nodes
 from tests.router_process import tmp_harness
-from tests.test_cluster_nodes import until
-from tests.test_lending_nodes import rows, slave_known, summary_leases, two_nodes
 
 __all__ = ["tmp_harness"]
 

@@ -22,7 +22,7 @@ from backends.recipes import (
     load_recipes,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WRITE = (
     "import os, sys; p = sys.argv[1] + '/bin'; os.makedirs(p, exist_ok=True);"
     "open(p + '/tool', 'w').write('#!/bin/sh\\necho ' + sys.argv[2] + '\\nexit ' + sys.argv[3]);"

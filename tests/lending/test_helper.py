@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from router.appkeys import DECISIONS
+from tests.cluster.test_nodes import AUTH, TOKEN, served_rows, until
 from tests.harness import RouterHarness, free_port
+from tests.lending.test_nodes import TEXT_LINKS, folder
 from tests.router_process import RouterProcess, new_router, tmp_harness
-from tests.test_cluster_nodes import AUTH, TOKEN, served_rows, until
-from tests.test_lending_nodes import TEXT_LINKS, folder
 
 __all__ = ["tmp_harness"]
 

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cluster.test_nodes import AUTH, TOKEN, served_rows, until
 from tests.harness import RouterHarness, free_port
 from tests.router_process import RouterProcess, new_router, tmp_harness
-from tests.test_cluster_nodes import AUTH, TOKEN, served_rows, until
 
 __all__ = ["tmp_harness"]
 

@@ -12,10 +12,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.cluster.test_nodes import AUTH, until
 from tests.harness import RouterHarness, free_port
-from tests.router_process import tmp_harness
-from tests.test_cluster_nodes import AUTH, until
-from tests.test_lending_nodes import (
+from tests.lending.test_nodes import (
     QUICK,
     TEXT_LINKS,
     TOKENS,
@@ -29,6 +28,7 @@ from tests.test_lending_nodes import (
     speeds,
     summary_leases,
 )
+from tests.router_process import tmp_harness
 
 __all__ = ["tmp_harness"]
 

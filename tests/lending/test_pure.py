@@ -1,6 +1,6 @@
 """Lending links, the pure parts (router/cluster/lending.py): eligibility, the site body with
 its all-or-nothing rule, and replacing an anchor's links
-(pricing, leases and planning: tests/test_lending_plan.py)."""
+(pricing, leases and planning: tests/lending/test_plan.py)."""
 
 from __future__ import annotations
 

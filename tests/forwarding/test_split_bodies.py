@@ -23,9 +23,9 @@ import pytest
 
 from router.appkeys import CATALOG, COMFY
 from router.domain import Lane
+from tests.comfy.test_jobs import form, video_workflow, wait_done
 from tests.fakes.fake_backend import tiny_png
 from tests.harness import RouterHarness, harness_fixture, wav_bytes
-from tests.test_comfy_jobs import form, video_workflow, wait_done
 
 pytestmark = pytest.mark.timeout(180)
 
