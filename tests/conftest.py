@@ -1,5 +1,5 @@
 """Shared fixtures: `harness` is a real router on a real socket with fake backends; after the
-test the router is closed and no backend process may outlive it (tests/harness.py)."""
+test the router is closed and no backend process may outlive it (tests/support/harness.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness, harness_fixture
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.fakes.wrappers import write_fake_binary
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 ADMIN = "adm-cli-control-3c9d5e71"
 CLI = [sys.executable, "-m", "router.cli"]

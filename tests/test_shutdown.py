@@ -18,9 +18,9 @@ import aiohttp
 import httpx
 import psutil
 
-from tests.harness import RouterHarness, SseEvent, chat, read_sse, wait_for
-from tests.proctree import reap_zombie_children
-from tests.router_process import gone, new_router, tmp_harness
+from tests.support.harness import RouterHarness, SseEvent, chat, read_sse, wait_for
+from tests.support.proctree import reap_zombie_children
+from tests.support.router_process import gone, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]  # the fixture, imported for pytest
 

@@ -25,7 +25,7 @@ from router.appkeys import EVENTS
 from router.config import Settings
 from router.domain import Family
 from router.setup import SetupJob
-from tests.harness import RouterHarness, wait_for
+from tests.support.harness import RouterHarness, wait_for
 
 INIT = "/router/v1/site/nodes/backends/init"
 STATE = "/router/v1/site/nodes/state"

@@ -29,7 +29,7 @@ from backends.registry import adapter_for
 from router.config import ModelConfig, ProgramSection, Settings
 from router.config.schema import ModelsSection, VllmSection
 from router.domain import BackendMode, Family, Lane
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 ROOT = Path("/models")
 CMD = ("prog",)

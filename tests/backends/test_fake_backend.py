@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 
 from backends.process import SupervisedProcess
-from tests import proctree
 from tests.fakes import fake_backend as fb
 from tests.fakes.wrappers import fake_argv, write_fake_binary
-from tests.harness import free_port
+from tests.support import proctree
+from tests.support.harness import free_port
 
 pytestmark = pytest.mark.timeout(60)
 HOST = "127.0.0.1"

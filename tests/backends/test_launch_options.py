@@ -15,7 +15,7 @@ from router.config import Settings
 from router.domain import Family
 from router.setup import LaunchOptions
 from tests.fakes.wrappers import _write_script, write_fake_binary
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 OPTS = "/router/v1/site/nodes/backends/launch-options"
 

@@ -20,8 +20,8 @@ import pytest
 from backends import process as proc_mod
 from backends import watchdog as wd
 from backends.process import ProcState, ProcStateError, SupervisedProcess, reap_stale
-from tests import proctree
 from tests.fakes.wrappers import fake_argv, write_setsid_wrapper
+from tests.support import proctree
 
 pytestmark = pytest.mark.timeout(60)
 PY = sys.executable

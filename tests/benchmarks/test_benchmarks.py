@@ -1,4 +1,4 @@
-"""Benchmarks through a real router (tests/harness.py) with fake backends and a real SQLite file:
+"""Benchmarks through a real router (tests/support/harness.py) with fake backends and a real SQLite file:
 `POST /router/v1/benchmarks/run`, `GET /router/v1/benchmarks`, `/router/v1/models`' benchmark
 field, progress on `/router/v1/events`, one run per node, and `tensor-router benchmark`."""
 
@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from router.appkeys import EVENTS
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 RUN = "/router/v1/benchmarks/run"
 LIST = "/router/v1/benchmarks"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from router.cluster.guardians import Assignment, carries_images, parse_assignment, resolve
 from router.errors import BadRequest
-from tests.harness import RouterHarness, read_sse
+from tests.support.harness import RouterHarness, read_sse
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 URL = "/router/v1/site/guardian-models"

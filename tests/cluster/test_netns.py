@@ -23,8 +23,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.harness import PROGRAM_SECTIONS, RouterHarness
-from tests.router_process import CLI, tmp_harness
+from tests.support.harness import PROGRAM_SECTIONS, RouterHarness
+from tests.support.router_process import CLI, tmp_harness
 
 __all__ = ["tmp_harness"]
 

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness import RouterHarness, free_port, read_sse, wav_bytes
-from tests.router_process import CLI, RouterProcess, new_router, tmp_harness
+from tests.support.harness import RouterHarness, free_port, read_sse, wav_bytes
+from tests.support.router_process import CLI, RouterProcess, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]
 

@@ -280,7 +280,7 @@ async def test_the_node_client_reads_a_large_answer_sent_in_pieces() -> None:
     from aiohttp import web
 
     from router.cluster import NodeClient
-    from tests.harness import free_port
+    from tests.support.harness import free_port
 
     models = [{"local_id": f"model-{i:03d}", "filename": "x" * 1500} for i in range(200)]
     body = json.dumps({"protocol": PROTOCOL_VERSION, "node_id": "a",

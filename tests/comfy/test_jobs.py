@@ -25,7 +25,7 @@ from router.comfy.serve import Unsatisfiable, parse_range
 from router.comfy.transcode import container_of, transcode_argv
 from router.media import ffmpeg as media_ffmpeg
 from tests.fakes.fake_backend import KOBOLD_PROMPT_ID, tiny_png
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ import pytest
 from router.config import evicts, static_lanes
 from router.config.unload_policy import PolicyError, parse_triggers
 from router.domain import BackendMode, Lane
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 
 def test_bare_value_and_array_forms() -> None:

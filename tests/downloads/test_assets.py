@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.download_helpers import download_settings, hub_fixture
 from tests.fakes.fake_hub import COMMIT, FakeHub
-from tests.harness import RouterHarness, harness_fixture
-from tests.site_helpers import site_settings
+from tests.support.download_helpers import download_settings, hub_fixture
+from tests.support.harness import RouterHarness, harness_fixture
+from tests.support.site_helpers import site_settings
 
 ASSETS = "/router/v1/site/model-assets"
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.download_helpers import (
+from tests.fakes.fake_hub import COMMIT, TOKEN, FakeHub
+from tests.support.download_helpers import (
     BASE,
     download_settings,
     hub_fixture,
@@ -18,8 +19,7 @@ from tests.download_helpers import (
     wait_bytes,
     wait_job,
 )
-from tests.fakes.fake_hub import COMMIT, TOKEN, FakeHub
-from tests.harness import RouterHarness, free_port, harness_fixture, read_sse
+from tests.support.harness import RouterHarness, free_port, harness_fixture, read_sse
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ import httpx
 import pytest
 import yaml
 
-from tests.download_helpers import BASE, hub_fixture, library_files, wait_bytes, wait_job
 from tests.fakes.fake_hub import FakeHub
-from tests.harness import RouterHarness
-from tests.router_process import CLI, RouterProcess, new_router, tmp_harness
+from tests.support.download_helpers import BASE, hub_fixture, library_files, wait_bytes, wait_job
+from tests.support.harness import RouterHarness
+from tests.support.router_process import CLI, RouterProcess, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]  # the fixture, imported for pytest
 

@@ -24,8 +24,8 @@ from router import app as app_module
 from router.api import meta
 from router.appkeys import METRICS
 from router.errors import BadGateway
-from tests.harness import RouterHarness, harness_fixture
-from tests.router_process import new_router, tmp_harness
+from tests.support.harness import RouterHarness, harness_fixture
+from tests.support.router_process import new_router, tmp_harness
 
 __all__ = ["tmp_harness"]  # the fixture, imported for pytest
 
@@ -226,7 +226,7 @@ async def test_s1_trickling_sockets_from_one_address_do_not_starve_other_clients
     (before,), failed = await probe((router.port,), n)
     assert failed == []
     attacker = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.trickler", str(router.port), "127.0.0.2", str(attackers), "2",
+        sys.executable, "-m", "tests.support.trickler", str(router.port), "127.0.0.2", str(attackers), "2",
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

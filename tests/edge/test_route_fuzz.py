@@ -33,7 +33,7 @@ from router.api.anthropic import check_messages
 from router.api.comfy import history_edits
 from router.classify import ROUTES, BodyMode, Route
 from router.errors import BadRequest
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness, harness_fixture
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -14,7 +14,7 @@ import pytest
 from router.appkeys import AUTH
 from router.config import Settings
 from router.edge.ui_sessions import COOKIE_NAME, LoginLimiter, UiSessions
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 ADMIN_KEY = "adm-3f9c1e27b5d84a60"
 INFERENCE_KEY = "inf-7a2d94c0e1b85f36"

@@ -11,8 +11,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.harness import RouterHarness
-from tests.proctree import live_descendants
+from tests.support.harness import RouterHarness
+from tests.support.proctree import live_descendants
 
 MODES = ["llama_sdcpp", "kobold", "vllm"]
 

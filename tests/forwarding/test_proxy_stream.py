@@ -1,6 +1,6 @@
 """Reliability matrix R9, R10, R20-R23, R30-R32: streaming through the router.
 
-A real router on a real socket (tests/harness.py), fake backends launched through the real
+A real router on a real socket (tests/support/harness.py), fake backends launched through the real
 supervisor. Each test is named after its matrix row and ends with no backend process left.
 """
 
@@ -22,7 +22,7 @@ from aiohttp import web
 
 from router.domain import Lane
 from tests.fakes.wrappers import fake_argv
-from tests.harness import (
+from tests.support.harness import (
     RouterHarness,
     SseEvent,
     chat,

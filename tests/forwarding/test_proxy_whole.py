@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from router.appkeys import RECORDER
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 
 def _request(port: int, body: bytes) -> bytes:

@@ -25,7 +25,7 @@ from router.appkeys import CATALOG, COMFY
 from router.domain import Lane
 from tests.comfy.test_jobs import form, video_workflow, wait_done
 from tests.fakes.fake_backend import tiny_png
-from tests.harness import RouterHarness, harness_fixture, wav_bytes
+from tests.support.harness import RouterHarness, harness_fixture, wav_bytes
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -10,7 +10,7 @@ import pytest
 
 from router.errors import BadRequest
 from router.forwarding import merge_chat_template_kwargs
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 
 def test_merge_precedence_and_refusals() -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from router.classify import ROUTES, Route
 from router.domain import Lane
-from tests.harness import RouterHarness, chat, read_sse
+from tests.support.harness import RouterHarness, chat, read_sse
 
 MODEL = "vl"  # one vLLM config with a text, an embeddings and a transcription model
 

@@ -17,7 +17,7 @@ from router.config import AnalyticsSection
 from router.store import Store
 from router.store import store as store_module
 from router.store.lending import DecisionFilter
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 DECISIONS_PATH = "/router/v1/site/offload/decisions"
 SETTINGS_PATH = "/router/v1/site/offload/settings"

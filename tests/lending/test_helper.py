@@ -19,9 +19,9 @@ import pytest
 
 from router.appkeys import DECISIONS
 from tests.cluster.test_nodes import AUTH, TOKEN, served_rows, until
-from tests.harness import RouterHarness, free_port
 from tests.lending.test_nodes import TEXT_LINKS, folder
-from tests.router_process import RouterProcess, new_router, tmp_harness
+from tests.support.harness import RouterHarness, free_port
+from tests.support.router_process import RouterProcess, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]
 

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 
 from tests.cluster.test_nodes import until
-from tests.harness import RouterHarness
 from tests.lending.test_nodes import rows, slave_known, summary_leases, two_nodes
-from tests.router_process import tmp_harness
+from tests.support.harness import RouterHarness
+from tests.support.router_process import tmp_harness
 
 __all__ = ["tmp_harness"]
 

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from tests.cluster.test_nodes import AUTH, until
-from tests.harness import RouterHarness, free_port
 from tests.lending.test_nodes import (
     QUICK,
     TEXT_LINKS,
@@ -28,7 +27,8 @@ from tests.lending.test_nodes import (
     speeds,
     summary_leases,
 )
-from tests.router_process import tmp_harness
+from tests.support.harness import RouterHarness, free_port
+from tests.support.router_process import tmp_harness
 
 __all__ = ["tmp_harness"]
 

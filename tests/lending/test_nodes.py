@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from tests.cluster.test_nodes import AUTH, TOKEN, served_rows, until
-from tests.harness import RouterHarness, free_port
-from tests.router_process import RouterProcess, new_router, tmp_harness
+from tests.support.harness import RouterHarness, free_port
+from tests.support.router_process import RouterProcess, new_router, tmp_harness
 
 __all__ = ["tmp_harness"]
 

@@ -16,9 +16,9 @@ import yaml
 
 from router import __version__
 from tests.cluster.test_nodes import AUTH, until
-from tests.harness import RouterHarness
 from tests.lending.test_nodes import LINK, TEXT_LINKS, slave_known, two_nodes
-from tests.router_process import RouterProcess, tmp_harness
+from tests.support.harness import RouterHarness
+from tests.support.router_process import RouterProcess, tmp_harness
 
 __all__ = ["tmp_harness"]
 

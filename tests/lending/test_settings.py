@@ -14,8 +14,8 @@ import yaml
 
 from router.config import SettingsError, load_settings
 from router.config.schema import LendingSettings
-from tests.harness import RouterHarness
-from tests.router_process import new_router, tmp_harness
+from tests.support.harness import RouterHarness
+from tests.support.router_process import new_router, tmp_harness
 
 __all__ = ["tmp_harness"]
 

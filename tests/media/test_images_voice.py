@@ -16,7 +16,7 @@ import pytest
 
 from router.config import Settings
 from router.media import ffmpeg
-from tests.harness import RouterHarness, wav_bytes
+from tests.support.harness import RouterHarness, wav_bytes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,7 +22,7 @@ import ollama
 import pytest
 from aiohttp import web
 
-from tests.harness import RouterHarness, free_port
+from tests.support.harness import RouterHarness, free_port
 
 CHAT_BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 GENERATE_BODY = {"model": "m", "prompt": "hi", "stream": True}

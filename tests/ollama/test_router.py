@@ -9,7 +9,7 @@ from pathlib import Path
 import ollama
 import pytest
 
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness, harness_fixture
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from backends.base import built_backends_dir
 from router.demo_models import generate_text_models
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 REAL_DIR = Path(__file__).parent
 READY_TIMEOUT_S = 30.0

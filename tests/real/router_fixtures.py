@@ -1,6 +1,6 @@
 """Fixtures for the real-backend tests that go through the router (test_router_*.py).
 
-The router runs in-process on a real socket (tests/harness.py RouterHarness) with its program
+The router runs in-process on a real socket (tests/support/harness.py RouterHarness) with its program
 sections pointing at the real llama-server, whisper-server and sd-server; the demo models are
 generated once per session. A missing binary fails (never skips): a green run must mean the
 real backends answered. Import the fixtures by name into a test module.
@@ -23,8 +23,8 @@ import pytest
 
 from backends.base import built_backends_dir
 from router.demo_models import generate_text_models, write_kcpps, write_text_kcpps
-from tests.harness import RouterHarness
-from tests.proctree import live_descendants
+from tests.support.harness import RouterHarness
+from tests.support.proctree import live_descendants
 
 LLAMA_ARGS = ["-t", "1"]  # one thread: two cores shared with other jobs
 SDXS_CACHE = Path(

@@ -10,9 +10,9 @@ from openai import AsyncOpenAI
 
 from router.demo_models import write_text_kcpps
 from tests.cluster.test_nodes import cluster, listed_ids, served_models, start_all, until
-from tests.harness import RouterHarness
 from tests.real.router_fixtures import LLAMA_ARGS, demo_text
-from tests.router_process import tmp_harness
+from tests.support.harness import RouterHarness
+from tests.support.router_process import tmp_harness
 
 __all__ = ["demo_text", "tmp_harness"]
 

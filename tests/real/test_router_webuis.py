@@ -16,10 +16,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness import RouterHarness, read_sse
 from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_demo_text_kcpps
-from tests.webui_helpers import ADMIN, UiListener, enable, open_ui, secure, start_ui, ui_fixture
+from tests.support.harness import RouterHarness, read_sse
+from tests.support.webui_helpers import (
+    ADMIN,
+    UiListener,
+    enable,
+    open_ui,
+    secure,
+    start_ui,
+    ui_fixture,
+)
 
 demo_text = fx.demo_text
 real_harness = fx.real_harness

@@ -30,8 +30,8 @@ from router.demo_models.whisper_ggml import (
     write_test_wav,
     write_whisper_ggml,
 )
-from tests.harness import free_port
 from tests.real.router_fixtures import backend_binary
+from tests.support.harness import free_port
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 

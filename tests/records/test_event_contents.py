@@ -16,7 +16,7 @@ from router.config import Settings
 from router.records.load_times import LoadTimes
 from router.runtime.activity import ActivityReporter
 from router.runtime.progress import MAX_PHASE, LoadProgress, parse_line
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 # --- pure parts --------------------------------------------------------------------------
 

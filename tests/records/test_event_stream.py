@@ -13,7 +13,7 @@ import httpx
 from router.appkeys import EVENTS
 from router.config import Settings
 from router.records import EventBus
-from tests.harness import RouterHarness, wait_for
+from tests.support.harness import RouterHarness, wait_for
 
 
 def settings(h: RouterHarness, **ui: Any) -> Settings:

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 CHAT = "/v1/chat/completions"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 
 async def test_chat_loads_on_demand_and_answers(harness: RouterHarness) -> None:

@@ -1,6 +1,6 @@
 """Reliability matrix R1-R3, R5-R8, R13, R14: a backend's life as the router sees it.
 
-A real router on a real socket (tests/harness.py), fake backends launched through the real
+A real router on a real socket (tests/support/harness.py), fake backends launched through the real
 supervisor. Each test is named after its matrix row and ends with no backend process left.
 """
 
@@ -22,7 +22,7 @@ import pytest
 from backends.process import SupervisedProcess
 from router.runtime import loader
 from tests.fakes.wrappers import fake_argv
-from tests.harness import RouterHarness, chat, free_port, wait_for
+from tests.support.harness import RouterHarness, chat, free_port, wait_for
 
 # Shared 2-core box: timing bounds get this much slack on top of the ideal.
 SLACK = 0.3

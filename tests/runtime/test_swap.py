@@ -1,6 +1,6 @@
 """Reliability matrix R15-R18: swapping models on one lane without losing or hanging requests.
 
-A real router on a real socket (tests/harness.py), fake backends launched through the real
+A real router on a real socket (tests/support/harness.py), fake backends launched through the real
 supervisor. Each test is named after its matrix row and ends with no backend process left.
 """
 
@@ -13,7 +13,7 @@ import time
 import httpx
 
 from router.runtime import RuntimeState
-from tests.harness import RouterHarness, SseEvent, chat, stream_chat
+from tests.support.harness import RouterHarness, SseEvent, chat, stream_chat
 
 CHAT = "/v1/chat/completions"
 

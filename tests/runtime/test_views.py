@@ -16,7 +16,7 @@ from router.config import ModelConfig, Settings
 from router.domain import BackendMode, Lane
 from router.records import EventBus
 from router.runtime import Loader, Runtime, RuntimeManager, RuntimeState, spec_for
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 
 async def _until(condition: Callable[[], bool], bound: float = 20.0) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from router.appkeys import CATALOG
-from tests.harness import RouterHarness, chat
-from tests.site_helpers import count_reads, site_settings, write
+from tests.support.harness import RouterHarness, chat
+from tests.support.site_helpers import count_reads, site_settings, write
 
 ASSETS = "/router/v1/site/model-assets"
 

@@ -1,6 +1,6 @@
 """Config-file routes and the catalog reload (router/api/site_configs.py) on a real router.
 
-Every test runs the real app on a real socket with fake backends (tests/harness.py); waits are
+Every test runs the real app on a real socket with fake backends (tests/support/harness.py); waits are
 for the `catalog` event on the router's event bus (or its /router/v1/events stream), bounded
 for a busy 2-core machine where the disk watcher polls every 2 s.
 """
@@ -22,7 +22,7 @@ import pytest
 from router.appkeys import EVENTS
 from router.records.events import Event
 from router.site import configs
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness, harness_fixture
 
 SITE = "/router/v1/site/config-file"
 EVENT_WAIT = 20.0  # two poll periods plus a loaded CI box

@@ -18,7 +18,7 @@ from router.config.kcpps import AUX_COMPONENTS
 from router.domain import BackendMode
 from router.records.events import Event
 from router.site import cook
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness, harness_fixture
 
 COOK = "/router/v1/site/cook"
 EVENT_WAIT = 20.0

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from router.appkeys import STORE
 from router.demo_models.gguf_llama import write_llama_gguf
-from tests.harness import RouterHarness, chat
-from tests.site_helpers import count_reads, site_settings, write
+from tests.support.harness import RouterHarness, chat
+from tests.support.site_helpers import count_reads, site_settings, write
 
 INV = "/router/v1/site/inventory"
 HASH = "/router/v1/site/model-files/hash"

@@ -19,7 +19,7 @@ from router.config import AnalyticsSection
 from router.domain import Surface
 from router.errors import BadRequest, RouterError, render
 from router.store import Store
-from tests.harness import raw_record
+from tests.support.harness import raw_record
 
 SITE = "/router/v1/site"
 ClientFactory = Callable[[web.Application], Awaitable[TestClient]]

@@ -20,7 +20,7 @@ from router.store import Store
 from router.store import ranges as rg
 from router.store.db import connect, discover_migrations, migrate
 from router.store.rows import INSERT_EVENT, row_from_raw
-from tests.harness import RouterHarness, raw_record
+from tests.support.harness import RouterHarness, raw_record
 
 NOW = 1_796_000_000.0  # the anchor passed as `now` / `to`; events are seeded before it
 

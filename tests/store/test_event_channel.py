@@ -19,7 +19,7 @@ from router.config import AnalyticsSection
 from router.store import Store, event_writer
 from router.store.channel import FRAME_ROWS
 from router.store.rows import COLUMNS, Raw, row_from_raw
-from tests.harness import raw_record
+from tests.support.harness import raw_record
 
 SCRIPT = Path(event_writer.__file__).resolve()
 

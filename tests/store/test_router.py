@@ -18,7 +18,7 @@ import yaml
 
 from router.appkeys import STORE
 from tests.fakes.wrappers import write_fake_binary
-from tests.harness import RouterHarness, chat, free_port
+from tests.support.harness import RouterHarness, chat, free_port
 
 ADMIN = "adm-store-test-7f3a91c2"
 

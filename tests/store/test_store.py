@@ -22,7 +22,7 @@ from router.store import CaptureFilter, Store, argv_without_secrets, sanitize_kc
 from router.store import writer as writer_module
 from router.store.db import discover_migrations
 from router.store.rows import Raw
-from tests.harness import raw_record
+from tests.support.harness import raw_record
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "ZZ-PROMPT-MARKER-7f3a9c"

@@ -1,6 +1,6 @@
 """Browser tests of the admin WebUI: Debian's chromium driven by Playwright for Python.
 
-One real router subprocess per session (tests/router_process.py) with fake backends and a
+One real router subprocess per session (tests/support/router_process.py) with fake backends and a
 seeded store serves every test; each test gets a fresh browser context and the `ui` fixture,
 a guarded page that fails the test on a console error, a page error, a CSP violation, a
 request to another origin, an unexpected 4xx/5xx answer or an API path that doubles a base
@@ -22,8 +22,8 @@ import httpx
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, Request, Response, expect
 
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness
+from tests.support.router_process import RouterProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [

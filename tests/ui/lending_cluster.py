@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from tests.cluster.test_nodes import TOKEN
-from tests.harness import RouterHarness, free_port
 from tests.lending.test_nodes import folder
-from tests.router_process import RouterProcess, new_router
+from tests.support.harness import RouterHarness, free_port
+from tests.support.router_process import RouterProcess, new_router
 from tests.ui.conftest import wait_until
 
 TEXT_LINKS = "/router/v1/site/text-routing-groups"
@@ -95,7 +95,7 @@ def build(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
 
 @pytest.fixture(scope="module")
 def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster]:
-    # Not tests.router_process.tmp_harness: its no-survivor check would count the session's
+    # Not tests.support.router_process.tmp_harness: its no-survivor check would count the session's
     # browser processes; each router here is killed at the end and its backends with it.
     h = RouterHarness(tmp_path_factory.mktemp("lending-ui"))
     h.routers = []  # type: ignore[attr-defined]

@@ -14,8 +14,8 @@ import yaml
 from playwright.sync_api import Page, expect
 
 from tests.cluster.test_guardians import vision_model
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness
+from tests.support.router_process import RouterProcess
 from tests.ui import test_login
 from tests.ui.conftest import GuardedPage, UiRouter
 

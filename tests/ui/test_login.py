@@ -14,8 +14,8 @@ import pytest
 import yaml
 from playwright.sync_api import Page, Route, expect
 
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness
+from tests.support.router_process import RouterProcess
 from tests.ui.conftest import GuardedPage, UiRouter
 
 ADMIN_KEY = "adm-ui-5c1e9f3a7b2d4e60"

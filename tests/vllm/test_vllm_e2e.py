@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from router.config.schema import VllmSection
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness, harness_fixture
 
 pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from router.webuis import COOKIE, TICKET_PARAM, TokenStore
-from tests.harness import RouterHarness, chat, read_sse
-from tests.webui_helpers import (
+from tests.support.harness import RouterHarness, chat, read_sse
+from tests.support.webui_helpers import (
     ADMIN,
     INFERENCE,
     UiListener,

@@ -14,7 +14,7 @@ from aiohttp import web
 from router import server
 from router.app import create_app
 from router.config import Settings
-from tests.harness import RouterHarness, free_port
+from tests.support.harness import RouterHarness, free_port
 
 
 def free_pair() -> int:

@@ -10,7 +10,7 @@ from typing import Any
 from router.appkeys import SITE_FILES
 from router.config import Settings
 from router.site import Digest, FileStat, digest_file
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 
 def site_settings(h: RouterHarness, **limits: Any) -> Settings:

@@ -16,7 +16,7 @@ from router.appkeys import SETTINGS, WEBUIS
 from router.config import Settings
 from router.edge import listener
 from router.webuis import Listener, WebUIs
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 ADMIN, INFERENCE = "adm-key-0123456789", "inf-key-0123456789"
 

@@ -1,4 +1,4 @@
-"""S1's attacker, run as its own process (`python -m tests.trickler PORT PEER N TICK`) so its
+"""S1's attacker, run as its own process (`python -m tests.support.trickler PORT PEER N TICK`) so its
 event loop does not share the measuring test's: N sockets from PEER, each sending a request
 head one byte per TICK seconds and reconnecting when the router cuts it off. Prints `going`
 once every socket has sent two bytes on average; runs until killed."""

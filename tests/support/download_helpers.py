@@ -12,7 +12,7 @@ import httpx
 
 from router.config import DownloadsSection, Settings
 from tests.fakes.fake_hub import FakeHub
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 BASE = "/router/v1/site/download"
 TERMINAL = ("completed", "failed", "cancelled")

@@ -42,7 +42,7 @@ from router.config import PROGRAM_SECTIONS, Settings
 from router.edge import listener
 from router.runtime import RuntimeManager
 from tests.fakes.wrappers import _write_script, write_fake_binary
-from tests.proctree import live_descendants
+from tests.support.proctree import live_descendants
 
 
 class RouterHarness:

@@ -20,8 +20,8 @@ import psutil
 import pytest
 import yaml
 
-from tests.harness import PROGRAM_SECTIONS, RouterHarness, free_port, wait_for
-from tests.proctree import enable_subreaper, live_descendants, reap_zombie_children
+from tests.support.harness import PROGRAM_SECTIONS, RouterHarness, free_port, wait_for
+from tests.support.proctree import enable_subreaper, live_descendants, reap_zombie_children
 
 CLI = Path(sys.executable).with_name("tensor-router")
 
