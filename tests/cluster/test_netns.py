@@ -24,9 +24,7 @@ import pytest
 import yaml
 
 from tests.support.harness import PROGRAM_SECTIONS, RouterHarness
-from tests.support.router_process import CLI, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.router_process import CLI
 
 TOKEN = "netns-cluster-token-0123456789abcdef"
 INFERENCE, ADMIN = "netns-inference-key-0123456789", "netns-admin-key-0123456789abc"
@@ -111,17 +109,16 @@ def _config(h: RouterHarness, name: str, cluster: dict[str, Any]) -> Path:
 
 
 async def test_cluster_across_network_namespaces(netns: str, tmp_harness: RouterHarness) -> None:
-    h = tmp_harness
     tag = netns
     master_cfg = _config(
-        h, "m",
+        tmp_harness, "m",
         {"role": "master", "node_id": "m", "health_interval": "0.5s",
          "slave_urls": [f"http://10.77.1.2:{PORT}", f"http://10.77.2.2:{PORT}"]},
     )  # fmt: skip
     configs = {"m": master_cfg}
     for i in (1, 2):
         configs[f"s{i}"] = _config(
-            h, f"s{i}",
+            tmp_harness, f"s{i}",
             {"role": "slave", "node_id": f"s{i}", "sync_interval": "0.5s",
              "public_url": f"http://10.77.{i}.2:{PORT}", "master_url": f"http://10.77.{i}.1:{PORT}"},
         )  # fmt: skip
@@ -129,7 +126,7 @@ async def test_cluster_across_network_namespaces(netns: str, tmp_harness: Router
     logs: list[Any] = []
     try:
         for name, cfg in configs.items():
-            log = (h.tmp / f"{name}.log").open("wb")
+            log = (tmp_harness.tmp / f"{name}.log").open("wb")
             logs.append(log)
             argv = [
                 "ip",
@@ -155,7 +152,7 @@ async def test_cluster_across_network_namespaces(netns: str, tmp_harness: Router
                 except httpx.HTTPError:
                     pass
                 await asyncio.sleep(0.2)
-            tails = {n: (h.tmp / f"{n}.log").read_text()[-1500:] for n in configs}
+            tails = {n: (tmp_harness.tmp / f"{n}.log").read_text()[-1500:] for n in configs}
             assert ids == ["model-m", "model-s1", "model-s2"], tails
             for model in ("model-s1", "model-s2"):
                 body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}

@@ -10,18 +10,15 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.support.harness import RouterHarness, free_port, read_sse, wav_bytes
-from tests.support.router_process import CLI, RouterProcess, new_router, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.router_process import CLI, RouterProcess, new_router
 
 TOKEN = "cluster-token-for-tests-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -123,13 +120,8 @@ async def until(read: Callable[[], Awaitable[object]], want: object, deadline: f
     return await read() == want
 
 
-@pytest.fixture
-def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
-    yield tmp_harness
-
-
-async def test_master_lists_and_serves_a_slave_model(h: RouterHarness) -> None:
-    c = cluster(h, {"local-a": b"A"}, {"far-b": b"B"})
+async def test_master_lists_and_serves_a_slave_model(tmp_harness: RouterHarness) -> None:
+    c = cluster(tmp_harness, {"local-a": b"A"}, {"far-b": b"B"})
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: listed_ids(client), ["far-b", "local-a"])
@@ -167,8 +159,8 @@ async def test_master_lists_and_serves_a_slave_model(h: RouterHarness) -> None:
     assert rows["s1"][-1] == c.slaves[0].base
 
 
-async def test_node_routes_take_the_cluster_token_only(h: RouterHarness) -> None:
-    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+async def test_node_routes_take_the_cluster_token_only(tmp_harness: RouterHarness) -> None:
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"})
     await start_all(c)
     slave = c.slaves[0]
     async with httpx.AsyncClient(base_url=slave.base, timeout=10) as client:
@@ -185,8 +177,8 @@ async def test_node_routes_take_the_cluster_token_only(h: RouterHarness) -> None
         assert site.status_code == 404
 
 
-async def test_unknown_url_and_duplicate_identity_are_refused(h: RouterHarness) -> None:
-    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+async def test_unknown_url_and_duplicate_identity_are_refused(tmp_harness: RouterHarness) -> None:
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"})
     await c.master.start()
     snap: dict[str, Any] = {"protocol": 1, "node_id": "x", "node_url": "http://127.0.0.1:1"}
     async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
@@ -203,8 +195,10 @@ async def test_unknown_url_and_duplicate_identity_are_refused(h: RouterHarness) 
         )
 
 
-async def test_conflicting_identity_gets_a_suffix_and_ids_are_rewritten(h: RouterHarness) -> None:
-    c = cluster(h, {"q": b"master weights"}, {"q": b"other weights, other size"})
+async def test_conflicting_identity_gets_a_suffix_and_ids_are_rewritten(
+    tmp_harness: RouterHarness,
+) -> None:
+    c = cluster(tmp_harness, {"q": b"master weights"}, {"q": b"other weights, other size"})
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: listed_ids(client), ["q", "q-2"])
@@ -253,7 +247,9 @@ async def served_rows(node: RouterProcess) -> list[str]:
         return []
 
 
-async def test_r34_an_address_in_a_request_is_refused_and_never_called(h: RouterHarness) -> None:
+async def test_r34_an_address_in_a_request_is_refused_and_never_called(
+    tmp_harness: RouterHarness,
+) -> None:
     trap_hits: list[str] = []
     from aiohttp import web
 
@@ -268,7 +264,7 @@ async def test_r34_an_address_in_a_request_is_refused_and_never_called(h: Router
     trap_port = free_port()
     await web.TCPSite(runner, "127.0.0.1", trap_port).start()
     try:
-        c = cluster(h, {"a": b"A"}, {"b": b"B"})
+        c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"})
         await start_all(c)
         trap_url = f"http://127.0.0.1:{trap_port}"
         async with httpx.AsyncClient(base_url=c.master.base, timeout=10) as client:
@@ -287,8 +283,8 @@ async def test_r34_an_address_in_a_request_is_refused_and_never_called(h: Router
         await runner.cleanup()
 
 
-async def test_duplicate_identity_stops_the_slave(h: RouterHarness) -> None:
-    c = cluster(h, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
+async def test_duplicate_identity_stops_the_slave(tmp_harness: RouterHarness) -> None:
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
     # The second slave claims the first one's node id.
     text = c.slaves[1].config.read_text().replace("node_id: s2", "node_id: s1")
     c.slaves[1].config.write_text(text)
@@ -304,11 +300,11 @@ async def test_duplicate_identity_stops_the_slave(h: RouterHarness) -> None:
         assert await listed_ids(client) == ["a", "b"]
 
 
-async def test_r33_a_slave_killed_mid_stream(h: RouterHarness) -> None:
+async def test_r33_a_slave_killed_mid_stream(tmp_harness: RouterHarness) -> None:
     """The client's stream ends with an error event, the node is marked unhealthy, new requests
     go to the other replica, and the killed node rejoins after a restart."""
-    h.faults["llamacpp"] = "--tokens 400 --token-rate 20"
-    c = cluster(h, {}, {"shared": b"S"}, {"shared": b"S"})
+    tmp_harness.faults["llamacpp"] = "--tokens 400 --token-rate 20"
+    c = cluster(tmp_harness, {}, {"shared": b"S"}, {"shared": b"S"})
     await start_all(c)
     body = {"model": "shared", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     async with httpx.AsyncClient(base_url=c.master.base, timeout=60) as client:
@@ -326,7 +322,7 @@ async def test_r33_a_slave_killed_mid_stream(h: RouterHarness) -> None:
         assert "data: [DONE]" not in rest
         survivor = next(s for s in c.slaves if s is not victim)
         quick = {**body, "stream": False}
-        h.faults["llamacpp"] = ""
+        tmp_harness.faults["llamacpp"] = ""
         reply = await client.post("/v1/chat/completions", json=quick)
         assert reply.status_code == 200, reply.text
         assert await until(lambda: available_on(client, "shared"), [survivor.name])
@@ -350,13 +346,13 @@ async def available_on(client: httpx.AsyncClient, model_id: str) -> list[str]:
     return sorted(r["node_id"] for r in entry["replicas"] if r["available"]) if entry else []
 
 
-async def test_clients_use_two_slaves_through_the_master(h: RouterHarness) -> None:
+async def test_clients_use_two_slaves_through_the_master(tmp_harness: RouterHarness) -> None:
     """The openai and ollama clients, pointed at the master, use models on two slaves with
     streaming; one model with a replica on each slave is served by both in turn."""
     import ollama
     import openai
 
-    c = cluster(h, {}, {"alpha": b"A", "both": b"X"}, {"q": b"Q1 weights", "both": b"X"})
+    c = cluster(tmp_harness, {}, {"alpha": b"A", "both": b"X"}, {"q": b"Q1 weights", "both": b"X"})
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: listed_ids(client), ["alpha", "both", "q"])
@@ -394,8 +390,8 @@ async def test_clients_use_two_slaves_through_the_master(h: RouterHarness) -> No
     assert served == [True, True]
 
 
-async def test_site_apis_reach_a_slave_by_node_id(h: RouterHarness) -> None:
-    c = cluster(h, {"a": b"A"}, {"b": b"B", "b2": b"B2"})
+async def test_site_apis_reach_a_slave_by_node_id(tmp_harness: RouterHarness) -> None:
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B", "b2": b"B2"})
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: listed_ids(client), ["a", "b", "b2"])
@@ -416,11 +412,11 @@ async def test_site_apis_reach_a_slave_by_node_id(h: RouterHarness) -> None:
         assert unknown.status_code == 404
 
 
-async def test_flush_and_load_errors_cover_every_node(h: RouterHarness) -> None:
+async def test_flush_and_load_errors_cover_every_node(tmp_harness: RouterHarness) -> None:
     """Without a node filter the master answers for the cluster; a node that is down is
     listed in `failed`, never failing the call."""
-    h.faults["llamacpp"] = "--exit-at-start 3"
-    c = cluster(h, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
+    tmp_harness.faults["llamacpp"] = "--exit-at-start 3"
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"}, {"c": b"C"})
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: listed_ids(client), ["a", "b", "c"])
@@ -453,15 +449,15 @@ async def test_flush_and_load_errors_cover_every_node(h: RouterHarness) -> None:
         assert (await client.get("/router/v1/site/load-errors")).json()["errors"] == []
 
 
-async def test_multipart_transcription_through_the_master(h: RouterHarness) -> None:
+async def test_multipart_transcription_through_the_master(tmp_harness: RouterHarness) -> None:
     """A multipart body relayed as sent, in several writes: the slave's whisper-server gets
     the whole audio (the fake backend echoes its length)."""
-    c = cluster(h, {"a": b"A"}, {})
-    folder = h.tmp / "kcpps-s1"
-    (h.tmp / "models-s1" / "ggml-base.bin").write_bytes(b"ggml")
+    c = cluster(tmp_harness, {"a": b"A"}, {})
+    folder = tmp_harness.tmp / "kcpps-s1"
+    (tmp_harness.tmp / "models-s1" / "ggml-base.bin").write_bytes(b"ggml")
     body = {
         "backend_mode": "llama_sdcpp",
-        "whispermodel": str(h.tmp / "models-s1" / "ggml-base.bin"),
+        "whispermodel": str(tmp_harness.tmp / "models-s1" / "ggml-base.bin"),
     }
     (folder / "ears.kcpps").write_text(json.dumps(body))
     await start_all(c)
@@ -491,14 +487,14 @@ def voice_config(h: RouterHarness, node: str, model_id: str) -> None:
 
 
 async def test_selectorless_speech_to_text_goes_to_the_node_with_it_loaded(
-    h: RouterHarness,
+    tmp_harness: RouterHarness,
 ) -> None:
     """No model named: an idle capable node takes the first request, then the node that has
     a speech model loaded keeps taking them, ahead of the master's own unloaded one."""
-    c = cluster(h, {}, {}, {})
-    voice_config(h, "master", "ears-m")
-    voice_config(h, "s1", "ears-1")
-    voice_config(h, "s2", "ears-2")
+    c = cluster(tmp_harness, {}, {}, {})
+    voice_config(tmp_harness, "master", "ears-m")
+    voice_config(tmp_harness, "s1", "ears-1")
+    voice_config(tmp_harness, "s2", "ears-2")
     await start_all(c)
     files = {"file": ("a.wav", wav_bytes(), "audio/wav")}
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
@@ -514,17 +510,20 @@ async def test_selectorless_speech_to_text_goes_to_the_node_with_it_loaded(
     assert await served_models(c.master) == []
 
 
-async def test_follow_ups_go_to_the_node_that_made_them(h: RouterHarness) -> None:
+async def test_follow_ups_go_to_the_node_that_made_them(tmp_harness: RouterHarness) -> None:
     """An sd-server job submitted through the master is polled there; a stored response is
     read back from the node that made it."""
-    c = cluster(h, {}, {})
-    weights = h.tmp / "models-s1" / "art.safetensors"
+    c = cluster(tmp_harness, {}, {})
+    weights = tmp_harness.tmp / "models-s1" / "art.safetensors"
     weights.write_bytes(b"safetensors")
     art = {"backend_mode": "llama_sdcpp", "sdmodel": str(weights)}
-    (h.tmp / "kcpps-s1" / "art.kcpps").write_text(json.dumps(art))
-    (h.tmp / "models-s1" / "talk.safetensors").write_bytes(b"weights")
-    talk = {"backend_mode": "vllm", "model_param": str(h.tmp / "models-s1" / "talk.safetensors")}
-    (h.tmp / "kcpps-s1" / "talk.kcpps").write_text(json.dumps(talk))
+    (tmp_harness.tmp / "kcpps-s1" / "art.kcpps").write_text(json.dumps(art))
+    (tmp_harness.tmp / "models-s1" / "talk.safetensors").write_bytes(b"weights")
+    talk = {
+        "backend_mode": "vllm",
+        "model_param": str(tmp_harness.tmp / "models-s1" / "talk.safetensors"),
+    }
+    (tmp_harness.tmp / "kcpps-s1" / "talk.kcpps").write_text(json.dumps(talk))
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: router_ids(client), ["art", "talk"])
@@ -547,16 +546,16 @@ async def test_follow_ups_go_to_the_node_that_made_them(h: RouterHarness) -> Non
         assert unknown.status_code == 404
 
 
-async def test_a_realtime_websocket_through_the_master(h: RouterHarness) -> None:
+async def test_a_realtime_websocket_through_the_master(tmp_harness: RouterHarness) -> None:
     """Frames both ways and the close code, through master and slave to the slave's vLLM."""
     import aiohttp
 
-    c = cluster(h, {}, {})
+    c = cluster(tmp_harness, {}, {})
     for name in ("ears.safetensors", "text.safetensors"):
-        (h.tmp / "models-s1" / name).write_bytes(b"weights")
-    live = {"backend_mode": "vllm", "model_param": str(h.tmp / "models-s1" / "text.safetensors"),
-            "whispermodel": str(h.tmp / "models-s1" / "ears.safetensors")}  # fmt: skip
-    (h.tmp / "kcpps-s1" / "live.kcpps").write_text(json.dumps(live))
+        (tmp_harness.tmp / "models-s1" / name).write_bytes(b"weights")
+    live = {"backend_mode": "vllm", "model_param": str(tmp_harness.tmp / "models-s1" / "text.safetensors"),
+            "whispermodel": str(tmp_harness.tmp / "models-s1" / "ears.safetensors")}  # fmt: skip
+    (tmp_harness.tmp / "kcpps-s1" / "live.kcpps").write_text(json.dumps(live))
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: router_ids(client), ["live"])
@@ -572,11 +571,11 @@ async def test_a_realtime_websocket_through_the_master(h: RouterHarness) -> None
     assert await until(lambda: served_models(c.slaves[0]), ["live"])
 
 
-async def test_load_captures_from_several_nodes(h: RouterHarness) -> None:
+async def test_load_captures_from_several_nodes(tmp_harness: RouterHarness) -> None:
     import yaml
 
-    h.faults["llamacpp"] = "--exit-at-start 3"
-    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    tmp_harness.faults["llamacpp"] = "--exit-at-start 3"
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"})
     for node in (c.master, *c.slaves):
         config = yaml.safe_load(node.config.read_text())
         config["analytics"]["load_capture_enabled"] = True
@@ -604,9 +603,9 @@ async def test_load_captures_from_several_nodes(h: RouterHarness) -> None:
 
 
 async def test_a_slave_keeps_serving_and_registering_while_the_master_is_down(
-    h: RouterHarness,
+    tmp_harness: RouterHarness,
 ) -> None:
-    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"})
     slave = c.slaves[0]
     await slave.start()  # the master is not running yet
     body = {"model": "b", "messages": [{"role": "user", "content": "hi"}]}

@@ -7,30 +7,14 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.fakes.fake_hub import COMMIT, FakeHub
-from tests.support.download_helpers import download_settings, hub_fixture
-from tests.support.harness import RouterHarness, harness_fixture
+from tests.support.download_helpers import download_settings
+from tests.support.harness import RouterHarness
 from tests.support.site_helpers import site_settings
 
 ASSETS = "/router/v1/site/model-assets"
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
-
-
-@pytest.fixture
-async def hub() -> AsyncIterator[FakeHub]:
-    async for h in hub_fixture():
-        yield h
 
 
 def _sha(hub: FakeHub, path: str) -> str:

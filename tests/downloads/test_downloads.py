@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -14,24 +12,11 @@ from tests.fakes.fake_hub import COMMIT, TOKEN, FakeHub
 from tests.support.download_helpers import (
     BASE,
     download_settings,
-    hub_fixture,
     library_files,
     wait_bytes,
     wait_job,
 )
-from tests.support.harness import RouterHarness, free_port, harness_fixture, read_sse
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
-
-
-@pytest.fixture
-async def hub() -> AsyncIterator[FakeHub]:
-    async for h in hub_fixture():
-        yield h
+from tests.support.harness import RouterHarness, free_port, read_sse
 
 
 async def test_capabilities_search_and_cursor_paging(harness: RouterHarness, hub: FakeHub) -> None:

@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import pytest
 import yaml
 
 from tests.fakes.fake_hub import FakeHub
-from tests.support.download_helpers import BASE, hub_fixture, library_files, wait_bytes, wait_job
+from tests.support.download_helpers import BASE, library_files, wait_bytes, wait_job
 from tests.support.harness import RouterHarness
-from tests.support.router_process import CLI, RouterProcess, new_router, tmp_harness
-
-__all__ = ["tmp_harness"]  # the fixture, imported for pytest
-
-
-@pytest.fixture
-async def hub() -> AsyncIterator[FakeHub]:
-    async for h in hub_fixture():
-        yield h
+from tests.support.router_process import CLI, RouterProcess, new_router
 
 
 def with_downloads(r: RouterProcess, hub: FakeHub, library: Path) -> RouterProcess:

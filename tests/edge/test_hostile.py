@@ -13,8 +13,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,17 +22,8 @@ from router import app as app_module
 from router.api import meta
 from router.appkeys import METRICS
 from router.errors import BadGateway
-from tests.support.harness import RouterHarness, harness_fixture
-from tests.support.router_process import new_router, tmp_harness
-
-__all__ = ["tmp_harness"]  # the fixture, imported for pytest
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        h.model("chat-a")
-        yield h
+from tests.support.harness import RouterHarness
+from tests.support.router_process import new_router
 
 
 async def raw(port: int, request: bytes) -> bytes:
@@ -50,6 +39,7 @@ async def raw(port: int, request: bytes) -> bytes:
 async def test_s7_gzip_bomb_on_a_control_route_is_capped_after_inflating(
     harness: RouterHarness,
 ) -> None:
+    harness.model("chat-a")
     settings = harness.settings()
     settings = settings.model_copy(
         update={"limits": settings.limits.model_copy(update={"max_control_body_mb": 1})}
@@ -86,6 +76,7 @@ async def test_s7_gzip_bomb_on_a_control_route_is_capped_after_inflating(
 async def test_s8_malformed_framing_is_refused_and_never_forwarded(
     harness: RouterHarness, request_bytes: bytes
 ) -> None:
+    harness.model("chat-a")
     await harness.start()
     assert harness.server is not None
     answer = await raw(harness.server.port, request_bytes)
@@ -138,6 +129,7 @@ def post(path: str, body: dict) -> bytes:
 async def test_backend_dying_mid_ollama_stream_gets_no_second_status_line(
     harness: RouterHarness,
 ) -> None:
+    harness.model("chat-a")
     harness.faults["llamacpp"] = "--crash-after-tokens 3"
     await harness.start()
     assert harness.server is not None and harness.app is not None
@@ -153,6 +145,7 @@ async def test_a_handler_failing_after_prepare_only_loses_its_connection(
     harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Any handler, through create_app's real middleware stack and dispatcher."""
+    harness.model("chat-a")
 
     async def prepares_then_fails(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})

@@ -19,7 +19,6 @@ import asyncio
 import base64
 import json
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,7 +32,7 @@ from router.api.anthropic import check_messages
 from router.api.comfy import history_edits
 from router.classify import ROUTES, BodyMode, Route
 from router.errors import BadRequest
-from tests.support.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -263,20 +262,19 @@ PRELOAD = {"native": ("chat-a", "embed", "art-art", "ears"), "vllm": ("vl", "art
 
 
 @pytest.fixture(params=sorted(PRELOAD))
-async def router(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        h.faults["llamacpp"] = "--tokens 2"
-        h.faults["vllm"] = "--tokens 2"
-        h.model("chat-a")
-        h.model("embed", embeddingsmodel="embed.gguf")
-        h.model("art", sdmodel="art.safetensors")
-        h.model("ears", whispermodel="ggml-base.bin")
-        h.model("vl", "vllm", model_param="vl-text.safetensors", serve_args=["--enable-lora"])
-        client = await h.start()
-        for model in PRELOAD[request.param]:
-            r = await client.post("/router/v1/load", json={"model": model})
-            assert r.status_code == 200, r.text
-        yield h
+async def router(request: pytest.FixtureRequest, harness: RouterHarness) -> RouterHarness:
+    harness.faults["llamacpp"] = "--tokens 2"
+    harness.faults["vllm"] = "--tokens 2"
+    harness.model("chat-a")
+    harness.model("embed", embeddingsmodel="embed.gguf")
+    harness.model("art", sdmodel="art.safetensors")
+    harness.model("ears", whispermodel="ggml-base.bin")
+    harness.model("vl", "vllm", model_param="vl-text.safetensors", serve_args=["--enable-lora"])
+    client = await harness.start()
+    for model in PRELOAD[request.param]:
+        r = await client.post("/router/v1/load", json={"model": model})
+        assert r.status_code == 200, r.text
+    return harness
 
 
 # ---- every field the router reads, with every JSON type ---------------------------------------

@@ -25,7 +25,7 @@ from router.appkeys import CATALOG, COMFY
 from router.domain import Lane
 from tests.comfy.test_jobs import form, video_workflow, wait_done
 from tests.fakes.fake_backend import tiny_png
-from tests.support.harness import RouterHarness, harness_fixture, wav_bytes
+from tests.support.harness import RouterHarness, wav_bytes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -78,16 +78,15 @@ def long_history(total: int) -> list[dict[str, str]]:
 
 
 @pytest.fixture
-async def site(tmp_path: Path) -> AsyncIterator[RouterHarness]:
+async def site(harness: RouterHarness, tmp_path: Path) -> RouterHarness:
     """One router with a text, an embedding, an image (sd-server) and a voice (whisper) model."""
-    async for h in harness_fixture(tmp_path):
-        h.faults["sdcpp"] = f"--record-requests {tmp_path / 'sd.jsonl'}"
-        h.model("chat-a")
-        h.model("embed", embeddingsmodel="embed.gguf")
-        h.model("art", sdmodel="art.safetensors")
-        h.model("ears", whispermodel="ggml-base.bin")
-        await h.start()
-        yield h
+    harness.faults["sdcpp"] = f"--record-requests {tmp_path / 'sd.jsonl'}"
+    harness.model("chat-a")
+    harness.model("embed", embeddingsmodel="embed.gguf")
+    harness.model("art", sdmodel="art.safetensors")
+    harness.model("ears", whispermodel="ggml-base.bin")
+    await harness.start()
+    return harness
 
 
 def client_of(h: RouterHarness) -> httpx.AsyncClient:
@@ -233,15 +232,14 @@ async def test_comfy_routes_take_bodies_sent_in_pieces(site: RouterHarness) -> N
 
 
 @pytest.fixture
-async def vllm_site(tmp_path: Path) -> AsyncIterator[tuple[RouterHarness, Path]]:
-    async for h in harness_fixture(tmp_path):
-        record = tmp_path / "vllm.jsonl"
-        h.faults["vllm"] = f"--record-requests {record}"
-        h.model("vl", "vllm", model_param="vl-text.safetensors", serve_args=["--enable-lora"])
-        client = await h.start()
-        r = await client.post("/router/v1/load", json={"model": "vl"})
-        assert r.status_code == 200, r.text
-        yield h, record
+async def vllm_site(harness: RouterHarness, tmp_path: Path) -> tuple[RouterHarness, Path]:
+    record = tmp_path / "vllm.jsonl"
+    harness.faults["vllm"] = f"--record-requests {record}"
+    harness.model("vl", "vllm", model_param="vl-text.safetensors", serve_args=["--enable-lora"])
+    client = await harness.start()
+    r = await client.post("/router/v1/load", json={"model": "vl"})
+    assert r.status_code == 200, r.text
+    return harness, record
 
 
 async def test_vllm_control_routes_take_bodies_sent_in_pieces(

@@ -11,7 +11,7 @@ owner on this branch lends up to its depth to one helper).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -20,10 +20,8 @@ import pytest
 from router.appkeys import DECISIONS
 from tests.cluster.test_nodes import AUTH, TOKEN, served_rows, until
 from tests.lending.test_nodes import TEXT_LINKS, folder
-from tests.support.harness import RouterHarness, free_port
-from tests.support.router_process import RouterProcess, new_router, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.harness import RouterHarness, chat, free_port
+from tests.support.router_process import RouterProcess, new_router
 
 TOKENS = 8
 NODE_CHAT = "/router/v1/node/inference/v1/chat/completions"
@@ -81,15 +79,6 @@ def nodes(
     return master, slave
 
 
-@pytest.fixture
-def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
-    yield tmp_harness
-
-
-def chat(model: str, tokens: int = TOKENS) -> dict[str, Any]:
-    return {"model": model, "max_tokens": tokens, "messages": [{"role": "user", "content": "hi"}]}
-
-
 async def lane(node: httpx.AsyncClient) -> dict[str, Any]:
     r = await node.get("/router/v1/node/runtime-status", headers=AUTH)
     assert r.status_code == 200, r.text
@@ -125,8 +114,10 @@ async def linked(client: httpx.AsyncClient, restore: bool) -> None:
     assert r.status_code == 200, r.text
 
 
-async def test_own_request_first_and_waiting_borrowed_work_goes_back(h: RouterHarness) -> None:
-    master, slave = nodes(h, master_rate=20, fast_rate=20)  # 0.4 s a job on the helper
+async def test_own_request_first_and_waiting_borrowed_work_goes_back(
+    tmp_harness: RouterHarness,
+) -> None:
+    master, slave = nodes(tmp_harness, master_rate=20, fast_rate=20)  # 0.4 s a job on the helper
     await master.start()
     await slave.start()
     done: list[str] = []
@@ -135,7 +126,7 @@ async def test_own_request_first_and_waiting_borrowed_work_goes_back(h: RouterHa
 
         async def send(name: str, borrowed: bool, tokens: int = TOKENS) -> int:
             path, headers = (NODE_CHAT, MARK) if borrowed else ("/v1/chat/completions", {})
-            r = await node.post(path, json=chat("fast", tokens), headers=headers)
+            r = await node.post(path, json=chat("fast", max_tokens=tokens), headers=headers)
             assert r.status_code in (200, 409), r.text
             if r.status_code == 409:
                 assert r.json()["error"]["code"] == "offload_returned"
@@ -166,16 +157,22 @@ async def test_own_request_first_and_waiting_borrowed_work_goes_back(h: RouterHa
     assert await settled(slave, "fast", 4)
 
 
-async def test_a_waiting_client_that_goes_away_leaves_the_gate(h: RouterHarness) -> None:
-    master, slave = nodes(h, master_rate=20, fast_rate=20)
+async def test_a_waiting_client_that_goes_away_leaves_the_gate(tmp_harness: RouterHarness) -> None:
+    master, slave = nodes(tmp_harness, master_rate=20, fast_rate=20)
     await master.start()
     await slave.start()
     async with httpx.AsyncClient(base_url=slave.base, timeout=60) as node:
-        assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
-        long = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast", 100), headers=MARK))
+        assert (
+            await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
+        ).status_code == 200
+        long = asyncio.create_task(
+            node.post(NODE_CHAT, json=chat("fast", max_tokens=100), headers=MARK)
+        )
         assert await until(field(node, "active"), 1, deadline=30)
         async with httpx.AsyncClient(base_url=slave.base, timeout=60) as other:
-            gone = asyncio.create_task(other.post(NODE_CHAT, json=chat("fast"), headers=MARK))
+            gone = asyncio.create_task(
+                other.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
+            )
             assert await until(field(node, "held_borrowed"), 1, deadline=30)
             gone.cancel()  # the client closes its connection while held in the gate
             with pytest.raises(asyncio.CancelledError):
@@ -183,13 +180,15 @@ async def test_a_waiting_client_that_goes_away_leaves_the_gate(h: RouterHarness)
         assert await until(field(node, "held_borrowed"), 0, deadline=30)
         assert (await long).status_code == 200
         # Nothing leaked: the gate admits the next request at once, and it is served.
-        assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
+        assert (
+            await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
+        ).status_code == 200
         assert (await lane(node))["active"] == 0
 
 
-async def test_returned_work_completes_on_the_owner(h: RouterHarness) -> None:
+async def test_returned_work_completes_on_the_owner(tmp_harness: RouterHarness) -> None:
     # 1.6 s a job on the helper; the master's lease lends two at once to it.
-    master, slave = nodes(h, master_rate=20, fast_rate=5, lent_at_once=2)
+    master, slave = nodes(tmp_harness, master_rate=20, fast_rate=5, lent_at_once=2)
     await master.start()
     await slave.start()
     n = 8
@@ -197,14 +196,18 @@ async def test_returned_work_completes_on_the_owner(h: RouterHarness) -> None:
         httpx.AsyncClient(base_url=master.base, timeout=120) as client,
         httpx.AsyncClient(base_url=slave.base, timeout=60) as node,
     ):
-        assert (await client.post("/v1/chat/completions", json=chat("slow"))).status_code == 200
-        assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
+        assert (
+            await client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS))
+        ).status_code == 200
+        assert (
+            await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
+        ).status_code == 200
         await linked(client, restore=False)
-        burst = [asyncio.create_task(client.post("/v1/chat/completions", json=chat("slow")))
+        burst = [asyncio.create_task(client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS)))
                  for _ in range(n)]  # fmt: skip
         # The master lends two at once; the helper admits one and holds the other.
         assert await until(field(node, "held_borrowed"), 1, deadline=30)
-        own = await node.post("/v1/chat/completions", json=chat("fast"))
+        own = await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
         assert own.status_code == 200
         replies = await asyncio.gather(*burst)
         assert [r.status_code for r in replies] == [200] * n  # the client never sees a 409
@@ -219,8 +222,10 @@ async def test_returned_work_completes_on_the_owner(h: RouterHarness) -> None:
     assert await count(slave, "fast") - 2 >= 1, "the helper served none of the borrowed work"
 
 
-async def test_restore_after_borrow_and_an_own_request_cancels_it(h: RouterHarness) -> None:
-    master, slave = nodes(h, master_rate=20, fast_rate=200)
+async def test_restore_after_borrow_and_an_own_request_cancels_it(
+    tmp_harness: RouterHarness,
+) -> None:
+    master, slave = nodes(tmp_harness, master_rate=20, fast_rate=200)
     await master.start()
     await slave.start()
     n = 8
@@ -228,14 +233,21 @@ async def test_restore_after_borrow_and_an_own_request_cancels_it(h: RouterHarne
         httpx.AsyncClient(base_url=master.base, timeout=120) as client,
         httpx.AsyncClient(base_url=slave.base, timeout=60) as node,
     ):
-        assert (await client.post("/v1/chat/completions", json=chat("slow"))).status_code == 200
+        assert (
+            await client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS))
+        ).status_code == 200
         await linked(client, restore=True)
 
         # Through the master: borrowed work swaps the helper's lane from `native` to `fast`
         # (the helper served some of the backlog); after the quiet time, back to `native`.
-        assert (await node.post("/v1/chat/completions", json=chat("native"))).status_code == 200
+        assert (
+            await node.post("/v1/chat/completions", json=chat("native", max_tokens=TOKENS))
+        ).status_code == 200
         assert (await lane(node))["loaded"] == ["native"]
-        burst = [client.post("/v1/chat/completions", json=chat("slow")) for _ in range(n)]
+        burst = [
+            client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS))
+            for _ in range(n)
+        ]
         assert [r.status_code for r in await asyncio.gather(*burst)] == [200] * n
 
         async def served_some() -> bool:
@@ -248,16 +260,24 @@ async def test_restore_after_borrow_and_an_own_request_cancels_it(h: RouterHarne
         # Lent straight to the helper's node route, as the master relays it, with the flag:
         # the restore is pending for RESTORE_DELAY; an own request in that time cancels it.
         marked = {**MARK, "X-Tensors-Offload-Restore": "1"}
-        assert (await node.post(NODE_CHAT, json=chat("fast"), headers=marked)).status_code == 200
+        assert (
+            await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=marked)
+        ).status_code == 200
         assert (await lane(node))["loaded"] == ["fast"]
         assert (await lane(node))["restore_model"] == "native"
-        assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
+        assert (
+            await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
+        ).status_code == 200
         assert (await lane(node))["restore_model"] is None
         await asyncio.sleep(RESTORE_DELAY + 1)  # past the time a restore would have fired
         assert (await lane(node))["loaded"] == ["fast"]
         # Without the flag, borrowed work leaves nothing to restore.
-        assert (await node.post("/v1/chat/completions", json=chat("native"))).status_code == 200
-        assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
+        assert (
+            await node.post("/v1/chat/completions", json=chat("native", max_tokens=TOKENS))
+        ).status_code == 200
+        assert (
+            await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
+        ).status_code == 200
         assert (await lane(node))["restore_model"] is None
 
 
@@ -274,24 +294,32 @@ async def test_helper_decision_rows(harness: RouterHarness) -> None:
     node = await harness.start(base.model_copy(update={"cluster": cluster}))
     assert harness.app is not None
     log = harness.app[DECISIONS]
-    assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
-    first = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast", 100), headers=MARK))
+    assert (
+        await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
+    ).status_code == 200
+    first = asyncio.create_task(
+        node.post(NODE_CHAT, json=chat("fast", max_tokens=100), headers=MARK)
+    )
     assert await until(field(node, "active"), 1, deadline=30)
     # Each lent request names its owner (the lending master sets the header); two owners here,
     # one with a slash in its model ID. A malformed owner is refused with 400.
     bad = {**MARK, OWNER: "s1"}
-    r = await node.post(NODE_CHAT, json=chat("fast"), headers=bad)
+    r = await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=bad)
     assert r.status_code == 400 and OWNER in r.json()["error"]["message"], r.text
     owners = [("s1", "slow"), ("s9", "org/big")]
     held = [
         asyncio.create_task(
-            node.post(NODE_CHAT, json=chat("fast"), headers={**MARK, OWNER: f"{n}/{m}"})
+            node.post(
+                NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers={**MARK, OWNER: f"{n}/{m}"}
+            )
         )
         for n, m in owners
     ]
     assert await until(field(node, "held_borrowed"), 2, deadline=30)
     assert list(log.newest(10)) == []  # borrowed arrivals alone decide nothing
-    own = asyncio.create_task(node.post("/v1/chat/completions", json=chat("fast")))
+    own = asyncio.create_task(
+        node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
+    )
     for returned in await asyncio.gather(*held):
         assert returned.status_code == 409, returned.text
         assert returned.json()["error"]["code"] == "offload_returned"
@@ -310,7 +338,9 @@ async def test_helper_decision_rows(harness: RouterHarness) -> None:
     ]
     assert (await first).status_code == 200 and (await own).status_code == 200
     # An own request with nothing borrowed on the lane records nothing more.
-    assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
+    assert (
+        await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
+    ).status_code == 200
     assert len(list(log.newest(10))) == 3
 
 
@@ -324,16 +354,22 @@ async def test_a_wait_in_the_gate_is_bounded_by_the_queue_timeout(harness: Route
         update={"role": "master", "node_id": "m", "token": TOKEN, "scheduling_backend_depth": 1}
     )
     node = await harness.start(base.model_copy(update={"cluster": cluster}))
-    assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
-    first = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast", 200), headers=MARK))
+    assert (
+        await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
+    ).status_code == 200
+    first = asyncio.create_task(
+        node.post(NODE_CHAT, json=chat("fast", max_tokens=200), headers=MARK)
+    )
     assert await until(field(node, "active"), 1, deadline=30)  # 10 s in the backend
-    late = await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)
+    late = await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
     assert late.status_code == 409 and late.json()["error"]["code"] == "offload_returned"
-    own = await node.post("/v1/chat/completions", json=chat("fast"))
+    own = await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
     assert own.status_code == 503 and "runtime.queue_timeout" in own.text
     assert (await lane(node))["queued"] == 0  # nobody left waiting
     first.cancel()  # the owner gives up on the long one: its slot comes back
     with pytest.raises(asyncio.CancelledError):
         await first
     assert await until(field(node, "active"), 0, deadline=30)
-    assert (await node.post("/v1/chat/completions", json=chat("fast"))).status_code == 200
+    assert (
+        await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
+    ).status_code == 200

@@ -15,9 +15,6 @@ import httpx
 from tests.cluster.test_nodes import until
 from tests.lending.test_nodes import rows, slave_known, summary_leases, two_nodes
 from tests.support.harness import RouterHarness
-from tests.support.router_process import tmp_harness
-
-__all__ = ["tmp_harness"]
 
 IMAGE_LINKS = "/router/v1/site/routing-groups"
 N = 8
@@ -41,10 +38,11 @@ async def burst(client: httpx.AsyncClient) -> tuple[float, list[int]]:
 
 
 async def test_an_image_backlog_is_lent_to_an_idle_fast_helper(tmp_harness: RouterHarness) -> None:
-    h = tmp_harness
     # Before the routers are made: their backend binaries are written with these switches.
-    h.faults_for_model.update({"pic": "--ttft 0.4 --parallel 1", "pic2": "--ttft 0.1 --parallel 1"})
-    master, slave = two_nodes(h)
+    tmp_harness.faults_for_model.update(
+        {"pic": "--ttft 0.4 --parallel 1", "pic2": "--ttft 0.1 --parallel 1"}
+    )
+    master, slave = two_nodes(tmp_harness)
     await master.start()
     await slave.start()
     async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:

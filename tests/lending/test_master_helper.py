@@ -7,10 +7,8 @@ lent request to its own node inference route, so it is served as borrowed work t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
 from tests.cluster.test_nodes import AUTH, until
 from tests.lending.test_nodes import (
@@ -19,7 +17,6 @@ from tests.lending.test_nodes import (
     TOKENS,
     N,
     burst,
-    chat,
     leases_during,
     master_node,
     rows,
@@ -27,10 +24,7 @@ from tests.lending.test_nodes import (
     speeds,
     summary_leases,
 )
-from tests.support.harness import RouterHarness, free_port
-from tests.support.router_process import tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.harness import RouterHarness, chat, free_port
 
 DECISIONS = "/router/v1/site/offload/decisions"
 
@@ -38,23 +32,22 @@ LINK = {"anchor": {"node_id": "s1", "model_id": "slow"},
         "lends_to": [{"node_id": "m", "model_id": "fast"}]}  # fmt: skip
 
 
-@pytest.fixture
-def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
-    yield tmp_harness
-
-
-async def test_a_slave_backlog_is_lent_to_the_masters_own_model(h: RouterHarness) -> None:
-    speeds(h)
+async def test_a_slave_backlog_is_lent_to_the_masters_own_model(tmp_harness: RouterHarness) -> None:
+    speeds(tmp_harness)
     mport, sport = free_port(), free_port()
-    master = master_node(h, mport, [f"http://127.0.0.1:{sport}"], {"fast": {"contextsize": 8192}})
-    slave = slave_node(h, "s1", sport, mport, {"slow": {"contextsize": 4096}})
+    master = master_node(
+        tmp_harness, mport, [f"http://127.0.0.1:{sport}"], {"fast": {"contextsize": 8192}}
+    )
+    slave = slave_node(tmp_harness, "s1", sport, mport, {"slow": {"contextsize": 4096}})
     await master.start()
     await slave.start()
 
     async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
         assert await until(lambda: registered(client), True, deadline=30)
         for model in ("slow", "fast"):  # both loaded, so neither run pays a load
-            assert (await client.post("/v1/chat/completions", json=chat(model))).status_code == 200
+            assert (
+                await client.post("/v1/chat/completions", json=chat(model, max_tokens=TOKENS))
+            ).status_code == 200
         without, statuses = await burst(client)
         assert statuses == [200] * N
         owned0, lent0 = await rows(client, slave, "slow"), await rows(client, master, "fast")
@@ -64,7 +57,7 @@ async def test_a_slave_backlog_is_lent_to_the_masters_own_model(h: RouterHarness
         running = asyncio.create_task(burst(client))
         leases = await leases_during(client, running)
         # The master's own request for the helper's lane during the backlog is served too.
-        own = await client.post("/v1/chat/completions", json=chat("fast"))
+        own = await client.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
         assert own.status_code == 200 and own.json()["model"] == "fast", own.text
         with_link, statuses = await running
         assert statuses == [200] * N  # no client sees a 409; `burst` checks the model name
@@ -86,18 +79,18 @@ async def held_borrowed(node: httpx.AsyncClient) -> int:
     return count
 
 
-async def test_the_masters_own_request_hands_back_borrowed_work(h: RouterHarness) -> None:
+async def test_the_masters_own_request_hands_back_borrowed_work(tmp_harness: RouterHarness) -> None:
     """Both models at 20 tokens/s, depth 1 and two slots a lease: one lent request generates
     on the master's `fast` while another waits in its gate; a request of the master's own for
     `fast` hands the waiting one back (its client still gets 200, from the slave), and the
     master's helper row names the owner the lent request carried."""
-    speeds(h)
-    h.faults_for_model["fast"] = f"--token-rate 20 --tokens {TOKENS} --parallel 1"
+    speeds(tmp_harness)
+    tmp_harness.faults_for_model["fast"] = f"--token-rate 20 --tokens {TOKENS} --parallel 1"
     tune = {**QUICK, "scheduling_backend_depth": 1, "offload_slower_helper_slots": 2}
     mport, sport = free_port(), free_port()
-    master = master_node(h, mport, [f"http://127.0.0.1:{sport}"], {"fast": {"contextsize": 8192}},
+    master = master_node(tmp_harness, mport, [f"http://127.0.0.1:{sport}"], {"fast": {"contextsize": 8192}},
                          tune)  # fmt: skip
-    slave = slave_node(h, "s1", sport, mport, {"slow": {"contextsize": 4096}}, tune)
+    slave = slave_node(tmp_harness, "s1", sport, mport, {"slow": {"contextsize": 4096}}, tune)
     await master.start()
     await slave.start()
     n = 20
@@ -107,18 +100,20 @@ async def test_the_masters_own_request_hands_back_borrowed_work(h: RouterHarness
     ):
         assert await until(lambda: registered(client), True, deadline=30)
         for model in ("slow", "fast"):
-            assert (await client.post("/v1/chat/completions", json=chat(model))).status_code == 200
+            assert (
+                await client.post("/v1/chat/completions", json=chat(model, max_tokens=TOKENS))
+            ).status_code == 200
         owned0, lent0 = await rows(client, slave, "slow"), await rows(client, master, "fast")
         assert (await client.post(TEXT_LINKS, json=LINK)).status_code == 200
 
         async def one() -> int:
-            r = await client.post("/v1/chat/completions", json=chat("slow"))
+            r = await client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS))
             assert r.status_code != 200 or r.json()["model"] == "slow", r.text
             return r.status_code
 
         running = asyncio.gather(*(one() for _ in range(n)))
         assert await until(lambda: held_borrowed(node), 1, deadline=30), "nothing waited"
-        own = await client.post("/v1/chat/completions", json=chat("fast"))
+        own = await client.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
         assert own.status_code == 200, own.text
         assert await running == [200] * n  # the returned one ran on its owner
         reply = await client.get(DECISIONS, params={"kind": "helper"})

@@ -10,18 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.cluster.test_nodes import AUTH, TOKEN, served_rows, until
-from tests.support.harness import RouterHarness, free_port
-from tests.support.router_process import RouterProcess, new_router, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.harness import RouterHarness, chat, free_port
+from tests.support.router_process import RouterProcess, new_router
 
 TEXT_LINKS = "/router/v1/site/text-routing-groups"
 N = 12  # concurrent requests per run
@@ -117,11 +113,6 @@ def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
     return master, slave_node(h, "s1", sport, mport, slave_models)
 
 
-@pytest.fixture
-def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
-    yield tmp_harness
-
-
 async def candidates(client: httpx.AsyncClient, model: str, node: str = "m") -> dict[str, Any]:
     reply = await client.get(TEXT_LINKS, params={"node_id": node, "model_id": model})
     assert reply.status_code == 200, reply.text
@@ -137,8 +128,8 @@ LINK = {"anchor": {"node_id": "m", "model_id": "slow"},
         "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
 
 
-async def test_site_routes_list_replace_delete_and_persist(h: RouterHarness) -> None:
-    master, slave = two_nodes(h)
+async def test_site_routes_list_replace_delete_and_persist(tmp_harness: RouterHarness) -> None:
+    master, slave = two_nodes(tmp_harness)
     await master.start()
     await slave.start()
     async with httpx.AsyncClient(base_url=master.base, timeout=30) as client:
@@ -203,21 +194,18 @@ async def test_site_routes_list_replace_delete_and_persist(h: RouterHarness) -> 
         assert [x["helper"] for x in found["links"]] == [{"node_id": "s1", "model_id": "fast"}]
 
 
-def chat(model: str, stream: bool = False) -> dict[str, Any]:
-    return {"model": model, "max_tokens": TOKENS, "stream": stream,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
-
-
 async def burst(client: httpx.AsyncClient, stream: bool = False) -> tuple[float, list[int]]:
     """N concurrent requests for `slow`; the time until all completed and their statuses."""
 
     async def one() -> int:
         if stream:
-            async with client.stream("POST", "/v1/chat/completions", json=chat("slow", True)) as r:
+            async with client.stream(
+                "POST", "/v1/chat/completions", json=chat("slow", stream=True, max_tokens=TOKENS)
+            ) as r:
                 text = (await r.aread()).decode()
                 assert r.status_code != 200 or "[DONE]" in text
                 return r.status_code
-        r = await client.post("/v1/chat/completions", json=chat("slow"))
+        r = await client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS))
         assert r.status_code != 200 or r.json()["model"] == "slow", r.text
         return r.status_code
 
@@ -262,14 +250,16 @@ async def rows(client: httpx.AsyncClient, node: RouterProcess, model: str) -> in
     return (await served_rows(node)).count(model)
 
 
-async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> None:
-    master, slave = two_nodes(h)
+async def test_a_backlog_is_lent_to_an_idle_fast_helper(tmp_harness: RouterHarness) -> None:
+    master, slave = two_nodes(tmp_harness)
     await master.start()
     await slave.start()
     async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
         assert await until(lambda: slave_known(client), True)
         for model in ("slow", "fast"):  # both loaded, so neither run pays a load
-            assert (await client.post("/v1/chat/completions", json=chat(model))).status_code == 200
+            assert (
+                await client.post("/v1/chat/completions", json=chat(model, max_tokens=TOKENS))
+            ).status_code == 200
         without, statuses = await burst(client)
         assert statuses == [200] * N
         local0, lent0 = await rows(client, master, "slow"), await rows(client, slave, "fast")
@@ -302,7 +292,9 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> Non
 
         # A client cannot claim to be lent work: the mark counts on node routes only.
         marked = {"X-Tensors-Offload": "1", "X-Tensors-Offload-Load": "0"}
-        r = await client.post("/v1/chat/completions", json=chat("slow"), headers=marked)
+        r = await client.post(
+            "/v1/chat/completions", json=chat("slow", max_tokens=TOKENS), headers=marked
+        )
         assert r.status_code == 200
         local2 = await rows(client, master, "slow")
 
@@ -310,17 +302,17 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> Non
         async with httpx.AsyncClient(base_url=slave.base, timeout=30) as node:
             r = await node.post(
                 "/router/v1/node/inference/v1/chat/completions",
-                json=chat("tiny"), headers={**AUTH, **marked},
+                json=chat("tiny", max_tokens=TOKENS), headers={**AUTH, **marked},
             )  # fmt: skip
             assert r.status_code == 409 and r.json()["error"]["code"] == "offload_returned"
             # ... and any borrowed work while a request of its own is on the lane.
-            long = {**chat("fast"), "max_tokens": 200}  # 1 s at 200 tokens/s
+            long = chat("fast", max_tokens=200)  # 1 s at 200 tokens/s
             own = asyncio.create_task(node.post("/v1/chat/completions", json=long))
 
             async def lent_status() -> int:
                 r = await node.post(
                     "/router/v1/node/inference/v1/chat/completions",
-                    json=chat("fast"), headers={**AUTH, "X-Tensors-Offload": "1"},
+                    json=chat("fast", max_tokens=TOKENS), headers={**AUTH, "X-Tensors-Offload": "1"},
                 )  # fmt: skip
                 return r.status_code
 
@@ -336,18 +328,18 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(h: RouterHarness) -> Non
 
 
 async def test_a_slave_owned_link_is_held_on_the_master_and_lent_to_another_node(
-    h: RouterHarness,
+    tmp_harness: RouterHarness,
 ) -> None:
     """The owner `slow` lives on s1, the helper `fast` on s2: the master holds the backlog
     it would relay to s1, judging s1 busy from its runtime status and what it relayed."""
-    speeds(h)
+    speeds(tmp_harness)
     mport, p1, p2 = free_port(), free_port(), free_port()
     urls = [f"http://127.0.0.1:{p}" for p in (p1, p2)]
     # Two samples fit a model here, so the second backlog is priced.
     tune = {**QUICK, "scheduling_min_samples": 2}
-    master = master_node(h, mport, urls, {"other": {"contextsize": 4096}}, tune)
-    s1 = slave_node(h, "s1", p1, mport, {"slow": {"contextsize": 4096}}, tune)
-    s2 = slave_node(h, "s2", p2, mport, {"fast": {"contextsize": 8192}}, tune)
+    master = master_node(tmp_harness, mport, urls, {"other": {"contextsize": 4096}}, tune)
+    s1 = slave_node(tmp_harness, "s1", p1, mport, {"slow": {"contextsize": 4096}}, tune)
+    s2 = slave_node(tmp_harness, "s2", p2, mport, {"fast": {"contextsize": 8192}}, tune)
     for node in (master, s1, s2):
         await node.start()
     link = {"anchor": {"node_id": "s1", "model_id": "slow"},
@@ -362,7 +354,9 @@ async def test_a_slave_owned_link_is_held_on_the_master_and_lent_to_another_node
     async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
         assert await until(both_known, True, deadline=30)
         for model in ("slow", "fast"):
-            assert (await client.post("/v1/chat/completions", json=chat(model))).status_code == 200
+            assert (
+                await client.post("/v1/chat/completions", json=chat(model, max_tokens=TOKENS))
+            ).status_code == 200
         assert (await client.post(TEXT_LINKS, json=link)).status_code == 200
         running = asyncio.create_task(burst(client))
         leases = await leases_during(client, running)

@@ -7,30 +7,21 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from router import __version__
 from tests.cluster.test_nodes import AUTH, until
 from tests.lending.test_nodes import LINK, TEXT_LINKS, slave_known, two_nodes
 from tests.support.harness import RouterHarness
-from tests.support.router_process import RouterProcess, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.router_process import RouterProcess
 
 NODE_SETTINGS = "/router/v1/node/offload/settings"
 NODE_LINKS = "/router/v1/node/routing-links"
 SITE_SETTINGS = "/router/v1/site/offload/settings"
 DECISIONS = "/router/v1/site/offload/decisions"
-
-
-@pytest.fixture
-def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
-    yield tmp_harness
 
 
 def with_own_values(node: RouterProcess, **values: Any) -> None:
@@ -62,9 +53,9 @@ SLOW_TO_FAST = [("text", "m", "slow", "s1", "fast")]
 
 
 async def test_settings_and_links_reach_the_slave_and_come_back_after_its_restart(
-    h: RouterHarness,
+    tmp_harness: RouterHarness,
 ) -> None:
-    master, slave = two_nodes(h)
+    master, slave = two_nodes(tmp_harness)
     with_own_values(slave, scheduling_backend_depth=7, offload_probe_idle="9s")
     await master.start()
     await slave.start()
@@ -112,14 +103,16 @@ async def test_settings_and_links_reach_the_slave_and_come_back_after_its_restar
         assert await slave_value(slave, "scheduling_backend_depth") == 4
 
 
-async def test_the_master_relays_a_slaves_decision_log_by_node_id(h: RouterHarness) -> None:
-    master, slave = two_nodes(h)
+async def test_the_master_relays_a_slaves_decision_log_by_node_id(
+    tmp_harness: RouterHarness,
+) -> None:
+    master, slave = two_nodes(tmp_harness)
     await master.start()
     await slave.start()
     # A helper row in the slave's own store, as its helper side writes them.
     row = (time.time(), "helper", "", "borrowed_returned", json.dumps(["native_arrived"]),
            "text", "m", "slow", "s1", "fast", __version__, json.dumps({"queued": 1}))  # fmt: skip
-    with sqlite3.connect(h.tmp / "data-s1" / "router.sqlite", timeout=10) as db:
+    with sqlite3.connect(tmp_harness.tmp / "data-s1" / "router.sqlite", timeout=10) as db:
         db.execute(
             'INSERT INTO offload_decisions (at, kind, "trigger", outcome, reasons, lane,'
             " owner_node_id, owner_model_id, helper_node_id, helper_model_id, router_version,"

@@ -4,7 +4,6 @@ nothing, `null` and DELETE back to the config file's values, and the config-load
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +14,10 @@ import yaml
 from router.config import SettingsError, load_settings
 from router.config.schema import LendingSettings
 from tests.support.harness import RouterHarness
-from tests.support.router_process import new_router, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.router_process import new_router
 
 SETTINGS_PATH = "/router/v1/site/offload/settings"
 FILE_VALUES = {"scheduling_backend_depth": 3, "offload_probe_idle": "7s"}
-
-
-@pytest.fixture
-def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
-    yield tmp_harness
 
 
 def by_key(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -43,8 +35,8 @@ async def current(client: httpx.AsyncClient) -> dict[str, Any]:
     return body
 
 
-async def test_layers_save_hot_survive_a_restart_and_fall_back(h: RouterHarness) -> None:
-    router = new_router(h, extra={"cluster": FILE_VALUES})
+async def test_layers_save_hot_survive_a_restart_and_fall_back(tmp_harness: RouterHarness) -> None:
+    router = new_router(tmp_harness, extra={"cluster": FILE_VALUES})
     await router.start()
     async with httpx.AsyncClient(base_url=router.base, timeout=30) as client:
         body = await current(client)

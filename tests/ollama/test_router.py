@@ -3,22 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import ollama
 import pytest
 
-from tests.support.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        h.model("chat-a")
-        h.model("embed", embeddingsmodel="embed.gguf")
-        await h.start()
-        yield h
+async def router(harness: RouterHarness) -> RouterHarness:
+    harness.model("chat-a")
+    harness.model("embed", embeddingsmodel="embed.gguf")
+    await harness.start()
+    return harness
 
 
 def client_for(h: RouterHarness) -> ollama.AsyncClient:
@@ -26,8 +22,8 @@ def client_for(h: RouterHarness) -> ollama.AsyncClient:
     return ollama.AsyncClient(host=str(h.server.make_url("")).rstrip("/"))
 
 
-async def test_ollama_chat_non_streamed(harness: RouterHarness) -> None:
-    reply = await client_for(harness).chat(
+async def test_ollama_chat_non_streamed(router: RouterHarness) -> None:
+    reply = await client_for(router).chat(
         model="chat-a", messages=[{"role": "user", "content": "hi"}], stream=False
     )
     assert reply.model == "chat-a"
@@ -36,10 +32,10 @@ async def test_ollama_chat_non_streamed(harness: RouterHarness) -> None:
     assert reply.total_duration and reply.total_duration > 0
 
 
-async def test_ollama_chat_streamed_ndjson(harness: RouterHarness) -> None:
+async def test_ollama_chat_streamed_ndjson(router: RouterHarness) -> None:
     parts = [
         part
-        async for part in await client_for(harness).chat(
+        async for part in await client_for(router).chat(
             model="chat-a", messages=[{"role": "user", "content": "hi"}], stream=True
         )
     ]
@@ -49,33 +45,33 @@ async def test_ollama_chat_streamed_ndjson(harness: RouterHarness) -> None:
     assert "".join(p.message.content or "" for p in parts)
 
 
-async def test_ollama_generate(harness: RouterHarness) -> None:
-    reply = await client_for(harness).generate(model="chat-a", prompt="hello", stream=False)
+async def test_ollama_generate(router: RouterHarness) -> None:
+    reply = await client_for(router).generate(model="chat-a", prompt="hello", stream=False)
     assert reply.model == "chat-a" and reply.done and reply.response
 
 
-async def test_ollama_embed(harness: RouterHarness) -> None:
-    reply = await client_for(harness).embed(model="embed", input=["a", "b"])
+async def test_ollama_embed(router: RouterHarness) -> None:
+    reply = await client_for(router).embed(model="embed", input=["a", "b"])
     assert reply.model == "embed"
     assert len(reply.embeddings) == 2 and len(reply.embeddings[0]) > 0
 
 
-async def test_ollama_refusals_are_in_ollama_shape(harness: RouterHarness) -> None:
-    assert harness.client is not None
-    r = await harness.client.post(
+async def test_ollama_refusals_are_in_ollama_shape(router: RouterHarness) -> None:
+    assert router.client is not None
+    r = await router.client.post(
         "/api/generate", json={"model": "chat-a", "prompt": "x", "suffix": "y"}
     )
     assert r.status_code == 400 and set(r.json()) == {"error"}
-    r = await harness.client.post("/api/chat", json={"model": "nope", "messages": []})
+    r = await router.client.post("/api/chat", json={"model": "nope", "messages": []})
     assert r.status_code == 404 and r.json() == {"error": 'model "nope" was not found'}
-    r = await harness.client.post("/api/embed", json={"model": "chat-a", "input": "x"})
+    r = await router.client.post("/api/embed", json={"model": "chat-a", "input": "x"})
     assert r.status_code == 400 and "embedding" in r.json()["error"]
 
 
-async def test_ollama_load_request_loads_without_generating(harness: RouterHarness) -> None:
-    assert harness.client is not None
-    r = await harness.client.post("/api/generate", json={"model": "chat-a"})
+async def test_ollama_load_request_loads_without_generating(router: RouterHarness) -> None:
+    assert router.client is not None
+    r = await router.client.post("/api/generate", json={"model": "chat-a"})
     assert r.status_code == 200 and r.json()["done_reason"] == "load"
-    assert harness.runtimes.status_of("chat-a") == "ready"
-    ps = (await harness.client.get("/api/ps")).json()
+    assert router.runtimes.status_of("chat-a") == "ready"
+    ps = (await router.client.get("/api/ps")).json()
     assert [m["name"] for m in ps["models"]] == ["chat-a"]

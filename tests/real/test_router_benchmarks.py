@@ -12,12 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_demo_text_kcpps
 from tests.support.harness import RouterHarness
-
-demo_text = fx.demo_text
-real_harness = fx.real_harness
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 

@@ -29,14 +29,11 @@ import yaml
 from openai import AsyncOpenAI
 
 from router.demo_models import write_text_kcpps
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import LLAMA_ARGS, EventLog, write_config, write_demo_text_kcpps
 from tests.support.harness import RouterHarness, free_port
 from tests.support.proctree import reap_zombie_children
 
 # The shared fixtures, used by name.
-demo_text = fx.demo_text
-real_harness = fx.real_harness
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(90)]
 

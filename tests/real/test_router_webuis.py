@@ -29,9 +29,6 @@ from tests.support.webui_helpers import (
     ui_fixture,
 )
 
-demo_text = fx.demo_text
-real_harness = fx.real_harness
-
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 
 
@@ -84,9 +81,6 @@ async def test_llama_server_ui_through_the_proxy(
         events = await read_sse(s)
     assert events[-1].data == "[DONE]"
     assert json.loads(events[0].data)["object"] == "chat.completion.chunk"
-
-
-demo_whisper = fx.demo_whisper
 
 
 async def test_whisper_server_page_and_inference_through_the_proxy(

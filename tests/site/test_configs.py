@@ -22,18 +22,17 @@ import pytest
 from router.appkeys import EVENTS
 from router.records.events import Event
 from router.site import configs
-from tests.support.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 SITE = "/router/v1/site/config-file"
 EVENT_WAIT = 20.0  # two poll periods plus a loaded CI box
 
 
 @pytest.fixture
-async def h(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for harness in harness_fixture(tmp_path):
-        harness.model("base")
-        await harness.start()
-        yield harness
+async def h(harness: RouterHarness) -> RouterHarness:
+    harness.model("base")
+    await harness.start()
+    return harness
 
 
 def client(h: RouterHarness) -> httpx.AsyncClient:
@@ -402,27 +401,28 @@ async def test_catalog_reports_each_change_once(tmp_path: Path) -> None:
     await catalog.close()
 
 
-async def test_admin_role_only(tmp_path: Path) -> None:
+async def test_admin_role_only(harness: RouterHarness) -> None:
     from router.config.schema import AuthSection, SecuritySection
 
-    async for h in harness_fixture(tmp_path):
-        base = h.settings()
-        await h.start(
-            base.model_copy(
-                update={
-                    "security": SecuritySection(profile="secure"),
-                    "auth": AuthSection(inference_keys=("user-key",), admin_keys=("admin-key",)),
-                }
-            )
+    base = harness.settings()
+    await harness.start(
+        base.model_copy(
+            update={
+                "security": SecuritySection(profile="secure"),
+                "auth": AuthSection(inference_keys=("user-key",), admin_keys=("admin-key",)),
+            }
         )
-        body = {"id": "new", "options": text_options(h)}
-        for headers, status in (({}, 401), ({"Authorization": "Bearer user-key"}, 403)):
-            for route in ("config-file/apply", "cook/apply"):
-                resp = await client(h).post(f"/router/v1/site/{route}", json=body, headers=headers)
-                assert resp.status_code == status, (route, resp.text)
-        admin = {"Authorization": "Bearer admin-key"}
-        resp = await client(h).post(f"{SITE}/apply", json=body, headers=admin)
-        assert resp.status_code == 200, resp.text
+    )
+    body = {"id": "new", "options": text_options(harness)}
+    for headers, status in (({}, 401), ({"Authorization": "Bearer user-key"}, 403)):
+        for route in ("config-file/apply", "cook/apply"):
+            resp = await client(harness).post(
+                f"/router/v1/site/{route}", json=body, headers=headers
+            )
+            assert resp.status_code == status, (route, resp.text)
+    admin = {"Authorization": "Bearer admin-key"}
+    resp = await client(harness).post(f"{SITE}/apply", json=body, headers=admin)
+    assert resp.status_code == 200, resp.text
 
 
 # ---- reading a file back (the WebUI's Config page and the Models detail) ----------------------

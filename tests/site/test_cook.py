@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +18,21 @@ from router.config.kcpps import AUX_COMPONENTS
 from router.domain import BackendMode
 from router.records.events import Event
 from router.site import cook
-from tests.support.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 COOK = "/router/v1/site/cook"
 EVENT_WAIT = 20.0
 
 
 @pytest.fixture
-async def h(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for harness in harness_fixture(tmp_path):
-        harness.model("chat")
-        harness.model("sd", sdmodel="pic.safetensors")
-        harness.model("emb", embeddingsmodel="e.gguf")
-        settings = harness.settings()
-        models = settings.models.model_copy(update={"file_roots": (harness.models_dir,)})
-        await harness.start(settings.model_copy(update={"models": models}))
-        yield harness
+async def h(harness: RouterHarness) -> RouterHarness:
+    harness.model("chat")
+    harness.model("sd", sdmodel="pic.safetensors")
+    harness.model("emb", embeddingsmodel="e.gguf")
+    settings = harness.settings()
+    models = settings.models.model_copy(update={"file_roots": (harness.models_dir,)})
+    await harness.start(settings.model_copy(update={"models": models}))
+    return harness
 
 
 def client(h: RouterHarness) -> httpx.AsyncClient:

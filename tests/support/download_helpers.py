@@ -1,10 +1,10 @@
-"""Shared pieces of the download tests: the fake hub fixture, settings, job polling."""
+"""Shared pieces of the download tests: settings, job polling (the `hub` fixture is in
+tests/downloads/conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +16,6 @@ from tests.support.harness import RouterHarness
 
 BASE = "/router/v1/site/download"
 TERMINAL = ("completed", "failed", "cancelled")
-
-
-async def hub_fixture() -> AsyncIterator[FakeHub]:
-    hub = await FakeHub().start()
-    try:
-        yield hub
-    finally:
-        await hub.close()
 
 
 def download_settings(h: RouterHarness, hub: FakeHub, **fields: Any) -> Settings:

@@ -202,7 +202,8 @@ async def read_sse(response: httpx.Response) -> list[SseEvent]:
     return events
 
 
-def chat(model: str, *, stream: bool = False, **extra: Any) -> Mapping[str, Any]:
+def chat(model: str, *, stream: bool = False, **extra: Any) -> dict[str, Any]:
+    """A one-message chat completion body; `extra` adds fields (`max_tokens=8`)."""
     return {
         "model": model,
         "messages": [{"role": "user", "content": "hi"}],

@@ -11,17 +11,14 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
-import pytest
 import yaml
 
 from tests.support.harness import PROGRAM_SECTIONS, RouterHarness, free_port, wait_for
-from tests.support.proctree import enable_subreaper, live_descendants, reap_zombie_children
 
 CLI = Path(sys.executable).with_name("tensor-router")
 
@@ -119,29 +116,6 @@ class RouterProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
-
-
-@pytest.fixture
-def tmp_harness(tmp_path: Path) -> Iterator[RouterHarness]:
-    enable_subreaper()
-    h = RouterHarness(tmp_path)
-    routers: list[RouterProcess] = []
-    h.routers = routers  # type: ignore[attr-defined]
-    try:
-        yield h
-    finally:
-        for r in routers:
-            r.kill()
-        deadline = time.monotonic() + 3
-        while live_descendants() and time.monotonic() < deadline:
-            reap_zombie_children()
-            time.sleep(0.05)
-        left = live_descendants()
-        for p in left:
-            p.kill()
-        time.sleep(0.1)
-        reap_zombie_children()
-        assert left == [], f"processes outlived the router: {left}"
 
 
 def new_router(

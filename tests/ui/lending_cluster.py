@@ -95,7 +95,7 @@ def build(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
 
 @pytest.fixture(scope="module")
 def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster]:
-    # Not tests.support.router_process.tmp_harness: its no-survivor check would count the session's
+    # Not the tmp_harness fixture (tests/conftest.py): its no-survivor check would count the session's
     # browser processes; each router here is killed at the end and its backends with it.
     h = RouterHarness(tmp_path_factory.mktemp("lending-ui"))
     h.routers = []  # type: ignore[attr-defined]

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 import httpx
 from playwright.sync_api import expect
 
+from tests.support.harness import chat
 from tests.ui.conftest import GuardedPage, wait_until
 from tests.ui.lending_cluster import TEXT_LINKS, TOKENS, LendingCluster, lending
 from tests.ui.test_lending_live import DECISIONS, LINK, decisions_read, folded_count, ui
@@ -20,17 +20,14 @@ __all__ = ["lending", "ui"]
 BACKLOG = 24
 
 
-def chat() -> dict[str, Any]:
-    return {"model": "slow", "max_tokens": TOKENS,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
-
-
 def backlog(lending: LendingCluster, pool: ThreadPoolExecutor) -> list[Future[int]]:
     """BACKLOG concurrent chats for the slow owner, from threads (the browser holds this one)."""
 
     def one() -> int:
         return httpx.post(
-            lending.master.base + "/v1/chat/completions", json=chat(), timeout=120
+            lending.master.base + "/v1/chat/completions",
+            json=chat("slow", max_tokens=TOKENS),
+            timeout=120,
         ).status_code
 
     return [pool.submit(one) for _ in range(BACKLOG)]

@@ -19,7 +19,7 @@ from tests.ui.conftest import GuardedPage, UiRouter
 
 @pytest.fixture
 def two_nodes(tmp_path: Path) -> Iterator[Cluster]:
-    # Not tests.support.router_process.tmp_harness: its no-survivor check would count the session's
+    # Not the tmp_harness fixture (tests/conftest.py): its no-survivor check would count the session's
     # browser processes; each router here is killed at the end and its backends with it (R4).
     h = RouterHarness(tmp_path / "cluster")
     h.routers = []  # type: ignore[attr-defined]
