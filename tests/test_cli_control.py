@@ -30,7 +30,8 @@ def _wait_ready(url: str) -> None:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)  # also after a non-200 answer: no busy loop
     raise AssertionError(f"{url} did not come up")
 
 

@@ -21,7 +21,7 @@ from backends.process import SupervisedProcess
 from tests.fakes import fake_backend as fb
 from tests.fakes.wrappers import fake_argv, write_fake_binary
 from tests.support import proctree
-from tests.support.harness import free_port
+from tests.support.harness import free_port, wait_http
 
 pytestmark = pytest.mark.timeout(60)
 HOST = "127.0.0.1"
@@ -32,20 +32,6 @@ def clean_tree() -> Iterator[None]:
     proctree.enable_subreaper()
     yield
     proctree.assert_no_leftovers()
-
-
-async def wait_ready(url: str, limit: float = 10.0) -> None:
-    deadline = time.monotonic() + limit
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            try:
-                async with s.get(url) as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientConnectionError:
-                pass
-            await asyncio.sleep(0.02)
-    raise AssertionError(f"{url} never became ready")
 
 
 @asynccontextmanager
@@ -66,7 +52,7 @@ async def backend(
     try:
         base = f"http://{HOST}:{_port_of(argv)}"
         if ready:
-            await wait_ready(base + probe)
+            await wait_http(base + probe)
         yield p, base
     finally:
         await p.stop(2.0)
@@ -155,7 +141,7 @@ async def test_llamacpp_surface(tmp_path: Path) -> None:
                     break
             except aiohttp.ClientConnectionError:
                 await asyncio.sleep(0.02)
-        await wait_ready(base + "/health")
+        await wait_http(base + "/health")
         assert any("server is listening on http://127.0.0.1:" in x for x in p.tail(20))
         async with s.get(base + "/v1/models") as r:
             assert r.headers["X-Fake-Model"] == "/models/x.gguf"
@@ -240,7 +226,7 @@ async def test_kobold_surface(tmp_path: Path) -> None:
         with pytest.raises(aiohttp.ClientConnectionError):  # refuses until loaded
             async with s.get(base + "/api/extra/version"):
                 pass
-        await wait_ready(base + "/api/extra/version")
+        await wait_http(base + "/api/extra/version")
         assert any("Please connect to custom endpoint at" in x for x in p.tail(20))
         async with s.get(base + "/api/extra/version") as r:
             caps = await r.json()
@@ -462,7 +448,7 @@ async def test_refuse_for_then_accept_and_slow_health() -> None:
         with pytest.raises(aiohttp.ClientConnectionError):
             async with s.get(base + "/health"):
                 pass
-        await wait_ready(base + "/health")
+        await wait_http(base + "/health")
         assert time.monotonic() - started >= 0.4
         t0 = time.monotonic()
         async with s.get(base + "/health") as r:
@@ -485,10 +471,10 @@ async def test_health_503_for_and_progress_lines() -> None:
         backend(argv, "/health", env, ready=False) as (p, base),
         aiohttp.ClientSession() as s,
     ):
-        await wait_ready(base + "/v1/models")
+        await wait_http(base + "/v1/models")
         async with s.get(base + "/health") as r:
             assert r.status == 503
-        await wait_ready(base + "/health")
+        await wait_http(base + "/health")
         assert sum("loading model tensors" in x for x in p.tail(50)) >= 3
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from router.cluster.guardians import Assignment, carries_images, parse_assignment, resolve
 from router.errors import BadRequest
-from tests.support.harness import RouterHarness, read_sse
+from tests.support.harness import RouterHarness, read_sse, vision_model
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 URL = "/router/v1/site/guardian-models"
@@ -83,15 +83,6 @@ def test_the_most_specific_assignment_wins(keys: list[tuple[str, str, str]]) -> 
 def test_bad_assignments_are_refused(body: dict[str, Any]) -> None:
     with pytest.raises(BadRequest):
         parse_assignment(body, "local")
-
-
-def vision_model(h: RouterHarness, model_id: str) -> None:
-    h.model(model_id, model_param=f"{model_id}.gguf")
-    projector = h.models_dir / f"{model_id}-proj.gguf"
-    projector.write_bytes(b"GGUF")
-    path = h.kcpps_dir / f"{model_id}.kcpps"
-    body = json.loads(path.read_text())
-    path.write_text(json.dumps({**body, "mmproj": str(projector)}))
 
 
 async def test_an_image_chat_to_a_text_model_is_answered_by_its_guardian(

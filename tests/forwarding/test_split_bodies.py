@@ -23,8 +23,8 @@ import pytest
 
 from router.appkeys import CATALOG, COMFY
 from router.domain import Lane
-from tests.comfy.test_jobs import form, video_workflow, wait_done
 from tests.fakes.fake_backend import tiny_png
+from tests.support.comfy import form, video_workflow, wait_done
 from tests.support.harness import RouterHarness, wav_bytes
 
 pytestmark = pytest.mark.timeout(180)

@@ -21,7 +21,7 @@ import pytest
 
 from router.classify import ROUTES, Route
 from router.domain import Lane
-from tests.support.harness import RouterHarness, chat, read_sse
+from tests.support.harness import RouterHarness, chat, read_sse, wait_for
 
 MODEL = "vl"  # one vLLM config with a text, an embeddings and a transcription model
 
@@ -313,13 +313,6 @@ def closed_codes(h: RouterHarness, record: Path) -> list[int | None]:
     return [r["code"] for r in h.records(record) if r.get("event") == "ws-closed"]
 
 
-async def wait_until(predicate: Any, within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_realtime_relays_frames_both_ways(harness: RouterHarness) -> None:
     record = recording(harness)
     vllm_model(harness)
@@ -339,8 +332,12 @@ async def test_realtime_relays_frames_both_ways(harness: RouterHarness) -> None:
             await ws.send_str("close:4001")  # the backend ends the session with its own code
             msg = await ws.receive(timeout=5)
             assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 4001
-    await wait_until(lambda: harness.runtimes.runtimes()[0].leases == 0)
-    await wait_until(lambda: len(closed_codes(harness, record)) == 2)
+    assert await wait_for(lambda: harness.runtimes.runtimes()[0].leases == 0, 5.0), (
+        "condition not reached in time"
+    )
+    assert await wait_for(lambda: len(closed_codes(harness, record)) == 2, 5.0), (
+        "condition not reached in time"
+    )
     assert closed_codes(harness, record) == [4002, 4001]
     assert harness.runtimes.spawn_count == 1
 
@@ -358,7 +355,9 @@ async def test_r13_open_realtime_session_blocks_idle_unload(harness: RouterHarne
             assert await ws.receive_str(timeout=5) == "two"
             assert harness.backend_pids() == pid and harness.runtimes.status_of(MODEL) == "ready"
     # Counting starts when the session ends.
-    await wait_until(lambda: harness.runtimes.status_of(MODEL) == "unloaded")
+    assert await wait_for(lambda: harness.runtimes.status_of(MODEL) == "unloaded", 5.0), (
+        "condition not reached in time"
+    )
     assert harness.runtimes.spawn_count == 1
 
 
@@ -378,9 +377,13 @@ async def test_r25_oversized_frame_is_refused_with_1009(harness: RouterHarness) 
             await ws.send_str("big:100000")
             msg = await ws.receive(timeout=10)
             assert msg.type is aiohttp.WSMsgType.CLOSE and msg.data == 1011
-    await wait_until(lambda: len(closed_codes(harness, record)) == 2)
+    assert await wait_for(lambda: len(closed_codes(harness, record)) == 2, 5.0), (
+        "condition not reached in time"
+    )
     assert closed_codes(harness, record)[0] == 1001  # the backend is told "going away"
-    await wait_until(lambda: harness.runtimes.runtimes()[0].leases == 0)
+    assert await wait_for(lambda: harness.runtimes.runtimes()[0].leases == 0, 5.0), (
+        "condition not reached in time"
+    )
 
 
 async def test_r25_ten_megabyte_frame_never_reaches_the_backend(harness: RouterHarness) -> None:
@@ -398,8 +401,12 @@ async def test_r25_ten_megabyte_frame_never_reaches_the_backend(harness: RouterH
             ended = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
             assert msg.type in ended
             assert msg.type is not aiohttp.WSMsgType.CLOSE or msg.data == 1009
-    await wait_until(lambda: closed_codes(harness, record) == [1001])
-    await wait_until(lambda: harness.runtimes.runtimes()[0].leases == 0)
+    assert await wait_for(lambda: closed_codes(harness, record) == [1001], 5.0), (
+        "condition not reached in time"
+    )
+    assert await wait_for(lambda: harness.runtimes.runtimes()[0].leases == 0, 5.0), (
+        "condition not reached in time"
+    )
 
 
 async def test_realtime_client_that_vanishes_releases_the_lease(harness: RouterHarness) -> None:
@@ -413,7 +420,9 @@ async def test_realtime_client_that_vanishes_releases_the_lease(harness: RouterH
     finally:
         await session.connector.close()  # TCP gone, no close frame
         await session.close()
-    await wait_until(lambda: harness.runtimes.runtimes()[0].leases == 0)
+    assert await wait_for(lambda: harness.runtimes.runtimes()[0].leases == 0, 5.0), (
+        "condition not reached in time"
+    )
 
 
 async def test_s16_foreign_origin_is_refused_before_101(harness: RouterHarness) -> None:

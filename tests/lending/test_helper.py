@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from router.appkeys import DECISIONS
-from tests.cluster.test_nodes import AUTH, TOKEN, served_rows, until
-from tests.lending.test_nodes import TEXT_LINKS, folder
-from tests.support.harness import RouterHarness, chat, free_port
+from tests.support.cluster import AUTH, TOKEN, served_rows
+from tests.support.harness import RouterHarness, chat, free_port, until
+from tests.support.lending import TEXT_LINKS, folder
 from tests.support.router_process import RouterProcess, new_router
 
 TOKENS = 8

@@ -12,9 +12,8 @@ from typing import Any
 
 import httpx
 
-from tests.cluster.test_nodes import until
-from tests.lending.test_nodes import rows, slave_known, summary_leases, two_nodes
-from tests.support.harness import RouterHarness
+from tests.support.harness import RouterHarness, until
+from tests.support.lending import rows, slave_known, summary_leases, two_nodes
 
 IMAGE_LINKS = "/router/v1/site/routing-groups"
 N = 8

@@ -10,8 +10,9 @@ import asyncio
 
 import httpx
 
-from tests.cluster.test_nodes import AUTH, until
-from tests.lending.test_nodes import (
+from tests.support.cluster import AUTH
+from tests.support.harness import RouterHarness, chat, free_port, until
+from tests.support.lending import (
     QUICK,
     TEXT_LINKS,
     TOKENS,
@@ -24,7 +25,6 @@ from tests.lending.test_nodes import (
     speeds,
     summary_leases,
 )
-from tests.support.harness import RouterHarness, chat, free_port
 
 DECISIONS = "/router/v1/site/offload/decisions"
 

@@ -13,9 +13,9 @@ import httpx
 import yaml
 
 from router import __version__
-from tests.cluster.test_nodes import AUTH, until
-from tests.lending.test_nodes import LINK, TEXT_LINKS, slave_known, two_nodes
-from tests.support.harness import RouterHarness
+from tests.support.cluster import AUTH
+from tests.support.harness import RouterHarness, until
+from tests.support.lending import LINK, TEXT_LINKS, slave_known, two_nodes
 from tests.support.router_process import RouterProcess
 
 NODE_SETTINGS = "/router/v1/node/offload/settings"

@@ -9,9 +9,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from router.demo_models import write_text_kcpps
-from tests.cluster.test_nodes import cluster, listed_ids, served_models, start_all, until
 from tests.real.router_fixtures import LLAMA_ARGS
-from tests.support.harness import RouterHarness
+from tests.support.cluster import cluster, listed_ids, served_models, start_all
+from tests.support.harness import RouterHarness, until
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 

@@ -22,7 +22,7 @@ import pytest
 from backends.process import SupervisedProcess
 from router.runtime import loader
 from tests.fakes.wrappers import fake_argv
-from tests.support.harness import RouterHarness, chat, free_port, wait_for
+from tests.support.harness import RouterHarness, chat, free_port, wait_for, wait_http
 
 # Shared 2-core box: timing bounds get this much slack on top of the ideal.
 SLACK = 0.3
@@ -119,19 +119,6 @@ async def test_r2_r3_wrapper_backend_unloads_whole_tree(
 # ---- R5: port taken / foreign process ---------------------------------------------------
 
 
-async def _wait_http(url: str, deadline: float = 10.0) -> None:
-    end = time.monotonic() + deadline
-    async with httpx.AsyncClient() as c:
-        while time.monotonic() < end:
-            try:
-                if (await c.get(url, timeout=1)).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"{url} never answered")
-
-
 async def test_r5_foreign_process_on_the_port_is_never_proxied_to(
     harness: RouterHarness, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -154,7 +141,7 @@ async def test_r5_foreign_process_on_the_port_is_never_proxied_to(
         stderr=subprocess.DEVNULL,
     )
     try:
-        await _wait_http(f"http://127.0.0.1:{port}/health")
+        await wait_http(f"http://127.0.0.1:{port}/health")
         monkeypatch.setattr(loader, "free_port", lambda: port)
         harness.model("chat-a")
         client = await harness.start(harness.settings(stop_grace=1))

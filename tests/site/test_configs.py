@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,9 @@ from router.appkeys import EVENTS
 from router.records.events import Event
 from router.site import configs
 from tests.support.harness import RouterHarness
+from tests.support.site_helpers import EVENT_WAIT, catalog_event, client
 
 SITE = "/router/v1/site/config-file"
-EVENT_WAIT = 20.0  # two poll periods plus a loaded CI box
 
 
 @pytest.fixture
@@ -33,11 +33,6 @@ async def h(harness: RouterHarness) -> RouterHarness:
     harness.model("base")
     await harness.start()
     return harness
-
-
-def client(h: RouterHarness) -> httpx.AsyncClient:
-    assert h.client is not None
-    return h.client
 
 
 def listing(folder: Path) -> list[str]:
@@ -59,15 +54,6 @@ async def model_ids(h: RouterHarness) -> list[str]:
     resp = await client(h).get("/v1/models")
     assert resp.status_code == 200
     return [m["id"] for m in resp.json()["data"]]
-
-
-async def catalog_event(queue: asyncio.Queue[Event], want: Callable[[Event], bool]) -> Event:
-    """The first `catalog` event `want` accepts (an editor's half-written file may come first)."""
-    async with asyncio.timeout(EVENT_WAIT):
-        while True:
-            event = await queue.get()
-            if event["event"] == "catalog" and want(event):
-                return event
 
 
 def assert_error(resp: httpx.Response, status: int, param: str | None) -> dict[str, Any]:

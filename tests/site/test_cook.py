@@ -3,25 +3,21 @@ plan builder on plain values."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from router.appkeys import CATALOG, EVENTS
 from router.config.kcpps import AUX_COMPONENTS
 from router.domain import BackendMode
-from router.records.events import Event
 from router.site import cook
 from tests.support.harness import RouterHarness
+from tests.support.site_helpers import catalog_event, client, site_settings
 
 COOK = "/router/v1/site/cook"
-EVENT_WAIT = 20.0
 
 
 @pytest.fixture
@@ -29,23 +25,8 @@ async def h(harness: RouterHarness) -> RouterHarness:
     harness.model("chat")
     harness.model("sd", sdmodel="pic.safetensors")
     harness.model("emb", embeddingsmodel="e.gguf")
-    settings = harness.settings()
-    models = settings.models.model_copy(update={"file_roots": (harness.models_dir,)})
-    await harness.start(settings.model_copy(update={"models": models}))
+    await harness.start(site_settings(harness))
     return harness
-
-
-def client(h: RouterHarness) -> httpx.AsyncClient:
-    assert h.client is not None
-    return h.client
-
-
-async def catalog_event(queue: asyncio.Queue[Event], want: Callable[[Event], bool]) -> Event:
-    async with asyncio.timeout(EVENT_WAIT):
-        while True:
-            event = await queue.get()
-            if event["event"] == "catalog" and want(event):
-                return event
 
 
 def combo(h: RouterHarness, **extra: Any) -> dict[str, Any]:

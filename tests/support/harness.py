@@ -27,7 +27,7 @@ import shlex
 import socket
 import time
 import wave
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +202,16 @@ async def read_sse(response: httpx.Response) -> list[SseEvent]:
     return events
 
 
+def vision_model(h: RouterHarness, model_id: str) -> None:
+    """A text model with a projector: image requests may go to it (a guardian)."""
+    h.model(model_id, model_param=f"{model_id}.gguf")
+    projector = h.models_dir / f"{model_id}-proj.gguf"
+    projector.write_bytes(b"GGUF")
+    path = h.kcpps_dir / f"{model_id}.kcpps"
+    body = json.loads(path.read_text())
+    path.write_text(json.dumps({**body, "mmproj": str(projector)}))
+
+
 def chat(model: str, *, stream: bool = False, **extra: Any) -> dict[str, Any]:
     """A one-message chat completion body; `extra` adds fields (`max_tokens=8`)."""
     return {
@@ -232,6 +242,42 @@ async def wait_for(predicate: Callable[[], object], deadline: float = 2.0) -> bo
             return True
         await asyncio.sleep(0.02)
     return bool(predicate())
+
+
+async def until(read: Callable[[], Awaitable[object]], want: object, deadline: float = 20) -> bool:
+    """Poll `read()` until it returns `want` (state another process
+    changes on its own clock, read through its API)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if await read() == want:
+            return True
+        await asyncio.sleep(0.05)
+    return await read() == want
+
+
+async def wait_http(url: str, deadline: float = 10.0) -> None:
+    """Until `url` answers 200: a server that is starting refuses or fails connections."""
+    end = time.monotonic() + deadline
+    async with httpx.AsyncClient() as client:
+        while time.monotonic() < end:
+            try:
+                if (await client.get(url, timeout=1)).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.02)
+    raise AssertionError(f"{url} never answered 200 within {deadline} s")
+
+
+def wait_until(predicate: Any, what: str, seconds: float = 30.0) -> None:
+    """From a thread that must not run an event loop (the browser tests): poll until
+    `predicate()` holds."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def free_port() -> int:

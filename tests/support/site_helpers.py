@@ -1,14 +1,20 @@
 """Helpers for the site route tests: a harness whose settings confine model files to its
-models folder, and a hasher that counts (and may hold) the files it really reads."""
+models folder, a hasher that counts (and may hold) the files it really reads, and the
+catalog events a config-file change sends."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from router.appkeys import SITE_FILES
 from router.config import Settings
+from router.records.events import Event
 from router.site import Digest, FileStat, digest_file
 from tests.support.harness import RouterHarness
 
@@ -51,3 +57,20 @@ def write(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
+
+
+EVENT_WAIT = 20.0  # two catalog poll periods plus a loaded CI box
+
+
+def client(h: RouterHarness) -> httpx.AsyncClient:
+    assert h.client is not None
+    return h.client
+
+
+async def catalog_event(queue: asyncio.Queue[Event], want: Callable[[Event], bool]) -> Event:
+    """The first `catalog` event `want` accepts (an editor's half-written file may come first)."""
+    async with asyncio.timeout(EVENT_WAIT):
+        while True:
+            event = await queue.get()
+            if event["event"] == "catalog" and want(event):
+                return event

@@ -22,8 +22,9 @@ import httpx
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, Request, Response, expect
 
-from tests.support.harness import RouterHarness
+from tests.support.harness import RouterHarness, wait_until
 from tests.support.router_process import RouterProcess
+from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster, build
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
@@ -101,18 +102,6 @@ class UiRouter:
 
     def openai_ids(self) -> set[str]:
         return {m["id"] for m in self.get("/v1/models")["data"]}
-
-
-def wait_until(predicate: Any, what: str, seconds: float = 30.0) -> None:
-    """Poll the router over HTTP (not the browser) until `predicate()` holds."""
-    import time
-
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def seed_models(h: RouterHarness) -> None:
@@ -223,3 +212,49 @@ def ui(page: Page, ui_router: UiRouter, tmp_path: Path) -> Iterator[GuardedPage]
     guarded = GuardedPage(page, ui_router, tmp_path)
     yield guarded
     guarded.check()
+
+
+@pytest.fixture(scope="module")
+def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster]:
+    # Not the tmp_harness fixture (tests/conftest.py): its no-survivor check would count the session's
+    # browser processes; each router here is killed at the end and its backends with it.
+    h = RouterHarness(tmp_path_factory.mktemp("lending-ui"))
+    h.routers = []  # type: ignore[attr-defined]
+    master, slave = build(h)
+
+    async def up() -> None:
+        await master.start()
+        await slave.start()
+
+    # Its own thread: Playwright's sync API may already run an event loop in this one.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, up()).result()
+    db = h.tmp / "data-master" / "router.sqlite"
+    c = LendingCluster(master, slave, httpx.Client(base_url=master.base, timeout=30), db)
+    try:
+        wait_until(
+            lambda: (
+                any(
+                    x["node_id"] == "s1"
+                    for x in c.get(TEXT_LINKS, node_id="m", model_id="slow")["candidates"]
+                )
+                and any(g["node_id"] == "s1" for g in c.get(GUARDIANS)["candidates"])
+            ),
+            "the slave's models on the master",
+            seconds=45.0,
+        )
+        yield c
+    finally:
+        c.http.close()
+        for node in (master, slave):
+            node.kill()
+
+
+@pytest.fixture
+def lending_ui(lending: LendingCluster, page: Page, tmp_path: Path) -> Iterator[GuardedPage]:
+    """The Lending page's tests: a page on the lending cluster's master, reset before and after."""
+    lending.reset()
+    guarded = GuardedPage(page, UiRouter(lending.master, lending.master.h), tmp_path)
+    yield guarded
+    guarded.check()
+    lending.reset()

@@ -13,8 +13,7 @@ import pytest
 import yaml
 from playwright.sync_api import Page, expect
 
-from tests.cluster.test_guardians import vision_model
-from tests.support.harness import RouterHarness
+from tests.support.harness import RouterHarness, vision_model
 from tests.support.router_process import RouterProcess
 from tests.ui import test_login
 from tests.ui.conftest import GuardedPage, UiRouter

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.cluster.test_nodes import Cluster, cluster, listed_ids, start_all, until
-from tests.support.harness import RouterHarness
+from tests.support.cluster import Cluster, cluster, listed_ids, start_all
+from tests.support.harness import RouterHarness, until
 from tests.ui.conftest import GuardedPage, UiRouter
 
 
