@@ -184,22 +184,25 @@ class SseEvent:
     at: float  # time.monotonic() when the event's last line arrived
 
 
-async def read_sse(response: httpx.Response) -> list[SseEvent]:
-    """Parse a streamed SSE body; each event is stamped when its blank line arrives."""
-    events: list[SseEvent] = []
+async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    """The events of an SSE body as a client dispatches them: an event counts once its blank
+    line arrives, and what follows the last blank line is dropped, as EventSource and the
+    OpenAI client drop it (so an unterminated error event is no terminal error)."""
     kind, data = "message", []
-    async for line in response.aiter_lines():
+    async for line in lines:
         if line == "":
             if data or kind != "message":
-                events.append(SseEvent(kind, "\n".join(data), time.monotonic()))
+                yield SseEvent(kind, "\n".join(data), time.monotonic())
             kind, data = "message", []
         elif line.startswith("event:"):
             kind = line[6:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].lstrip())
-    if data:
-        events.append(SseEvent(kind, "\n".join(data), time.monotonic()))
-    return events
+
+
+async def read_sse(response: httpx.Response) -> list[SseEvent]:
+    """A streamed SSE body's events (iter_sse); each is stamped when its blank line arrives."""
+    return [event async for event in iter_sse(response.aiter_lines())]
 
 
 def vision_model(h: RouterHarness, model_id: str) -> None:
