@@ -14,12 +14,14 @@ import asyncio
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import yaml
 from playwright.sync_api import ConsoleMessage, Page, Request, Response, expect
 
 from tests.support.harness import RouterHarness, wait_until
@@ -36,6 +38,8 @@ LAUNCH_ARGS = [
     "--no-first-run",
 ]
 BULK_MODELS = 200
+ADMIN_KEY = "adm-ui-5c1e9f3a7b2d4e60"
+INFERENCE_KEY = "inf-ui-0a8b7c6d5e4f3a21"
 # Switches per model for the fake backend (see tests/fakes/fake_backend.py).
 FAULTS = {
     "crashy": "--exit-at-start 3",
@@ -112,13 +116,10 @@ def seed_models(h: RouterHarness) -> None:
     h.faults_for_model.update(FAULTS)
 
 
-@pytest.fixture(scope="session")
-def ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
-    _require_chromium()
-    h = RouterHarness(tmp_path_factory.mktemp("ui-router"))
-    seed_models(h)
-    process = RouterProcess(h, load_timeout=20, no_progress_timeout=10)
-    # Its own thread: Playwright's sync API may already run an event loop in this one.
+@contextmanager
+def serving(process: RouterProcess, h: RouterHarness) -> Iterator[UiRouter]:
+    """`process` started from its own thread (Playwright's sync API may already run an event
+    loop in this one), killed after."""
     with ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, process.start()).result()
     router = UiRouter(process, h)
@@ -127,6 +128,35 @@ def ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
     finally:
         router.http.close()
         process.kill()
+
+
+@pytest.fixture(scope="session")
+def ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
+    _require_chromium()
+    h = RouterHarness(tmp_path_factory.mktemp("ui-router"))
+    seed_models(h)
+    with serving(RouterProcess(h, load_timeout=20, no_progress_timeout=10), h) as router:
+        yield router
+
+
+def secure(process: RouterProcess) -> RouterProcess:
+    """The router's config in the secure profile with the keys below (before it starts)."""
+    config = yaml.safe_load(process.config.read_text())
+    config["security"] = {"profile": "secure"}
+    config["auth"] = {"admin_keys": [ADMIN_KEY], "inference_keys": [INFERENCE_KEY]}
+    process.config.write_text(yaml.safe_dump(config))
+    return process
+
+
+@pytest.fixture(scope="session")
+def secure_router(
+    ui_router: UiRouter, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiRouter]:
+    """A second router in the secure profile (after ui_router: chromium is checked there)."""
+    h = RouterHarness(tmp_path_factory.mktemp("ui-secure"))
+    h.model("alpha")
+    with serving(secure(RouterProcess(h)), h) as router:
+        yield router
 
 
 class GuardedPage:
