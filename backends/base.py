@@ -308,7 +308,7 @@ def _checked_binary(path: Path, section: str) -> Path:
 
 
 def built_backends_dir() -> Path:
-    """Where `python -m backends.recipes` and init jobs put built backends (one per machine)."""
+    """Where `python -m backends.recipes_cli` and init jobs put built backends (one per machine)."""
     configured = os.environ.get("TENSOR_ROUTER_BACKENDS_DIR")
     return Path(configured) if configured else Path.home() / ".cache" / "tensor-router" / "backends"
 

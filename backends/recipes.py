@@ -1,6 +1,6 @@
 """Backend build recipes: the one way a native backend is built or installed, kept as data.
 
-`make llama-server`, `make backends` and `make vllm-venv` run `python -m backends.recipes`
+`make llama-server`, `make backends` and `make vllm-venv` run `python -m backends.recipes_cli`
 (synchronous, printing each step: backends/recipes_cli.py); the router's init job
 (router/setup) runs the very same steps as supervised subprocesses with progress and cancel.
 A recipe is an ordered list of steps (argv lists handed to exec, never a shell), the file it
@@ -302,9 +302,3 @@ def load_recipes(path: Path) -> dict[str, Recipe]:
             r.binary, r.probe, r.export, r.tools,
         )  # fmt: skip
     return recipes
-
-
-if __name__ == "__main__":
-    from backends.recipes_cli import main
-
-    raise SystemExit(main())

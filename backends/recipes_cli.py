@@ -1,8 +1,8 @@
-"""`python -m backends.recipes`: build a backend from its recipe, as make does.
+"""`python -m backends.recipes_cli`: build a backend from its recipe, as make does.
 
-    python -m backends.recipes ensure llama-server whisper-server sd-server
-    python -m backends.recipes build vllm --prefix .venv-vllm
-    python -m backends.recipes list
+    python -m backends.recipes_cli ensure llama-server whisper-server sd-server
+    python -m backends.recipes_cli build vllm --prefix .venv-vllm
+    python -m backends.recipes_cli list
 
 `ensure` leaves a backend alone when its installed binary passes the recipe's probe (so
 `make backends` on a built machine costs a second or two), else builds into a new prefix
@@ -122,7 +122,7 @@ def ensure(recipe: Recipe, python: str, jobs: int, root: Path, force: bool) -> N
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m backends.recipes")
+    parser = argparse.ArgumentParser(prog="python -m backends.recipes_cli")
     parser.add_argument(
         "--root", type=Path, default=None, help="default TENSOR_ROUTER_BACKENDS_DIR"
     )
@@ -162,3 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             force = args.command == "build" or args.force
             ensure(recipes[name], args.python, args.jobs, root, force)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -197,12 +197,12 @@ def serving_cost(n: int = 100_000) -> dict[str, Any]:
     from aiohttp import web
     from aiohttp.test_utils import make_mocked_request
 
-    from router.api import borrowed
-    from router.appkeys import GATES, LINKS, RESTORE
-    from router.cluster.gate import Gates
-    from router.cluster.lending import Link, LinkTable
-    from router.cluster.restore import Restorer
     from router.domain import Lane
+    from router.lending import GATES, LINKS, RESTORE
+    from router.lending import helper as borrowed
+    from router.lending.gate import Gates
+    from router.lending.links import Link, LinkTable
+    from router.lending.restore import Restorer
 
     async def none() -> None:
         return None
@@ -215,7 +215,7 @@ def serving_cost(n: int = 100_000) -> dict[str, Any]:
         request = make_mocked_request("POST", PATH, app=app)
         config: Any = SimpleNamespace(id="plain")
         started = time.perf_counter_ns()
-        for _ in range(n):  # as router/api/inference.py `_forward` does it
+        for _ in range(n):  # as router/api/inference/forward.py `_forward` does it
             if not borrowed.ungated(request, config, Lane.TEXT):
                 async with borrowed.serving(request, config, Lane.TEXT):
                     pass

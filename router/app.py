@@ -4,10 +4,11 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
   0. connection level (router/edge/listener.py `GuardedRequestHandler`, installed by
      `capped_site` in `serve()`): connection caps, header deadline, request-line/header limits
-  1. `edge_errors`     stamps the arrival time; the one place a RouterError raised below
-                       becomes a response, in the surface's own shape, keys blanked out;
-                       unexpected exceptions become a clean 500; after a response was
-                       prepared nothing more is written: the connection is closed
+  1. `edge_errors`     (router/edge/errors.py) stamps the arrival time; the one place a
+                       RouterError raised below becomes a response, in the surface's own
+                       shape, keys blanked out; unexpected exceptions become a clean 500;
+                       after a response was prepared nothing more is written: the
+                       connection is closed
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
   6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
@@ -15,8 +16,10 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> ComfyUI
-jobs -> site files -> benchmarks -> downloads -> cluster.
+client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> image
+lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> lending (links and settings,
+planner, helper gates) -> downloads -> cluster -> backend WebUIs. Each lifetime but the core
+ones here lives in the package whose resource it starts (the API faces, router.lending).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import functools
 import logging
 import os
 import signal
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -38,44 +40,10 @@ from aiohttp import web
 from backends.base import built_backends_dir
 from backends.process import hold_watchdog, reap_stale, release_watchdog
 from backends.recipes import default_recipes, load_recipes
-from router.api import (
-    anthropic,
-    benchmarks,
-    borrowed,
-    comfy,
-    control,
-    guardians,
-    images,
-    inference,
-    lending,
-    lending_decisions,
-    lending_settings,
-    meta,
-    models,
-    node,
-    offload_plan,
-    ollama,
-    ollama_gen,
-    realtime,
-    responses,
-    setup,
-    site_assets,
-    site_configs,
-    site_downloads,
-    site_fanout,
-    site_inventory,
-    site_relay,
-    site_store,
-    site_webuis,
-    ui,
-    ui_static,
-    vllm,
-    voice,
-    webui_proxy,
-)
+from router import lending
+from router.api import HANDLERS, admin, inference, node, site
 from router.api.common import Handler
 from router.appkeys import (
-    ARRIVED,
     AUTH,
     BACKEND_SETUP,
     CATALOG,
@@ -100,12 +68,11 @@ from router.appkeys import (
     UI_LOGINS,
 )
 from router.classify import ROUTES, Route, match
-from router.cluster import AllowList, ClusterService, NodeClient, NodeModel
-from router.cluster.local import node_models
+from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Middleware, RouteOf, Sessions, auth, guards, secrets_of, surface_of
+from router.edge import Sessions, auth, edge_errors, guards, secrets_of
 from router.edge.ui_sessions import LoginLimiter, UiSessions
-from router.errors import InternalError, NotImplementedRoute, RouteNotFound, RouterError, render
+from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
@@ -118,38 +85,6 @@ log = logging.getLogger(__name__)
 # How often `models.config_dir` is rescanned for files added, edited or removed on disk.
 # A poll, not inotify: it also sees network mounts and editors that replace the file.
 CATALOG_POLL_SECONDS = 2.0
-
-HANDLERS: dict[str, Handler] = {
-    **meta.HANDLERS,
-    **anthropic.HANDLERS,
-    **models.HANDLERS,
-    **control.HANDLERS,
-    **ollama.HANDLERS,
-    **ollama_gen.HANDLERS,
-    **inference.HANDLERS,
-    **responses.HANDLERS,
-    **realtime.HANDLERS,
-    **vllm.HANDLERS,
-    **images.HANDLERS,
-    **voice.HANDLERS,
-    **comfy.HANDLERS,
-    **site_store.HANDLERS,
-    **site_inventory.HANDLERS,
-    **site_assets.HANDLERS,
-    **site_configs.HANDLERS,
-    **benchmarks.HANDLERS,
-    **ui_static.HANDLERS,
-    **ui.HANDLERS,
-    **node.HANDLERS,
-    **guardians.HANDLERS,
-    **lending.HANDLERS,
-    **lending_settings.HANDLERS,
-    **lending_decisions.HANDLERS,
-    **offload_plan.HANDLERS,
-    **site_webuis.HANDLERS,
-    **site_downloads.HANDLERS,
-    **setup.HANDLERS,
-}
 
 # What a slave does not serve: it is no management surface (docs/cluster.md).
 MANAGEMENT_PREFIXES = ("/router/v1/site/", "/router/v1/benchmarks", "/router/ui", "/router/webuis")
@@ -165,50 +100,6 @@ def route_of(request: web.Request) -> Route:
     return route
 
 
-def edge_errors(settings: Settings, route_of: RouteOf = route_of) -> Middleware:
-    """Middleware 1: the one renderer of errors (`route_of` is replaceable for edge tests)."""
-    secrets = secrets_of(settings)
-
-    @web.middleware
-    async def edge(request: web.Request, handler: Handler) -> web.StreamResponse:
-        request[ARRIVED] = time.monotonic()
-        try:
-            return await handler(request)
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception as exc:
-            if _answer_started(request):
-                return _abandon(request, exc)
-            if isinstance(exc, web.HTTPException):
-                raise  # aiohttp's own answers (e.g. a WebSocket handshake refusal)
-            if not isinstance(exc, RouterError):
-                log.exception("unhandled error on %s %s", request.method, request.path)
-                exc = InternalError("internal error")
-            return render(exc, surface_of(request, route_of), secrets)
-
-    return edge
-
-
-def _answer_started(request: web.Request) -> bool:
-    """Has the status line of a response gone out already (a handler prepared its own)?"""
-    return request.writer.output_size > 0
-
-
-def _abandon(request: web.Request, exc: Exception) -> web.StreamResponse:
-    """A handler failed after its response started: a second status line written now would land
-    inside the open body. Cut the connection, so the client sees the body end abnormally. The
-    handler that prepared the response records its own analytics event (one per request)."""
-    log.warning(
-        "%s %s failed after its response started; closing the connection: %s",
-        request.method, request.path, exc if isinstance(exc, RouterError) else repr(exc),
-        exc_info=not isinstance(exc, RouterError | web.HTTPException),
-    )  # fmt: skip
-    if request.transport is not None:
-        request.transport.close()
-    # What aiohttp is handed back; its write meets the closed transport and is dropped.
-    return web.Response(status=500)
-
-
 def handler_table(settings: Settings) -> dict[str, Handler]:
     """The route table's handler names -> handlers for this node's role: a master relays the
     site APIs that name another node; a slave serves none (404) to clients."""
@@ -217,8 +108,8 @@ def handler_table(settings: Settings) -> dict[str, Handler]:
         return HANDLERS
     management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     if role == "master":
-        wrapped = {n: site_relay.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
-        merged = {n: fan(wrapped[n]) for n, fan in site_fanout.FANOUT.items() if n in wrapped}
+        wrapped = {n: node.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
+        merged = {n: fan(wrapped[n]) for n, fan in node.FANOUT.items() if n in wrapped}
         return HANDLERS | wrapped | merged
     return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
 
@@ -247,7 +138,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
     )
     middlewares: list[Any] = [  # the order of the module docstring
-        edge_errors(settings),
+        edge_errors(settings, route_of),
         *guards.edge_middlewares(settings, route_of),
         auth.policy_middleware(policy, route_of),
     ]
@@ -274,17 +165,17 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _catalog,
             _backend_setup,
             _runtimes,
-            images.images_context,
-            comfy.comfy_context,
-            site_inventory.site_context,
-            benchmarks.benchmarks_context,
-            guardians.guardians_context,
+            inference.images_context,
+            inference.comfy_context,
+            site.site_context,
+            site.benchmarks_context,
+            site.guardians_context,
             lending.links_context,
-            offload_plan.planning_context,
-            borrowed.helper_context,  # reads the lending values
-            site_downloads.downloads_context,  # before the cluster announces this node
+            lending.planning_context,
+            lending.helper_context,  # reads the lending values
+            site.downloads_context,  # before the cluster announces this node
             _cluster,
-            site_webuis.webuis_context,
+            site.webuis_context,
         ]
     )
     app.on_shutdown.append(_begin_drain)
@@ -299,14 +190,14 @@ def create_backend_ui_app(main: web.Application) -> web.Application:
     same edge guards (its own Host names) and error renderer, serving only
     `/router/webuis/<kind>/...` with `main`'s resources (start it after `main`)."""
     settings = main[SETTINGS]
-    route_of = webui_proxy.listener_route_of
-    guarded = guards.edge_middlewares(webui_proxy.listener_settings(settings), route_of)
+    route_of = admin.listener_route_of
+    guarded = guards.edge_middlewares(admin.listener_settings(settings), route_of)
     middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
     app = web.Application(middlewares=middlewares)
     app[MAIN_APP] = main
-    app.on_startup.append(webui_proxy.share_resources)
-    app.on_response_prepare.append(webui_proxy.on_prepare)
-    app.router.add_route("*", "/{tail:.*}", webui_proxy.serve)
+    app.on_startup.append(admin.share_resources)
+    app.on_response_prepare.append(admin.on_prepare)
+    app.router.add_route("*", "/{tail:.*}", admin.serve)
     return app
 
 
@@ -324,6 +215,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
             session, idle_timeout=runtime.stream_idle_timeout, connect_window=runtime.load_timeout
         )
         yield
+        await app[PROXY].close()
 
 
 async def _store(app: web.Application) -> AsyncIterator[None]:

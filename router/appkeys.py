@@ -11,18 +11,14 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
+# Stamped by the outermost middleware (router/edge/errors.py), which sits below this module.
+from router.edge.errors import ARRIVED as ARRIVED
+
 if TYPE_CHECKING:
     from router.benchmarks import Benchmarks
-    from router.cluster import ClusterService
-    from router.cluster.decisions import DecisionLog
-    from router.cluster.gate import Gates
-    from router.cluster.guardians import GuardianTable
-    from router.cluster.leases import LendBook
-    from router.cluster.lending import LendingValues, LinkTable
-    from router.cluster.push import Pusher
-    from router.cluster.restore import Restorer
+    from router.cluster import ClusterService, GuardianTable
     from router.comfy.state import ComfyState
-    from router.config import Catalog, ModelConfig, Settings
+    from router.config import Catalog, Settings
     from router.downloads import Downloads
     from router.edge.auth import Policy
     from router.edge.sessions import Sessions
@@ -57,12 +53,12 @@ LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 # Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
 LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
-# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/ui.py).
+# The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
 # The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
 CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
-# The app's dispatcher: node routes hand an inner request to it (router/api/node.py).
+# The app's dispatcher: node routes hand an inner request to it (router/api/node/node.py).
 DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]] = web.AppKey(
     "dispatch"
 )
@@ -74,22 +70,8 @@ NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]
 WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 # The backend-UI listener's app: the management app it serves for (its resources are shared).
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
-# Guardian assignments in force (router/api/guardians.py); replaced whole on a change.
+# Guardian assignments in force (router/api/site/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
-# Lending links in force, and lending's counters (router/api/lending.py, offload.py).
-LINKS: web.AppKey[LinkTable] = web.AppKey("links")
-# The lending settings in force (config file, then the values saved from the WebUI).
-LENDING: web.AppKey[LendingValues] = web.AppKey("lending")
-# The lending decision log (router/cluster/decisions.py).
-DECISIONS: web.AppKey[DecisionLog] = web.AppKey("decisions")
-# A master's push of its lending settings and links to its slaves (router/cluster/push.py).
-LENDING_PUSH: web.AppKey[Pusher] = web.AppKey("lending_push")
-# Leases, held and lent requests, this node's cost fits (router/api/offload_plan.py).
-LEND: web.AppKey[LendBook] = web.AppKey("lend")
-# Helper side of lending (router/api/borrowed.py): the enrolled models' admission gates, and
-# the lanes to restore after borrowed work.
-GATES: web.AppKey[Gates] = web.AppKey("gates")
-RESTORE: web.AppKey[Restorer[ModelConfig]] = web.AppKey("restore")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
@@ -97,14 +79,7 @@ SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 if TYPE_CHECKING:
     from router.classify import Match, Route
 
-ARRIVED: web.RequestKey[float] = web.RequestKey("arrived", float)
 MATCH: web.RequestKey[Match] = web.RequestKey("match", object)  # type: ignore[arg-type]
 ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[arg-type]
 # The body a site handler read, kept so the request can be relayed to the node it names.
 RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)
-# Set by the node inference route on a lent request: whether the link allows a model load.
-BORROWED: web.RequestKey[bool] = web.RequestKey("borrowed", bool)
-# Set with BORROWED when the owner asks for the helper's model to be restored afterwards.
-BORROWED_RESTORE: web.RequestKey[bool] = web.RequestKey("borrowed_restore", bool)
-# Set with BORROWED: the lending owner's (node ID, model ID), named by the master that lent it.
-BORROWED_OWNER: web.RequestKey[tuple[str, str]] = web.RequestKey("borrowed_owner")

@@ -1,6 +1,6 @@
 """One exception hierarchy, translated at the edge by one renderer per API family.
 
-Handlers and middlewares raise `RouterError` subclasses; the app's `edge_errors` middleware is
+Handlers and middlewares raise `RouterError` subclasses; the `edge_errors` middleware (edge) is
 the one caller of `render(err, surface, secrets)`, which turns them into the surface's own error
 shape and HTTP status (spec/inference-server-api.md, "Errors"). Messages never carry absolute
 paths or keys: `sanitize()` runs on every rendered message.
@@ -221,7 +221,7 @@ def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) 
 
 
 def render(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> web.Response:
-    """An error as the surface's HTTP response (called by `app.edge_errors` only)."""
+    """An error as the surface's HTTP response (called by `edge.errors.edge_errors` only)."""
     response = web.json_response(
         error_body(err, surface, secrets), status=err.status, headers=err.headers or None
     )

@@ -45,9 +45,17 @@ def copy_tree(tmp: Path) -> Path:
         # an upward import across layers
         ("router/config/kcpps.py", "import router.runtime", "Layers"),
         # a handler module imported by something other than the app
-        ("router/server.py", "import router.api.meta", "Only the app wires the handlers"),
+        ("router/server.py", "import router.api.admin.meta", "Only the app wires the handlers"),
         # an adapter reaching into the edge, which sits below it in the layers
         ("backends/base.py", "import router.edge", "Backends stand on domain"),
+        # lending reaching up into the handlers
+        ("router/lending/links.py", "import router.api", "Lending does not import the API"),
+        # the node routes reaching up into the client surfaces
+        ("router/api/node/node.py", "import router.api.inference", "API subpackages in one"),
+        # an API package reaching past another one's face
+        ("router/api/admin/meta.py", "import router.api.inference.forward", "API admin imports"),
+        # a circle between two sibling modules
+        ("router/lending/links.py", "import router.lending.owner", "No import circles"),
     ],
 )
 def test_a_stray_import_breaks_its_contract(

@@ -1,6 +1,7 @@
 """docs/reliability.md cannot drift from the tree: every reliability or security ID that code,
 tests or docs cite has a row; every test a row names exists; every test named for an ID
-(`test_r9_...`, `test_r2_r3_...`) is listed in that ID's row; and every row names a test."""
+(`test_r9_...`, `test_r2_r3_...`) is listed in that ID's row; every row names a test; and the
+prose agrees with the table (an ID listed under "Not promised yet" has no row)."""
 
 from __future__ import annotations
 
@@ -66,9 +67,24 @@ def rows(doc: str) -> dict[str, set[str]]:
     return out
 
 
+NOT_PROMISED = "## Not promised yet"
+
+
+def not_promised(doc: str) -> set[str]:
+    """The IDs the "Not promised yet" section lists (up to the next heading)."""
+    if NOT_PROMISED not in doc:
+        return set()
+    section = doc.split(NOT_PROMISED, 1)[1].split("\n## ", 1)[0]
+    return set(CITED.findall(section))
+
+
 def problems(root: Path) -> list[str]:
-    index = rows((root / DOC).read_text())
-    found: list[str] = []
+    text = (root / DOC).read_text()
+    index = rows(text)
+    found: list[str] = [
+        f"{ident} has a row in {DOC} but is listed under 'Not promised yet'"
+        for ident in sorted(not_promised(text) & index.keys())
+    ]
     for ident, where in sorted(cited(root).items()):
         if ident not in index:
             found.append(f"{ident} is cited in {', '.join(sorted(where))} but has no row in {DOC}")
@@ -96,12 +112,15 @@ def test_the_index_matches_the_tree() -> None:
 # ---- the check itself fails when the index drifts -------------------------------------------
 
 
-def tree(tmp: Path, doc_rows: Iterable[str], tests: str, comment: str = "") -> Path:
+def tree(
+    tmp: Path, doc_rows: Iterable[str], tests: str, comment: str = "", prose: str = ""
+) -> Path:
     (tmp / "docs").mkdir()
     (tmp / "tests").mkdir()
     (tmp / "router").mkdir()
     (tmp / "README.md").write_text("")
-    (tmp / DOC).write_text("| ID | Promise | Shown by |\n|---|---|---|\n" + "\n".join(doc_rows))
+    table = "| ID | Promise | Shown by |\n|---|---|---|\n" + "\n".join(doc_rows)
+    (tmp / DOC).write_text(table + "\n\n" + prose)
     (tmp / "tests" / "test_x.py").write_text(tests)
     (tmp / "router" / "m.py").write_text(comment)
     return tmp
@@ -139,3 +158,15 @@ def test_a_row_without_a_test_is_a_problem(tmp_path: Path) -> None:
     assert problems(tree(tmp_path, [GOOD_ROW, "| S3 | a cap | none yet |"], GOOD_TEST)) == [
         "S3: the row names no test"
     ]
+
+
+def test_an_id_with_a_row_must_not_be_listed_as_not_promised(tmp_path: Path) -> None:
+    prose = f"{NOT_PROMISED}\n\nNot built: R9 (hangs) and R2 (forks).\n\n## Later\n\nR9 again.\n"
+    assert problems(tree(tmp_path, [GOOD_ROW], GOOD_TEST, prose=prose)) == [
+        f"R9 has a row in {DOC} but is listed under 'Not promised yet'"
+    ]
+
+
+def test_the_not_promised_section_ends_at_the_next_heading() -> None:
+    doc = f"{NOT_PROMISED}\n\nR2 and S3.\n\n## Other\n\nR9 is fine here.\n"
+    assert not_promised(doc) == {"R2", "S3"}

@@ -1,4 +1,4 @@
-"""router/api/ui_static.py's pure path decision and the package data it serves from."""
+"""router/api/admin/ui_static.py's pure path decision and the package data it serves from."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from router.api.ui_static import CONTENT_TYPES, asset_path, ui_root
+from router.api.admin.ui_static import CONTENT_TYPES, asset_path, ui_root
 from router.errors import NotFound
 
 

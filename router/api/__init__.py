@@ -1,4 +1,25 @@
-"""Route handlers by surface. Each module exports `HANDLERS`: handler name -> coroutine.
+"""Route handlers by audience, one subpackage each:
 
-The names are the `handler` field of the route table in router/classify.py.
+- `inference`: the client surfaces (OpenAI, Ollama, Kobold, images, speech, ...).
+- `site`: the admin's management routes (`/router/v1/site/...`, benchmarks).
+- `node`: router to router (cluster token) and the master's relays to its nodes.
+- `admin`: operating the router (health, metrics, control, events, the WebUI, the backend-UI
+  listener).
+
+Each face exports `HANDLERS` (handler name -> coroutine; the names are the `handler` field
+of router/classify.py's route table), merged here. The subpackages import each other only
+through their faces, in one direction: `admin` and `site` above `inference` above `node`
+(import-linter contracts in pyproject.toml). `common` holds the request chores they share.
 """
+
+from router.api import admin, inference, node, site
+from router.api.common import Handler
+
+HANDLERS: dict[str, Handler] = {
+    **admin.HANDLERS,
+    **inference.HANDLERS,
+    **site.HANDLERS,
+    **node.HANDLERS,
+}
+
+__all__ = ["HANDLERS", "admin", "inference", "node", "site"]

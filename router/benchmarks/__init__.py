@@ -1,7 +1,7 @@
 """Benchmarks of one model on this node: what a run is (model.py, pure), the measured
 requests (probes.py) and the runner that serialises runs and stores them (runner.py).
 
-The HTTP face is router/api/benchmarks.py; the decisions are in docs/decisions.md.
+The HTTP face is router/api/site/benchmarks.py; the decisions are in docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,26 @@
 """The cluster: master and slave routers behind one URL (docs/cluster.md).
 
-Today this package holds the pure parts, tested without sockets: URL normal form and the
-allow-list, the wire snapshot, identity merging, replica and speech-to-text choice, and the
-registry that owns every node's state. The node client, the node routes and forwarding build on
-them.
+The pure parts, tested without sockets: URL normal form and the allow-list (`urls`), the wire
+snapshot (`protocol`), identity merging (`identity`), replica and speech-to-text choice
+(`replicas`), the registry that owns every node's state (`registry`) and guardian assignments
+(`guardians`). On them: the node client (`client`), this node's own records (`local`), the
+addressing of a node's inference route (`node_requests`) and `ClusterService`, the master's
+polls and the slave's registration (`service`). The node routes and the master's relays are
+handlers (router/api/node); lending between nodes is router/lending.
 """
 
 from router.cluster.client import NodeClient, PeerError
+from router.cluster.guardians import (
+    Assignment,
+    GuardianTable,
+    carries_images,
+    has_vision,
+    parse_assignment,
+    parse_key,
+)
 from router.cluster.identity import PublicModel, Replica, merge, public_image_id
+from router.cluster.local import node_models, snapshot
+from router.cluster.node_requests import node_headers, node_path_qs
 from router.cluster.protocol import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -25,8 +38,9 @@ __all__ = [
     "MIN_PROTOCOL_VERSION",
     "PROTOCOL_VERSION",
     "AllowList",
+    "Assignment",
     "ClusterService",
-    "Target",
+    "GuardianTable",
     "NodeClient",
     "NodeEntry",
     "NodeModel",
@@ -38,10 +52,19 @@ __all__ = [
     "RuntimeStatus",
     "Snapshot",
     "SttNode",
+    "Target",
+    "carries_images",
     "choose_replica",
     "choose_stt_node",
+    "has_vision",
     "merge",
+    "node_headers",
+    "node_models",
+    "node_path_qs",
     "normalize_base_url",
+    "parse_assignment",
+    "parse_key",
     "protocol_problem",
     "public_image_id",
+    "snapshot",
 ]

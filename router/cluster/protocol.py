@@ -64,7 +64,7 @@ class ModelLoad(_Wire):
 
 
 class CostWire(_Wire):
-    """A node's own cost fit of one model on one lane (router/cluster/costs.py)."""
+    """A node's own cost fit of one model on one lane (router/lending/costs.py)."""
 
     model_id: str = Field(min_length=1, max_length=256)
     lane: str

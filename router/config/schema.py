@@ -226,6 +226,11 @@ class ProgramSection(_Section):
     data_dir: Path | None = None
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = Field(default_factory=dict)
+    # R23b: for a program that crashes when a generation is cancelled (llama-swap#980), a
+    # client that leaves does not cancel: the answer is read to its end within these bounds.
+    drain_on_abort: bool = False
+    abort_drain_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    abort_drain_timeout: PositiveDuration = 300.0
 
 
 class VllmSection(ProgramSection):

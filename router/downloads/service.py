@@ -53,7 +53,7 @@ class Downloads:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent)
         self._policy_key: int | None = None
-        # model-assets jobs (router/api/site_asset_jobs.py): kept here, in memory, with
+        # model-assets jobs (router/api/site/asset_jobs.py): kept here, in memory, with
         # their background tasks so a stop can wait for them.
         self.asset_jobs: dict[str, dict[str, Any]] = {}
         self.background: set[asyncio.Task[None]] = set()

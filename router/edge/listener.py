@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from aiohttp import StreamReader, web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from router import errors
 from router.config import Settings
@@ -175,6 +175,20 @@ class GuardedRequestHandler(RequestHandler):
         if self._request_count != before:
             self._cancel_head_timer()
             self._unread = None
+            self._fail_open_body()
+
+    def _fail_open_body(self) -> None:
+        """A framing error inside a body (a bad chunk extension, S8) is queued by aiohttp as
+        the next message, while the request being served waits for the rest of its body until
+        a deadline. Fail that body now: its handler answers 400 in its surface's shape."""
+        current = self._current_request
+        if current is None or current.content.is_eof() or not self._messages:
+            return
+        error = self._messages[-1][0]
+        if isinstance(error, _ErrInfo):
+            current.content.set_exception(
+                errors.BadRequest(f"malformed request body framing: {error.message}")
+            )
 
     def eof_received(self) -> None:
         if not self._counted and self._raw is not None:
@@ -307,4 +321,9 @@ def capped_site(
         settings.server.host if host is None else host,
         settings.server.port if port is None else port,
         guard=guard or ConnectionGuard(settings),
+        # aiohttp's default accept queue (128) overflows when many clients connect at once
+        # (S1's 500 attackers reconnecting): the kernel then drops handshakes, and a
+        # legitimate client waits out SYN-ACK retransmissions for seconds. Queue as many as
+        # the router would admit (the kernel caps it at net.core.somaxconn).
+        backlog=settings.server.max_connections,
     )

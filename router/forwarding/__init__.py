@@ -3,6 +3,7 @@ translated), model-ID rewriting, SSE framing, the model selector, jinja profiles
 
 from __future__ import annotations
 
+from router.forwarding.drain import AbortDrain
 from router.forwarding.jinja import merge_chat_template_kwargs
 from router.forwarding.proxy import Proxy, ProxyResult, UpstreamRequest
 from router.forwarding.reply import (
@@ -26,6 +27,7 @@ from router.forwarding.selector import (
 from router.forwarding.sse import Event, SSEParser, encode_event
 
 __all__ = [
+    "AbortDrain",
     "BodyTransform",
     "Event",
     "ModelRewriter",

@@ -6,7 +6,9 @@
   never sent twice (R31), and nothing is retried after the first byte reached the client (R32).
 - A backend that fails mid-stream ends the stream with a terminal error event in the stream's
   own format, so no client hangs or mistakes a cut stream for a finished one (R9, R10).
-- A client that goes away cancels the upstream request; it is recorded as 499 (R23).
+- A client that goes away cancels the upstream request; it is recorded as 499 (R23). For a
+  backend configured with `drain_on_abort` the answer is read to its end instead, bounded
+  (R23b, router/forwarding/drain.py).
 - What reaches the client is the caller's `Translation` (router/forwarding/reply.py): the
   backend's answer with model IDs rewritten, or another API's shape (Ollama); every upstream
   call goes through here, so each gets the points above.
@@ -25,6 +27,7 @@ from multidict import CIMultiDict
 
 from router.edge import downstream_response_headers, mark_streaming, read_capped_stream
 from router.errors import BadGateway, GatewayTimeout
+from router.forwarding.drain import AbortDrain, Drains
 from router.forwarding.reply import MAX_WHOLE_READ, Reply, Translation
 
 TAIL_BYTES = 4096  # the last bytes of an answer, kept for the usage report
@@ -49,7 +52,8 @@ class ProxyResult:
     error_message: str | None = None
     backend_failed: bool = False
     stream: bool = False
-    # Sent on to another cluster node, which records the event itself (router/api/relay.py).
+    # Sent on to another cluster node, which records the event itself
+    # (router/api/node/inference_relay.py).
     relayed: bool = False
     tail: bytes = field(default=b"", repr=False)  # last bytes, for usage sniffing
 
@@ -61,6 +65,8 @@ class UpstreamRequest:
     headers: Mapping[str, str]
     body: bytes | AsyncIterator[bytes] | None
     replayable: bool
+    # R23b: read the answer to its end if the client leaves (the backend crashes on a cancel).
+    abort_drain: AbortDrain | None = None
 
 
 class Proxy:
@@ -74,6 +80,16 @@ class Proxy:
         # be in that header; it is measured on each answer and the running mean added instead
         # (docs/decisions.md, "X-Router-Overhead-Ms").
         self._write_ms = 0.0
+        self._drains = Drains()
+
+    @property
+    def draining(self) -> int:
+        """Answers being read after their client left (R23b)."""
+        return len(self._drains)
+
+    async def close(self) -> None:
+        """End the drains still running (R23b); the router is stopping."""
+        await self._drains.close()
 
     async def forward(
         self,
@@ -87,7 +103,8 @@ class Proxy:
             total=None, sock_connect=10, sock_read=self._idle_timeout or None
         )
         sent_at = time.monotonic()
-        resp = await self._open(upstream, timeout)
+        resp = await self._opened(upstream, timeout)
+        kept = False
         try:
             result.upstream_status = resp.status
             result.ttfb_ms = (time.monotonic() - sent_at) * 1000.0
@@ -108,11 +125,30 @@ class Proxy:
             result.status = reply.status
             await self._pump(request, resp, out, reply, result)
             return out
-        except BaseException:
-            resp.close()  # the backend sees the disconnect at once and frees its slot (R23)
+        except BaseException as exc:
+            if upstream.abort_drain is not None and _client_left(exc):
+                self._drains.start(_ready(resp), upstream.abort_drain)  # R23b
+                kept = True
+            else:
+                resp.close()  # the backend sees the disconnect at once and frees its slot (R23)
             raise
         finally:
-            resp.release()
+            if not kept:
+                resp.release()
+
+    async def _opened(
+        self, upstream: UpstreamRequest, client_timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        """`_open`; for a drained backend, a client leaving during prefill leaves the request
+        going on, its answer drained (R23b)."""
+        if upstream.abort_drain is None:
+            return await self._open(upstream, client_timeout)
+        opening = asyncio.ensure_future(self._open(upstream, client_timeout))
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            self._drains.start(opening, upstream.abort_drain)
+            raise
 
     async def _open(
         self, upstream: UpstreamRequest, client_timeout: aiohttp.ClientTimeout
@@ -297,6 +333,14 @@ def _headers(resp: aiohttp.ClientResponse, reply: Reply) -> CIMultiDict[str]:
 def _reason(resp: aiohttp.ClientResponse, reply: Reply) -> str | None:
     # The backend's reason phrase only for its own status; aiohttp words any other.
     return resp.reason if reply.status == resp.status else None
+
+
+def _client_left(exc: BaseException) -> bool:
+    return isinstance(exc, asyncio.CancelledError | ConnectionResetError)
+
+
+async def _ready(resp: aiohttp.ClientResponse) -> aiohttp.ClientResponse:
+    return resp
 
 
 def _why(exc: BaseException) -> str:

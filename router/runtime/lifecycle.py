@@ -179,7 +179,18 @@ class RuntimeCore:
             self._on_load_error(
                 {**runtime.identity(), "backend": runtime.spec.family.value, "reason": reason}
             )
-        self._spawn(self._stop_now(runtime))
+        # The slot stays taken until the process has exited (TERM, grace, KILL): a hung
+        # backend and its replacement are never alive together, so memory sized for one copy
+        # (a GPU) does not fail the reload. Requests meanwhile queue for the replacement.
+        self._spawn(self._stop_failed(runtime))
+
+    async def _stop_failed(self, runtime: Runtime) -> None:
+        try:
+            await self._stop_now(runtime)
+        except asyncio.CancelledError:
+            raise  # close(): the runtime is still listed, so close() stops it
+        except Exception:  # a bug must not leave the lane taken forever
+            log.exception("stopping the failed runtime %s crashed", runtime.key)
         self._vacate(runtime)
 
     def _begin_stop(self, runtime: Runtime) -> bool:

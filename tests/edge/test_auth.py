@@ -12,11 +12,10 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from multidict import CIMultiDict
 
-from router.app import edge_errors
 from router.config import Settings
 from router.config.schema import AuthSection, ClusterSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
-from router.edge import auth, upstream_request_headers
+from router.edge import auth, edge_errors, upstream_request_headers
 from router.edge.auth import KeyRing, Policy, auth_middleware, presented_credential
 from router.edge.headers import CREDENTIAL_HEADERS
 

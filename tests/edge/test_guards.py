@@ -19,10 +19,10 @@ from aiohttp import web
 
 from router import errors
 from router.api.common import read_capped
-from router.app import edge_errors
 from router.config import Settings
 from router.config.schema import LimitsSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
+from router.edge import edge_errors
 from router.edge.guards import (
     HostAllowlist,
     body_cap_for,

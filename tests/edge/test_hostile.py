@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from router import app as app_module
-from router.api import meta
+from router.api.admin import meta
 from router.appkeys import METRICS
 from router.errors import BadGateway
 from tests.support.harness import RouterHarness

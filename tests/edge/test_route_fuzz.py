@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from router.api.anthropic import check_messages
-from router.api.comfy import history_edits
+from router.api.inference.anthropic import check_messages
+from router.api.inference.comfy import history_edits
 from router.classify import ROUTES, BodyMode, Route
 from router.errors import BadRequest
 from tests.support.harness import RouterHarness

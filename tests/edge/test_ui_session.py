@@ -1,6 +1,6 @@
 """The WebUI sign-in over real HTTP: `/router/v1/ui/session`, the session cookie as the admin
 role, the CSRF token on unsafe requests, expiry, sign-out, the failed-login limit, and Bearer
-keys that keep working beside it (router/api/ui.py, router/edge/auth.py)."""
+keys that keep working beside it (router/api/admin/ui.py, router/edge/auth.py)."""
 
 from __future__ import annotations
 

@@ -74,6 +74,8 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--refuse-for": "refuse_for",
     "--record-requests": "record_requests",
     "--record-bodies": "record_bodies",
+    "--gate": "gate",
+    "--crash-on-field": "crash_on_field",
     "--parallel": "parallel",
 }
 _BOOL = {
@@ -127,6 +129,8 @@ class Opts:
     reset_after_body: bool = False
     record_requests: str = ""
     record_bodies: str = ""  # generation request bodies as received, one JSON line each
+    gate: str = ""  # a file: every generation waits until it exists (a test opens the gate)
+    crash_on_field: str = ""  # abort at once on a generation body carrying this field (S27)
     cancel_crashes: bool = False
     parallel: int = 0  # >0: at most this many generations at once, the rest wait (a backlog)
     positional: list[str] = field(default_factory=list)
@@ -328,9 +332,15 @@ async def produce(st: State, n: int, emit: Any = None) -> list[str]:
         return await _produce(st, n, emit)
 
 
+def _gate_open(path: str) -> bool:
+    return os.path.exists(path)
+
+
 async def _produce(st: State, n: int, emit: Any = None) -> list[str]:
     o = st.o
     out: list[str] = []
+    while o.gate and not _gate_open(o.gate):  # noqa: ASYNC110 (another process's file)
+        await asyncio.sleep(0.01)
     if o.ttft > 0:
         await asyncio.sleep(o.ttft)
     for i in range(n):
@@ -351,6 +361,8 @@ async def _produce(st: State, n: int, emit: Any = None) -> list[str]:
 
 
 def want_tokens(st: State, body: dict[str, Any], *keys: str) -> int:
+    if st.o.crash_on_field and st.o.crash_on_field in body:
+        crash(f"a body with {st.o.crash_on_field} (--crash-on-field)")
     for key in keys:
         value = body.get(key)
         if isinstance(value, int) and value > 0:

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from router import __version__
-from router.appkeys import DECISIONS, STORE
-from router.cluster.decisions import Decision, decision_row
+from router.appkeys import STORE
 from router.config import AnalyticsSection
+from router.lending import DECISIONS
+from router.lending.decisions import Decision, decision_row
 from router.store import Store
 from router.store import store as store_module
 from router.store.lending import DecisionFilter

@@ -1,5 +1,5 @@
-"""The admission gate of enrolled models (router/cluster/gate.py) and the restore timer
-(router/cluster/restore.py): the pure ordering rules with hypothesis, then the gate's waiters
+"""The admission gate of enrolled models (router/lending/gate.py) and the restore timer
+(router/lending/restore.py): the pure ordering rules with hypothesis, then the gate's waiters
 on a real event loop (admission order, hand back, timeouts, a caller that goes away)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.cluster.gate import Gate, Gates, GateTimeout, Held, Outcome, admissions, handed_back
-from router.cluster.lending import Link
-from router.cluster.restore import Restorer, remembered
+from router.lending.gate import Gate, Gates, GateTimeout, Held, Outcome, admissions, handed_back
+from router.lending.links import Link
+from router.lending.restore import Restorer, remembered
 
 waiters = st.lists(st.booleans(), max_size=30).map(
     lambda kinds: [Held(seq, borrowed) for seq, borrowed in enumerate(kinds)]

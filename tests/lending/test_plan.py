@@ -11,14 +11,15 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.api.offload_plan import _apply
-from router.appkeys import DECISIONS, LEND
 from router.cluster import RuntimeStatus
-from router.cluster.costs import CostFit, fit_costs, fit_of, job_seconds
-from router.cluster.decisions import DecisionLog
-from router.cluster.leases import Lease, LeaseTable, LendBook, renewed
-from router.cluster.lending import Link
-from router.cluster.planning import (
+from router.config import LendingSettings
+from router.lending import DECISIONS, LEND
+from router.lending.costs import CostFit, fit_costs, fit_of, job_seconds
+from router.lending.decisions import DecisionLog
+from router.lending.leases import Lease, LeaseTable, LendBook, renewed
+from router.lending.links import Link
+from router.lending.planner import _apply
+from router.lending.planning import (
     BYTES_PER_TOKEN,
     HelperView,
     context_fits,
@@ -27,8 +28,7 @@ from router.cluster.planning import (
     needed_tokens,
     plan_owner,
 )
-from router.cluster.pricing import quote
-from router.config import LendingSettings
+from router.lending.pricing import quote
 
 VALUES = LendingSettings()
 seconds = st.floats(0.01, 100, allow_nan=False)

@@ -1,4 +1,4 @@
-"""Lending links, the pure parts (router/cluster/lending.py): eligibility, the site body with
+"""Lending links, the pure parts (router/lending/links.py): eligibility, the site body with
 its all-or-nothing rule, and replacing an anchor's links
 (pricing, leases and planning: tests/lending/test_plan.py)."""
 
@@ -10,16 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.cluster.lending import (
-    Link,
-    Side,
-    ineligible_reason,
-    owner_header,
-    parse_links,
-    parse_owner,
-    replace_links,
-)
 from router.errors import BadRequest
+from router.lending.links import Link, Side, ineligible_reason, parse_links, replace_links
+from router.lending.wire import owner_header, parse_owner
 
 
 def side(node: str = "a", model: str = "m", **kw: Any) -> Side:

@@ -1,4 +1,4 @@
-"""The lending settings' layers, pure (router/cluster/lending_settings.py): default < config
+"""The lending settings' layers, pure (router/lending/settings.py): default < config
 file < saved value, a batch validated whole (one bad entry changes nothing), `null` back to the
 config file's value, and the sample window within the analytics retention."""
 
@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.cluster.lending_settings import (
+from router.config import LendingSettings
+from router.errors import BadRequest
+from router.lending.settings import (
     INFO,
     KEYS,
     apply_batch,
@@ -18,8 +20,6 @@ from router.cluster.lending_settings import (
     resolve,
     usable_saved,
 )
-from router.config import LendingSettings
-from router.errors import BadRequest
 
 RETENTION = 30 * 86400.0
 CONFIG = LendingSettings.model_validate({"scheduling_backend_depth": 3, "offload_probe_idle": 7})

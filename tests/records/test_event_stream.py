@@ -1,6 +1,6 @@
 """`/router/v1/events` and the bus behind it: ids, heartbeat, the opening snapshot,
 `Last-Event-ID`, and a slow subscriber that is told to resync while the others go on
-(router/records/events.py, router/api/event_stream.py)."""
+(router/records/events.py, router/api/admin/event_stream.py)."""
 
 from __future__ import annotations
 

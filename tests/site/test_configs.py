@@ -1,4 +1,4 @@
-"""Config-file routes and the catalog reload (router/api/site_configs.py) on a real router.
+"""Config-file routes and the catalog reload (router/api/site/configs.py) on a real router.
 
 Every test runs the real app on a real socket with fake backends (tests/support/harness.py); waits are
 for the `catalog` event on the router's event bus (or its /router/v1/events stream), bounded

@@ -1,4 +1,4 @@
-"""Cook routes (router/api/site_configs.py, router/site/cook.py) on a real router, plus the
+"""Cook routes (router/api/site/configs.py, router/site/cook.py) on a real router, plus the
 plan builder on plain values."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Site store routes (router/api/site_store.py) on a small app that mounts them at their paths."""
+"""Site store routes (router/api/site/store.py) on a small app that mounts them at their paths."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from router.api.site_store import HANDLERS, parse_time
+from router.api.site.store import HANDLERS, parse_time
 from router.appkeys import MATCH, STORE
 from router.classify import match
 from router.config import AnalyticsSection

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from router.api.ui_static import CSP
+from router.api.admin.ui_static import CSP
 from tests.ui.conftest import GuardedPage, UiRouter
 
 MY_PAGES = {"overview": "Overview", "models": "Models", "config": "Config", "nodes": "Nodes"}

@@ -2,7 +2,7 @@
 // durations as text and back, the links and settings POST bodies, folding repeated decision
 // rows. tests/ui/lending.test.mjs runs them under `node --test`.
 
-// router/cluster/lending.py ineligible_reason() codes, and the decision reasons of
+// router/lending/links.py ineligible_reason() codes, and the decision reasons of
 // docs/lending.md, said the way an operator reads them.
 const REASONS = {
   same_node: 'on the same node (lending goes to another node)',

@@ -1,0 +1,77 @@
+"""Explicit model control: load, unload, shutdown, status and the runtime event stream."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from router.api.admin import event_stream
+from router.api.common import Handler, read_control_json, resolve_model
+from router.appkeys import RUNTIMES, SHUTDOWN
+from router.domain import Lane
+from router.errors import BadRequest
+from router.runtime import primary_lane
+
+TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
+_LANES = tuple(lane.value for lane in Lane)
+
+
+async def load(request: web.Request) -> web.StreamResponse:
+    body = await read_control_json(request, required=True)
+    config = resolve_model(request, body.get("model"))
+    lane = _lane_for(config, body.get("lane"), str(body["model"]))
+    loaded = await request.app[RUNTIMES].load(config, lane)
+    return web.json_response(
+        {"model": body["model"], "status": loaded.state.value, "runtime": loaded.key}
+    )
+
+
+def _lane_for(config: Any, lane: Any, model_id: str) -> Lane:
+    if lane is None:
+        if model_id == config.image_id:
+            return Lane.IMAGE
+        return primary_lane(config)
+    if not isinstance(lane, str) or lane not in _LANES:
+        raise BadRequest(f"lane must be one of {', '.join(_LANES)}", param="lane")
+    return Lane(lane)
+
+
+async def unload(request: web.Request) -> web.StreamResponse:
+    body = await read_control_json(request)
+    target = body.get("target", "all")
+    # A list or an object is no lane name (and is not hashable: never look it up).
+    if not isinstance(target, str) or target not in TARGETS:
+        raise BadRequest(f"target must be one of {', '.join(TARGETS)}", param="target")
+    stopped = await request.app[RUNTIMES].unload(TARGETS[target])
+    return web.json_response({"target": target, "unloaded": stopped})
+
+
+async def shutdown(request: web.Request) -> web.StreamResponse:
+    # Answer first; the server then takes its one graceful-stop path (drain, flush, stop).
+    asyncio.get_running_loop().call_later(0.05, request.app[SHUTDOWN])
+    return web.json_response({"status": "shutting down"})
+
+
+async def status(request: web.Request) -> web.StreamResponse:
+    runtimes = request.app[RUNTIMES]
+    return web.json_response(
+        {
+            "runtimes": runtimes.snapshot(),
+            "queued": {lane.value: runtimes.queue_length(lane) for lane in Lane},
+        }
+    )
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    return await event_stream.stream(request)
+
+
+HANDLERS: dict[str, Handler] = {
+    "control.load": load,
+    "control.unload": unload,
+    "control.shutdown": shutdown,
+    "control.status": status,
+    "control.events": events,
+}

@@ -1,0 +1,41 @@
+"""The client surfaces: OpenAI, Anthropic, Ollama, Kobold, llama-server, vLLM, A1111, sd-server,
+ComfyUI, speech and realtime. Every request they take goes through `forward.forward`:
+select -> resolve -> lease -> forward -> record (or `forward_to` one known runtime).
+
+`HANDLERS` merges the modules' tables (handler name -> coroutine; the names are the `handler`
+field of router/classify.py's route table). The other API packages import this face only.
+"""
+
+from router.api.common import Handler
+from router.api.inference import (
+    anthropic,
+    comfy,
+    forward,
+    images,
+    models,
+    ollama,
+    ollama_gen,
+    realtime,
+    responses,
+    vllm,
+    voice,
+)
+from router.api.inference.comfy import comfy_context
+from router.api.inference.forward import forward_to
+from router.api.inference.images import images_context
+
+HANDLERS: dict[str, Handler] = {
+    **anthropic.HANDLERS,
+    **models.HANDLERS,
+    **ollama.HANDLERS,
+    **ollama_gen.HANDLERS,
+    **forward.HANDLERS,
+    **responses.HANDLERS,
+    **realtime.HANDLERS,
+    **vllm.HANDLERS,
+    **images.HANDLERS,
+    **voice.HANDLERS,
+    **comfy.HANDLERS,
+}
+
+__all__ = ["HANDLERS", "comfy_context", "forward_to", "images_context"]

@@ -1,0 +1,337 @@
+"""The image lane: `/v1/images/...`, `/sdapi/v1/...` and `/sdcpp/v1/...` (docs/media.md).
+
+- `POST /sdapi/v1/options` with `sd_model_checkpoint` loads that image model and remembers it
+  as the lane's model; `GET` answers the current one (merged with the backend's own options
+  when an image runtime is up). `POST /sdapi/v1/refresh-checkpoints` rescans the catalog.
+- Discovery (every GET, and interrupt/skip) goes to the active image runtime and never loads
+  one; with none active, list routes answer `[]`, progress answers "idle", others 503.
+- Generation selects by `model` / `sd_model_checkpoint` / `override_settings...`, else the
+  lane's active runtime, else the remembered model, else the only image configuration.
+- sd-server's asynchronous jobs keep their runtime: the submission's lease is held until the
+  job ends (so no swap or idle unload loses it) and polls go to that runtime; a job whose
+  runtime is gone is a 404 in sd-server's own shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from router.api.common import Handler, arrived, match_of, matched_route, read_control_json
+from router.api.inference import forward as forwarder
+from router.api.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
+from router.api.inference.responses import pinned_target, pinning
+from router.api.node import remote_target
+from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
+from router.cluster import Target
+from router.domain import Family, Lane, MiB, family_for
+from router.errors import BadRequest, ServiceUnavailable
+from router.forwarding import (
+    Selection,
+    body_stream,
+    read_selector,
+)
+from router.media import ImageLane
+from router.records import RequestInfo
+from router.runtime import Lease, Runtime, RuntimeView
+
+JOB_POLL_S = 1.0
+JOB_HOLD_MAX_S = 3600.0  # a job sd-server never finishes must not pin the lane forever
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_JOB_PATH = re.compile(r"jobs/([A-Za-z0-9_-]+)(/cancel)?")
+_SUBMIT = frozenset({"img_gen", "vid_gen"})
+_HASH_SUFFIX = re.compile(r"^(.*\S) \[[0-9A-Fa-f]+\]$")  # A1111 titles: "name [hash]"
+_LIST_ROUTES = frozenset(
+    {
+        "loras", "upscalers", "latent-upscale-modes", "samplers", "schedulers",
+        "prompt-styles", "hypernetworks", "face-restorers", "realesrgan-models", "sd-vae",
+        "sd-modules", "embeddings",
+    }
+)  # fmt: skip
+_CONTROL_POSTS = frozenset({"interrupt", "skip"})
+_IDLE_PROGRESS = {
+    "progress": 0.0,
+    "eta_relative": 0.0,
+    "state": {"skipped": False, "interrupted": False, "job": "", "job_count": 0,
+              "job_timestamp": "0", "job_no": 0, "sampling_step": 0, "sampling_steps": 0},
+    "current_image": None,
+    "textinfo": None,
+}  # fmt: skip
+
+
+def lane_state(app: web.Application) -> ImageLane:
+    return app[IMAGES]
+
+
+async def images_context(app: web.Application) -> AsyncIterator[None]:
+    """The image lane's memory for the app's life; job watchers end with it."""
+    app[IMAGES] = ImageLane()
+    yield
+    for task in list(app[IMAGES].watchers):
+        task.cancel()
+    await asyncio.gather(*app[IMAGES].watchers, return_exceptions=True)
+
+
+def current_model(app: web.Application) -> str | None:
+    """The active image runtime's ID, else the remembered one while it still resolves."""
+    active = active_view(app, Lane.IMAGE)
+    if active is not None:
+        return public_id(active.config, Lane.IMAGE)
+    remembered = lane_state(app).remembered
+    if remembered is not None and app[CATALOG].resolve(remembered) is not None:
+        return remembered
+    return None
+
+
+# ---- /sdapi/v1/options and refresh-checkpoints ---------------------------------------------
+
+
+async def options(request: web.Request) -> web.StreamResponse:
+    if request.method == "POST":
+        return await _set_options(request)
+    answer: dict[str, Any] = {"samples_format": "png"}
+    active = active_view(request.app, Lane.IMAGE)
+    if active is not None and active.ready:
+        answer.update(await _backend_options(request, active))
+    answer["sd_model_checkpoint"] = current_model(request.app)
+    return web.json_response(answer)
+
+
+async def _backend_options(request: web.Request, runtime: RuntimeView) -> dict[str, Any]:
+    """The backend's own options (a plus, never required): {} when it cannot tell."""
+    timeout = aiohttp.ClientTimeout(total=5)
+    try:
+        async with request.app[SESSION].get(
+            runtime.base_url + "/sdapi/v1/options", timeout=timeout
+        ) as resp:
+            body = await resp.json(content_type=None) if resp.status == 200 else {}
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+async def _set_options(request: web.Request) -> web.StreamResponse:
+    body = await read_control_json(request)
+    wanted = body.get("sd_model_checkpoint")
+    if wanted is None:
+        return web.json_response(None)  # other A1111 options have no meaning here
+    if not isinstance(wanted, str) or not wanted.strip():
+        raise BadRequest("sd_model_checkpoint must name an image model", param="model")
+    model = _checkpoint_name(request.app, wanted.strip())
+    config = resolve_for_lane(request.app, model, Lane.IMAGE)
+    await request.app[RUNTIMES].load(config, Lane.IMAGE)
+    lane_state(request.app).remembered = model
+    return web.json_response(None)
+
+
+def _checkpoint_name(app: web.Application, wanted: str) -> str:
+    """A1111 clients may echo a title as "name [hash]"; accept it when the name resolves."""
+    if app[CATALOG].resolve(wanted) is None and (m := _HASH_SUFFIX.match(wanted)):
+        return m.group(1)
+    return wanted
+
+
+async def refresh(request: web.Request) -> web.StreamResponse:
+    await request.app[CATALOG].refresh()
+    return web.json_response(None)
+
+
+# ---- everything else under /v1/images, /sdapi/v1, /sdcpp/v1 ----------------------------------
+
+
+def _kind(request: web.Request) -> tuple[str, re.Match[str] | None]:
+    tail = match_of(request).params.get("tail", "")
+    sdcpp = request.path.startswith("/sdcpp/")
+    if sdcpp and (job := _JOB_PATH.fullmatch(tail.rstrip("/"))):
+        return "job", job
+    if sdcpp and request.method == "POST" and tail in _SUBMIT:
+        return "submit", None
+    if request.method in ("GET", "HEAD") or tail in _CONTROL_POSTS:
+        return "discovery", None
+    return "generate", None
+
+
+async def forward(request: web.Request) -> web.StreamResponse:
+    kind, job = _kind(request)
+    if kind == "job":
+        assert job is not None
+        return await _poll(request, job.group(1))
+    if kind == "discovery":
+        return await _discovery(request)
+    selection = await _selection(request)
+    target = remote_target(request, selection)
+    if target is not None:  # another cluster node serves this model: relayed as sent
+        return await forwarder.forward(request, _relayed(request, selection, target, kind))
+    if kind == "submit":
+        return await _submit(request, selection)
+    return await forwarder.forward(request, selection)
+
+
+async def _selection(request: web.Request) -> Selection:
+    """The request's own selector, else the lane's current model, else the only image model."""
+    scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
+    found = await read_selector(request, matched_route(request), scan_limit)
+    if found.model is not None:
+        return found
+    model = current_model(request.app)
+    if model is None:
+        model = public_id(choose_config(request.app, None, Lane.IMAGE), Lane.IMAGE)
+    return Selection(model, found.prefix, found.complete, "image-lane")
+
+
+async def _discovery(request: web.Request) -> web.StreamResponse:
+    active = active_view(request.app, Lane.IMAGE)
+    if active is not None:
+        model = public_id(active.config, Lane.IMAGE)
+        return await forwarder.forward(request, Selection(model, b"", not request.body_exists))
+    tail = match_of(request).params.get("tail", "")
+    if request.path.startswith("/sdapi/") and tail in _LIST_ROUTES:
+        return web.json_response([])
+    if tail == "progress":
+        return web.json_response(_IDLE_PROGRESS)
+    if tail in _CONTROL_POSTS:
+        return web.json_response(None)  # nothing runs, so nothing to interrupt
+    raise ServiceUnavailable(
+        f"{request.path} answers from the active image model and none is loaded: select one "
+        'with POST /sdapi/v1/options {"sd_model_checkpoint": "<id>"} (ids: GET '
+        "/sdapi/v1/sd-models), a generation naming a model, or POST /router/v1/load"
+    )
+
+
+# ---- sd-server asynchronous jobs -------------------------------------------------------------
+
+
+async def _submit(request: web.Request, selection: Selection) -> web.StreamResponse:
+    assert selection.model is not None
+    config = resolve_for_lane(request.app, selection.model, Lane.IMAGE)
+    if family_for(config.backend_mode, Lane.IMAGE) is not Family.SDCPP:
+        raise BadRequest(
+            f"{request.path} is stable-diffusion.cpp's job API and {selection.model!r} does not "
+            "run on sd-server; use /sdapi/v1/txt2img or /v1/images/generations"
+        )
+    info = _info(request, selection.model)
+    lease = await request.app[RUNTIMES].ensure(config, Lane.IMAGE)
+    info.queue_wait_ms = lease.queue_wait_ms
+    held = False
+    try:
+        body = _job_body(request, selection)
+        response = await _direct(request, lease.runtime, body, info)
+        job_id = _receipt_id(response)
+        if job_id is not None:
+            state = lane_state(request.app)
+            state.remember_job(job_id, lease.runtime)
+            _watch(request.app, state, job_id, lease)
+            held = True
+        return response
+    finally:
+        if not held:
+            lease.release()
+
+
+def _job_body(request: web.Request, selection: Selection) -> bytes | Any:
+    if selection.complete:
+        return selection.prefix
+    return body_stream(selection, request)
+
+
+def _receipt_id(response: web.StreamResponse) -> str | None:
+    # A job receipt is a few hundred bytes with a length, so the proxy answers it in one piece.
+    body = response.body if isinstance(response, web.Response) else None
+    if response.status != 202 or not isinstance(body, bytes | bytearray):
+        return None
+    try:
+        receipt = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    job_id = receipt.get("id") if isinstance(receipt, dict) else None
+    return job_id if isinstance(job_id, str) and _JOB_PATH.fullmatch(f"jobs/{job_id}") else None
+
+
+def _watch(app: web.Application, state: ImageLane, job_id: str, lease: Lease) -> None:
+    task = asyncio.get_running_loop().create_task(_hold_until_done(app, job_id, lease))
+    state.watchers.add(task)
+    task.add_done_callback(state.watchers.discard)
+
+
+async def _hold_until_done(app: web.Application, job_id: str, lease: Lease) -> None:
+    """Keep the runtime leased while sd-server works on the job: swaps and idle unloads wait."""
+    deadline = time.monotonic() + JOB_HOLD_MAX_S
+    url = f"{lease.base_url}/sdcpp/v1/jobs/{job_id}"
+    timeout = aiohttp.ClientTimeout(total=10)
+    pause = 0.05  # fast at first: most jobs on a warm model end within seconds
+    try:
+        while time.monotonic() < deadline and app[RUNTIMES].is_serving(lease.runtime):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, JOB_POLL_S)
+            async with app[SESSION].get(url, timeout=timeout) as resp:
+                job = await resp.json(content_type=None) if resp.status == 200 else None
+            if not isinstance(job, dict) or job.get("status") in _TERMINAL:
+                return
+    except (aiohttp.ClientError, TimeoutError, ValueError, RuntimeError):
+        return  # the runtime went away (or the router is closing): nothing left to hold
+    finally:
+        lease.release()
+
+
+JOB_PIN = "sdcpp-job:"
+
+
+def _relayed(
+    request: web.Request, selection: Selection, target: Target, kind: str
+) -> forwarder.Override:
+    """Relayed as sent; a job submitted there is pinned to that node for its polls."""
+    if kind != "submit":
+        return forwarder.Override(selection, relay_to=target)
+    watch = pinning(request, target, JOB_PIN)
+    return forwarder.Override(selection, relay_to=target, relay_watch=watch)
+
+
+async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse | None:
+    target = pinned_target(request, JOB_PIN + job_id)
+    if target is None:
+        return None
+    body = await request.read() if request.body_exists else b""
+    selection = Selection(target.public.public_id, body, True, "job")
+    return await forwarder.forward(request, forwarder.Override(selection, relay_to=target))
+
+
+async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:
+    remote = await _poll_remote(request, job_id)
+    if remote is not None:
+        return remote
+    runtime = lane_state(request.app).jobs.get(job_id)
+    # A draining runtime still serves the job it is finishing; a stopped one never saw it.
+    if runtime is None or not request.app[RUNTIMES].is_serving(runtime):
+        return web.json_response({"error": "job not found"}, status=404)
+    info = _info(request, public_id(runtime.config, Lane.IMAGE))
+    body = await request.read() if request.body_exists else None
+    return await _direct(request, runtime, body, info)
+
+
+async def _direct(
+    request: web.Request, runtime: Runtime, body: Any, info: RequestInfo
+) -> web.StreamResponse:
+    """Forward to one known runtime (job polls must not be re-routed by model selection)."""
+    return await forwarder.forward_to(request, runtime, request.rel_url.raw_path_qs, body, info)
+
+
+def _info(request: web.Request, model: str) -> RequestInfo:
+    route = matched_route(request)
+    started = arrived(request)
+    info = RequestInfo(route.template, route.surface.value, Lane.IMAGE.value, started, time.time())
+    info.model = model
+    return info
+
+
+HANDLERS: dict[str, Handler] = {
+    "sdapi.options": options,
+    "sdapi.refresh": refresh,
+    "images.forward": forward,
+}

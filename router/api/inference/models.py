@@ -1,0 +1,172 @@
+"""Model discovery answered from the catalog alone, and the disable/enable switch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from router.api.common import Handler, match_of, node_of, read_control_json, resolve_model
+from router.api.node import find_remote, openai_entry, remote_only, router_entry
+from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
+from router.benchmarks import Summary
+from router.config import ModelConfig
+from router.domain import Lane
+from router.errors import BadRequest, ModelNotFound
+
+OWNER = "tensor-router"
+
+
+def _created(config: ModelConfig) -> int:
+    try:
+        return int(config.path.stat().st_mtime)
+    except OSError:
+        return 0
+
+
+def _openai_entry(request: web.Request, config: ModelConfig) -> dict[str, Any]:
+    return {
+        "id": config.id,
+        "object": "model",
+        "created": _created(config),
+        "owned_by": OWNER,
+        "status": request.app[RUNTIMES].status_of(config.id),
+    }
+
+
+async def openai_list(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    data = [_openai_entry(request, c) for c in catalog.configs() if c.lanes & _TEXT_SIDE]
+    data += [openai_entry(p, OWNER) for p in remote_only(request, _TEXT_SIDE)]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def openai_get(request: web.Request) -> web.StreamResponse:
+    model_id = match_of(request).params.get("model_id") or match_of(request).params.get("id", "")
+    config = request.app[CATALOG].resolve(model_id)
+    if config is None or config.id != model_id:
+        remote = find_remote(request, model_id)
+        if remote is None:
+            raise ModelNotFound(model_id)
+        return web.json_response(openai_entry(remote, OWNER))
+    return web.json_response(_openai_entry(request, config))
+
+
+async def sd_list(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    active = request.app[RUNTIMES].active_config_ids()
+    models = []
+    for image_id in catalog.image_ids(active):
+        config = catalog.resolve(image_id)
+        if config is None:
+            continue
+        diffusion = config.model_file(Lane.IMAGE)
+        models.append(
+            {
+                "title": image_id,
+                "model_name": image_id,
+                "hash": (config.asset_sha256.get("sdmodel") or "")[:10] or None,
+                "sha256": config.asset_sha256.get("sdmodel"),
+                "filename": diffusion.name if diffusion else "",
+                "config": None,
+            }
+        )
+    return web.json_response(models)
+
+
+def router_record(request: web.Request, config: ModelConfig) -> dict[str, Any]:
+    catalog = request.app[CATALOG]
+    settings = request.app[SETTINGS]
+    missing = catalog.missing_files(config)
+    return {
+        "id": config.id,
+        "image_id": config.image_id,
+        "capabilities": sorted(lane.value for lane in config.lanes),
+        "backend_mode": config.backend_mode.value,
+        "source": "local",
+        "node_id": settings.cluster.node_id,
+        "config_file": config.path.name,
+        "hashes": {"config": config.config_sha256, **dict(config.asset_sha256)},
+        "status": request.app[RUNTIMES].status_of(config.id),
+        "available": not missing,
+        "missing_files": list(missing),
+        "disabled": catalog.is_disabled(config.id),
+    }
+
+
+async def router_list(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    # One read for every model: the newest benchmark run of each, or null.
+    benchmarks = await request.app[STORE].latest_benchmarks()
+    data = [
+        {**router_record(request, c), "benchmark": _benchmark(benchmarks.get(c.id))}
+        for c in catalog.all_configs()
+    ]
+    data += [router_entry(p) for p in remote_only(request)]
+    return web.json_response({"object": "list", "data": data, "errors": catalog.errors})
+
+
+def _benchmark(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if row is None else Summary.from_row(row).to_dict()
+
+
+async def models_state(request: web.Request) -> web.StreamResponse:
+    catalog = request.app[CATALOG]
+    return web.json_response({"disabled": sorted(catalog.disabled_ids())})
+
+
+async def models_state_set(request: web.Request) -> web.StreamResponse:
+    """`{"node_id", "local_id", "enabled"}` (the WebUI's shape; `model` and `disabled` are
+    accepted too). Disabling also unloads the model once its running requests finish."""
+    body = await read_control_json(request, required=True)
+    node_id = node_of(request, body)
+    field = "local_id" if body.get("local_id") is not None else "model"
+    model_id = _optional_str(body, field)
+    if not model_id:
+        raise BadRequest('send {"local_id": "<model id>", "enabled": true|false}', param=field)
+    disabled = _disabled_flag(body)
+    catalog = request.app[CATALOG]
+    config = next((c for c in catalog.all_configs() if model_id in (c.id, c.image_id)), None)
+    if config is None:
+        raise ModelNotFound(model_id)
+    await catalog.set_disabled(model_id, disabled)
+    if disabled and model_id == config.id:
+        runtimes = request.app[RUNTIMES]
+        lanes = frozenset(
+            lane for v in runtimes.views() if v.config.id == config.id for lane in v.occupies
+        )
+        if lanes:
+            await runtimes.unload(lanes)
+    return web.json_response({"node_id": node_id, "local_id": model_id, "enabled": not disabled})
+
+
+def _optional_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string", param=name)
+    return value
+
+
+def _disabled_flag(body: dict[str, Any]) -> bool:
+    for name, means_disabled in (("enabled", False), ("disabled", True)):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise BadRequest(f"{name} must be true or false", param=name)
+        return value is means_disabled
+    raise BadRequest('send {"local_id": "<model id>", "enabled": true|false}', param="enabled")
+
+
+_TEXT_SIDE = frozenset({Lane.TEXT, Lane.EMBEDDINGS})
+
+HANDLERS: dict[str, Handler] = {
+    "models.openai_list": openai_list,
+    "models.openai_get": openai_get,
+    "models.sd_list": sd_list,
+    "models.router_list": router_list,
+    "site.models_state": models_state,
+    "site.models_state_set": models_state_set,
+}
+
+__all__ = ["HANDLERS", "resolve_model", "router_record"]

@@ -1,0 +1,190 @@
+"""Site routes for this node's inventory, runtimes and model files (docs/site.md).
+
+Every route takes `node_id` (query or body; default this node). Any other node is a 404: the
+cluster layer will route those; until then this node answers only for itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from router.api.common import Handler, match_of, node_of, read_control_json
+from router.api.site.setup import backends_state
+from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
+from router.config import ModelConfig
+from router.domain import Lane
+from router.errors import BadRequest, Conflict, MethodNotAllowed, ModelNotFound, NotFound
+from router.site import SiteFiles, file_records, model_record, runtime_record
+
+_LANES = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
+_TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
+
+
+async def site_context(app: web.Application) -> AsyncIterator[None]:
+    """The node's file index; its hash cache lives in the store opened before it."""
+    app[SITE_FILES] = SiteFiles(app[SETTINGS].models.file_roots, app[STORE])
+    yield
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise BadRequest(f"{name} must be true or false", param=name)
+
+
+def _node_summary(request: web.Request, models: list[str], files: int | None) -> dict[str, Any]:
+    settings = request.app[SETTINGS]
+    return {
+        "node_id": settings.cluster.node_id,
+        "node_url": settings.cluster.public_url,
+        "source": "local",
+        "role": settings.cluster.role,
+        "backend_mode": settings.backend.mode.value,
+        "available": True,
+        "hardware": None,
+        "models": models,
+        "files": files,
+        "error": None,
+        "last_contact": None,
+    }
+
+
+def _registered_nodes(request: web.Request) -> list[dict[str, Any]]:
+    """The master's registry: every slave, whether it answers, and when it last did."""
+    if request.app[SETTINGS].cluster.role != "master":
+        return []
+    return [
+        {
+            "node_id": entry.node_id or None,
+            "node_url": entry.node_url,
+            "source": "slave",
+            "role": "slave",
+            "backend_mode": None,
+            "available": entry.healthy,
+            "hardware": None,
+            "models": [m.local_id for m in entry.models],
+            "files": None,
+            "error": entry.error,
+            "last_contact": entry.last_contact,
+        }
+        for entry in request.app[CLUSTER].registry.nodes()
+    ]
+
+
+async def inventory(request: web.Request) -> web.Response:
+    node_id = node_of(request)
+    include_files = _flag(request, "include_files")
+    catalog, site = request.app[CATALOG], request.app[SITE_FILES]
+    configs = catalog.all_configs()
+    enabled = {c.id for c in catalog.configs()}
+    component_stats = await site.stats({str(p) for c in configs for p in c.components.values()})
+    scanned = await site.scan(component_stats) if include_files else []
+    digests = await site.digests([*component_stats.values(), *scanned])
+    views = request.app[RUNTIMES].views()  # read after the hashing: the state as it is now
+    models = [
+        model_record(
+            c,
+            node_id=node_id,
+            enabled=c.id in enabled,
+            stats=component_stats,
+            digests=digests,
+            views=views,
+        )
+        for c in configs
+    ]
+    files = file_records(scanned, digests, configs, component_stats) if include_files else None
+    settings = request.app[SETTINGS]
+    summary = _node_summary(request, [m["id"] for m in models], len(scanned) if files else None)
+    return web.json_response(
+        {
+            "object": "site.inventory",
+            "role": settings.cluster.role,
+            "node_id": node_id,
+            "node_url": settings.cluster.public_url,
+            "nodes": [summary, *_registered_nodes(request)],
+            "models": models,
+            "files": files,
+            "errors": catalog.errors,
+        }
+    )
+
+
+async def nodes_state(request: web.Request) -> web.Response:
+    node_id = node_of(request)
+    manager = request.app[RUNTIMES]
+    runtimes = [runtime_record(v) for v in manager.views()]
+    return web.json_response(
+        {
+            "node_id": node_id,
+            "role": request.app[SETTINGS].cluster.role,
+            "runtimes": runtimes,
+            "backends": backends_state(request),
+            "active_requests": sum(r["in_flight"] for r in runtimes),
+            "queued_requests": sum(manager.queue_length(lane) for lane in Lane),
+        }
+    )
+
+
+def _config_named(request: web.Request, model: Any) -> ModelConfig:
+    if not isinstance(model, str) or not model:
+        raise BadRequest("model must be a non-empty string", param="model")
+    # Disabled configs count: a model switched off while running must still be unloadable.
+    for config in request.app[CATALOG].all_configs():
+        if model in (config.id, config.image_id):
+            return config
+    raise ModelNotFound(model)
+
+
+async def nodes_unload(request: web.Request) -> web.Response:
+    body = await read_control_json(request, required=True)
+    node_id = node_of(request, body)
+    lane, model = body.get("lane"), body.get("model")
+    if lane is None and model is None:
+        raise BadRequest("give lane (a lane name or all) or model", param="lane")
+    if lane is not None and (not isinstance(lane, str) or lane not in _LANES):
+        raise BadRequest(f"lane must be one of {', '.join(_LANES)}", param="lane")
+    config_id = _config_named(request, model).id if model is not None else None
+    lanes = _LANES[lane] if lane is not None else frozenset(Lane)
+    stopped = await request.app[RUNTIMES].unload(lanes, model=config_id)
+    return web.json_response(
+        {"node_id": node_id, "lane": lane, "model": model, "unloaded": stopped}
+    )
+
+
+async def model_files(request: web.Request) -> web.Response:
+    tail = match_of(request).params.get("tail", "")
+    if tail != "hash":
+        raise NotFound(f"no model-files route {tail[:64]!r}")
+    if request.method != "POST":
+        raise MethodNotAllowed(request.method, {"POST"})
+    body = await read_control_json(request, required=True)
+    node_id = node_of(request, body)
+    path = body.get("path")
+    if not isinstance(path, str) or not path:
+        raise BadRequest("path must be a non-empty string", param="path")
+    if "\x00" in path:
+        raise BadRequest("path must not contain a NUL byte", param="path")
+    site = request.app[SITE_FILES]
+    stat = await site.known_file(path)
+    if stat is None:
+        raise NotFound("no such file in this node's inventory (models.file_roots)", param="path")
+    digest = (await site.digests([stat])).get(stat.real)
+    if digest is None:
+        raise Conflict("the file changed while it was read; ask again", param="path")
+    return web.json_response(
+        {"node_id": node_id, "path": stat.path, "size": stat.size, "sha256": digest.sha256}
+    )
+
+
+HANDLERS: dict[str, Handler] = {
+    "site.inventory": inventory,
+    "site.nodes_state": nodes_state,
+    "site.nodes_unload": nodes_unload,
+    "site.model_files": model_files,
+}

@@ -1,0 +1,84 @@
+"""`/router/v1/site/offload/settings`: the lending settings, layered default < config file <
+value saved from the WebUI (docs/lending.md). A save is validated whole, stored, put in force
+at once (`app[LENDING].values`, read per decision: no restart) and pushed to every slave.
+The pure half is router/lending/settings.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from router.api.common import Handler, read_control_json, refuse_addresses
+from router.appkeys import SETTINGS, STORE
+from router.config import LendingSettings
+from router.errors import BadRequest, InternalError, NotFound
+from router.lending import (
+    LENDING,
+    LENDING_PUSH,
+    LendingLayers,
+    apply_batch,
+    listing,
+    resolve,
+)
+
+log = logging.getLogger(__name__)
+
+
+def layers_of(app: web.Application) -> LendingLayers:
+    layers = app[LENDING]
+    if not isinstance(layers, LendingLayers):
+        raise InternalError("the lending settings were not loaded with their layers")
+    return layers
+
+
+def in_force(app: web.Application, values: LendingSettings) -> None:
+    """What follows a change of the values, in the same step as the change: the decision
+    log's retention, and the push to the slaves (which sends what is in force when it runs)."""
+    app[STORE].decision_retention = values.offload_decisions_retention
+    push = app.get(LENDING_PUSH)
+    if push is not None:
+        push.everyone()
+
+
+async def _batch(request: web.Request) -> Any:
+    body = await read_control_json(request, required=True)
+    refuse_addresses(request, body)
+    extra = sorted(set(body) - {"settings"})
+    if extra:
+        raise BadRequest(f"unknown field {extra[0][:64]!r}; send {{\"settings\": {{...}}}}",
+                         param=extra[0][:64])  # fmt: skip
+    if "settings" not in body:
+        raise BadRequest('"settings" is required', param="settings")
+    return body["settings"]
+
+
+async def offload_settings(request: web.Request) -> web.StreamResponse:
+    refuse_addresses(request)
+    app = request.app
+    layers = layers_of(app)
+    if request.method in ("GET", "HEAD"):
+        return web.json_response(listing(layers.config, layers.saved, layers.values))
+    if app[SETTINGS].cluster.role == "slave":
+        raise NotFound("a slave's lending settings are pushed by its master; save them there")
+    batch = await _batch(request) if request.method == "POST" else None
+    # One save at a time: validate against the saved layer, store, replace (no other save
+    # can slip between the check and the write).
+    async with layers.lock:
+        saved: dict[str, Any]
+        if batch is None:
+            saved, values = {}, resolve(layers.config, {})
+        else:
+            retention = app[SETTINGS].analytics.raw_retention
+            saved, values = apply_batch(batch, layers.saved, layers.config, retention)
+        await app[STORE].replace_lending_saved(saved)
+        layers.saved, layers.values = saved, values
+        in_force(app, values)
+    # A shorter retention takes effect now rather than at the next hourly pass.
+    await app[STORE].prune_decisions(values.offload_decisions_retention)
+    return web.json_response(listing(layers.config, layers.saved, layers.values))
+
+
+HANDLERS: dict[str, Handler] = {"site.offload_settings": offload_settings}
