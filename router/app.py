@@ -42,7 +42,6 @@ from backends.process import hold_watchdog, reap_stale, release_watchdog
 from backends.recipes import default_recipes, load_recipes
 from router import lending
 from router.api import HANDLERS, admin, inference, node, site
-from router.api.common import Handler
 from router.appkeys import (
     AUTH,
     BACKEND_SETUP,
@@ -56,6 +55,7 @@ from router.appkeys import (
     MATCH,
     METRICS,
     NODE_DISPATCH,
+    NODES,
     PROXY,
     RECORDER,
     ROUTE,
@@ -70,7 +70,7 @@ from router.appkeys import (
 from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Sessions, auth, edge_errors, guards, secrets_of
+from router.edge import Handler, Sessions, auth, edge_errors, guards, secrets_of
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
@@ -165,6 +165,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _catalog,
             _backend_setup,
             _runtimes,
+            inference.responses_context,  # after the runtimes its table points at
             inference.images_context,
             inference.comfy_context,
             site.site_context,
@@ -366,6 +367,7 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
         app[SESSION], settings.cluster.token or "", AllowList(), settings.cluster.control_timeout
     )
     app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
+    app[NODES] = service.resolve_node  # router/edge/params.py: the node a site call names
     task = (
         asyncio.create_task(service.run(), name="cluster") if service.role != "standalone" else None
     )

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
+from router.edge import bodies, params, request
+
 # Stamped by the outermost middleware (router/edge/errors.py), which sits below this module.
 from router.edge.errors import ARRIVED as ARRIVED
 
@@ -75,11 +77,8 @@ GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
-# Per-request storage (set by the edge and the classifier, read by handlers).
-if TYPE_CHECKING:
-    from router.classify import Match, Route
-
-MATCH: web.RequestKey[Match] = web.RequestKey("match", object)  # type: ignore[arg-type]
-ROUTE: web.RequestKey[Route] = web.RequestKey("route", object)  # type: ignore[arg-type]
-# The body a site handler read, kept so the request can be relayed to the node it names.
-RAW_BODY: web.RequestKey[bytes] = web.RequestKey("raw_body", bytes)
+# Per-request storage (set by the edge and the classifier, read by handlers), and who answers
+# for a node id a site call names: defined where they are set (router/edge), re-exported here.
+MATCH, ROUTE = request.MATCH, request.ROUTE
+RAW_BODY = bodies.RAW_BODY  # the body a handler read, kept for a relay to the node it names
+NODES = params.NODES

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -172,6 +172,12 @@ def _admin(template: str, methods: str, handler: str, surface: Surface = Surface
               body=body, **kw)  # type: ignore[arg-type]
 
 
+def _node(template: str, methods: str, handler: str, body: BodyMode | None = None) -> Route:
+    body = body or (_N if frozenset(methods.split()) <= READ_METHODS else _C)
+    return _r(template, methods, Surface.NODE, None, Role.CLUSTER, handler, sel=NO_SELECTOR,
+              body=body)
+
+
 def _vllm_op(op: str, methods: str) -> Route:
     """Operational vLLM paths, admin-only; the handler maps /router/v1/vllm/X to the runtime's /X."""
     return _r(f"/router/v1/vllm/{op}", methods, Surface.VLLM, None, Role.ADMIN, "vllm.admin",
@@ -181,7 +187,7 @@ def _vllm_op(op: str, methods: str) -> Route:
 OAI, A, KB, OL, LC = Surface.OPENAI, Surface.ANTHROPIC, Surface.KOBOLD, Surface.OLLAMA, Surface.LLAMACPP
 EM, VL, VC, CF = Surface.EMBEDDINGS, Surface.VLLM, Surface.VOICE, Surface.COMFY
 
-ROUTES: tuple[Route, ...] = (
+_TABLE: tuple[Route, ...] = (
     # -- meta and discovery
     _r("/health", "GET", Surface.META, None, Role.PUBLIC, "meta.health", sel=NO_SELECTOR),
     _admin("/metrics", "GET", "meta.metrics", Surface.META),
@@ -222,10 +228,25 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/nodes/backends/init/{job_id}/events", "GET", "site.backends_init_events"),
     _admin("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
     _admin("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
-    _admin("/router/v1/site/download", "GET POST", "site.download"),
-    _admin("/router/v1/site/download/{tail:.+}", "GET POST DELETE", "site.download"),
-    _admin("/router/v1/site/webuis", "GET POST", "site.webuis"),
-    _admin("/router/v1/site/webuis/{tail:.+}", "GET POST DELETE", "site.webuis"),
+    # downloads (docs/downloads.md)
+    _admin("/router/v1/site/download", "GET", "site.download_capabilities"),
+    _admin("/router/v1/site/download/capabilities", "GET", "site.download_capabilities"),
+    _admin("/router/v1/site/download/search", "POST", "site.download_search"),
+    _admin("/router/v1/site/download/search-page", "POST", "site.download_search"),
+    _admin("/router/v1/site/download/repository", "POST", "site.download_repository"),
+    _admin("/router/v1/site/download/plan", "POST", "site.download_plan"),
+    _admin("/router/v1/site/download/rescan", "POST", "site.download_rescan"),
+    _admin("/router/v1/site/download/library", "GET", "site.download_library"),
+    _admin("/router/v1/site/download/jobs", "POST", "site.download_start"),
+    _admin("/router/v1/site/download/jobs/{job_id}", "GET", "site.download_job"),
+    _admin("/router/v1/site/download/jobs/{job_id}/events", "GET", "site.download_events"),
+    _admin("/router/v1/site/download/jobs/{job_id}/pause", "POST", "site.download_pause"),
+    _admin("/router/v1/site/download/jobs/{job_id}/resume", "POST", "site.download_resume"),
+    _admin("/router/v1/site/download/jobs/{job_id}/cancel", "POST", "site.download_cancel"),
+    # backend WebUIs (docs/webuis.md)
+    _admin("/router/v1/site/webuis", "GET", "site.webuis_list"),
+    _admin("/router/v1/site/webuis/session", "POST", "site.webuis_session"),
+    _admin("/router/v1/site/webuis/load", "POST", "site.webuis_load"),
     _admin("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
     _admin("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
     _admin("/router/v1/site/offload/summary", "GET", "site.offload_summary"),
@@ -242,17 +263,42 @@ ROUTES: tuple[Route, ...] = (
     _admin("/router/v1/site/load-errors", "DELETE", "site.load_errors_clear"),
     _admin("/router/v1/site/models/state", "GET", "site.models_state"),
     _admin("/router/v1/site/models/state", "POST", "site.models_state_set"),
-    _admin("/router/v1/site/cook/{tail:.+}", "GET POST PUT DELETE", "site.cook"),
-    _admin("/router/v1/site/config-file", "DELETE", "site.config_file"),
-    _admin("/router/v1/site/config-file/{tail:.+}", "GET POST PUT DELETE", "site.config_file"),
-    _admin("/router/v1/site/model-files/{tail:.+}", "GET POST PUT DELETE", "site.model_files", body=_ST),
-    _admin("/router/v1/site/model-assets/{tail:.+}", "GET POST PUT DELETE", "site.model_assets", body=_ST),
+    # `.kcpps` writers (docs/site.md)
+    _admin("/router/v1/site/cook/preview", "POST", "site.cook_preview"),
+    _admin("/router/v1/site/cook/apply", "POST", "site.cook_apply"),
+    _admin("/router/v1/site/cook/{cook_id}", "DELETE", "site.cook_delete"),
+    _admin("/router/v1/site/config-file", "DELETE", "site.config_file_delete"),
+    _admin("/router/v1/site/config-file/preview", "POST", "site.config_file_preview"),
+    _admin("/router/v1/site/config-file/apply", "POST", "site.config_file_apply"),
+    _admin("/router/v1/site/config-file/{config_id}", "GET", "site.config_file_read"),
+    # model files and portable assets (docs/site.md, "Model assets")
+    _admin("/router/v1/site/model-files/hash", "POST", "site.model_file_hash"),
+    _admin("/router/v1/site/model-assets/export", "POST", "site.assets_export"),
+    _admin("/router/v1/site/model-assets/resolve", "POST", "site.assets_resolve"),
+    _admin("/router/v1/site/model-assets/resolve-batch", "POST", "site.assets_resolve_batch"),
+    _admin("/router/v1/site/model-assets/import", "POST", "site.assets_import"),
+    _admin("/router/v1/site/model-assets/candidates", "POST", "site.assets_candidates"),
+    _admin("/router/v1/site/model-assets/bind", "POST", "site.assets_bind"),
+    _admin("/router/v1/site/model-assets/substitute", "POST", "site.assets_substitute"),
+    _admin("/router/v1/site/model-assets/jobs", "POST", "site.assets_job_start"),
+    _admin("/router/v1/site/model-assets/jobs/{job_id}", "GET", "site.assets_job"),
+    _admin("/router/v1/site/model-assets/{sha256}", "GET", "site.assets_hash"),
     # -- backend WebUIs: an admin's navigation, answered with a ticket redirect (docs/webuis.md)
     _admin("/router/webuis/{kind}", "GET", "webuis.open"),
     _admin("/router/webuis/{kind}/{tail:.+}", "GET", "webuis.open"),
-    # -- cluster (cluster token only)
-    _r("/router/v1/node/{tail:.+}", _ANY, Surface.NODE, None, Role.CLUSTER, "node.dispatch",
-       sel=NO_SELECTOR, body=_ST),
+    # -- cluster (cluster token only); the node's own site rows follow the table (NODE_SITE)
+    _node("/router/v1/node/models", "GET", "node.models"),
+    _node("/router/v1/node/register", "POST", "node.register"),
+    _node("/router/v1/node/runtime-status", "GET", "node.runtime_status"),
+    _node("/router/v1/node/state", "GET", "node.state"),
+    _node("/router/v1/node/load", "POST", "control.load"),
+    _node("/router/v1/node/unload", "POST", "control.unload"),
+    _node("/router/v1/node/offload/settings", "GET", "node.offload_settings"),
+    _node("/router/v1/node/offload/settings", "POST", "node.offload_settings_set"),
+    _node("/router/v1/node/routing-links", "GET", "node.routing_links"),
+    _node("/router/v1/node/routing-links", "POST", "node.routing_links_set"),
+    # A client request the master relays here: the inner path is classified by this same table.
+    _node("/router/v1/node/inference/{path:.+}", _ANY, "node.inference", body=_ST),
     # -- OpenAI and Anthropic text
     _inf("/v1/chat/completions", "POST", OAI, _T, fam=TEXT_FAMILIES, vllm=True, required=True),
     _inf("/v1/completions", "POST", OAI, _T, fam=TEXT_FAMILIES, vllm=True, required=True),
@@ -344,6 +390,60 @@ ROUTES: tuple[Route, ...] = (
     _inf("/v1/{tail:.+}", _ANY, OAI, _T, fam={_K, _L}),
 )
 # fmt: on
+
+
+# ---- the node's copy of the management routes ------------------------------------------------
+# A master sends a site or benchmark call that names another node to that node's
+# `/router/v1/node/<path>` (router/api/site_relay.py). The contract names five of these paths
+# without `site/` (right column); their `/router/v1/node/site/...` spelling stays an alias for
+# one release (docs/cluster.md).
+NODE_CONTRACT_PATHS: tuple[tuple[str, str], ...] = (
+    ("site/nodes/backends/launch-options", "backends/launch-options"),
+    ("site/analytics/flush", "analytics/flush"),
+    ("site/store/download", "store/download"),
+    ("site/load-errors", "load-errors"),
+    ("site/load-captures", "load-captures"),
+)
+_V1, _NODE_V1 = "/router/v1/", "/router/v1/node/"
+_MANAGED = ("/router/v1/site/", "/router/v1/benchmarks")
+
+
+def _renamed(rest: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    for old, new in pairs:
+        if rest == old or rest.startswith(old + "/"):
+            return new + rest[len(old) :]
+    return rest
+
+
+def node_path(path: str) -> str:
+    """The node path a master calls for management `path` (or template) `/router/v1/...`."""
+    return _NODE_V1 + _renamed(path.removeprefix(_V1), NODE_CONTRACT_PATHS)
+
+
+def management_path(path: str) -> str:
+    """The management path a node serves for `/router/v1/node/<path>` (either spelling)."""
+    back = tuple((new, old) for old, new in NODE_CONTRACT_PATHS)
+    return _V1 + _renamed(path.removeprefix(_NODE_V1), back)
+
+
+def _on_node(route: Route, template: str) -> Route:
+    return replace(route, template=template, surface=Surface.NODE, role=Role.CLUSTER,
+                   handler="node.site")  # fmt: skip
+
+
+def _node_copies(table: tuple[Route, ...]) -> tuple[Route, ...]:
+    """Each management row again under /router/v1/node/ (the cluster token's), served by
+    `node.site` with the same methods; at the contract's path and at the `site/` alias."""
+    rows: list[Route] = []
+    for route in table:
+        if route.template.startswith(_MANAGED):
+            alias = _NODE_V1 + route.template.removeprefix(_V1)
+            contract = node_path(route.template)
+            rows += [_on_node(route, contract)] + ([_on_node(route, alias)] if alias != contract else [])  # fmt: skip
+    return tuple(rows)
+
+
+ROUTES: tuple[Route, ...] = _TABLE + _node_copies(_TABLE)
 
 
 # ---- matching --------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ class RouterError(Exception):
     status = 500
     type = "server_error"
     code: str | None = None
+    # The backend's own answer, which its clients parse: rendered in that backend's shape on
+    # its surface (error_body), in the router's everywhere else.
+    native = False
 
     def __init__(
         self,
@@ -66,6 +69,15 @@ class Forbidden(RouterError):
 
 class NotFound(RouterError):
     status, type = 404, "not_found_error"
+
+
+class JobNotFound(NotFound):
+    """sd-server's 404 for a job id it does not hold: `{"error": "job not found"}` on /sdcpp."""
+
+    native = True
+
+    def __init__(self) -> None:
+        super().__init__("job not found", param="job_id")
 
 
 class Conflict(RouterError):
@@ -213,8 +225,8 @@ def sanitize(text: str, secrets: Iterable[str] = ()) -> str:
 
 def error_body(err: RouterError, surface: Surface, secrets: Iterable[str] = ()) -> dict[str, Any]:
     message = sanitize(err.message, secrets)
-    if surface is Surface.OLLAMA:
-        return {"error": message}
+    if surface is Surface.OLLAMA or (surface is Surface.SDCPP and err.native):
+        return {"error": message}  # Ollama's shape; sd-server's own
     if surface is Surface.KOBOLD:
         return {"detail": {"msg": message, "type": err.type}}
     return {"error": {"message": message, "type": err.type, "param": err.param, "code": err.code}}

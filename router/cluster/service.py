@@ -22,10 +22,10 @@ from router.cluster.client import NodeClient, PeerError
 from router.cluster.identity import PublicModel, Replica, merge
 from router.cluster.local import snapshot
 from router.cluster.protocol import NodeModel, RuntimeStatus, Snapshot
-from router.cluster.registry import Registry
+from router.cluster.registry import Registry, RemoteNode
 from router.cluster.replicas import choose_replica
 from router.config.schema import ClusterSection
-from router.errors import RouterError
+from router.errors import NotFound, RouterError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,17 @@ class ClusterService:
     @property
     def role(self) -> str:
         return self.settings.role
+
+    def resolve_node(self, node_id: str) -> str:
+        """The node a site call names ("" = none): this node's id; on a master, RemoteNode for a
+        registered node (its site relay sends the call there); NotFound for any other id."""
+        own = self.settings.node_id
+        if not node_id or node_id == own:
+            return own
+        entry = self.registry.node(node_id) if self.role == "master" else None
+        if entry is None:
+            raise NotFound(f"unknown node {node_id[:64]!r}", param="node_id")
+        raise RemoteNode(entry)
 
     async def run(self) -> None:
         if self.role == "master":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from router.config.kcpps import MAX_KCPPS_BYTES, KcppsError, ModelConfig, parse_kcpps
 from router.domain import BackendMode, Lane
+from router.errors import BadRequest, ModelNotFound
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ class Catalog:
     ) -> None:
         self.config_dir = config_dir
         self.default_mode = default_mode
+        # Held by every route that writes a file here (router/api/site_configs.py), so
+        # "exists?" and "write" cannot interleave with another write.
+        self.write_lock = asyncio.Lock()
         self.file_roots = tuple(file_roots)
         self.on_state_change = on_state_change
         # Told of every refresh that changed the set or the errors, whichever caller ran it
@@ -263,6 +267,15 @@ class Catalog:
         if self.is_disabled(model_id):
             return None
         return self._lookup(model_id)
+
+    def require(self, model_id: object) -> ModelConfig:
+        """The config a request's `model` names: 400 when it is no name, 404 when unknown."""
+        if not isinstance(model_id, str) or not model_id:
+            raise BadRequest('"model" must be a non-empty string', param="model")
+        config = self.resolve(model_id)
+        if config is None:
+            raise ModelNotFound(model_id)
+        return config
 
     def all_configs(self) -> list[ModelConfig]:
         """Every servable config (disabled ones included), in file-name order."""

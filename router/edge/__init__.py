@@ -1,32 +1,67 @@
 """The HTTP edge: connection-level guards (listener), the outermost error renderer (errors),
 request guards (CIDR, Host, size, Origin), authentication, the hop-by-hop header rules both
-legs share, and the registry of long-lived sessions shutdown tells to go away.
+legs share, the registry of long-lived sessions shutdown tells to go away, and what every
+handler reads from a request the same way: its body (`read_json`, `read_body`), its parameters
+(`query_int`, `node_of`) and the route table's match (`match_of`).
 """
 
 from __future__ import annotations
 
 from router.edge.auth import secrets_of
-from router.edge.bodies import read_capped_stream
+from router.edge.bodies import (
+    RAW_BODY,
+    control_cap,
+    parse_json_object,
+    read_body,
+    read_capped_stream,
+    read_json,
+)
 from router.edge.errors import ARRIVED, edge_errors
-from router.edge.guards import Middleware, RouteOf, split_host, surface_of
+from router.edge.guards import Handler, Middleware, RouteOf, split_host, surface_of
 from router.edge.headers import (
     downstream_response_headers,
     is_streaming,
     mark_streaming,
     upstream_request_headers,
 )
+from router.edge.params import (
+    NODES,
+    node_filter,
+    node_named,
+    node_of,
+    query_int,
+    refuse_addresses,
+    resolve_node,
+)
+from router.edge.request import arrived, match_of, matched_route
 from router.edge.sessions import Sessions
 
 __all__ = [
     "ARRIVED",
+    "NODES",
+    "RAW_BODY",
+    "Handler",
     "Middleware",
     "RouteOf",
     "Sessions",
+    "arrived",
+    "control_cap",
     "downstream_response_headers",
     "edge_errors",
     "is_streaming",
     "mark_streaming",
+    "match_of",
+    "matched_route",
+    "node_filter",
+    "node_named",
+    "node_of",
+    "parse_json_object",
+    "query_int",
+    "read_body",
     "read_capped_stream",
+    "read_json",
+    "refuse_addresses",
+    "resolve_node",
     "secrets_of",
     "split_host",
     "surface_of",

@@ -18,11 +18,10 @@ import pytest
 from aiohttp import web
 
 from router import errors
-from router.api.common import read_capped
 from router.config import Settings
 from router.config.schema import LimitsSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
-from router.edge import edge_errors
+from router.edge import edge_errors, read_body
 from router.edge.guards import (
     HostAllowlist,
     body_cap_for,
@@ -96,7 +95,7 @@ class Recorder:
         if request.can_read_body:
             # production's capped reader, with the cap the size guard applies to this route
             cap = body_cap_for(route_of(request), self.conf)
-            body = await read_capped(request, cap, "the route's body cap")
+            body = await read_body(request, cap, "the route's body cap")
             return web.json_response({"read": len(body)})
         return web.json_response({"ok": True})
 

@@ -62,6 +62,10 @@ PARAM_VALUES: dict[str, tuple[str, ...]] = {
     "attempt_id": ("1", "x" * 300, "%ff", "-1"),
     "id": ("resp_1_0", "x", "%ff"),
     "job_id": ("0" * 32, "x", "%ff"),
+    "path": ("v1/models", "v1/chat/completions", "x", "%ff"),  # /router/v1/node/inference/...
+    "cook_id": ("x", "chat-a", "%ff", "a b"),
+    "config_id": ("chat-a", "x.kcpps", "%ff", "-x"),
+    "sha256": ("0" * 64, "x", "%ff"),
 }
 
 # ---- strategies -------------------------------------------------------------------------------
@@ -123,7 +127,8 @@ READS: dict[str, tuple[str, ...]] = {
     "responses.create": ("model", "input", "stream", "previous_response_id", "store"),
     "responses.follow": ("model", "stream"),
     "anthropic.messages": ("model", "messages", "max_tokens", "stream"),
-    "site.webuis": ("id", "enabled", "model_id", "image_id", "node_id"),
+    "site.webuis_session": ("id", "enabled", "node_id"),
+    "site.webuis_load": ("id", "model_id", "image_id", "node_id"),
 }  # fmt: skip
 COMMON = ("model", "messages", "prompt", "input", "stream", "max_tokens", "system")
 WAV = (
@@ -270,7 +275,11 @@ async def router(request: pytest.FixtureRequest, harness: RouterHarness) -> Rout
     harness.model("art", sdmodel="art.safetensors")
     harness.model("ears", whispermodel="ggml-base.bin")
     harness.model("vl", "vllm", model_param="vl-text.safetensors", serve_args=["--enable-lora"])
-    client = await harness.start()
+    # Every download action is a row now: with the hub on, a fuzzed search would go out to
+    # the network. Off, each answers the service's 503, as the old catch-all reached it.
+    settings = harness.settings()
+    off = settings.downloads.model_copy(update={"enabled": False})
+    client = await harness.start(settings.model_copy(update={"downloads": off}))
     for model in PRELOAD[request.param]:
         r = await client.post("/router/v1/load", json={"model": model})
         assert r.status_code == 200, r.text

@@ -14,7 +14,7 @@ from router.api.admin.webui_proxy import (
     serve,
     share_resources,
 )
-from router.api.common import Handler
+from router.edge import Handler
 
 HANDLERS: dict[str, Handler] = {
     **meta.HANDLERS,

@@ -8,9 +8,9 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.api.common import Handler, read_control_json, resolve_model
-from router.appkeys import RUNTIMES, SHUTDOWN
+from router.appkeys import CATALOG, RUNTIMES, SHUTDOWN
 from router.domain import Lane
+from router.edge import Handler, read_json
 from router.errors import BadRequest
 from router.runtime import primary_lane
 
@@ -19,8 +19,8 @@ _LANES = tuple(lane.value for lane in Lane)
 
 
 async def load(request: web.Request) -> web.StreamResponse:
-    body = await read_control_json(request, required=True)
-    config = resolve_model(request, body.get("model"))
+    body = await read_json(request, required=True)
+    config = request.app[CATALOG].require(body.get("model"))
     lane = _lane_for(config, body.get("lane"), str(body["model"]))
     loaded = await request.app[RUNTIMES].load(config, lane)
     return web.json_response(
@@ -39,7 +39,7 @@ def _lane_for(config: Any, lane: Any, model_id: str) -> Lane:
 
 
 async def unload(request: web.Request) -> web.StreamResponse:
-    body = await read_control_json(request)
+    body = await read_json(request)
     target = body.get("target", "all")
     # A list or an object is no lane name (and is not hashable: never look it up).
     if not isinstance(target, str) or target not in TARGETS:

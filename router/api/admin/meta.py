@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from router.api.common import Handler
 from router.appkeys import METRICS
+from router.edge import Handler
 
 
 async def health(request: web.Request) -> web.StreamResponse:

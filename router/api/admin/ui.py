@@ -16,9 +16,9 @@ from typing import Any
 from aiohttp import web
 
 from router import __version__
-from router.api.common import Handler, read_control_json
 from router.appkeys import AUTH, SETTINGS, UI_LOGINS
 from router.domain import Role
+from router.edge import Handler, read_json
 from router.edge.auth import UI_SESSION
 from router.edge.ui_sessions import COOKIE_NAME, COOKIE_PATH, UiSession
 from router.errors import BadRequest, Forbidden, TooManyRequests, Unauthorized
@@ -51,7 +51,7 @@ async def session_state(request: web.Request) -> web.StreamResponse:
 
 async def login(request: web.Request) -> web.StreamResponse:
     policy = request.app[AUTH]
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     key = body.get("key")
     if not isinstance(key, str) or not key:
         raise BadRequest('"key" must be a non-empty string (an admin key)', param="key")

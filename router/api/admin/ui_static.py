@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of
+from router.edge import Handler, match_of
 from router.errors import NotFound
 
 PREFIX = "/router/ui/"

@@ -6,7 +6,6 @@ select -> resolve -> lease -> forward -> record (or `forward_to` one known runti
 field of router/classify.py's route table). The other API packages import this face only.
 """
 
-from router.api.common import Handler
 from router.api.inference import (
     anthropic,
     comfy,
@@ -23,6 +22,8 @@ from router.api.inference import (
 from router.api.inference.comfy import comfy_context
 from router.api.inference.forward import forward_to
 from router.api.inference.images import images_context
+from router.api.inference.responses import responses_context
+from router.edge import Handler
 
 HANDLERS: dict[str, Handler] = {
     **anthropic.HANDLERS,
@@ -38,4 +39,4 @@ HANDLERS: dict[str, Handler] = {
     **comfy.HANDLERS,
 }
 
-__all__ = ["HANDLERS", "comfy_context", "forward_to", "images_context"]
+__all__ = ["HANDLERS", "comfy_context", "forward_to", "images_context", "responses_context"]

@@ -12,10 +12,10 @@ import asyncio
 
 from aiohttp import web
 
-from router.api.common import Handler, matched_route, parse_json_object
 from router.api.inference import forward as forwarder
 from router.appkeys import SETTINGS
 from router.domain import MiB
+from router.edge import Handler, matched_route, parse_json_object
 from router.errors import BadRequest, RequestTimeout
 from router.forwarding import Selection, read_selector
 

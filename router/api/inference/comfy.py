@@ -20,7 +20,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router.api.common import Handler, match_of, matched_route, parse_json_object, read_capped
 from router.api.inference.forward import Override, forward
 from router.api.inference.lanes import active_view, choose_config
 from router.appkeys import CATALOG, COMFY, RUNTIMES, SESSION, SETTINGS
@@ -40,6 +39,7 @@ from router.comfy.uploads import UploadStore, private_dir
 from router.comfy.workflow import VideoPlan
 from router.config import ModelConfig, Settings
 from router.domain import BackendMode, Lane, MiB
+from router.edge import Handler, match_of, matched_route, parse_json_object, read_body
 from router.errors import BadGateway, BadRequest, NotFound, PayloadTooLarge, ServiceUnavailable
 from router.forwarding import (
     Selection,
@@ -87,7 +87,7 @@ async def prompt(request: web.Request) -> web.StreamResponse:
     if request.method != "POST":
         return await forward(request)
     cap = int(request.app[SETTINGS].limits.workflow_media_mb * MiB)
-    raw = await read_capped(request, cap, "limits.workflow_media_mb")
+    raw = await read_body(request, cap, "limits.workflow_media_mb")
     payload = parse_json_object(raw)
     if "prompt" not in payload:
         raise BadRequest("No prompt provided", code="no_prompt", param="prompt")
@@ -223,7 +223,7 @@ async def _backend_history(request: web.Request, config: ModelConfig) -> dict[st
 
 async def _history_post(request: web.Request) -> web.StreamResponse:
     cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
-    raw = await read_capped(request, cap, "limits.max_control_body_mb")
+    raw = await read_body(request, cap, "limits.max_control_body_mb")
     clear, delete = history_edits(parse_json_object(raw))
     jobs = request.app[COMFY].jobs
     if clear:
@@ -286,7 +286,7 @@ async def view(request: web.Request) -> web.StreamResponse:
 async def upload(request: web.Request) -> web.StreamResponse:
     state, settings = request.app[COMFY], request.app[SETTINGS]
     cap = int(settings.limits.upload_mb * MiB)
-    raw = await read_capped(request, cap + FORM_SLACK, "limits.upload_mb")
+    raw = await read_body(request, cap + FORM_SLACK, "limits.upload_mb")
     ctype = request.headers.get("Content-Type", "")
     boundary = boundary_of(ctype) if body_kind(ctype) == "multipart" else None
     if boundary is None:

@@ -13,7 +13,6 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
-from router.api.common import Handler, arrived, matched_route
 from router.api.inference.guardian import answering
 from router.api.node import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
@@ -21,7 +20,7 @@ from router.classify import Route
 from router.cluster import Target, carries_images, has_vision
 from router.config import PROGRAM_SECTIONS, ModelConfig, ProgramSection, Settings
 from router.domain import BackendMode, Family, Lane, MiB, family_for
-from router.edge import upstream_request_headers
+from router.edge import Handler, arrived, matched_route, upstream_request_headers
 from router.errors import (
     BadGateway,
     BadRequest,

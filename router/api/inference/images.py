@@ -24,7 +24,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router.api.common import Handler, arrived, match_of, matched_route, read_control_json
 from router.api.inference import forward as forwarder
 from router.api.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.api.inference.responses import pinned_target, pinning
@@ -32,7 +31,8 @@ from router.api.node import remote_target
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.cluster import Target
 from router.domain import Family, Lane, MiB, family_for
-from router.errors import BadRequest, ServiceUnavailable
+from router.edge import Handler, arrived, control_cap, match_of, matched_route, read_body, read_json
+from router.errors import BadRequest, JobNotFound, ServiceUnavailable
 from router.forwarding import (
     Selection,
     body_stream,
@@ -118,7 +118,7 @@ async def _backend_options(request: web.Request, runtime: RuntimeView) -> dict[s
 
 
 async def _set_options(request: web.Request) -> web.StreamResponse:
-    body = await read_control_json(request)
+    body = await read_json(request)
     wanted = body.get("sd_model_checkpoint")
     if wanted is None:
         return web.json_response(None)  # other A1111 options have no meaning here
@@ -297,7 +297,7 @@ async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse 
     target = pinned_target(request, JOB_PIN + job_id)
     if target is None:
         return None
-    body = await request.read() if request.body_exists else b""
+    body = await read_body(request, control_cap(request)) if request.body_exists else b""
     selection = Selection(target.public.public_id, body, True, "job")
     return await forwarder.forward(request, forwarder.Override(selection, relay_to=target))
 
@@ -309,9 +309,9 @@ async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:
     runtime = lane_state(request.app).jobs.get(job_id)
     # A draining runtime still serves the job it is finishing; a stopped one never saw it.
     if runtime is None or not request.app[RUNTIMES].is_serving(runtime):
-        return web.json_response({"error": "job not found"}, status=404)
+        raise JobNotFound()
     info = _info(request, public_id(runtime.config, Lane.IMAGE))
-    body = await request.read() if request.body_exists else None
+    body = await read_body(request, control_cap(request)) if request.body_exists else None
     return await _direct(request, runtime, body, info)
 
 

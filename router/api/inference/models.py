@@ -6,12 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, node_of, read_control_json, resolve_model
 from router.api.node import find_remote, openai_entry, remote_only, router_entry
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
+from router.edge import Handler, match_of, node_of, read_json
 from router.errors import BadRequest, ModelNotFound
 
 OWNER = "tensor-router"
@@ -118,7 +118,7 @@ async def models_state(request: web.Request) -> web.StreamResponse:
 async def models_state_set(request: web.Request) -> web.StreamResponse:
     """`{"node_id", "local_id", "enabled"}` (the WebUI's shape; `model` and `disabled` are
     accepted too). Disabling also unloads the model once its running requests finish."""
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     field = "local_id" if body.get("local_id") is not None else "model"
     model_id = _optional_str(body, field)
@@ -169,4 +169,4 @@ HANDLERS: dict[str, Handler] = {
     "site.models_state_set": models_state_set,
 }
 
-__all__ = ["HANDLERS", "resolve_model", "router_record"]
+__all__ = ["HANDLERS", "router_record"]

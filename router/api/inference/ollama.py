@@ -13,12 +13,12 @@ from typing import Any
 from aiohttp import web
 
 from router import __version__
-from router.api.common import Handler, read_control_json, resolve_model
 from router.api.node import TEXT_SIDE, ollama_tag, remote_only
 from router.api.node import loaded as remote_loaded
 from router.appkeys import CATALOG, RUNTIMES
 from router.config import ModelConfig
 from router.domain import Lane
+from router.edge import Handler, read_json
 
 OLLAMA_COMPAT_VERSION = "0.12.0"
 
@@ -101,8 +101,8 @@ async def version(request: web.Request) -> web.StreamResponse:
 
 
 async def show(request: web.Request) -> web.StreamResponse:
-    body = await read_control_json(request, required=True)
-    config = resolve_model(request, body.get("model") or body.get("name"))
+    body = await read_json(request, required=True)
+    config = request.app[CATALOG].require(body.get("model") or body.get("name"))
     capabilities = []
     if Lane.TEXT in config.lanes:
         capabilities.append("completion")

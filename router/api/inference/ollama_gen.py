@@ -17,13 +17,12 @@ from typing import Any
 from aiohttp import web
 
 from router import ollama as tr
-from router.api.common import Handler, read_json_object, resolve_model
 from router.api.inference import forward as forwarder
 from router.api.node import remote_target
-from router.appkeys import SETTINGS
+from router.appkeys import CATALOG, RAW_BODY, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
-from router.edge import upstream_request_headers
+from router.edge import Handler, read_json, upstream_request_headers
 from router.errors import BadRequest
 from router.forwarding import Selection
 from router.runtime import Lease
@@ -42,7 +41,8 @@ _PATH_OF: dict[tr.LoadKind, str] = {
 async def _read_body(request: web.Request) -> tuple[bytes, dict[str, Any]]:
     """Ollama clients send JSON with any content type; images make bodies large."""
     cap = int(request.app[SETTINGS].limits.workflow_media_mb * MiB)
-    return await read_json_object(request, cap, "limits.workflow_media_mb")
+    body = await read_json(request, cap, setting="limits.workflow_media_mb", types=None)
+    return request[RAW_BODY], body
 
 
 def _lane(op: tr.LoadKind, config: ModelConfig) -> Lane:
@@ -72,7 +72,7 @@ async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> f
         target = remote_target(request, Selection(name, raw, True, "json:model"))
         if target is not None:
             return forwarder.Override(Selection(name, raw, True, "json:model"), relay_to=target)
-    config = resolve_model(request, body.get("model"))
+    config = request.app[CATALOG].require(body.get("model"))
     public: str = body["model"]
     if family_for(config.backend_mode, _lane(op, config)) is Family.KOBOLD:
         return forwarder.Override(Selection(public, raw, True, "json:model"))

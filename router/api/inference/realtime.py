@@ -29,13 +29,12 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.common import Handler, arrived, matched_route
 from router.api.node import remote_target
 from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
 from router.cluster import Target
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
-from router.edge import upstream_request_headers
+from router.edge import Handler, arrived, matched_route, upstream_request_headers
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
 from router.forwarding.selector import SELECTOR_HEADER as SELECTOR

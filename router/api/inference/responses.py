@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import json
 import re
-import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, matched_route
 from router.api.inference.forward import Override, forward
 from router.api.node import remote_target, target_on
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
 from router.cluster import Target
 from router.domain import MiB
+from router.edge import Handler, match_of, matched_route
 from router.errors import NotFound
 from router.forwarding import ModelRewriter, Selection, StreamRewriter, read_selector
 from router.runtime import Lease, Runtime, RuntimeManager
@@ -69,15 +68,13 @@ class ResponseTable:
         return self._manager.is_serving(runtime, new_work=True)
 
 
-_TABLES: weakref.WeakKeyDictionary[RuntimeManager, ResponseTable] = weakref.WeakKeyDictionary()
+RESPONSES: web.AppKey[ResponseTable] = web.AppKey("responses", ResponseTable)
 
 
-def table_for(manager: RuntimeManager) -> ResponseTable:
-    """One table per RuntimeManager (so per app), without a new resource in create_app."""
-    table = _TABLES.get(manager)
-    if table is None:
-        table = _TABLES[manager] = ResponseTable(manager)
-    return table
+async def responses_context(app: web.Application) -> AsyncIterator[None]:
+    """The app's response table (after the runtimes it points at); it lives as long as the app."""
+    app[RESPONSES] = ResponseTable(app[RUNTIMES])
+    yield
 
 
 # ---- finding the id in a response ---------------------------------------------------------
@@ -174,7 +171,7 @@ async def _selection(request: web.Request) -> Selection:
 
 async def create(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses: forwarded as usual, remembering which runtime answered."""
-    table = table_for(request.app[RUNTIMES])
+    table = request.app[RESPONSES]
 
     def watch(lease: Lease, rewriter: ModelRewriter) -> ModelRewriter:
         runtime = lease.runtime
@@ -231,7 +228,7 @@ async def _follow_remote(request: web.Request, response_id: str) -> web.StreamRe
 async def follow(request: web.Request) -> web.StreamResponse:
     """GET / DELETE /v1/responses/{id} and POST .../cancel: to the runtime that made it."""
     response_id = match_of(request).params["id"]
-    table = table_for(request.app[RUNTIMES])
+    table = request.app[RESPONSES]
     owner = table.owner(response_id)
     if owner is None:
         remote = await _follow_remote(request, response_id)

@@ -19,11 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, arrived, matched_route, read_json_object
 from router.api.inference import forward as forwarder
-from router.appkeys import CATALOG, RUNTIMES, SETTINGS
+from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import Settings
 from router.domain import BackendMode, Family, Lane
+from router.edge import Handler, arrived, matched_route, read_json
 from router.errors import (
     BadRequest,
     ModelNotFound,
@@ -102,8 +102,8 @@ async def _pick_runtime(request: web.Request) -> RuntimeView:
 
 async def _control_body(request: web.Request) -> bytes:
     """The raw JSON body (forwarded byte for byte), capped at limits.max_control_body_mb."""
-    raw, _ = await read_json_object(request)
-    return raw or b"{}"
+    await read_json(request, types=None)  # a JSON object, or a clear 400
+    return request[RAW_BODY] or b"{}"
 
 
 def has_flag(serve_args: tuple[str, ...], flag: str) -> bool:

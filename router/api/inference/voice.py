@@ -22,14 +22,13 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from backends.whispercpp import INFERENCE_PATH
-from router.api.common import Handler, matched_route, parse_json_object
 from router.api.inference import forward as forwarder
 from router.api.inference.lanes import choose_config
 from router.api.node import remote_target, stt_target
 from router.appkeys import CATALOG, CLUSTER, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB, family_for
-from router.edge import upstream_request_headers
+from router.edge import Handler, matched_route, parse_json_object, upstream_request_headers
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge
 from router.forwarding import Selection, boundary_of, read_selector
 from router.media import FormPart, build_form, ffmpeg, field_part, parse_form, part_name, part_spans

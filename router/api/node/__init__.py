@@ -7,7 +7,6 @@ cluster's models in the client listings (`cluster_models`).
 routes import the relays from this face.
 """
 
-from router.api.common import Handler
 from router.api.node import node
 from router.api.node.cluster_models import (
     TEXT_SIDE,
@@ -21,6 +20,7 @@ from router.api.node.cluster_models import (
 from router.api.node.inference_relay import relay, remote_target, stt_target, target_on
 from router.api.node.site_fanout import FANOUT
 from router.api.node.site_relay import relayable
+from router.edge import Handler
 
 HANDLERS: dict[str, Handler] = {**node.HANDLERS}
 

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from router.api.common import arrived
 from router.appkeys import CATALOG, CLUSTER, PROXY, RUNTIMES, SETTINGS
 from router.cluster import (
     ClusterService,
@@ -26,6 +25,7 @@ from router.cluster import (
     node_path_qs,
 )
 from router.domain import Lane
+from router.edge import arrived
 from router.errors import BadGateway
 from router.forwarding import (
     ModelRewriter,

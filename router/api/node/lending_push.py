@@ -19,9 +19,9 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api.common import Handler, read_control_json
 from router.appkeys import SETTINGS, STORE
 from router.config import LendingSettings
+from router.edge import Handler, read_json
 from router.errors import BadRequest, ClusterError
 from router.lending import (
     LANES,
@@ -43,7 +43,7 @@ def _only_on_a_slave(request: web.Request) -> None:
 
 async def take_settings(request: web.Request) -> web.StreamResponse:
     _only_on_a_slave(request)
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     try:
         values = LendingSettings.model_validate(body.get("settings"))
     except ValidationError as err:
@@ -80,7 +80,7 @@ def _link(entry: Any, index: int) -> Link:
 
 async def take_links(request: web.Request) -> web.StreamResponse:
     _only_on_a_slave(request)
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     entries = body.get("links")
     if not isinstance(entries, list) or len(entries) > MAX_PUSHED_LINKS:
         raise BadRequest(f"links must be a list of at most {MAX_PUSHED_LINKS}", param="links")
@@ -94,9 +94,9 @@ async def show_links(request: web.Request) -> web.StreamResponse:
     return web.json_response({"links": [asdict(link) for link in request.app[LINKS].links]})
 
 
-NODE_ROUTES: dict[tuple[str, str], Handler] = {
-    ("POST", "offload/settings"): take_settings,
-    ("GET", "offload/settings"): show_settings,
-    ("POST", "routing-links"): take_links,
-    ("GET", "routing-links"): show_links,
+NODE_HANDLERS: dict[str, Handler] = {
+    "node.offload_settings": show_settings,
+    "node.offload_settings_set": take_settings,
+    "node.routing_links": show_links,
+    "node.routing_links_set": take_links,
 }

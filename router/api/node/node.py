@@ -3,25 +3,25 @@
 The master polls `models` and `runtime-status`, a slave posts `register`, and requests the
 master sends on go to `inference/<path>`, which this node dispatches as if a client had sent
 `<path>` here: the same handlers, the same analytics (recorded here, the node that did the
-work), the same error shapes.
+work), the same error shapes. The master's site and benchmark calls that name this node come
+to the node copies of the management rows (`node.site`), at the contract's paths
+(`/router/v1/node/store/download`, ...) or their `/router/v1/node/site/...` aliases.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api.common import Handler, match_of, read_control_json
 from router.api.node import lending_push
 from router.appkeys import CLUSTER, DISPATCH, MATCH, NODE_DISPATCH, ROUTE, RUNTIMES, SETTINGS
-from router.classify import Match, match
+from router.classify import Match, management_path, match
 from router.cluster import Snapshot, snapshot
 from router.domain import Lane, Role
-from router.edge import secrets_of
-from router.errors import ClusterError, NotFound, RouteNotFound, RouterError, render
+from router.edge import Handler, match_of, read_json, secrets_of
+from router.errors import ClusterError, NotFound, RouterError, render
 from router.lending import (
     BORROWED,
     BORROWED_OWNER,
@@ -32,20 +32,6 @@ from router.lending import (
     status_body,
 )
 from router.lending import registered as lending_registered
-
-INFERENCE = "inference/"
-
-
-async def node_dispatch(request: web.Request) -> web.StreamResponse:
-    tail = match_of(request).params.get("tail", "")
-    if tail.startswith(INFERENCE):
-        return await inference(request, "/" + tail[len(INFERENCE) :])
-    if tail.startswith(("site/", "benchmarks")):
-        return await management(request, "/router/v1/" + tail)
-    handler = _TABLE.get((request.method, tail))
-    if handler is None:
-        raise RouteNotFound(request.path)
-    return await handler(request)
 
 
 async def models(request: web.Request) -> web.StreamResponse:
@@ -60,7 +46,7 @@ async def register(request: web.Request) -> web.StreamResponse:
     service = request.app[CLUSTER]
     if service.role != "master":
         raise ClusterError(f"this node is a {service.role}; register with the master")
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     try:
         snap = Snapshot.model_validate(body)
     except ValidationError as err:
@@ -91,8 +77,10 @@ def _inner_path_ok(path: str) -> bool:
     return path.startswith("/") and path[1:2] not in ("/", "\\")
 
 
-async def inference(request: web.Request, path: str) -> web.StreamResponse:
-    """Serve `path` as a client request made to this node (its own routing and records)."""
+async def inference(request: web.Request) -> web.StreamResponse:
+    """Serve the inner path as a client request made to this node (its own routing and
+    records); the route table classifies it, as it does a client's."""
+    path = "/" + match_of(request).params.get("path", "")
     if not _inner_path_ok(path):
         raise NotFound("the inner path must be a local path")
     found = match(request.method, path)  # RouteNotFound / MethodNotAllowed as for a client
@@ -129,34 +117,22 @@ async def _dispatch_inner(
         return render(err, found.route.surface, secrets_of(request.app[SETTINGS]))
 
 
-async def management(request: web.Request, path: str) -> web.StreamResponse:
-    """The master's site or benchmark call for this node, served by this node's handlers."""
+async def site(request: web.Request) -> web.StreamResponse:
+    """The master's site or benchmark call for this node, served by this node's handlers.
+
+    Its row is a copy of the management row (router/classify.py `_node_copies`), so the method
+    was checked already; the inner match gives the management route and its parameters."""
+    path = management_path(request.path)
     found = match(request.method, path)
-    if not found.route.template.startswith(("/router/v1/site/", "/router/v1/benchmarks")):
-        raise RouteNotFound(path)
     return await _dispatch_inner(request, path, found, request.app[NODE_DISPATCH])
 
 
-def _control(path: str) -> Handler:
-    """The handler of the control route `path`, served for the master as for an admin."""
-
-    async def control(request: web.Request) -> web.StreamResponse:
-        return await _dispatch_inner(request, path, match(request.method, path),
-                                     request.app[NODE_DISPATCH])  # fmt: skip
-
-    return control
-
-
-_TABLE: Mapping[tuple[str, str], Handler] = {
-    ("GET", "models"): models,
-    ("POST", "register"): register,
-    ("GET", "runtime-status"): runtime_status,
-    ("GET", "state"): state,
-    # The admin control routes' own handlers, reached through the app's table (so this
-    # package does not import the admin one).
-    ("POST", "load"): _control("/router/v1/load"),
-    ("POST", "unload"): _control("/router/v1/unload"),
-    **lending_push.NODE_ROUTES,
+HANDLERS: dict[str, Handler] = {
+    "node.models": models,
+    "node.register": register,
+    "node.runtime_status": runtime_status,
+    "node.state": state,
+    "node.inference": inference,
+    "node.site": site,
+    **lending_push.NODE_HANDLERS,
 }
-
-HANDLERS: dict[str, Handler] = {"node.dispatch": node_dispatch}

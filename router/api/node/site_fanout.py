@@ -1,7 +1,7 @@
 """The master's site calls that cover every node at once: analytics flush and load errors.
 
 Without a `node_id` / `node` filter the master answers for the whole cluster: its own result,
-then every registered slave's over `/router/v1/node/site/...`, merged, with the nodes that
+then every registered slave's over its node path (`classify.node_path`), merged, with the nodes that
 answered and the ones that did not (`failed`, with the reason). A slave that is down never
 fails the call; it is listed in `failed`.
 """
@@ -16,12 +16,15 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from router.api.common import Handler
 from router.appkeys import CLUSTER
+from router.classify import node_path
 from router.cluster import NodeEntry
+from router.edge import Handler, node_filter, query_int
 from router.errors import NotFound, RouterError
 
 _FILTERS = ("node", "node_id")
+# The load-captures page size, as the node's own route takes it (router/api/site_store.py).
+CAPTURES_LIMIT, MAX_CAPTURES_LIMIT = 50, 500
 
 
 def _whole_cluster(request: web.Request) -> bool:
@@ -111,7 +114,7 @@ def _captures(handler: Handler) -> Handler:
     async def site(request: web.Request) -> web.StreamResponse:
         service = request.app[CLUSTER]
         own = service.registry.own_node
-        asked = {*request.query.getall("node", []), *request.query.getall("node_id", [])}
+        asked = set(node_filter(request))
         known = {own, *(e.node_id for e in service.registry.nodes() if e.node_id)}
         targets = asked or known
         if targets <= {own} or len(known) == 1:
@@ -119,8 +122,9 @@ def _captures(handler: Handler) -> Handler:
         unknown = sorted(targets - known)
         if unknown:
             raise NotFound(f"unknown node {unknown[0][:64]!r}", param="node")
+        # Checked before any node is asked: a bad limit is this request's 400, not a 500.
+        limit = query_int(request.query, "limit", CAPTURES_LIMIT, 1, MAX_CAPTURES_LIMIT)
         pages, failed = await _pages(request, handler, own, sorted(targets))
-        limit = int(request.query.get("limit", "50") or 50)
         rows = sorted(
             (row for page in pages.values() for row in page.get("captures", [])),
             key=lambda row: row.get("started_at") or 0,
@@ -154,7 +158,7 @@ async def _pages(
             continue
         entry = service.registry.node(node)
         assert entry is not None
-        path = "/router/v1/node/site/load-captures?" + urlencode(query)
+        path = node_path("/router/v1/site/load-captures") + "?" + urlencode(query)
         try:
             pages[node] = await service.client.call("GET", entry.node_url, path)
         except RouterError as err:
@@ -177,9 +181,9 @@ def _analytics(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> 
 
 
 FANOUT: dict[str, Callable[[Handler], Handler]] = {
-    "site.analytics": _merged(_analytics, "GET", "/router/v1/node/site/analytics"),
+    "site.analytics": _merged(_analytics, "GET", node_path("/router/v1/site/analytics")),
     "site.load_captures": _captures,
-    "site.analytics_flush": _merged(_flush, "POST", "/router/v1/node/site/analytics/flush"),
-    "site.load_errors": _merged(_errors, "GET", "/router/v1/node/site/load-errors"),
-    "site.load_errors_clear": _merged(_cleared, "DELETE", "/router/v1/node/site/load-errors"),
+    "site.analytics_flush": _merged(_flush, "POST", node_path("/router/v1/site/analytics/flush")),
+    "site.load_errors": _merged(_errors, "GET", node_path("/router/v1/site/load-errors")),
+    "site.load_errors_clear": _merged(_cleared, "DELETE", node_path("/router/v1/site/load-errors")),
 }

@@ -1,8 +1,9 @@
 """The master's site APIs for another node: the request goes to that node, by id.
 
 A site handler that finds `node_id` naming a registered slave raises RemoteNode; this wrapper
-sends the same method, query and body to `<node url>/router/v1/node/site/...` (or
-`/router/v1/node/benchmarks...`) with the cluster token, and streams the node's answer back as
+sends the same method, query and body to that node's copy of the route (`classify.node_path`:
+`/router/v1/node/site/...`, `/router/v1/node/benchmarks...`, or the contract's own node path
+such as `/router/v1/node/store/download`) with the cluster token, and streams the node's answer back as
 it is. The address always comes from the registry (R34).
 """
 
@@ -11,13 +12,12 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
-from router.api.common import Handler
-from router.appkeys import CLUSTER, RAW_BODY, SESSION
+from router.appkeys import CLUSTER, SESSION
+from router.classify import node_path
 from router.cluster import RemoteNode
+from router.edge import Handler, control_cap, read_body
 from router.errors import BadGateway, GatewayTimeout
 
-_PREFIX = "/router/v1/"
-_NODE_PREFIX = "/router/v1/node/"
 _KEPT_HEADERS = ("Content-Type", "Content-Disposition", "Content-Length", "Cache-Control")
 
 
@@ -33,11 +33,10 @@ def relayable(handler: Handler) -> Handler:
 
 async def relay_site(request: web.Request, remote: RemoteNode) -> web.StreamResponse:
     service = request.app[CLUSTER]
-    path = _NODE_PREFIX + request.path[len(_PREFIX) :]
+    path = node_path(request.path)
     url = service.client.url(remote.entry.node_url, path)
-    body = request.get(RAW_BODY)
-    if body is None and request.can_read_body:
-        body = await request.read()
+    # The handler read the body already (kept under RAW_BODY), or this reads it, capped.
+    body = await read_body(request, control_cap(request))
     headers = service.client.headers()
     if request.content_type and body:
         headers["Content-Type"] = request.content_type

@@ -7,7 +7,6 @@ and summary. On a master a call that names another node is relayed there (router
 lifetimes exported here, wired by router/app.py in its `cleanup_ctx` order.
 """
 
-from router.api.common import Handler
 from router.api.site import (
     assets,
     benchmarks,
@@ -28,6 +27,7 @@ from router.api.site.downloads import downloads_context
 from router.api.site.guardians import guardians_context
 from router.api.site.inventory import site_context
 from router.api.site.webuis import webuis_context
+from router.edge import Handler
 
 HANDLERS: dict[str, Handler] = {
     **store.HANDLERS,

@@ -19,11 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import node_of
 from router.appkeys import DOWNLOADS, SITE_FILES, STORE
 from router.downloads import Downloads, State, UnsafeName
 from router.downloads.assets import hf_uri, pinned_origin
-from router.errors import BadRequest, MethodNotAllowed, NotFound, RouterError, ServiceUnavailable
+from router.edge import node_of
+from router.errors import NotFound, RouterError, ServiceUnavailable
 from router.site import SiteFiles
 
 Document = Callable[[web.Request, Mapping[str, Any]], Awaitable[tuple[str, dict[str, Any]]]]
@@ -125,17 +125,3 @@ async def status(request: web.Request, job_id: str) -> web.Response:
     if job is None:
         raise NotFound(f"no model-assets job {job_id[:64]!r}", param="id")
     return web.json_response(_view(service, job))
-
-
-async def route(request: web.Request, tail: str, body_of: Callable[[], Awaitable[dict[str, Any]]],
-                document: Document, resolve_doc: ResolveDoc) -> web.Response:  # fmt: skip
-    parts = tail.split("/")
-    if len(parts) == 1:
-        if request.method != "POST":
-            raise MethodNotAllowed(request.method, {"POST"})
-        return await start(request, await body_of(), document, resolve_doc)
-    if len(parts) == 2 and parts[1]:
-        if request.method not in ("GET", "HEAD"):
-            raise MethodNotAllowed(request.method, {"GET", "HEAD"})
-        return await status(request, parts[1])
-    raise BadRequest("use model-assets/jobs or model-assets/jobs/{id}")

@@ -17,11 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import node_of
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
 from router.config.kcpps import KcppsError, parse_kcpps
 from router.downloads.names import is_sha256
+from router.edge import node_of
 from router.errors import BadRequest, Conflict, NotFound
 from router.site import write_atomic
 

@@ -1,6 +1,6 @@
 """Model assets: portable `.kcpps` export, resolution on this node, import, hash lookup.
 
-`/router/v1/site/model-assets/{tail}` is one row of the route table; `tail` picks the action.
+Each action under `/router/v1/site/model-assets/` is one row of the route table.
 Resolution looks in the hash cache first, then hashes what the scan of `models.file_roots`
 finds (docs/site.md, "Model assets"). Import writes only when every field resolves.
 """
@@ -16,15 +16,14 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.api.site import asset_jobs, asset_substitute, assets_hub
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
 from router.config.kcpps import ID_PATTERN, MAX_KCPPS_BYTES, KcppsError, parse_kcpps
+from router.edge import Handler, match_of, node_of, read_json
 from router.errors import (
     BadRequest,
     Conflict,
-    MethodNotAllowed,
     NotFound,
 )
 from router.site import (
@@ -224,31 +223,39 @@ async def asset(request: web.Request, sha256: str) -> web.Response:
     )
 
 
-_POSTS: dict[str, Callable[[web.Request, dict[str, Any]], Awaitable[web.Response]]] = {
-    "export": export,
-    "resolve": resolve,
-    "resolve-batch": resolve_batch,
-    "import": import_portable,
-    **assets_hub.ACTIONS,  # candidates, bind: on the hub (docs/downloads.md)
-    "substitute": functools.partial(asset_substitute.substitute, find_config=_config),
+def _posted(action: Callable[[web.Request, dict[str, Any]], Awaitable[web.Response]]) -> Handler:
+    """A POST action with its required JSON body."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return await action(request, await read_json(request, required=True))
+
+    return handler
+
+
+async def _job_start(request: web.Request) -> web.Response:
+    body = await read_json(request, required=True)
+    return await asset_jobs.start(request, body, _document, _resolve_doc)
+
+
+async def _job(request: web.Request) -> web.Response:
+    return await asset_jobs.status(request, match_of(request).params["job_id"])
+
+
+async def _asset(request: web.Request) -> web.Response:
+    return await asset(request, match_of(request).params["sha256"])
+
+
+HANDLERS: dict[str, Handler] = {
+    "site.assets_export": _posted(export),
+    "site.assets_resolve": _posted(resolve),
+    "site.assets_resolve_batch": _posted(resolve_batch),
+    "site.assets_import": _posted(import_portable),
+    "site.assets_candidates": _posted(assets_hub.candidates),
+    "site.assets_bind": _posted(assets_hub.bind),
+    "site.assets_substitute": _posted(
+        functools.partial(asset_substitute.substitute, find_config=_config)
+    ),
+    "site.assets_job_start": _job_start,
+    "site.assets_job": _job,
+    "site.assets_hash": _asset,
 }
-
-
-async def model_assets(request: web.Request) -> web.Response:
-    tail = match_of(request).params.get("tail", "")
-    action = _POSTS.get(tail)
-    if action is not None:
-        if request.method != "POST":
-            raise MethodNotAllowed(request.method, {"POST"})
-        return await action(request, await read_control_json(request, required=True))
-    if tail.split("/", 1)[0] == "jobs":  # background resolution through the hub
-        body = functools.partial(read_control_json, request, required=True)
-        return await asset_jobs.route(request, tail, body, _document, _resolve_doc)
-    if "/" not in tail:
-        if request.method not in ("GET", "HEAD"):
-            raise MethodNotAllowed(request.method, {"GET", "HEAD"})
-        return await asset(request, tail)
-    raise NotFound(f"no model-assets route {tail[:64]!r}")
-
-
-HANDLERS: dict[str, Handler] = {"site.model_assets": model_assets}

@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import node_of
 from router.appkeys import DOWNLOADS, STORE
 from router.downloads import Downloads, UnsafeName
 from router.downloads.assets import hf_uri
 from router.downloads.names import check_path, check_repo_id, is_commit, is_sha256
+from router.edge import node_of
 from router.errors import BadRequest, Conflict, ServiceUnavailable
 
 
@@ -78,6 +78,3 @@ async def bind(request: web.Request, body: dict[str, Any]) -> web.Response:
     await request.app[STORE].save_asset_origin({"sha256": sha, "repository": repository,
         "commit_sha": commit, "repo_path": path, "bound_at": time.time()})  # fmt: skip
     return web.json_response({"node_id": node_id, "sha256": sha, "hf": hf_uri(repository, commit, path)})  # fmt: skip
-
-
-ACTIONS = {"candidates": candidates, "bind": bind}

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from router.api.common import Handler, node_of, read_control_json
 from router.appkeys import BENCHMARKS, CATALOG, EVENTS, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import benchmarks_service, listing, parse_run_request
+from router.edge import Handler, node_of, read_json
 from router.errors import BadRequest, ModelNotFound
 
 DEFAULT_HISTORY = 20
@@ -51,7 +51,7 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
 
 
 async def run(request: web.Request) -> web.StreamResponse:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     # Every field is checked before anything starts or is stored.
     node_of(request, body)
     wanted = parse_run_request(body)

@@ -1,7 +1,7 @@
 """Site routes that write `.kcpps` files: config-file preview/apply/delete and cook.
 
 This node answers for itself only: a `node_id` naming another node is a 404. Every write goes
-through one lock per catalog (so "exists?" and "write" cannot interleave with another write),
+through the catalog's write lock (so "exists?" and "write" cannot interleave with another write),
 lands atomically, and is followed by a catalog refresh, whose `catalog` event on
 /router/v1/events is published by the catalog's `on_change` hook (app.py) exactly as for a
 file edited on disk. The rules are in docs/site.md and docs/decisions.md.
@@ -15,7 +15,6 @@ import functools
 import hashlib
 import json
 import os
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,16 +22,15 @@ from typing import Any
 from aiohttp import web
 
 from router import site
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, SETTINGS
-from router.config import Catalog, ModelConfig
+from router.config import ModelConfig
 from router.domain import Lane
-from router.errors import BadRequest, Conflict, MethodNotAllowed, NotFound, RouteNotFound
+from router.edge import Handler, match_of, node_of, read_json
+from router.errors import BadRequest, Conflict, NotFound
 from router.site import Finding
 from router.store.captures import sanitize_kcpps
 
 COOK_MARKS = ".cook"  # config_dir/.cook/<id>.json: what cook wrote (a dot folder: never scanned)
-_LOCKS: weakref.WeakKeyDictionary[Catalog, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -49,10 +47,6 @@ class Draft:
     @property
     def data(self) -> bytes:
         return site.render(self.options)
-
-
-def _lock(catalog: Catalog) -> asyncio.Lock:
-    return _LOCKS.setdefault(catalog, asyncio.Lock())
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:
@@ -147,13 +141,13 @@ def _validation(draft: Draft, node_id: str) -> list[dict[str, Any]]:
 
 
 async def _config_file(request: web.Request, apply: bool) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     config_id, filename = site.config_name(body)
     overwrite = _flag(body, "overwrite")
     kept, screened = site.screen_options(_options(body))
     catalog = request.app[CATALOG]
-    async with _lock(catalog):
+    async with catalog.write_lock:
         draft = await _check(request, config_id, filename, kept, screened)
         if apply:
             _refuse(draft, overwrite, "invalid_config")
@@ -172,12 +166,12 @@ async def _config_file(request: web.Request, apply: bool) -> web.Response:
 
 
 async def _config_file_delete(request: web.Request) -> web.Response:
-    body = await read_control_json(request) or dict(request.query)
+    body = await read_json(request) or dict(request.query)
     node_id = node_of(request, body)
     config_id, filename = site.config_name(body)
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
-    async with _lock(catalog):
+    async with catalog.write_lock:
         if await _current(folder / filename) is None:
             raise NotFound(f"no configuration file {filename}", param="filename")
         await asyncio.to_thread(site.remove_file, folder, filename)
@@ -190,7 +184,7 @@ async def _config_file_delete(request: web.Request) -> web.Response:
 
 
 async def _cook(request: web.Request, apply: bool) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     cook_id = site.plain_name(body.get("id"), "id")
     overwrite = _flag(body, "overwrite")
@@ -198,7 +192,7 @@ async def _cook(request: web.Request, apply: bool) -> web.Response:
     settings, catalog = request.app[SETTINGS], request.app[CATALOG]
     # A snapshot: the plan runs in a worker thread while refreshes may run on the loop.
     known = {i: c for c in catalog.all_configs() for i in (c.id, c.image_id) if i is not None}
-    async with _lock(catalog):
+    async with catalog.write_lock:
         plan = await asyncio.to_thread(
             site.plan_cook,
             body.get("components"),
@@ -250,13 +244,13 @@ def _plan(request: web.Request, node_id: str, draft: Draft, plan: site.CookPlan)
 
 
 async def _cook_delete(request: web.Request, tail: str) -> web.Response:
-    body = await read_control_json(request)
+    body = await read_json(request)
     node_id = node_of(request, body)
     cook_id = site.plain_name(tail, "id")
     filename = cook_id + site.SUFFIX
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
-    async with _lock(catalog):
+    async with catalog.write_lock:
         mark = await asyncio.to_thread(_read_mark, folder / COOK_MARKS, cook_id)
         current = await _current(folder / filename)
         if current is None:
@@ -282,20 +276,11 @@ def _read_mark(marks: Path, cook_id: str) -> dict[str, Any] | None:
     return mark if isinstance(mark, dict) else None
 
 
-# ---- dispatch (the route table sends every tail of both families here) -------------------------
+# ---- the route table's handlers (router/classify.py: one row each) ---------------------------
 
 
-async def config_file(request: web.Request) -> web.StreamResponse:
-    tail = match_of(request).params.get("tail")
-    if tail is None:  # the bare /router/v1/site/config-file row is DELETE only
-        return await _config_file_delete(request)
-    if tail not in ("preview", "apply"):
-        if request.method == "GET":  # the WebUI's view and editor read a file by its id
-            return await _config_file_read(request, tail)
-        raise RouteNotFound(request.path[:200])
-    if request.method != "POST":
-        raise MethodNotAllowed(request.method, {"POST"})
-    return await _config_file(request, apply=tail == "apply")
+async def _config_file_route(request: web.Request) -> web.Response:
+    return await _config_file_read(request, match_of(request).params["config_id"])
 
 
 async def _config_file_read(request: web.Request, name: str) -> web.Response:
@@ -324,18 +309,16 @@ async def _config_file_read(request: web.Request, name: str) -> web.Response:
     return web.json_response(answer)
 
 
-async def cook_route(request: web.Request) -> web.StreamResponse:
-    tail = str(match_of(request).params.get("tail", ""))
-    if tail in ("preview", "apply"):
-        if request.method != "POST":
-            raise MethodNotAllowed(request.method, {"POST"})
-        return await _cook(request, apply=tail == "apply")
-    if request.method != "DELETE":
-        raise MethodNotAllowed(request.method, {"DELETE"})
-    return await _cook_delete(request, tail)
+async def _cook_delete_route(request: web.Request) -> web.Response:
+    return await _cook_delete(request, match_of(request).params["cook_id"])
 
 
 HANDLERS: dict[str, Handler] = {
-    "site.config_file": config_file,
-    "site.cook": cook_route,
+    "site.config_file_delete": _config_file_delete,
+    "site.config_file_preview": functools.partial(_config_file, apply=False),
+    "site.config_file_apply": functools.partial(_config_file, apply=True),
+    "site.config_file_read": _config_file_route,
+    "site.cook_preview": functools.partial(_cook, apply=False),
+    "site.cook_apply": functools.partial(_cook, apply=True),
+    "site.cook_delete": _cook_delete_route,
 }

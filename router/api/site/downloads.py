@@ -1,6 +1,6 @@
-"""`/router/v1/site/download/{tail}` (admin): Hugging Face search, repository, plan, jobs
-with server-sent progress, the library (docs/downloads.md). One route-table row; `tail` picks
-the action. Every action takes `node_id` (default this node).
+"""`/router/v1/site/download/...` (admin): Hugging Face search, repository, plan, jobs
+with server-sent progress, the library (docs/downloads.md). One route-table row per action
+(router/classify.py); every action takes `node_id` (default this node).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import DOWNLOADS, SETTINGS, STORE
 from router.downloads import (
     Downloads,
@@ -23,7 +22,8 @@ from router.downloads import (
     repository_of,
     search_query,
 )
-from router.errors import BadRequest, MethodNotAllowed, NotFound, ServiceUnavailable
+from router.edge import Handler, match_of, node_of, read_json
+from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import encode_event
 
 SSE_HEARTBEAT = 15.0
@@ -91,35 +91,44 @@ async def rescan(request: web.Request, service: Downloads, body: dict[str, Any])
     return web.json_response(await service.rescan())
 
 
-_POSTS: dict[str, Action] = {
-    "search": search, "search-page": search, "repository": repository, "plan": plan,
-    "jobs": start_job, "rescan": rescan,
-}  # fmt: skip
-_GETS: dict[str, Action] = {"library": library}
-_JOB_ACTIONS = {"pause": "pause", "resume": "resume", "cancel": "cancel"}
+def _posted(action: Action) -> Handler:
+    """A POST action: its JSON body (may be empty), the node it names, the service."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        body = await read_json(request)
+        node_of(request, body)
+        return await action(request, _service(request), body)
+
+    return handler
 
 
-async def job_route(request: web.Request, service: Downloads, parts: list[str]) -> web.StreamResponse:  # fmt: skip
-    if len(parts) == 2:
-        _only(request, "GET")
-        node_of(request)
-        return web.json_response(service.get(parts[1]).to_json())
-    if len(parts) == 3 and parts[2] == "events":
-        _only(request, "GET")
-        node_of(request)
-        return await events(request, service.get(parts[1]))
-    if len(parts) == 3 and parts[2] in _JOB_ACTIONS:
-        _only(request, "POST")
-        node_of(request, await read_control_json(request))
-        job = await getattr(service, _JOB_ACTIONS[parts[2]])(parts[1])
+async def library_route(request: web.Request) -> web.StreamResponse:
+    node_of(request)
+    return await library(request, _service(request), {})
+
+
+async def job_route(request: web.Request) -> web.StreamResponse:
+    service = _service(request)
+    node_of(request)
+    return web.json_response(service.get(match_of(request).params["job_id"]).to_json())
+
+
+async def events_route(request: web.Request) -> web.StreamResponse:
+    service = _service(request)
+    node_of(request)
+    return await events(request, service.get(match_of(request).params["job_id"]))
+
+
+def _job_action(name: str) -> Handler:
+    """pause, resume or cancel the job named in the path."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        service = _service(request)
+        node_of(request, await read_json(request))
+        job = await getattr(service, name)(match_of(request).params["job_id"])
         return web.json_response(job.to_json())
-    raise NotFound(f"no download route {'/'.join(parts)[:80]!r}")
 
-
-def _only(request: web.Request, method: str) -> None:
-    allowed = {method, "HEAD"} if method == "GET" else {method}
-    if request.method not in allowed:
-        raise MethodNotAllowed(request.method, allowed)
+    return handler
 
 
 async def events(request: web.Request, job: Job) -> web.StreamResponse:
@@ -152,27 +161,6 @@ def _last_event_id(request: web.Request) -> int:
         raise BadRequest("Last-Event-ID must be an event id", param="Last-Event-ID") from None
 
 
-async def dispatch(request: web.Request) -> web.StreamResponse:
-    tail = match_of(request).params.get("tail", "")
-    if tail in ("", "capabilities"):  # the bare path answers what the node can do
-        _only(request, "GET")
-        return await capabilities(request)
-    parts = tail.split("/")
-    if parts[0] == "jobs" and len(parts) > 1:
-        return await job_route(request, _service(request), parts)
-    if tail in _POSTS:
-        _only(request, "POST")
-        body = await read_control_json(request)
-        node_of(request, body)
-        return await _POSTS[tail](request, _service(request), body)
-    if tail in _GETS:
-        _only(request, "GET")
-        node_of(request)
-        return await _GETS[tail](request, _service(request), {})
-    known = ", ".join(["capabilities", *_POSTS, *_GETS, "jobs/{id}[/events|pause|resume|cancel]"])
-    raise NotFound(f"no download route {tail[:64]!r}; known: {known}")
-
-
 async def downloads_context(app: web.Application) -> AsyncIterator[None]:
     """After the store (jobs and the library live there); off means no service at all."""
     settings = app[SETTINGS]
@@ -189,4 +177,17 @@ def _data_dir(app: web.Application) -> Any:
     return app[STORE].path.parent
 
 
-HANDLERS: dict[str, Handler] = {"site.download": dispatch}
+HANDLERS: dict[str, Handler] = {
+    "site.download_capabilities": capabilities,
+    "site.download_search": _posted(search),
+    "site.download_repository": _posted(repository),
+    "site.download_plan": _posted(plan),
+    "site.download_rescan": _posted(rescan),
+    "site.download_library": library_route,
+    "site.download_start": _posted(start_job),
+    "site.download_job": job_route,
+    "site.download_events": events_route,
+    "site.download_pause": _job_action("pause"),
+    "site.download_resume": _job_action("resume"),
+    "site.download_cancel": _job_action("cancel"),
+}

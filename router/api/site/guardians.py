@@ -9,7 +9,6 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, read_control_json, refuse_addresses
 from router.appkeys import CATALOG, CLUSTER, GUARDIANS, SETTINGS, STORE
 from router.cluster import (
     Assignment,
@@ -19,6 +18,7 @@ from router.cluster import (
     parse_key,
 )
 from router.domain import Lane
+from router.edge import Handler, read_json, refuse_addresses
 from router.errors import BadRequest, NotFound
 
 
@@ -53,7 +53,7 @@ async def guardian_models(request: web.Request) -> web.StreamResponse:
         return _listing(request)
     if request.method == "DELETE":
         return await _clear(request)
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     refuse_addresses(request, body)
     own = request.app[SETTINGS].cluster.node_id
     assignment = parse_assignment(body, own)

@@ -11,12 +11,12 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.api.site.setup import backends_state
 from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
 from router.config import ModelConfig
 from router.domain import Lane
-from router.errors import BadRequest, Conflict, MethodNotAllowed, ModelNotFound, NotFound
+from router.edge import Handler, node_of, read_json
+from router.errors import BadRequest, Conflict, ModelNotFound, NotFound
 from router.site import SiteFiles, file_records, model_record, runtime_record
 
 _LANES = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
@@ -142,7 +142,7 @@ def _config_named(request: web.Request, model: Any) -> ModelConfig:
 
 
 async def nodes_unload(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     lane, model = body.get("lane"), body.get("model")
     if lane is None and model is None:
@@ -157,13 +157,8 @@ async def nodes_unload(request: web.Request) -> web.Response:
     )
 
 
-async def model_files(request: web.Request) -> web.Response:
-    tail = match_of(request).params.get("tail", "")
-    if tail != "hash":
-        raise NotFound(f"no model-files route {tail[:64]!r}")
-    if request.method != "POST":
-        raise MethodNotAllowed(request.method, {"POST"})
-    body = await read_control_json(request, required=True)
+async def model_file_hash(request: web.Request) -> web.Response:
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     path = body.get("path")
     if not isinstance(path, str) or not path:
@@ -186,5 +181,5 @@ HANDLERS: dict[str, Handler] = {
     "site.inventory": inventory,
     "site.nodes_state": nodes_state,
     "site.nodes_unload": nodes_unload,
-    "site.model_files": model_files,
+    "site.model_file_hash": model_file_hash,
 }

@@ -8,9 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, read_control_json, refuse_addresses
 from router.appkeys import CLUSTER, SETTINGS, STORE
 from router.cluster import NodeModel
+from router.edge import Handler, node_named, read_json, refuse_addresses
 from router.errors import BadRequest, NotFound
 from router.lending import (
     LINKS,
@@ -50,7 +50,7 @@ def _anchor_of(request: web.Request, lane: str, known: Known) -> tuple[str, str]
     model_id = request.query.get("model_id", "")
     if not model_id:
         raise BadRequest("model_id is required", param="model_id")
-    anchor = (request.query.get("node_id") or own, model_id)
+    anchor = (node_named(request) or own, model_id)  # any node with the model: no relay
     if anchor not in known:
         raise NotFound(f"no {lane} model {model_id[:256]!r} on node {anchor[0][:64]!r}")
     return anchor
@@ -111,7 +111,7 @@ def _check(links: tuple[Link, ...], lane: str, known: Known) -> None:
 
 
 async def _replace(request: web.Request, lane: str) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     refuse_addresses(request, body)
     known = known_models(request, lane)
     anchor, links = parse_links(body, lane, request.app[SETTINGS].cluster.node_id)
@@ -140,7 +140,7 @@ async def _delete(request: web.Request, lane: str) -> web.Response:
     model_id = request.query.get("model_id", "")
     if not model_id:
         raise BadRequest("model_id is required", param="model_id")
-    anchor = (request.query.get("node_id") or own, model_id)
+    anchor = (node_named(request) or own, model_id)  # any node with the model: no relay
     removed = await request.app[STORE].replace_links(lane, anchor, [])
     if not removed:
         raise NotFound(f"no {lane} links for {model_id[:256]!r} on node {anchor[0][:64]!r}")

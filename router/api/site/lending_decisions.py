@@ -10,8 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, node_of, query_int
 from router.appkeys import STORE
+from router.edge import Handler, node_of, query_int
 from router.errors import BadRequest
 from router.store.lending import DecisionFilter
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.common import Handler, read_control_json, refuse_addresses
 from router.appkeys import SETTINGS, STORE
 from router.config import LendingSettings
+from router.edge import Handler, read_json, refuse_addresses
 from router.errors import BadRequest, InternalError, NotFound
 from router.lending import (
     LENDING,
@@ -44,7 +44,7 @@ def in_force(app: web.Application, values: LendingSettings) -> None:
 
 
 async def _batch(request: web.Request) -> Any:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     refuse_addresses(request, body)
     extra = sorted(set(body) - {"settings"})
     if extra:

@@ -8,8 +8,8 @@ import time
 
 from aiohttp import web
 
-from router.api.common import Handler
 from router.appkeys import CLUSTER, SETTINGS
+from router.edge import Handler
 from router.lending import LEND, LINKS, statuses
 
 

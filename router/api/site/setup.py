@@ -17,9 +17,9 @@ from aiohttp import web
 from backends.base import BackendError
 from backends.recipes import Recipe
 from backends.registry import adapter_for
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import BACKEND_SETUP, LAUNCH_OPTIONS, RUNTIMES, SETTINGS
 from router.domain import Family, Lane
+from router.edge import Handler, match_of, node_of, query_int, read_json
 from router.errors import BadRequest, NotFound
 from router.forwarding import encode_event
 from router.setup import SetupJob, check_backend, output_page, parse_options
@@ -79,7 +79,7 @@ def backends_state(request: web.Request) -> list[dict[str, Any]]:
 
 
 async def backends_init(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_of(request, body)
     if "profile" in body and body["profile"] is not None and not isinstance(body["profile"], str):
         raise BadRequest("profile must be a string", param="profile")
@@ -88,7 +88,7 @@ async def backends_init(request: web.Request) -> web.Response:
 
 
 async def backends_init_cancel(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_of(request, body)
     job = await asyncio.shield(request.app[BACKEND_SETUP].cancel(body.get("backend_id")))
     return web.json_response(job.record())
@@ -123,19 +123,10 @@ async def backends_init_job(request: web.Request) -> web.Response:
     return web.json_response(record)
 
 
-def _int_param(request: web.Request, name: str, default: int, top: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    if not raw.isdigit() or int(raw) > top:
-        raise BadRequest(f"{name} must be a whole number from 0 to {top}", param=name)
-    return int(raw)
-
-
 async def backends_init_output(request: web.Request) -> web.Response:
     job_id = _job_id(request)
-    after = _int_param(request, "after_sequence", 0, 2**62)
-    limit = max(1, _int_param(request, "limit", 200, _MAX_PAGE))
+    after = query_int(request.query, "after_sequence", 0, 0, 2**62)
+    limit = max(1, query_int(request.query, "limit", 200, 0, _MAX_PAGE))
     service = request.app[BACKEND_SETUP]
     job = service.job(job_id)
     if job is not None:
@@ -204,7 +195,7 @@ async def launch_options(request: web.Request) -> web.Response:
 
 
 async def launch_options_set(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_id = node_of(request, body)
     backend_id = check_backend(body.get("backend_id"))
     changes = parse_options(body.get("options"))

@@ -18,8 +18,15 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from router.api.common import elsewhere, match_of, query_int, refuse_addresses
 from router.appkeys import STORE
+from router.edge import (
+    match_of,
+    node_filter,
+    node_named,
+    query_int,
+    refuse_addresses,
+    resolve_node,
+)
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
 from router.store.ranges import RANGES
@@ -48,12 +55,6 @@ def _path_param(request: web.Request, name: str) -> str:
     return str(value)
 
 
-def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    value = query_int(request.query, name, default, low, high)
-    assert value is not None  # the default is an int
-    return value
-
-
 def parse_time(raw: str, name: str) -> float:
     """Unix seconds (`1700000000`, `1700000000.5`) or ISO-8601 (naive means UTC)."""
     try:
@@ -80,7 +81,7 @@ def _time(request: web.Request, name: str) -> float | None:
 
 def _nodes(request: web.Request, store: Store) -> list[str]:
     """Repeated `node` / `node_id` filters; any node that is not this one is unknown."""
-    nodes = [*request.query.getall("node", []), *request.query.getall("node_id", [])]
+    nodes = node_filter(request)
     others = sorted({n for n in nodes if n != store.node_id})
     if others and len(set(nodes)) > 1:
         raise BadRequest(
@@ -88,7 +89,7 @@ def _nodes(request: web.Request, store: Store) -> list[str]:
             param="node_id",
         )
     for node in others:
-        elsewhere(request, node)
+        resolve_node(request, node)  # raises: 404, or the relay to that node on a master
     return nodes
 
 
@@ -103,7 +104,7 @@ async def analytics(request: web.Request) -> web.Response:
     from_ts = to_ts - DEFAULT_WINDOW if from_ts is None else from_ts
     if from_ts >= to_ts:
         raise BadRequest("from must be earlier than to", param="from")
-    bucket = _int(request, "bucket_seconds", 3600, 60, 31 * 86400)
+    bucket = query_int(request.query, "bucket_seconds", 3600, 60, 31 * 86400)
     if (to_ts - from_ts) / bucket > MAX_BUCKETS:
         raise BadRequest(
             f"more than {MAX_BUCKETS} buckets; widen bucket_seconds", param="bucket_seconds"
@@ -150,7 +151,7 @@ async def load_captures(request: web.Request) -> web.Response:
         backend=request.query.get("backend") or None,
         from_ts=_time(request, "from"),
         to_ts=_time(request, "to"),
-        limit=_int(request, "limit", 50, 1, 500),
+        limit=query_int(request.query, "limit", 50, 1, 500),
         cursor=request.query.get("cursor") or None,
     )
     page = await store.list_captures(filters)
@@ -172,8 +173,8 @@ async def load_capture_output(request: web.Request) -> web.Response:
     store = _store(request)
     _nodes(request, store)
     attempt_id = _path_param(request, "attempt_id")
-    after = _int(request, "after_sequence", 0, 0, 2**62)
-    limit = _int(request, "limit", 200, 1, 1000)
+    after = query_int(request.query, "after_sequence", 0, 0, 2**62)
+    limit = query_int(request.query, "limit", 200, 1, 1000)
     page = await store.capture_output_page(attempt_id, after, limit)
     if page is None:
         raise NotFound(f"no load capture {attempt_id!r}")
@@ -187,16 +188,16 @@ async def load_errors(request: web.Request) -> web.Response:
     if request.method == "DELETE":
         removed = await store.clear_load_errors()
         return web.json_response({"removed": removed, "cleared": [store.node_id], "failed": []})
-    limit = _int(request, "limit", 100, 1, 1000)
+    limit = query_int(request.query, "limit", 100, 1, 1000)
     errors = await store.list_load_errors(limit)
     return web.json_response({"nodes": [store.node_id], "errors": errors})
 
 
 async def store_download(request: web.Request) -> web.StreamResponse:
     store = _store(request)
-    node_id = request.query.get("node_id") or store.node_id
+    node_id = node_named(request) or store.node_id
     if node_id != store.node_id:
-        elsewhere(request, node_id)
+        resolve_node(request, node_id)  # raises: 404, or the relay to that node on a master
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     copy = await store.download_copy()
     try:

@@ -17,12 +17,11 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from router.api.common import Handler, match_of, node_of, read_control_json
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, WEBUIS
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import split_host
-from router.errors import BadRequest, Conflict, MethodNotAllowed, NotFound, ServiceUnavailable
+from router.edge import Handler, match_of, node_of, read_json, split_host
+from router.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from router.webuis import (
     BY_ID,
     TICKET_PARAM,
@@ -46,18 +45,6 @@ async def webuis_context(app: web.Application) -> AsyncIterator[None]:
 def _node(request: web.Request) -> Node:
     settings = request.app[SETTINGS]
     return Node(settings.cluster.node_id, settings.cluster.public_url)
-
-
-async def site_webuis(request: web.Request) -> web.StreamResponse:
-    """The one handler name of both site templates; the tail picks the action."""
-    tail = match_of(request).params.get("tail", "").strip("/")
-    actions = {"": ("GET", _list), "session": ("POST", _session), "load": ("POST", _load)}
-    if tail not in actions:
-        raise NotFound(f"no WebUI route {request.path[:200]}")
-    method, action = actions[tail]
-    if request.method not in (method, "HEAD" if method == "GET" else method):
-        raise MethodNotAllowed(request.method, {method})
-    return await action(request)
 
 
 async def _list(request: web.Request) -> web.Response:
@@ -84,7 +71,7 @@ def _kind(body: dict[str, Any], configs: list[ModelConfig]) -> Kind:
 
 
 async def _session(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_of(request, body)
     kind = _kind(body, request.app[CATALOG].configs())
     enabled = body.get("enabled")
@@ -122,7 +109,7 @@ def _chosen(kind: Kind, body: dict[str, Any], configs: list[ModelConfig]) -> Mod
 
 
 async def _load(request: web.Request) -> web.Response:
-    body = await read_control_json(request, required=True)
+    body = await read_json(request, required=True)
     node_of(request, body)
     configs = request.app[CATALOG].configs()
     kind = _kind(body, configs)
@@ -161,4 +148,9 @@ async def open_webui(request: web.Request) -> web.StreamResponse:
     return web.Response(status=302, headers={"Location": str(target), "Cache-Control": "no-store"})
 
 
-HANDLERS: dict[str, Handler] = {"site.webuis": site_webuis, "webuis.open": open_webui}
+HANDLERS: dict[str, Handler] = {
+    "site.webuis_list": _list,
+    "site.webuis_session": _session,
+    "site.webuis_load": _load,
+    "webuis.open": open_webui,
+}
