@@ -20,9 +20,9 @@ import pytest
 from backends import process as proc_mod
 from backends import watchdog as wd
 from backends.process import ProcState, ProcStateError, SupervisedProcess, reap_stale
-from tests.backends.signal_spy import spy_on_signals
 from tests.fakes.wrappers import fake_argv, write_setsid_wrapper
 from tests.support import proctree
+from tests.support.signal_spy import spy_on_signals
 
 pytestmark = pytest.mark.timeout(60)
 PY = sys.executable
@@ -254,7 +254,7 @@ async def test_r1_ignore_sigterm_is_killed_at_grace(monkeypatch: pytest.MonkeyPa
     code = await p.stop(1.0)
     assert code == -signal.SIGKILL
     assert not running(p.pid or 0)  # stop() returned once the process was gone
-    # The matrix's ±100 ms, on the router's own signals (tests/backends/signal_spy.py).
+    # The matrix's ±100 ms, on the router's own signals (tests/support/signal_spy.py).
     gap = signals.term_to_kill()
     assert gap is not None and 0.99 <= gap <= 1.1, signals.sent
 

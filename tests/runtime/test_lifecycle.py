@@ -21,9 +21,9 @@ import pytest
 
 from backends.process import SupervisedProcess
 from router.runtime import loader
-from tests.backends.signal_spy import spy_on_signals
 from tests.fakes.wrappers import fake_argv
 from tests.support.harness import RouterHarness, chat, free_port, wait_for, wait_http
+from tests.support.signal_spy import spy_on_signals
 
 # Shared 2-core box: timing bounds get this much slack on top of the ideal.
 SLACK = 0.3
@@ -68,7 +68,7 @@ async def test_r1_ignore_sigterm_is_killed_at_stop_grace(
     elapsed = await _unload_timed(client)
     assert elapsed >= 1.0 - 0.05, f"unload took {elapsed:.2f}s with stop_grace 1s"
     assert runtime.process.returncode == -9, "the backend should have been SIGKILLed"
-    # SIGKILL at the grace, on the router's own signals (tests/backends/signal_spy.py).
+    # SIGKILL at the grace, on the router's own signals (tests/support/signal_spy.py).
     gap = signals.term_to_kill()
     assert gap is not None and 0.99 <= gap <= 1.1, signals.sent
     assert harness.runtimes.status_of("chat-a") == "unloaded"
