@@ -8,8 +8,6 @@ what the handler writes (the live checks below, and tests/openapi/test_openapi_s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +19,7 @@ from schemathesis.core.result import Err
 from router.classify import ROUTES, BodyMode, Route
 from router.domain import Role, Surface
 from router.openapi import ENTRIES, MissingEntry, build, document, openapi_path
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 
 def test_every_route_row_has_a_description_entry() -> None:
@@ -65,12 +63,6 @@ def test_the_description_is_valid_openapi() -> None:
 
 
 # ---- live: the synthesized answers, with a model loaded, against the description -------------
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 def _check(schema: Any, method: str, path: str, response: httpx.Response) -> None:

@@ -8,18 +8,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
-from tests.harness import RouterHarness, harness_fixture
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
+from tests.support.harness import RouterHarness
 
 
 @pytest.mark.parametrize(

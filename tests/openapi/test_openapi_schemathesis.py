@@ -28,10 +28,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from router.openapi import document
-from tests.harness import RouterHarness
-from tests.router_process import new_router, tmp_harness
-
-__all__ = ["tmp_harness"]  # the fixture, imported for pytest
+from tests.support.harness import RouterHarness
+from tests.support.router_process import new_router
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -73,9 +71,9 @@ EXCLUDED: dict[str, str] = {
     "POST /router/v1/site/model-assets/substitute": _WRITES,
 }
 # Forwarded operations (`x-forwarded`) load a model and pass the backend's answer through;
-# tests/test_route_fuzz.py covers them (no router 500 on any route of the table). Cluster-token
+# tests/edge/test_route_fuzz.py covers them (no router 500 on any route of the table). Cluster-token
 # operations (`x-role: cluster`) are all refused (403) before any handler by a standalone router
-# without a cluster token; the cluster tests (tests/test_cluster_*) exercise them.
+# without a cluster token; the cluster tests (tests/cluster/) exercise them.
 
 
 def _operations(schema: Any) -> list[Any]:
