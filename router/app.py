@@ -94,6 +94,10 @@ log = logging.getLogger(__name__)
 # A poll, not inotify: it also sees network mounts and editors that replace the file.
 CATALOG_POLL_SECONDS = 2.0
 
+# Every path reaches the dispatcher, which classifies it (router/classify.py). `[\s\S]`, not
+# `.`: a decoded path may hold a line feed, and aiohttp's own plain-text 404 would answer it.
+CATCH_ALL = r"/{tail:[\s\S]*}"
+
 # What a slave does not serve: it is no management surface (docs/cluster.md).
 MANAGEMENT_PREFIXES = ("/router/v1/site/", "/router/v1/benchmarks", "/router/ui", "/router/webuis")
 
@@ -202,7 +206,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app.on_shutdown.append(_begin_drain)
     app[DISPATCH] = dispatcher(handler_table(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
-    app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
+    app.router.add_route("*", CATCH_ALL, app[DISPATCH])
     return app
 
 
@@ -222,7 +226,7 @@ def create_backend_ui_app(main: web.Application) -> web.Application:
     app[MAIN_APP] = main
     app.on_startup.append(admin.share_resources)
     app.on_response_prepare.append(admin.on_prepare)
-    app.router.add_route("*", "/{tail:.*}", admin.serve)
+    app.router.add_route("*", CATCH_ALL, admin.serve)
     return app
 
 
