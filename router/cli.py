@@ -51,7 +51,7 @@ def main() -> None:
 @click.option("--log-level", default="info", show_default=True)
 def start(config: str | None, ollama: bool, log_level: str) -> None:
     """Run the router in the foreground until SIGTERM or SIGINT."""
-    from router.server import serve
+    from router.server import ListenError, serve
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -62,6 +62,8 @@ def start(config: str | None, ollama: bool, log_level: str) -> None:
         _run(serve(settings, extra_binds=extra))
     except StoreUnavailable as err:  # a full or read-only disk at start: one line, no traceback
         raise click.ClickException(err.message) from None
+    except ListenError as err:
+        raise click.ClickException(str(err)) from None
 
 
 def _run(main_coro: Any) -> None:

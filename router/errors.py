@@ -115,13 +115,14 @@ class ModelNotFound(NotFound):
 class MethodNotAllowed(RouterError):
     status, type = 405, "invalid_request_error"
 
-    def __init__(self, method: str, allow: Iterable[str]) -> None:
+    def __init__(self, method: str, allow: Iterable[str], surface: Surface | None = None) -> None:
         allowed = sorted(set(allow))
         super().__init__(
             f"method {method} is not allowed here; use {', '.join(allowed)}",
             headers={"Allow": ", ".join(allowed)},
         )
         self.allow = allowed
+        self.surface = surface  # the path's own API, whose error shape the answer takes
 
 
 class RequestTimeout(RouterError):

@@ -10,6 +10,7 @@ buffered analytics are flushed (the cleanup contexts of create_app, in reverse o
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import resource
@@ -115,8 +116,11 @@ async def serve(
             listener.capped_site(runner, settings, host, port, guard=guard)
             for host, port in extra_binds
         ]
-        for site in sites:
-            await site.start()
+        server = settings.server
+        binds = [(server.host, server.port, "server.bind")]
+        binds += [(host, port, "--ollama") for host, port in extra_binds]
+        for site, (host, port, setting) in zip(sites, binds, strict=True):
+            await _bind(site, host, port, setting)
         names = [site.name for site in sites]
         ui_runner = _backend_ui_runner(app, settings)
         if ui_runner is not None:
@@ -136,6 +140,28 @@ async def serve(
         if ui_runner is not None:  # it borrows the main app's resources: closed first
             await ui_runner.cleanup()
         await runner.cleanup()
+
+
+class ListenError(OSError):
+    """A listener could not bind at start: one line naming the address and the setting
+    (the CLI prints it, no traceback)."""
+
+
+def _bind_failure(host: str, port: int, setting: str, exc: OSError) -> str:
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = (
+        "is already in use"
+        if exc.errno == errno.EADDRINUSE
+        else f"cannot be bound ({exc.strerror or exc})"
+    )
+    return f"cannot listen on {address}: the address {reason}; change {setting} or stop the other program"
+
+
+async def _bind(site: listener.GuardedTCPSite, host: str, port: int, setting: str) -> None:
+    try:
+        await site.start()
+    except OSError as exc:
+        raise ListenError(_bind_failure(host, port, setting, exc)) from None
 
 
 def _backend_ui_runner(app: web.Application, settings: Settings) -> web.AppRunner | None:
@@ -165,7 +191,7 @@ async def _start_backend_ui(
         await site.start()
     except OSError as exc:
         if settings.server.backend_ui_bind != "auto" or port == 0:
-            raise
+            raise ListenError(_bind_failure(host, port, "server.backend_ui_bind", exc)) from None
         log.warning("backend WebUIs: port %d is taken (%s); using a free port", port, exc)
         site = listener.capped_site(runner, settings, host, 0, guard=guard)
         await site.start()

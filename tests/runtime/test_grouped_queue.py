@@ -15,7 +15,7 @@ import asyncio
 import httpx
 
 from router.edge.queue_wait import HEADER
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 CHAT = "/v1/chat/completions"
 PER_CLIENT = 8
