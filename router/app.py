@@ -76,7 +76,7 @@ from router.appkeys import (
 from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Handler, Sessions, auth, edge_errors, guards, secrets_of
+from router.edge import Handler, Sessions, auth, edge_errors, guards, queue_wait, secrets_of
 from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
 from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
@@ -204,6 +204,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         ]
     )
     app.on_shutdown.append(_begin_drain)
+    app.on_response_prepare.append(queue_wait.on_prepare)
     app[DISPATCH] = dispatcher(handler_table(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", CATCH_ALL, app[DISPATCH])
