@@ -5,25 +5,24 @@ as `/api/embed` does (the official `ollama` and `openai` clients, fake backends)
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import ollama
 import openai
 import pytest
 
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 FULL = 8  # the fake backends' vector length
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        h.model("kobold-embed", mode="kobold", embeddingsmodel="k-embed.gguf")
-        h.model("embed", embeddingsmodel="embed.gguf")
-        await h.start()
-        yield h
+async def harness(harness: RouterHarness) -> RouterHarness:
+    """The root harness with this module's models."""
+    h = harness
+    h.model("kobold-embed", mode="kobold", embeddingsmodel="k-embed.gguf")
+    h.model("embed", embeddingsmodel="embed.gguf")
+    await h.start()
+    return h
 
 
 def base(h: RouterHarness) -> str:

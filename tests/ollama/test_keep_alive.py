@@ -9,7 +9,6 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import ollama
 import pytest
@@ -18,16 +17,17 @@ from hypothesis import strategies as st
 
 from router.errors import BadRequest
 from router.ollama.keep_alive import parse_keep_alive
-from tests.harness import RouterHarness, harness_fixture, wait_for
+from tests.support.harness import RouterHarness, wait_for
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        h.model("chat-a")
-        h.model("chat-b")
-        h.model("embed", embeddingsmodel="embed.gguf")
-        yield h
+async def harness(harness: RouterHarness) -> RouterHarness:
+    """The root harness with this module's models."""
+    h = harness
+    h.model("chat-a")
+    h.model("chat-b")
+    h.model("embed", embeddingsmodel="embed.gguf")
+    return h
 
 
 def client_for(h: RouterHarness) -> ollama.AsyncClient:

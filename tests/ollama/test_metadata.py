@@ -11,7 +11,6 @@ import json
 import math
 import os
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from router.demo_models.gguf_llama import write_bert_gguf
 from router.ollama import metadata as meta
 from router.site.gguf_headers import GgufHeaders
 from router.site.gguf_meta import read_gguf_header
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 TOOLS_TEMPLATE = (
     "{% if tools %}{% for tool in tools %}{{ tool | tojson }}{% endfor %}{% endif %}"
@@ -51,15 +50,16 @@ def write_header_gguf(path: Path, *, arch: str = "qwen2", template: str = TOOLS_
 
 
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        (h.models_dir / "qwen-mmproj.gguf").write_bytes(b"GGUF")
-        h.model("qwen", contextsize=4096, mmproj=str(h.models_dir / "qwen-mmproj.gguf"))
-        write_header_gguf(h.models_dir / "qwen.gguf")
-        h.model("embed", embeddingsmodel="embed.gguf")
-        write_bert_gguf(h.models_dir / "embed.gguf", seed=1)
-        h.model("plain")  # "GGUF" and nothing else: no readable header
-        yield h
+async def harness(harness: RouterHarness) -> RouterHarness:
+    """The root harness with this module's models."""
+    h = harness
+    (h.models_dir / "qwen-mmproj.gguf").write_bytes(b"GGUF")
+    h.model("qwen", contextsize=4096, mmproj=str(h.models_dir / "qwen-mmproj.gguf"))
+    write_header_gguf(h.models_dir / "qwen.gguf")
+    h.model("embed", embeddingsmodel="embed.gguf")
+    write_bert_gguf(h.models_dir / "embed.gguf", seed=1)
+    h.model("plain")  # "GGUF" and nothing else: no readable header
+    return h
 
 
 def client_for(h: RouterHarness) -> ollama.AsyncClient:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import ollama
 import pytest
@@ -15,9 +14,9 @@ import pytest
 from router.downloads.plan import RepoFile
 from router.errors import BadRequest
 from router.ollama import pull as pl
-from tests.download_helpers import download_settings, hub_fixture
 from tests.fakes.fake_hub import COMMIT, FakeHub, FakeRepo
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.download_helpers import download_settings
+from tests.support.harness import RouterHarness
 
 Q4 = b"GGUF" + bytes(range(256)) * 1024  # 256 KiB: paced by the hub, so progress moves
 Q8 = b"GGUF" + b"q8" * 1000
@@ -26,21 +25,19 @@ Q8 = b"GGUF" + b"q8" * 1000
 @pytest.fixture
 async def hub() -> AsyncIterator[FakeHub]:
     """The fake hub with a GGUF repository of two quantizations and a projector."""
-    async for h in hub_fixture():
-        h.repos["acme/Qwen-GGUF"] = FakeRepo(
-            "acme/Qwen-GGUF", COMMIT,
-            {"Qwen-Q4_K_M.gguf": Q4, "Qwen-Q8_0.gguf": Q8, "mmproj-Qwen-f16.gguf": b"GGUF",
-             "README.md": b"# qwen\n"},
-            {"Qwen-Q4_K_M.gguf", "Qwen-Q8_0.gguf", "mmproj-Qwen-f16.gguf"},
-        )  # fmt: skip
-        h.rate = 256 * 1024  # about a second for the Q4 file
-        yield h
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
+    hub = FakeHub()
+    hub.repos["acme/Qwen-GGUF"] = FakeRepo(
+        "acme/Qwen-GGUF", COMMIT,
+        {"Qwen-Q4_K_M.gguf": Q4, "Qwen-Q8_0.gguf": Q8, "mmproj-Qwen-f16.gguf": b"GGUF",
+         "README.md": b"# qwen\n"},
+        {"Qwen-Q4_K_M.gguf", "Qwen-Q8_0.gguf", "mmproj-Qwen-f16.gguf"},
+    )  # fmt: skip
+    hub.rate = 256 * 1024  # about a second for the Q4 file
+    await hub.start()
+    try:
+        yield hub
+    finally:
+        await hub.close()
 
 
 def client_for(h: RouterHarness) -> ollama.AsyncClient:
