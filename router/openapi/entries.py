@@ -297,7 +297,7 @@ ENTRIES: Mapping[str, Entry] = {
         ),
     ),
     "ollama.manage": Entry(
-        "Ollama's push, copy, create and delete: 501 with what to do instead", _ok(JSON_OBJECT)
+        "Ollama's push, copy, create and delete: 400 with what to do instead", _ok(JSON_OBJECT)
     ),
     "ollama.chat": _fwd("Ollama chat (translated where the backend lacks it)"),
     "ollama.generate": _fwd("Ollama generate (translated where the backend lacks it)"),

@@ -194,7 +194,7 @@ async def test_management_routes_answer_in_ollama_shape(
 ) -> None:
     client = await harness.start()
     r = await client.request(method, path, json={"model": "qwen", "source": "qwen"})
-    assert r.status_code == 501
+    assert r.status_code == 400
     assert set(r.json()) == {"error"} and path.rsplit("/", 1)[1] in r.json()["error"]
 
 
@@ -203,7 +203,7 @@ async def test_management_routes_through_the_sdk(harness: RouterHarness) -> None
     client = client_for(harness)
     with pytest.raises(ollama.ResponseError) as caught:
         await client.delete("qwen")
-    assert caught.value.status_code == 501 and "delete" in caught.value.error
+    assert caught.value.status_code == 400 and "delete" in caught.value.error
     with pytest.raises(ollama.ResponseError) as caught:
         await client.pull("qwen")
     assert caught.value.status_code in (400, 503) and "hf.co/" in caught.value.error

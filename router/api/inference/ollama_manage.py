@@ -18,7 +18,7 @@ from router.config.files import write_atomic
 from router.downloads import Downloads, Job, State, UnsafeName
 from router.downloads.plan import RepoFile
 from router.edge import Handler, read_json
-from router.errors import BadRequest, Conflict, NotImplementedRoute, RouterError, ServiceUnavailable
+from router.errors import BadRequest, Conflict, RouterError, ServiceUnavailable
 from router.ollama import pull as pl
 
 NDJSON = "application/x-ndjson"
@@ -33,7 +33,8 @@ async def root(request: web.Request) -> web.StreamResponse:
 
 async def manage(request: web.Request) -> web.StreamResponse:
     """push, copy, create, delete: the router serves .kcpps configurations from its config
-    folder, so these are refused with what to do instead (501, Ollama's `{"error"}`)."""
+    folder, so these are refused with what to do instead (400, Ollama's `{"error"}`: the
+    request is one this server does not take; no 5xx, which would say the router failed)."""
     op = request.path.rstrip("/").rsplit("/", 1)[-1]
     await read_json(request, types=None)  # a malformed body is still a 400
     instead = {
@@ -42,7 +43,7 @@ async def manage(request: web.Request) -> web.StreamResponse:
         "create": "write a .kcpps configuration (or use the WebUI's Models page) instead of a Modelfile",
         "delete": "remove the model's .kcpps configuration (WebUI or /router/v1/site/config-file)",
     }[op]
-    raise NotImplementedRoute(f"/api/{op} is not supported by tensor-router: {instead}")
+    raise BadRequest(f"/api/{op} is not supported by tensor-router: {instead}")
 
 
 async def pull(request: web.Request) -> web.StreamResponse:
