@@ -31,13 +31,13 @@ log = logging.getLogger(__name__)
 
 async def links_context(app: web.Application) -> AsyncIterator[None]:
     store = app[STORE]
-    rows = await store.link_rows()
+    rows = await store.links.rows()
     app[LINKS] = LinkTable(Link(**row) for row in rows)
     app[LENDING] = layers = await load_layers(app)
     app[DECISIONS] = sink_for(store, __version__)
     retention = layers.values.offload_decisions_retention
-    store.decision_retention = retention
-    await store.prune_decisions(retention)
+    store.lending.decision_retention = retention
+    await store.lending.prune_decisions(retention)
     pusher = start_pusher(app)
     try:
         yield
@@ -51,7 +51,7 @@ async def load_layers(app: web.Application) -> LendingLayers:
     """At start: the config file's values under the saved ones that still apply."""
     settings = app[SETTINGS]
     config = settings.cluster.lending()
-    saved = await app[STORE].lending_saved()
+    saved = await app[STORE].lending.saved()
     kept, dropped = usable_saved(config, saved, settings.analytics.raw_retention)
     for problem in dropped:
         log.warning("saved lending setting not applied (the config file's value is): %s", problem)
@@ -62,7 +62,7 @@ def sink_for(store: Store, router_version: str) -> DecisionLog:
     """The log whose every row goes to the store's writer (an append, never an await)."""
 
     def to_store(decision: Decision) -> None:
-        store.add_decision(decision_row(decision, router_version))
+        store.lending.add_decision(decision_row(decision, router_version))
 
     return DecisionLog(sink=to_store)
 

@@ -52,7 +52,7 @@ async def take_settings(request: web.Request) -> web.StreamResponse:
         raise BadRequest(f"{key}: {first['msg']}", param=key) from None
     lending = request.app[LENDING]
     lending.values = values
-    request.app[STORE].decision_retention = values.offload_decisions_retention
+    request.app[STORE].lending.decision_retention = values.offload_decisions_retention
     if isinstance(lending, LendingLayers):
         lending.pushed = True
     return web.json_response({"ok": True})

@@ -37,7 +37,7 @@ def layers_of(app: web.Application) -> LendingLayers:
 def in_force(app: web.Application, values: LendingSettings) -> None:
     """What follows a change of the values, in the same step as the change: the decision
     log's retention, and the push to the slaves (which sends what is in force when it runs)."""
-    app[STORE].decision_retention = values.offload_decisions_retention
+    app[STORE].lending.decision_retention = values.offload_decisions_retention
     push = app.get(LENDING_PUSH)
     if push is not None:
         push.everyone()
@@ -73,11 +73,11 @@ async def offload_settings(request: web.Request) -> web.StreamResponse:
         else:
             retention = app[SETTINGS].analytics.raw_retention
             saved, values = apply_batch(batch, layers.saved, layers.config, retention)
-        await app[STORE].replace_lending_saved(saved)
+        await app[STORE].lending.replace_saved(saved)
         layers.saved, layers.values = saved, values
         in_force(app, values)
     # A shorter retention takes effect now rather than at the next hourly pass.
-    await app[STORE].prune_decisions(values.offload_decisions_retention)
+    await app[STORE].lending.prune_decisions(values.offload_decisions_retention)
     return web.json_response(listing(layers.config, layers.saved, layers.values))
 
 
