@@ -56,7 +56,14 @@ SERVE_ARGS: dict[str, int] = {
     "--override-generation-config": 1, "--hf-overrides": 1, "--load-format": 1,
     "--disable-log-stats": 0, "--enable-log-requests": 0,
     "--default-chat-template-kwargs": 1, TRUST_REMOTE_CODE: 0,
+    # Elastic Expert Parallelism (/router/v1/vllm/scale_elastic_ep) and what it needs: expert
+    # parallelism over data-parallel ranks on this node. Addresses and RPC ports stay refused.
+    "--enable-elastic-ep": 0, "--enable-expert-parallel": 0, "--enable-eplb": 0,
+    "--data-parallel-size": 1, "-dp": 1, "--data-parallel-backend": 1,
 }  # fmt: skip
+_CHOICES = {"--data-parallel-backend": frozenset({"mp", "ray"})}
+# A flag that vLLM refuses at start without another: refused here, before any launch.
+_NEEDS = {"--enable-elastic-ep": "--enable-expert-parallel"}
 # Values that name files: no `..`, and absolute paths must sit under a file root.
 _PATH_VALUED = frozenset({"--chat-template", "--tokenizer", "--generation-config"})
 # Anything that chooses an address, a socket, TLS, a key or loads code into the server.
@@ -236,6 +243,10 @@ def check_serve_args(args: Sequence[str], config: ModelConfig, settings: Setting
         last, pending = name, (0 if has_value else arity)
     if pending > 0:
         raise UnsafeArguments(source, last, "needs a value")
+    names = {option_name(t) for t in args if isinstance(t, str) and t.startswith("-")}
+    for flag, needed in _NEEDS.items():
+        if flag in names and needed not in names:
+            raise UnsafeArguments(source, flag, f"needs {needed} in serve_args too")
 
 
 def _check_flag(name: str, settings: Settings, source: str) -> None:
@@ -257,6 +268,8 @@ def _refuse_network_flag(token: str, source: str) -> None:
 
 
 def _check_value(flag: str, value: str, config: ModelConfig, settings: Settings, src: str) -> None:
+    if flag in _CHOICES and value not in _CHOICES[flag]:
+        raise UnsafeArguments(src, flag, f"must be one of {', '.join(sorted(_CHOICES[flag]))}")
     if flag not in _PATH_VALUED or "{" in value:
         return  # inline templates and JSON are not paths
     path = Path(value)

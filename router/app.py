@@ -3,13 +3,17 @@
 Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
   0. connection level (router/edge/listener.py `GuardedRequestHandler`, installed by
-     `capped_site` in `serve()`): connection caps, header deadline, request-line/header limits
+     `capped_site` in `serve()`): connection caps, header and body deadlines, request-line/header
+     limits
   1. `edge_errors`     (router/edge/errors.py) stamps the arrival time; the one place a
                        RouterError raised below becomes a response, in the surface's own
                        shape, keys blanked out; unexpected exceptions become a clean 500;
                        after a response was prepared nothing more is written: the
                        connection is closed
+  1b. `inflight`       every request counts in the graceful stop's drain (R27); during the
+                       stop a new one gets 503
   2. `peer_cidr`       3. `host_allowlist`   (classification happens lazily in `route_of`,
+  3b. `cors_preflight` (router/edge/cors.py) answers a listed origin's preflight on a model API
   4. `size_caps`       5. `origin_rule`       so a refused peer never learns which paths exist)
   6. `authenticate`    credential (key header, else WebUI session cookie + CSRF token for
                        unsafe methods) -> role; the route's declared role is checked
@@ -17,8 +21,9 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
 client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> image
-lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> lending (links and settings,
-planner, helper gates) -> downloads -> cluster -> backend WebUIs. Each lifetime but the core
+lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service (built, not
+yet run) -> lending (one service: links, settings, planner, gates, push) -> downloads -> cluster
+(run) -> backend WebUIs. Each lifetime but the core
 ones here lives in the package whose resource it starts (the API faces, router.lending).
 """
 
@@ -49,6 +54,7 @@ from router.appkeys import (
     CLUSTER,
     DISPATCH,
     EVENTS,
+    INFLIGHT,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -71,6 +77,8 @@ from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, secrets_of
+from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
+from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
@@ -98,6 +106,11 @@ def route_of(request: web.Request) -> Route:
         request[MATCH] = found
         request[ROUTE] = route = found.route
     return route
+
+
+def _route_for(method: str, path: str) -> Route:
+    """The route a request with `method` would reach (a CORS preflight asks for another)."""
+    return match(method, path).route
 
 
 def handler_table(settings: Settings) -> dict[str, Handler]:
@@ -137,9 +150,14 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         settings,
         UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
     )
+    inflight = InFlight()
+    cors = CorsPolicy(settings.server.cors_origins)
     middlewares: list[Any] = [  # the order of the module docstring
         edge_errors(settings, route_of),
-        *guards.edge_middlewares(settings, route_of),
+        inflight_middleware(inflight),
+        *guards.edge_middlewares(
+            settings, route_of, cors_preflight(cors, _route_for), cors.trusted
+        ),
         auth.policy_middleware(policy, route_of),
     ]
     app = web.Application(
@@ -147,6 +165,8 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings
+    if cors.enabled:
+        app.on_response_prepare.append(add_allow_origin(cors, route_of))
     app[AUTH] = policy
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
     app[EVENTS] = EventBus(settings.ui.events_queue)
@@ -158,6 +178,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
+    app[INFLIGHT] = inflight
     app.cleanup_ctx.extend(
         [
             _client_session,
@@ -171,9 +192,8 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             site.site_context,
             site.benchmarks_context,
             site.guardians_context,
-            lending.links_context,
-            lending.planning_context,
-            lending.helper_context,  # reads the lending values
+            _cluster_service,  # built here, run by `_cluster` (lending reads it)
+            lending.lending_context,
             site.downloads_context,  # before the cluster announces this node
             _cluster,
             site.webuis_context,
@@ -193,7 +213,11 @@ def create_backend_ui_app(main: web.Application) -> web.Application:
     settings = main[SETTINGS]
     route_of = admin.listener_route_of
     guarded = guards.edge_middlewares(admin.listener_settings(settings), route_of)
-    middlewares: list[Any] = [edge_errors(settings, route_of), *guarded]
+    middlewares: list[Any] = [
+        edge_errors(settings, route_of),
+        inflight_middleware(main[INFLIGHT]),
+        *guarded,
+    ]
     app = web.Application(middlewares=middlewares)
     app[MAIN_APP] = main
     app.on_startup.append(admin.share_resources)
@@ -213,7 +237,11 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         app[SESSION] = session
         runtime = app[SETTINGS].runtime
         app[PROXY] = Proxy(
-            session, idle_timeout=runtime.stream_idle_timeout, connect_window=runtime.load_timeout
+            session,
+            idle_timeout=runtime.stream_idle_timeout,
+            response_timeout=runtime.response_timeout,
+            connect_window=runtime.load_timeout,
+            inflight=app[INFLIGHT],
         )
         yield
         await app[PROXY].close()
@@ -228,6 +256,12 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         analytics=settings.analytics,
     )
     app[STORE] = store
+
+    def incident(info: dict[str, Any]) -> None:  # router/store/file_watch.py
+        app[METRICS].store_replaced.inc()
+        app[EVENTS].publish("store_replaced", **info)  # the WebUI's banner
+
+    store.on_incident = incident
     app[LOAD_TIMES].seed(await store.load_durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None
@@ -348,8 +382,9 @@ async def _begin_drain(app: web.Application) -> None:
     app[RUNTIMES].refuse_new_work()
 
 
-async def _cluster(app: web.Application) -> AsyncIterator[None]:
-    """The registry, and the master's polling or the slave's registration (docs/cluster.md)."""
+async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
+    """The registry and its client, built before lending (which is handed the service) and
+    run by `_cluster` once the rest is ready to be announced (docs/cluster.md)."""
     settings = app[SETTINGS]
     catalog, runtimes = app[CATALOG], app[RUNTIMES]
 
@@ -368,6 +403,12 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
     )
     app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
     app[NODES] = service.resolve_node  # router/edge/params.py: the node a site call names
+    yield
+
+
+async def _cluster(app: web.Application) -> AsyncIterator[None]:
+    """The master's polling or the slave's registration (docs/cluster.md)."""
+    service = app[CLUSTER]
     task = (
         asyncio.create_task(service.run(), name="cluster") if service.role != "standalone" else None
     )

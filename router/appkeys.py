@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from router.config import Catalog, Settings
     from router.downloads import Downloads
     from router.edge.auth import Policy
+    from router.edge.inflight import InFlight
     from router.edge.sessions import Sessions
     from router.edge.ui_sessions import LoginLimiter
     from router.forwarding import Proxy
@@ -53,6 +54,8 @@ BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend
 LAUNCH_OPTIONS: web.AppKey[LaunchOptions] = web.AppKey("launch_options")  # vLLM offline switches
 # Open realtime sessions, told to go away (1001) when shutdown begins (R28).
 SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
+# Every request and job in flight: what the graceful stop drains (R27, router/edge/inflight.py).
+INFLIGHT: web.AppKey[InFlight] = web.AppKey("inflight")
 # Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
 LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).

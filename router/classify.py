@@ -196,6 +196,8 @@ _TABLE: tuple[Route, ...] = (
     _r("/router/ui", "GET", Surface.META, None, Role.PUBLIC, "ui.serve", sel=NO_SELECTOR),
     _r("/router/ui/{tail:.*}", "GET", Surface.META, None, Role.PUBLIC, "ui.serve", sel=NO_SELECTOR),
     _inf("/v1/models", "GET", OAI, _T, handler="models.openai_list", sel=NO_SELECTOR, vllm=True),
+    # Answered by the router: never forwarded, never loads a model.
+    _inf("/v1/health", "GET", OAI, None, handler="meta.health", sel=NO_SELECTOR, vllm=True),
     _inf("/v1/models/{model_id}", "GET", OAI, _T, handler="models.openai_get", sel=NO_SELECTOR, vllm=True),
     _inf("/sdapi/v1/sd-models", "GET", Surface.A1111, _I, handler="models.sd_list", sel=NO_SELECTOR),
     _admin("/router/v1/models", "GET", "models.router_list", Surface.CONTROL),
@@ -520,7 +522,9 @@ def match(method: str, path: str) -> Match:
     for route in routes:
         if method in route.allowed:
             return Match(route, params, method)
-    raise MethodNotAllowed(method[:32], set().union(*(r.allowed for r in routes)))
+    surfaces = {r.surface for r in routes}
+    surface = surfaces.pop() if len(surfaces) == 1 else None
+    raise MethodNotAllowed(method[:32], set().union(*(r.allowed for r in routes)), surface)
 
 
 def routes_markdown() -> str:

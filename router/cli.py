@@ -27,6 +27,7 @@ from router.config import (
     parse_duration,
     resolve_config_path,
 )
+from router.errors import StoreUnavailable
 
 OLLAMA_PORT = 11434
 
@@ -50,14 +51,19 @@ def main() -> None:
 @click.option("--log-level", default="info", show_default=True)
 def start(config: str | None, ollama: bool, log_level: str) -> None:
     """Run the router in the foreground until SIGTERM or SIGINT."""
-    from router.server import serve
+    from router.server import ListenError, serve
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = _settings(config)
     extra = [("127.0.0.1", OLLAMA_PORT)] if ollama else []
-    _run(serve(settings, extra_binds=extra))
+    try:
+        _run(serve(settings, extra_binds=extra))
+    except StoreUnavailable as err:  # a full or read-only disk at start: one line, no traceback
+        raise click.ClickException(err.message) from None
+    except ListenError as err:
+        raise click.ClickException(str(err)) from None
 
 
 def _run(main_coro: Any) -> None:

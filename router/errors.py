@@ -115,13 +115,14 @@ class ModelNotFound(NotFound):
 class MethodNotAllowed(RouterError):
     status, type = 405, "invalid_request_error"
 
-    def __init__(self, method: str, allow: Iterable[str]) -> None:
+    def __init__(self, method: str, allow: Iterable[str], surface: Surface | None = None) -> None:
         allowed = sorted(set(allow))
         super().__init__(
             f"method {method} is not allowed here; use {', '.join(allowed)}",
             headers={"Allow": ", ".join(allowed)},
         )
         self.allow = allowed
+        self.surface = surface  # the path's own API, whose error shape the answer takes
 
 
 class RequestTimeout(RouterError):
@@ -167,6 +168,13 @@ class ServiceUnavailable(RouterError):
         super().__init__(message, **kw)  # type: ignore[arg-type]
         if retry_after is not None:
             self.headers["Retry-After"] = str(max(1, int(retry_after + 0.999)))
+
+
+class StoreUnavailable(ServiceUnavailable):
+    """The SQLite store cannot be written or opened (a full or read-only disk); the message
+    names the cause and the `analytics.database_path` setting, never the path itself (S25)."""
+
+    code = "store_unavailable"
 
 
 class GatewayTimeout(RouterError):

@@ -1,14 +1,16 @@
 """Run the app: the guarded listener, signals, and the graceful stop of R27.
 
 SIGTERM or SIGINT: the listener closes at once; open realtime sessions are closed with 1001;
-queued requests get 503; running requests finish up to `runtime.drain_timeout`; then every
-backend is stopped and buffered analytics are flushed (the cleanup contexts of create_app, in
-reverse order).
+queued requests get 503; every request in flight (served here, relayed, lent, translated, event
+streams, ComfyUI jobs: router/edge/inflight.py) finishes up to `runtime.drain_timeout`, and what
+still runs then ends with its stream's terminal error event; then every backend is stopped and
+buffered analytics are flushed (the cleanup contexts of create_app, in reverse order).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import resource
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from router.app import create_app, create_backend_ui_app
-from router.appkeys import RUNTIMES, SESSIONS, SHUTDOWN, WEBUIS
+from router.appkeys import INFLIGHT, RUNTIMES, SESSIONS, SHUTDOWN, WEBUIS
 from router.config import Settings
 from router.edge import listener
 from router.webuis import Listener
@@ -114,8 +116,11 @@ async def serve(
             listener.capped_site(runner, settings, host, port, guard=guard)
             for host, port in extra_binds
         ]
-        for site in sites:
-            await site.start()
+        server = settings.server
+        binds = [(server.host, server.port, "server.bind")]
+        binds += [(host, port, "--ollama") for host, port in extra_binds]
+        for site, (host, port, setting) in zip(sites, binds, strict=True):
+            await _bind(site, host, port, setting)
         names = [site.name for site in sites]
         ui_runner = _backend_ui_runner(app, settings)
         if ui_runner is not None:
@@ -135,6 +140,28 @@ async def serve(
         if ui_runner is not None:  # it borrows the main app's resources: closed first
             await ui_runner.cleanup()
         await runner.cleanup()
+
+
+class ListenError(OSError):
+    """A listener could not bind at start: one line naming the address and the setting
+    (the CLI prints it, no traceback)."""
+
+
+def _bind_failure(host: str, port: int, setting: str, exc: OSError) -> str:
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = (
+        "is already in use"
+        if exc.errno == errno.EADDRINUSE
+        else f"cannot be bound ({exc.strerror or exc})"
+    )
+    return f"cannot listen on {address}: the address {reason}; change {setting} or stop the other program"
+
+
+async def _bind(site: listener.GuardedTCPSite, host: str, port: int, setting: str) -> None:
+    try:
+        await site.start()
+    except OSError as exc:
+        raise ListenError(_bind_failure(host, port, setting, exc)) from None
 
 
 def _backend_ui_runner(app: web.Application, settings: Settings) -> web.AppRunner | None:
@@ -164,7 +191,7 @@ async def _start_backend_ui(
         await site.start()
     except OSError as exc:
         if settings.server.backend_ui_bind != "auto" or port == 0:
-            raise
+            raise ListenError(_bind_failure(host, port, "server.backend_ui_bind", exc)) from None
         log.warning("backend WebUIs: port %d is taken (%s); using a free port", port, exc)
         site = listener.capped_site(runner, settings, host, 0, guard=guard)
         await site.start()
@@ -179,11 +206,18 @@ async def _drain(app: web.Application, sites: Sequence[web.BaseSite], drain_time
     subscribers included, and then up to the same time again after cancelling them (twice the
     deadline, R28), and streams still running at the deadline would be cut without an error
     event. Instead: close the listeners at once, refuse queued and new work (503), wait up to
-    `drain_timeout` for the running requests' leases, then stop every backend, which ends any
-    stream still running with the proxy's terminal error event (R27). Realtime sessions hold a
-    lease but no work that ends by itself: they are closed first, with 1001 (R28).
+    `drain_timeout` for every request in flight to end (the in-flight registry, an event: a
+    relayed request holds no lease here), end what still runs with its stream's terminal error
+    event, then stop every backend. Realtime sessions hold a lease but no work that ends by
+    itself: they are closed first, with 1001 (R28).
     """
     for site in sites:
         await site.stop()
     app[SESSIONS].going_away()
-    await app[RUNTIMES].shutdown(drain_timeout)
+    app[RUNTIMES].refuse_new_work()
+    loop = asyncio.get_running_loop()
+    until = loop.time() + drain_timeout
+    if not await app[INFLIGHT].drain(drain_timeout):
+        log.warning("the drain deadline passed: %d requests were ended", len(app[INFLIGHT]))
+    # Leases outside any request (a load the start-up began) get what is left of the deadline.
+    await app[RUNTIMES].shutdown(max(0.0, until - loop.time()))

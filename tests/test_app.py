@@ -49,7 +49,12 @@ async def test_openai_model_list_has_text_ids_only(client: TestClient) -> None:
     assert body["object"] == "list"
     ids = [m["id"] for m in body["data"]]
     assert ids == ["chat", "embed"]
-    assert all(m["object"] == "model" and m["status"] == "unloaded" for m in body["data"])
+    assert all(m["object"] == "model" for m in body["data"])
+    # embed.kcpps names a file that is not there (docs/kcpps.md, "Missing files").
+    assert {m["id"]: m["status"] for m in body["data"]} == {
+        "chat": "unloaded",
+        "embed": "missing files",
+    }
 
 
 async def test_sd_models_lists_image_ids(client: TestClient) -> None:

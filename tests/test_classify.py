@@ -109,7 +109,7 @@ EXPECTED = [
     # generic text catch-all
     ("POST", "/v1", "proxy", Lane.TEXT, Surface.OPENAI),
     ("POST", "/v1/chat/completions/control", "proxy", Lane.TEXT, Surface.OPENAI),
-    ("GET", "/v1/health", "proxy", Lane.TEXT, Surface.OPENAI),
+    ("GET", "/v1/health", "meta.health", None, Surface.OPENAI),  # answered, never forwarded
     # discovery, control, site, node, meta
     ("GET", "/v1/models", "models.openai_list", Lane.TEXT, Surface.OPENAI),
     ("GET", "/v1/models/hermes-8k", "models.openai_get", Lane.TEXT, Surface.OPENAI),

@@ -1,5 +1,5 @@
 """The lending decision log (docs/lending.md) on a real router and its SQLite file: rows
-recorded through `app[DECISIONS]` reach the store through the batched writer, the site route
+recorded through `app[LENDING].decisions` reach the store through the batched writer, the site route
 pages and filters them newest first, retention prunes them, and the store download has them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from router import __version__
 from router.appkeys import STORE
 from router.config import AnalyticsSection
-from router.lending import DECISIONS
+from router.lending import LENDING
 from router.lending.decisions import Decision, decision_row
 from router.store import Store
 from router.store import store as store_module
@@ -44,7 +44,7 @@ def sample(index: int, **kw: object) -> Decision:
 async def test_recorded_decisions_page_and_filter_newest_first(harness: RouterHarness) -> None:
     client = await harness.start()
     assert harness.app is not None
-    log = harness.app[DECISIONS]
+    log = harness.app[LENDING].decisions
     pending = harness.app[STORE].pending
     for index in range(30):
         log.record(sample(index))
@@ -110,7 +110,7 @@ async def test_retention_prunes_old_rows_and_the_download_has_the_table(
 ) -> None:
     client = await harness.start()
     assert harness.app is not None
-    log = harness.app[DECISIONS]
+    log = harness.app[LENDING].decisions
     now = time.time()
     for age in (7200.0, 3600.0, 5.0, 0.0):
         log.record(sample(int(age), at=now - age, detail={"age": age}))
@@ -145,8 +145,8 @@ async def test_a_restart_prunes_with_the_saved_retention(harness: RouterHarness)
         SETTINGS_PATH, json={"settings": {"offload_decisions_retention": "1h"}}
     )
     assert reply.status_code == 200, reply.text
-    harness.app[DECISIONS].record(sample(1, at=time.time() - 10, detail={"keep": False}))
-    harness.app[DECISIONS].record(sample(2, detail={"keep": True}))
+    harness.app[LENDING].decisions.record(sample(1, at=time.time() - 10, detail={"keep": False}))
+    harness.app[LENDING].decisions.record(sample(2, detail={"keep": True}))
     assert len((await client.get(DECISIONS_PATH)).json()["decisions"]) == 2
     await harness.close()
     # Backdate one row past the retention in the file, as time passing would.

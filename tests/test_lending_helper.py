@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from router.lending import DECISIONS
+from router.lending import LENDING
 from tests.harness import RouterHarness, free_port
 from tests.router_process import RouterProcess, new_router, tmp_harness
 from tests.test_cluster_nodes import AUTH, TOKEN, served_rows, until
@@ -273,7 +273,7 @@ async def test_helper_decision_rows(harness: RouterHarness) -> None:
     )
     node = await harness.start(base.model_copy(update={"cluster": cluster}))
     assert harness.app is not None
-    log = harness.app[DECISIONS]
+    log = harness.app[LENDING].decisions
     assert (await node.post(NODE_CHAT, json=chat("fast"), headers=MARK)).status_code == 200
     first = asyncio.create_task(node.post(NODE_CHAT, json=chat("fast", 100), headers=MARK))
     assert await until(field(node, "active"), 1, deadline=30)

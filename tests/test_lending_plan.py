@@ -7,18 +7,16 @@ import json
 import statistics
 
 import pytest
-from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
 from router.cluster import RuntimeStatus
 from router.config import LendingSettings
-from router.lending import DECISIONS, LEND
 from router.lending.costs import CostFit, fit_costs, fit_of, job_seconds
 from router.lending.decisions import DecisionLog
 from router.lending.leases import Lease, LeaseTable, LendBook, renewed
 from router.lending.links import Link
-from router.lending.planner import _apply
+from router.lending.planner import apply_row
 from router.lending.planning import (
     BYTES_PER_TOKEN,
     HelperView,
@@ -317,23 +315,22 @@ def test_no_probe_for_a_helper_that_is_not_accepting() -> None:
 
 
 def test_rows_are_recorded_on_changes_only() -> None:
-    app = web.Application()
-    app[LEND], app[DECISIONS] = LendBook(), DecisionLog()
+    book, log = LendBook(), DecisionLog()
     granted = plan([50])[0]
     for _ in range(3):  # the same plan on every event: one plan row, one lease_updated
-        _apply(app, granted, "enqueued")
-    seen = [(d.kind, d.outcome) for d in app[DECISIONS].newest(10)][::-1]
+        apply_row(book, log, granted, "enqueued")
+    seen = [(d.kind, d.outcome) for d in log.newest(10)][::-1]
     assert seen == [("plan", "granted"), ("dispatch", "lease_updated")]
-    assert len(app[LEND].table.leases) == 1
+    assert len(book.table.leases) == 1
     skipped = plan([50], s1=view(own_work=1))[0]
-    _apply(app, skipped, "completed")
-    _apply(app, skipped, "completed")
-    newest = list(app[DECISIONS].newest(10))
+    apply_row(book, log, skipped, "completed")
+    apply_row(book, log, skipped, "completed")
+    newest = list(log.newest(10))
     assert [(d.kind, d.outcome) for d in newest[:2]][::-1] == [
         ("plan", "skipped"), ("dispatch", "lease_cleared")
     ]  # fmt: skip
     assert len(newest) == 4 and newest[0].reasons == ("helper_not_accepting",)
-    assert app[LEND].table.leases == {}
+    assert book.table.leases == {}
 
 
 def test_an_old_peers_status_parses_without_models_or_costs() -> None:

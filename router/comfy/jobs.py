@@ -27,6 +27,7 @@ import aiohttp
 from router.comfy.transcode import TranscodeError, container_of, transcode
 from router.config import ModelConfig
 from router.domain import Lane
+from router.edge.inflight import InFlight
 from router.errors import RouterError, ServiceUnavailable, sanitize
 from router.runtime import RuntimeManager
 
@@ -166,7 +167,11 @@ def _clear(folder: Path) -> None:
 
 class JobRunner:
     def __init__(
-        self, scratch: Path, session: aiohttp.ClientSession, runtimes: RuntimeManager
+        self,
+        scratch: Path,
+        session: aiohttp.ClientSession,
+        runtimes: RuntimeManager,
+        inflight: InFlight | None = None,
     ) -> None:
         self.outputs = scratch / "outputs"
         self.work = scratch / "work"
@@ -175,6 +180,7 @@ class JobRunner:
             _clear(folder)  # jobs live in memory: files of an earlier run can never be served
         self._session = session
         self._runtimes = runtimes
+        self._inflight = inflight  # a running job counts in the graceful stop's drain (R27)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._minted: dict[str, str] = {}  # output file name -> prompt id
         self._tasks: set[asyncio.Task[None]] = set()
@@ -207,6 +213,8 @@ class JobRunner:
         task = asyncio.get_running_loop().create_task(self._run(job, call, ffmpeg))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self._inflight is not None:
+            self._inflight.hold_task(task)
 
     def forget(self, prompt_id: str) -> None:
         """Drop a finished job and its file (POST /history delete/clear)."""

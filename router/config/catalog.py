@@ -168,10 +168,13 @@ class Catalog:
         for name, entry in sorted(self._entries.items()):
             if entry.config is None:
                 continue
-            ids = [i for i in (entry.config.id, entry.config.image_id) if i is not None]
+            ids = list(entry.config.names)
             clash = next((i for i in ids if i in by_id), None)
             if clash is not None:
-                collisions[name] = f"model ID {clash!r} is already used by {by_id[clash]}"
+                collisions[name] = (
+                    f"model name {clash!r} is claimed by both {by_id[clash]} and {name} (an ID "
+                    f"or router_aliases entry); {name} is not served until one of them changes"
+                )
                 if self._collisions.get(name) != collisions[name]:
                     log.warning("model catalog: skipping %s: %s", name, collisions[name])
                 continue

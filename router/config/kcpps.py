@@ -93,6 +93,13 @@ class ModelConfig:
     asset_sha256: Mapping[str, str] = field(default_factory=dict)  # component key -> hex
     ignored_keys: tuple[str, ...] = ()  # router-owned keys removed from `raw`
     warnings: tuple[str, ...] = ()  # components present that this backend mode cannot serve
+    aliases: tuple[str, ...] = ()  # `router_aliases`: more public names (whisper-1, gpt-4o-mini)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every public name this config answers to: its ID, image ID and aliases."""
+        own = (self.id,) if self.image_id is None else (self.id, self.image_id)
+        return own + self.aliases
 
     def model_file(self, lane: Lane) -> Path | None:
         """The main file a single-purpose backend loads for `lane` (llama_sdcpp / vllm)."""
@@ -152,6 +159,7 @@ def parse_kcpps(
         jinja_precedence=_precedence(raw.get("router_jinja_kwargs_precedence")),
         serve_args=_serve_args(raw.get("serve_args")),
         run_embed_separate=_flag("run_embed_separate", raw.get("run_embed_separate")),
+        aliases=_aliases(raw.get("router_aliases"), config_id, components, lanes),
         config_sha256=hashlib.sha256(data).hexdigest(),
         ignored_keys=ignored,
         warnings=warnings,
@@ -369,6 +377,35 @@ def _jinja_kwargs(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise KcppsError("jinja_kwargs must be a JSON object or a string holding one")
     return value
+
+
+ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+MAX_ALIASES = 32
+
+
+def _aliases(
+    value: Any, config_id: str, components: Mapping[str, Path], lanes: frozenset[Lane]
+) -> tuple[str, ...]:
+    """`router_aliases`: a list of extra public names (OpenAI- or Ollama-style: letters,
+    digits, `.`, `_`, `-`, `:`, `/`). Clashes between files are refused by the catalog."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_ALIASES:
+        raise KcppsError(f"router_aliases must be a list of at most {MAX_ALIASES} names")
+    own = {config_id}
+    if Lane.IMAGE in lanes:
+        own.add(_image_id(config_id, components))
+    out: list[str] = []
+    for name in value:
+        if not isinstance(name, str) or not ALIAS_PATTERN.match(name):
+            raise KcppsError(
+                f"router_aliases entry {_short(str(name))!r} must be 1-128 letters, digits, "
+                "'.', '_', '-', ':' or '/', starting with a letter or digit"
+            )
+        if name in own or name in out:
+            raise KcppsError(f"router_aliases names {name!r} twice (or the model's own ID)")
+        out.append(name)
+    return tuple(out)
 
 
 def _precedence(value: Any) -> Literal["config", "client"]:

@@ -297,6 +297,7 @@ def _check_policy(
     report = _Reporter(file, lines, origins)
     _check_credentials(settings, report)
     _check_secure_bind(settings, report)
+    _check_cors_wildcard(settings, report)
     _check_cluster(settings, report)
     _check_extra_args(settings, report)
     config_dir = settings.models.config_dir
@@ -374,6 +375,20 @@ def _check_secure_bind(settings: Settings, report: _Reporter) -> None:
             "and TENSOR_ROUTER_ADMIN_KEY)"
         )
         raise report.error(("server", "bind"), message)
+
+
+def _check_cors_wildcard(settings: Settings, report: _Reporter) -> None:
+    """`*` lets any web page call the model APIs: only where a key is needed to do so."""
+    origins = settings.server.cors_origins
+    if "*" not in origins:
+        return
+    loc = ("server", "cors_origins", origins.index("*"))
+    if settings.security.profile != "secure" or not settings.auth.inference_keys:
+        message = (
+            "'*' (any web page) is allowed only under security.profile secure with at least "
+            "one auth.inference_keys entry; list the exact origins instead"
+        )
+        raise report.error(loc, message)
 
 
 def _url_identity(url: str) -> tuple[str, int, str]:

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from router.config.sizes import Size, SizeOrAuto
 from router.domain import BackendMode, Family
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
@@ -137,6 +138,9 @@ class ServerSection(_Section):
     # disables it, or an explicit HOST:PORT.
     backend_ui_bind: str = "auto"
     backend_ui_public_url: str | None = None
+    # Browser origins whose pages may call the inference routes (CORS, router/edge/cors.py).
+    # Exact origins; `*` only under the secure profile with inference keys (load.py).
+    cors_origins: tuple[str, ...] = ()
 
     @field_validator("bind")
     @classmethod
@@ -155,6 +159,11 @@ class ServerSection(_Section):
     @classmethod
     def _check_ui_url(cls, value: str | None) -> str | None:
         return _origin_only(value) if value is not None and value.strip() else None
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_cors(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys("*" if v.strip() == "*" else cors_origin(v) for v in value))
 
     def backend_ui_address(self) -> tuple[str, int] | None:
         """Where the backend-UI listener binds; None when it is off."""
@@ -250,6 +259,20 @@ class RuntimeSection(_Section):
     # R17: queued requests for the loaded model go first, but never wait longer than this.
     max_batch_wait: Duration = 30.0
     stream_idle_timeout: PositiveDuration = 300.0
+    # R24: how long one request waits for its whole answer (a non-streamed generation arrives
+    # only when done, so no idle deadline can tell a slow backend from a hung one).
+    response_timeout: PositiveDuration = 1800.0
+
+
+class MemorySection(_Section):
+    """The memory ledger's budgets per device (docs/residency.md). Read by router/memory; the
+    runtime manager does not act on them yet, so these keys change no behaviour today."""
+
+    # `auto`: total RAM minus `reserve`; or a size such as 600MiB.
+    host_budget: SizeOrAuto = "auto"
+    # `auto`: each GPU's total minus `reserve`; or a size applied to each GPU.
+    gpu_budget: SizeOrAuto = "auto"
+    reserve: Size = 1 << 30
 
 
 class AnalyticsSection(_Section):
@@ -413,6 +436,7 @@ class Settings(_Section):
     whispercpp: ProgramSection = ProgramSection()
     vllm: VllmSection = VllmSection()
     runtime: RuntimeSection = RuntimeSection()
+    memory: MemorySection = MemorySection()
     analytics: AnalyticsSection = AnalyticsSection()
     limits: LimitsSection = LimitsSection()
     media: MediaSection = MediaSection()
@@ -463,6 +487,18 @@ def _origin_only(value: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def cors_origin(value: str) -> str:
+    """A browser origin as browsers serialize it in `Origin`: lower case, default port left
+    out, no trailing slash (so an exact comparison with the header is right)."""
+    origin = _origin_only(value)
+    parts = urlsplit(origin)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    default = {"http": 80, "https": 443}[parts.scheme]
+    port = f":{parts.port}" if parts.port not in (None, default) else ""
+    return f"{parts.scheme}://{host.lower()}{port}"
+
+
 def is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -492,6 +528,7 @@ __all__ = [
     "PROGRAM_SECTIONS",
     "DownloadsSection",
     "Duration",
+    "MemorySection",
     "PositiveDuration",
     "Settings",
     "SettingsError",

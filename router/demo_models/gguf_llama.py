@@ -135,15 +135,19 @@ def _finish(writer: gguf.GGUFWriter) -> None:
     writer.close()
 
 
-def _llama_tensors(w: _Weights, *, n_vocab: int, n_layer: int, n_embd: int, n_ff: int) -> None:
+def _llama_tensors(
+    w: _Weights, *, n_vocab: int, n_layer: int, n_embd: int, n_ff: int, n_embd_kv: int
+) -> None:
     w.noise("token_embd.weight", n_vocab, n_embd)
     # No `output.weight`: llama.cpp then reuses token_embd (tied embeddings), halving the vocab cost.
     w.ones("output_norm.weight", n_embd)
     for i in range(n_layer):
         p = f"blk.{i}."
         w.ones(p + "attn_norm.weight", n_embd)
-        for proj in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        for proj in ("attn_q", "attn_output"):
             w.noise(p + proj + ".weight", n_embd, n_embd)
+        for proj in ("attn_k", "attn_v"):  # narrower than attn_q under grouped-query attention
+            w.noise(p + proj + ".weight", n_embd_kv, n_embd)
         w.ones(p + "ffn_norm.weight", n_embd)
         w.noise(p + "ffn_gate.weight", n_ff, n_embd)
         w.noise(p + "ffn_up.weight", n_ff, n_embd)
@@ -159,11 +163,16 @@ def write_llama_gguf(
     n_head: int = 4,
     n_ff: int = 128,
     n_ctx: int = 2048,
+    n_head_kv: int | None = None,
     name: str,
 ) -> Path:
-    """Write a random-weight LLaMA chat model with a ChatML template; returns `path`."""
-    if n_embd % n_head:
-        raise ValueError("n_embd must be a multiple of n_head")
+    """Write a random-weight LLaMA chat model with a ChatML template; returns `path`.
+
+    `n_head_kv` below `n_head` makes it grouped-query attention (default: n_head, plain MHA).
+    """
+    n_head_kv = n_head if n_head_kv is None else n_head_kv
+    if n_embd % n_head or n_head_kv < 1 or n_head % n_head_kv:
+        raise ValueError("n_embd must be a multiple of n_head, and n_head of n_head_kv")
     vocab, ids = _spm_vocab()
     writer = gguf.GGUFWriter(os.fspath(path), "llama")
     writer.add_name(name)
@@ -173,7 +182,7 @@ def write_llama_gguf(
     writer.add_block_count(n_layer)
     writer.add_feed_forward_length(n_ff)
     writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head)
+    writer.add_head_count_kv(n_head_kv)
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(len(vocab.tokens))
@@ -187,7 +196,15 @@ def write_llama_gguf(
     writer.add_add_space_prefix(True)
     writer.add_chat_template(CHATML_TEMPLATE)
     weights = _Weights(writer, seed)
-    _llama_tensors(weights, n_vocab=len(vocab.tokens), n_layer=n_layer, n_embd=n_embd, n_ff=n_ff)
+    n_embd_kv = n_embd // n_head * n_head_kv
+    _llama_tensors(
+        weights,
+        n_vocab=len(vocab.tokens),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_embd_kv=n_embd_kv,
+    )
     _finish(writer)
     return path
 

@@ -64,6 +64,10 @@ def surface_of(request: web.Request, route_of: RouteOf) -> Surface:
     is unknown (Ollama clients only read `{"error": "..."}`)."""
     try:
         surface: Surface = route_of(request).surface
+    except errors.MethodNotAllowed as exc:  # a known path: its own API's shape (Kobold's)
+        if exc.surface is not None:
+            return exc.surface
+        return Surface.OLLAMA if request.path.startswith("/api/") else Surface.OPENAI
     except errors.RouterError:
         return Surface.OLLAMA if request.path.startswith("/api/") else Surface.OPENAI
     return surface
@@ -263,7 +267,13 @@ def same_origin(origin: str, host_header: str | None) -> bool:
     return normalize_host(parts.hostname) == host[0] and origin_port == host_port
 
 
-def origin_refusal(request: web.Request, route: EdgeRoute) -> errors.Forbidden | None:
+# An origin the operator trusts on this route (server.cors_origins, router/edge/cors.py).
+Trusted = Callable[[web.Request, Any], bool]
+
+
+def origin_refusal(
+    request: web.Request, route: EdgeRoute, trusted: Trusted | None = None
+) -> errors.Forbidden | None:
     websocket = request.headers.get("Upgrade", "").lower() == "websocket"
     guarded = (
         route.origin_strict
@@ -277,16 +287,18 @@ def origin_refusal(request: web.Request, route: EdgeRoute) -> errors.Forbidden |
     if origin is not None:
         if same_origin(origin, request.headers.get("Host")):
             return None
+        if trusted is not None and trusted(request, route):
+            return None
         return errors.Forbidden("requests from another site's web page are not allowed")
     if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
         return errors.Forbidden("cross-site requests are not allowed")
     return None
 
 
-def origin_rule(route_of: RouteOf) -> Middleware:
+def origin_rule(route_of: RouteOf, trusted: Trusted | None = None) -> Middleware:
     @web.middleware
     async def origin_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        refusal = origin_refusal(request, route_of(request))
+        refusal = origin_refusal(request, route_of(request), trusted)
         if refusal is not None:
             raise refusal
         return await handler(request)
@@ -294,11 +306,18 @@ def origin_rule(route_of: RouteOf) -> Middleware:
     return origin_guard
 
 
-def edge_middlewares(settings: Settings, route_of: RouteOf) -> list[Middleware]:
-    """Middlewares 1-4 of the module docstring, in order (auth comes after them)."""
+def edge_middlewares(
+    settings: Settings,
+    route_of: RouteOf,
+    preflight: Middleware | None = None,
+    trusted: Trusted | None = None,
+) -> list[Middleware]:
+    """Middlewares 1-4 of the module docstring, in order (auth comes after them); CORS
+    preflights (router/edge/cors.py), when given, are answered after the peer and Host guards."""
     return [
         peer_cidr(settings, route_of),
         host_allowlist(settings, route_of),
+        *([preflight] if preflight is not None else []),
         size_caps(settings, route_of),
-        origin_rule(route_of),
+        origin_rule(route_of, trusted),
     ]

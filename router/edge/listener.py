@@ -2,8 +2,18 @@
 
 A middleware only ever sees complete requests, so these live in the per-connection handler
 (`GuardedRequestHandler`, installed by `GuardedTCPSite`): connection caps -> 503 and close (S1,
-S3); header deadline -> 408 and close (S1); request line / header field / header count limits ->
-414 / 431 / 431 (S4). router/edge/guards.py holds the request-level middlewares that follow.
+S3); header deadline -> 408 and close (S1); body deadline -> 408 and close (S2, S5); request
+line / header field / header count limits -> 414 / 431 / 431 (S4). router/edge/guards.py holds
+the request-level middlewares that follow.
+
+The body deadline lives here, below every way a handler reads a body (`request.read()`,
+`.post()`, `.multipart()`, `request.content`, the body readers of router/edge/bodies.py): a body
+gets `server.header_timeout` from its headers plus one second per `BODY_MIN_RATE` bytes that
+arrived (Apache's mod_reqtimeout rule: a trickle or a `Content-Length` longer than what is sent
+runs out, a large upload at any real speed does not). Time the router itself holds the client
+back (reading paused while a handler waits) does not count. At the deadline the body's reader
+fails with `RequestTimeout`, which the handler's read raises and the edge renders as 408 in the
+route's own shape; the connection is closed after that answer.
 
 The caps (docs/security.md, "Connection caps"): one peer address holds at most
 `server.max_connections_per_peer` connections, so one misbehaving client cannot fill the
@@ -41,6 +51,9 @@ KEEPALIVE_TIMEOUT = 75.0
 # How long a refused connection is kept only to read and drop the request it is sending, so the
 # kernel does not answer it with a reset that could destroy the 503 before the client reads it.
 REJECT_LINGER = 1.0
+# A body's deadline grows by one second for every this many bytes received (mod_reqtimeout's
+# default MinRate): only a client slower than this on average can run out of time.
+BODY_MIN_RATE = 500.0
 
 
 # --- 0. connection level ------------------------------------------------------------------
@@ -144,6 +157,11 @@ class GuardedRequestHandler(RequestHandler):
         self._head_timer: asyncio.TimerHandle | None = None
         self._between_requests = False
         self._unread: StreamReader | None = None
+        self._body: StreamReader | None = None  # the body being received, while incomplete
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_since = 0.0  # when the body's time budget started
+        self._body_base = 0  # bytes the body had then
+        self._body_timed_out = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A TCP server's transports are stream transports (asyncio's or uvloop's).
@@ -175,6 +193,7 @@ class GuardedRequestHandler(RequestHandler):
         if self._request_count != before:
             self._cancel_head_timer()
             self._unread = None
+            self._watch_body()
             self._fail_open_body()
 
     def _fail_open_body(self) -> None:
@@ -196,6 +215,7 @@ class GuardedRequestHandler(RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._cancel_head_timer()
+        self._stop_body_timer()
         if not self._counted:
             return
         self._counted = False
@@ -209,6 +229,13 @@ class GuardedRequestHandler(RequestHandler):
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
         result = await super().finish_response(request, resp, start_time)
+        if self._body is request.content:
+            self._stop_body_timer()  # answered: what is left of the body is aiohttp's to drop
+        if self._body_timed_out or (resp.status == 408 and not request.content.is_eof()):
+            # Answered (408, or whatever the handler said before reading): the rest of that
+            # body never comes, so neither lingering nor keep-alive would end.
+            self.force_close()
+            return result
         # The next request's deadline starts at its first byte, not while the client is idle;
         # idle keep-alive connections are closed by keepalive_timeout instead.
         self._between_requests = not self._messages
@@ -236,6 +263,54 @@ class GuardedRequestHandler(RequestHandler):
                 self.transport, errors.RequestTimeout("the request headers did not arrive in time")
             )
         self.force_close()
+
+    # --- the body deadline (S2, S5) ---
+
+    def _watch_body(self) -> None:
+        # A pipelined batch ends with the one message whose body may still be arriving.
+        payload = self._messages[-1][1] if self._messages else None
+        if (
+            payload is None
+            or not isinstance(payload, StreamReader)
+            or payload.is_eof()
+            or self._guard.header_timeout <= 0
+        ):
+            return
+        self._stop_body_timer()
+        self._body = payload
+        self._body_since, self._body_base = self._loop.time(), payload.total_bytes
+        self._body_timer = self._loop.call_later(self._guard.header_timeout, self._body_check)
+
+    def _stop_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        self._body = None
+
+    def _body_check(self) -> None:
+        self._body_timer = None
+        body = self._body
+        if body is None or body.is_eof() or body.exception() is not None:
+            self._body = None
+            return
+        now = self._loop.time()
+        if self._reading_paused or self._buffer_paused:
+            # The router holds the client back: its budget starts again when reading resumes.
+            self._body_since, self._body_base = now, body.total_bytes
+            self._body_timer = self._loop.call_later(self._guard.header_timeout, self._body_check)
+            return
+        arrived = body.total_bytes - self._body_base
+        deadline = self._body_since + self._guard.header_timeout + arrived / BODY_MIN_RATE
+        if now < deadline:
+            self._body_timer = self._loop.call_at(deadline, self._body_check)
+            return
+        self._body, self._body_timed_out = None, True
+        body.set_exception(
+            errors.RequestTimeout(
+                f"the request body did not arrive in time ({self._guard.header_timeout:g}s "
+                f"plus 1s per {BODY_MIN_RATE:g} bytes, server.header_timeout)"
+            )
+        )
 
     def handle_error(
         self,

@@ -9,6 +9,10 @@
 - A client that goes away cancels the upstream request; it is recorded as 499 (R23). For a
   backend configured with `drain_on_abort` the answer is read to its end instead, bounded
   (R23b, router/forwarding/drain.py).
+- Deadlines that fit the work (R24): the answer's headers, and a whole answer's body, are
+  waited for up to `runtime.response_timeout` (a non-streamed generation arrives only when it
+  is done, and a backend that dies meanwhile closes the connection: 502 at once);
+  `runtime.stream_idle_timeout` applies between the bytes of a streamed answer.
 - What reaches the client is the caller's `Translation` (router/forwarding/reply.py): the
   backend's answer with model IDs rewritten, or another API's shape (Ollama); every upstream
   call goes through here, so each gets the points above.
@@ -26,6 +30,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from router.edge import downstream_response_headers, mark_streaming, read_capped_stream
+from router.edge.inflight import DRAIN_DEADLINE, InFlight
 from router.errors import BadGateway, GatewayTimeout
 from router.forwarding.drain import AbortDrain, Drains
 from router.forwarding.reply import MAX_WHOLE_READ, Reply, Translation
@@ -71,10 +76,19 @@ class UpstreamRequest:
 
 class Proxy:
     def __init__(
-        self, session: aiohttp.ClientSession, *, idle_timeout: float, connect_window: float
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        idle_timeout: float,
+        response_timeout: float,
+        connect_window: float,
+        inflight: InFlight | None = None,
     ) -> None:
         self._session = session
+        # (not `or`: an empty registry is falsy)
+        self._inflight = inflight if inflight is not None else InFlight()
         self._idle_timeout = idle_timeout
+        self._response_timeout = response_timeout
         self._connect_window = connect_window
         # What follows the overhead header of a whole answer (serializing and writing it) cannot
         # be in that header; it is measured on each answer and the running mean added instead
@@ -99,11 +113,15 @@ class Proxy:
         result: ProxyResult,
         overhead_ms: Callable[[], float],
     ) -> web.StreamResponse:
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=10, sock_read=self._idle_timeout or None
-        )
+        # No socket read timeout: it would also run while a non-streamed answer is computed.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
         sent_at = time.monotonic()
-        resp = await self._opened(upstream, timeout)
+        deadline = asyncio.get_running_loop().time() + self._response_timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                resp = await self._opened(upstream, timeout)
+        except TimeoutError:
+            raise self._too_slow() from None
         kept = False
         try:
             result.upstream_status = resp.status
@@ -114,7 +132,9 @@ class Proxy:
             headers = _headers(resp, reply)
             result.stream = reply.streaming
             if reply.whole:
-                return await self._answer_whole(request, resp, headers, reply, result, overhead_ms)
+                return await self._answer_whole(
+                    request, resp, headers, reply, result, overhead_ms, deadline
+                )
             out = web.StreamResponse(
                 status=reply.status, reason=_reason(resp, reply), headers=headers
             )
@@ -169,15 +189,19 @@ class Proxy:
                 if pause is None or not upstream.replayable or time.monotonic() + pause > deadline:
                     raise BadGateway(f"cannot connect to the backend: {_why(exc)}") from exc
                 await asyncio.sleep(pause)
-            except aiohttp.ServerTimeoutError as exc:
-                raise GatewayTimeout(
-                    f"the backend sent nothing for {self._idle_timeout:g}s"
-                ) from exc
+            except aiohttp.ServerTimeoutError as exc:  # sock_connect: the only socket deadline
+                raise GatewayTimeout(f"cannot connect to the backend: {_why(exc)}") from exc
             except aiohttp.ClientError as exc:
                 # The backend may have received the request (reset after reading the body):
                 # never resent (R31). A transport error is a 502, not a router bug (500).
                 raise BadGateway(f"the backend failed before answering: {_why(exc)}") from exc
         raise AssertionError("unreachable")
+
+    def _too_slow(self) -> GatewayTimeout:
+        return GatewayTimeout(
+            f"the backend did not answer within {self._response_timeout:g}s "
+            "(runtime.response_timeout)"
+        )
 
     async def _write(self, request: web.Request, out: web.StreamResponse, data: bytes) -> None:
         """Write, with a deadline whenever the write could wait for the client (cheap when it
@@ -202,10 +226,19 @@ class Proxy:
         reply: Reply,
         result: ProxyResult,
     ) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            async for chunk in resp.content.iter_any():
-                result.bytes_out += len(chunk)
-                await self._send(request, out, result, reply.body.feed(chunk))
+            # The idle deadline runs only while waiting for the backend, never during a write
+            # to the client (which has its own deadline, ClientStalled).
+            async with asyncio.timeout(None) as idle:
+                while True:
+                    idle.reschedule(loop.time() + self._idle_timeout)
+                    chunk = await resp.content.readany()
+                    idle.reschedule(None)
+                    if not chunk:
+                        break
+                    result.bytes_out += len(chunk)
+                    await self._send(request, out, result, reply.body.feed(chunk))
             await self._send(request, out, result, reply.body.flush())
             await out.write_eof()
         except ClientStalled as exc:
@@ -227,6 +260,12 @@ class Proxy:
             await self._end_with_error(
                 request, out, reply, result, f"the backend sent nothing for {self._idle_timeout:g}s"
             )
+        except asyncio.CancelledError:
+            # The graceful stop's deadline (R27): the stream ends in its own format, not cut.
+            if not self._inflight.ending():
+                raise
+            resp.close()
+            await self._end_with_error(request, out, reply, result, DRAIN_DEADLINE)
 
     async def _send(
         self, request: web.Request, out: web.StreamResponse, result: ProxyResult, data: bytes
@@ -264,6 +303,7 @@ class Proxy:
         reply: Reply,
         result: ProxyResult,
         overhead_ms: Callable[[], float],
+        deadline: float,
     ) -> web.Response:
         """The answer in one piece: headers and body leave in one write (bench hot spot), and
         a body that can only be rewritten or translated whole is.
@@ -272,16 +312,16 @@ class Proxy:
         release and the middlewares' unwinding then run while the client already reads, instead
         of in front of its answer (bench/RESULTS.md, real backend)."""
         try:
-            body = await _read_capped(resp)
+            async with asyncio.timeout_at(deadline):
+                body = await _read_capped(resp)
         except (
             aiohttp.ClientPayloadError,
             aiohttp.ServerDisconnectedError,
             aiohttp.ClientOSError,
         ) as exc:
             raise BadGateway(f"the backend stopped mid-response: {_why(exc)}") from exc
-        except TimeoutError as exc:
-            result.backend_failed = True
-            raise GatewayTimeout(f"the backend sent nothing for {self._idle_timeout:g}s") from exc
+        except TimeoutError:
+            raise self._too_slow() from None
         result.bytes_out = len(body)
         data = reply.body.feed(body) + reply.body.flush()
         result.tail = data[-TAIL_BYTES:]

@@ -14,24 +14,34 @@ import re
 from dataclasses import dataclass, field
 
 
-def _model_value_pattern(model_id: str) -> re.Pattern[bytes]:
+def _model_value(model_id: str) -> bytes:
+    """The regex of one `"model"` value (the JSON string literal, quotes included)."""
     if model_id.endswith("*"):  # a family-wide name such as KoboldCpp's "koboldcpp/<name>"
         prefix = json.dumps(model_id[:-1]).encode()[:-1]  # opening quote, no closing one
-        return re.compile(rb'("model"\s*:\s*)' + re.escape(prefix) + rb'(?:[^"\\]|\\.)*"')
-    encoded = json.dumps(model_id).encode()  # the JSON string literal, quotes included
-    return re.compile(rb'("model"\s*:\s*)' + re.escape(encoded))
+        return re.escape(prefix) + rb'(?:[^"\\]|\\.)*"'
+    return re.escape(json.dumps(model_id).encode())
+
+
+def _model_value_pattern(*model_ids: str) -> re.Pattern[bytes]:
+    values = b"|".join(_model_value(m) for m in model_ids)
+    return re.compile(rb'("model"\s*:\s*)(?:' + values + rb")")
 
 
 @dataclass
 class ModelRewriter:
     public: str
     local: str
+    # More names the backend may answer with, rewritten to `public` in answers only: the model
+    # file's absolute path llama-server puts in its native /completion answer.
+    also: tuple[str, ...] = ()
     _to_public: re.Pattern[bytes] | None = field(init=False, default=None)
     _to_local: re.Pattern[bytes] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        answered = [n for n in (self.local, *self.also) if n != self.public]
+        if answered:
+            self._to_public = _model_value_pattern(*answered)
         if self.public != self.local:
-            self._to_public = _model_value_pattern(self.local)
             # A wildcard local name is what the backend says, not what it needs to be told.
             if not self.local.endswith("*"):
                 self._to_local = _model_value_pattern(self.public)

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from router.classify import BodyMode, Route, SelectorRule
-from router.errors import BadRequest, PayloadTooLarge
+from router.errors import BadRequest, PayloadTooLarge, UnsupportedMediaType
 
 SELECTOR_HEADER = "X-Tensors-Model"
 MAX_MODEL_BYTES = 512
@@ -347,6 +347,7 @@ async def read_selector(request: web.BaseRequest, route: Route, scan_limit: int)
     The body is read only when the route's rule looks in it and the route has a forwarded or
     scanned body (not NONE, not CONTROL: control handlers parse their own small bodies).
     """
+    _refuse_form_on_json(request, route)
     rule = route.selector
     prefix, complete = b"", not request.body_exists
     body_model: tuple[str | None, str | None] = (None, None)
@@ -357,6 +358,22 @@ async def read_selector(request: web.BaseRequest, route: Route, scan_limit: int)
         body_model = select_from_body(prefix, complete, content_type, rule)
     model, source = select_from_request_parts(rule, body_model, request.query, request.headers)
     return Selection(model, prefix, complete, source)
+
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+def _refuse_form_on_json(request: web.BaseRequest, route: Route) -> None:
+    """A form-encoded body on a JSON route is a 415: it is what a cross-site HTML form sends,
+    and no JSON API reads it. Ollama- and llama-server-style routes (`origin_strict`) take
+    bodies of any content type, as those servers do."""
+    if route.body is not BodyMode.JSON or route.origin_strict or not request.body_exists:
+        return
+    kind = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    if kind == FORM_TYPE:
+        raise UnsupportedMediaType(
+            f"{request.path} takes a JSON body: send it with Content-Type: application/json"
+        )
 
 
 async def body_stream(

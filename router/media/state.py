@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -18,6 +20,20 @@ class ImageLane:
     remembered: str | None = None
     jobs: OrderedDict[str, Runtime] = field(default_factory=OrderedDict)
     watchers: set[asyncio.Task[None]] = field(default_factory=set)
+    # Generations in flight on this node (token -> wall-clock start), for A1111's progress.
+    generating: dict[int, float] = field(default_factory=dict)
+    _tokens: itertools.count[int] = field(default_factory=itertools.count)
+
+    def generation_started(self) -> int:
+        token = next(self._tokens)
+        self.generating[token] = time.time()
+        return token
+
+    def generation_ended(self, token: int) -> None:
+        self.generating.pop(token, None)
+
+    def oldest_generation(self) -> float | None:
+        return min(self.generating.values(), default=None)
 
     def remember_job(self, job_id: str, runtime: Runtime) -> None:
         self.jobs[job_id] = runtime

@@ -98,6 +98,11 @@ class Metrics:
         self.loads = Counter(
             "tensor_router_loads", "Backend loads, by result.", ["family", "result"], registry=r
         )
+        self.store_replaced = Counter(
+            "tensor_router_store_file_replaced",
+            "Times the store file was found deleted or replaced and a fresh one opened.",
+            registry=r,
+        )
         self.load_duration = Histogram(
             "tensor_router_load_duration_seconds",
             "Spawn to ready.",

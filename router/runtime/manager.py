@@ -22,8 +22,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from router.config import ModelConfig, evicts
+from router.config.availability import missing_files, missing_message
 from router.domain import Family, Lane
-from router.errors import ServiceUnavailable
+from router.errors import Conflict, ServiceUnavailable
 from router.runtime import scheduler
 from router.runtime.lifecycle import RuntimeCore
 from router.runtime.queues import Claim, Entry, Waiter
@@ -59,6 +60,7 @@ class RuntimeManager(RuntimeCore):
             and self._has_room(runtime)
         ):
             return self._grant(runtime, arrived)
+        _refuse_missing(spec)
         timeout = self._settings.runtime.queue_timeout
         return await self._enqueue(spec, lane, arrived, timeout, "runtime.queue_timeout")
 
@@ -80,6 +82,7 @@ class RuntimeManager(RuntimeCore):
         lane = lane or primary_lane(config)
         spec = spec_for(config, lane)
         self._check_open()
+        _refuse_missing(spec)
         rt = self._settings.runtime
         bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
         setting = "runtime.max_batch_wait + stop_grace + load_timeout"
@@ -236,6 +239,8 @@ class RuntimeManager(RuntimeCore):
     def _release(self, runtime: Runtime) -> None:
         runtime.leases -= 1
         self._activity.poke()
+        for listener in self.released:
+            listener(runtime.config)
         runtime.last_release = self._clock()
         if runtime.leases == 0:
             if all(rt.leases == 0 for rt in self._runtimes.values()):
@@ -391,3 +396,12 @@ def _phase(runtime: Runtime | None) -> scheduler.Phase:
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]
+
+
+def _refuse_missing(spec: RuntimeSpec) -> None:
+    """A load whose model file is absent fails at once, before any queue or eviction."""
+    missing = missing_files(spec.config, spec.occupies)
+    if missing:
+        config = spec.config
+        name = config.image_id if spec.lane is Lane.IMAGE and config.image_id else config.id
+        raise Conflict(missing_message(name, missing), code="model_files_missing")

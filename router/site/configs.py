@@ -188,14 +188,14 @@ def catalog_findings(
 ) -> list[Finding]:
     """What the catalog would say beside the parser: ID clashes with other files, absent files."""
     findings: list[Finding] = []
-    mine = {i for i in (config.id, config.image_id) if i is not None}
+    mine = set(config.names)  # IDs and router_aliases
     for other in others:
         if other.path.name == config.path.name:
             continue
-        clash = mine & {i for i in (other.id, other.image_id) if i is not None}
+        clash = mine & set(other.names)
         if clash:
             findings.append(Finding("error", "id_clash",
-                                    f"model ID {min(clash)!r} is already used by {other.path.name}",
+                                    f"model name {min(clash)!r} is already used by {other.path.name}",
                                     prefix))  # fmt: skip
     for key in missing:
         findings.append(Finding("warning", "missing_file",

@@ -88,7 +88,7 @@ def model_record(
         "components": components,
         "state": runtimes[0]["state"] if runtimes else "unloaded",
         "runtimes": runtimes,
-        "benchmark": None,  # the benchmark store is not built yet
+        "benchmark": None,  # filled by the route from the store's newest run
         "warnings": list(config.warnings),
     }
 

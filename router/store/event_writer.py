@@ -70,7 +70,13 @@ def insert(db: sqlite3.Connection, rows: list[Row]) -> None:
         db.executemany(INSERT_EVENT, rows)
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        # SQLite has already rolled back after some errors (a full disk); a ROLLBACK then
+        # fails with "no transaction is active", which must not hide the real cause.
+        if db.in_transaction:
+            try:
+                db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
         raise
 
 

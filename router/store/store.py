@@ -26,7 +26,7 @@ from typing import Any
 import aiosqlite
 
 from router.config import AnalyticsSection
-from router.errors import sanitize
+from router.errors import InternalError, StoreUnavailable, sanitize
 from router.store import analytics as an
 from router.store import captures as cap
 from router.store import ranges
@@ -36,7 +36,9 @@ from router.store.channel import EventChannel, log_skipped
 from router.store.cost_samples import CostSamples
 from router.store.db import connect, migrate, prepare_path, secure_files
 from router.store.downloads import DownloadRows
+from router.store.file_watch import FileWatch
 from router.store.guardians import GuardianAssignments
+from router.store.health import SETTING, cause, within
 from router.store.lending import LendingRows
 from router.store.links import RoutingLinks
 from router.store.rows import Raw, rows_from_raws
@@ -50,7 +52,7 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store:
+class Store(FileWatch):
     def __init__(
         self,
         path: Path,
@@ -64,8 +66,8 @@ class Store:
         self.settings = settings
         self._db = db
         self._reader = reader
-        self._writer = Writer(db, settings.flush_interval, self._hourly)
-        # The reader is looked up on each read (the store may move to a fresh file).
+        self._writer = Writer(db, settings.flush_interval, self._periodic)
+        # The reader is looked up on each read: the store may move to a fresh file (FileWatch).
         access = Access(self._writer, lambda: self._reader, self._settle)
         self.benchmarks = BenchmarkRuns(access)
         self.costs = CostSamples(access, node_id)
@@ -78,14 +80,27 @@ class Store:
         self._cap_bytes = int(settings.load_capture_max_output_mb * 1024 * 1024)
         self._last_retention = time.monotonic()
         self.schema_version = 0
+        self._watch_init()
 
     @classmethod
     async def open(cls, path: Path, *, node_id: str, analytics: AnalyticsSection) -> Store:
-        path = await asyncio.to_thread(_prepare, Path(path))
-        db = await connect(path)
+        try:
+            path = await asyncio.to_thread(_prepare, Path(path))
+            db = await connect(path)
+        except (OSError, sqlite3.Error) as exc:
+            raise _cannot_open(path, exc) from None
         try:
             version = await migrate(db)
             reader = await connect(path, read_only=True)
+        except (OSError, sqlite3.Error) as exc:
+            await db.close()
+            raise _cannot_open(path, exc) from None
+        except InternalError as exc:
+            await db.close()
+            # A migration the disk refused (full, read-only) is that; a newer schema is not.
+            if isinstance(exc.__cause__, OSError | sqlite3.Error):
+                raise _cannot_open(path, exc.__cause__) from None
+            raise
         except BaseException:
             await db.close()
             raise
@@ -140,12 +155,19 @@ class Store:
             self._writer.add_events(rows_from_raws([raw], log_skipped))
 
     async def flush(self) -> int:
-        """Write the buffer and fold the WAL back into the file; returns events written."""
+        """Write the buffer and fold the WAL back into the file; returns events written.
+        StoreUnavailable (503, the cause named) past the store's deadline."""
+        return await within(self.path, "write the events it holds", self._flush())
+
+    async def _flush(self) -> int:
         committed = await self._events.sync() if self._events is not None else 0
         return committed + await self._writer.flush(checkpoint=True)
 
     async def _settle(self) -> None:
-        """Before a read: everything recorded so far is in the database."""
+        """Before a read: everything recorded so far is in the database (or 503)."""
+        await within(self.path, "write the events it holds before the read", self._settled())
+
+    async def _settled(self) -> None:
         if self._events is not None:
             await self._events.sync()
         await self._writer.flush(checkpoint=False)
@@ -175,6 +197,10 @@ class Store:
         window = ranges.plan(name, time.time() if now is None else now)
         result = await ranges.range_summary(self._reader, window, model, list(nodes))
         return {"node_id": self.node_id, **result}
+
+    async def _periodic(self) -> None:
+        await self.check_file()  # a deleted or replaced file (router/store/file_watch.py)
+        await self._hourly()
 
     async def _hourly(self) -> None:
         if time.monotonic() - self._last_retention >= RETENTION_PERIOD:
@@ -376,13 +402,20 @@ class Store:
     async def backup_to(self, dest: Path) -> int:
         """A single-point-in-time copy of the whole database at `dest` (0600); returns bytes."""
         await self._settle()
-        return await asyncio.to_thread(_backup, self.path, Path(dest))
+        return await within(
+            self.path, "copy the database", asyncio.to_thread(_backup, self.path, Path(dest))
+        )
 
     async def download_copy(self) -> Path:
         """A backup in a private temp file next to the database; the caller deletes it."""
-        fd, name = tempfile.mkstemp(
-            prefix=f".{self.path.name}{_DOWNLOAD_MARK}", suffix=".sqlite", dir=self.path.parent
-        )
+        try:
+            fd, name = tempfile.mkstemp(
+                prefix=f".{self.path.name}{_DOWNLOAD_MARK}", suffix=".sqlite", dir=self.path.parent
+            )
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"the analytics store cannot copy the database: {cause(self.path, exc)} ({SETTING})"
+            ) from None
         os.close(fd)
         try:
             await self.backup_to(Path(name))
@@ -391,6 +424,11 @@ class Store:
                 os.unlink(name)
             raise
         return Path(name)
+
+
+def _cannot_open(path: Path, exc: BaseException) -> StoreUnavailable:
+    """The start-up failure, one line: the setting, the file and why (no traceback)."""
+    return StoreUnavailable(f"cannot open the store ({SETTING} = {path}): {cause(Path(path), exc)}")
 
 
 def _backup(source: Path, dest: Path) -> int:

@@ -75,6 +75,10 @@ class Writer:
         self.stats = WriterStats()
         self._task: asyncio.Task[None] | None = None
 
+    def swap(self, db: aiosqlite.Connection) -> None:
+        """Write to `db` from now on (the store reopened its file); between writes only."""
+        self._db = db
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="store-writer")
 
@@ -138,8 +142,8 @@ class Writer:
                 if self._periodic is not None and not closing:
                     await self._periodic()
             except Exception as exc:  # the writer must outlive any one bad moment
-                log.exception("store writer: write failed; will retry")
                 self.stats.write_errors += 1
+                _log_failure(exc, self.stats.write_errors)
                 for request in requests:
                     if not request.future.done():
                         request.future.set_exception(exc)
@@ -211,6 +215,15 @@ class Writer:
                 log.error("store writer: row refused (%s): %s", exc, op.sql.split("(")[0])
                 if op.future is not None and not op.future.done():
                     op.future.set_exception(exc)
+
+
+def _log_failure(exc: Exception, count: int) -> None:
+    """The cause in one line (a full disk retries every second: the 1st, 10th, every 100th);
+    a traceback only for what is not SQLite's or the filesystem's doing."""
+    if not isinstance(exc, sqlite3.Error | OSError):
+        log.exception("store writer: write failed; will retry")
+    elif count in (1, 10) or count % 100 == 0:
+        log.error("store writer: write failed (%s); held and retried (%d failures)", exc, count)
 
 
 def _encode(rows: list[Row]) -> str:

@@ -3,6 +3,7 @@
 import { ApiError, api, onUnauthorized, setCsrfToken } from './lib/api.js';
 import { h, replace } from './lib/dom.js';
 import { createEvents } from './lib/sse.js';
+import { formatDateTime } from './lib/fmt.js';
 import { errorBox } from './lib/ui.js';
 import { UI_BASE, encodeParams, pageHref, pageOf, readParams } from './lib/url.js';
 import { DEFAULT_PAGE, PAGES } from './pages/index.js';
@@ -147,10 +148,28 @@ async function logout() {
   location.assign(pageHref('login'));
 }
 
+// A banner under the header for what the operator must know whatever the page: the store
+// file found deleted or replaced (docs/store.md). The hello event repeats earlier ones.
+const shownNotices = new Set();
+
+function showStoreIncident(incident) {
+  const key = `${incident.change}-${incident.detected_at}`;
+  if (shownNotices.has(key)) return;
+  shownNotices.add(key);
+  const box = document.getElementById('notices');
+  box.hidden = false;
+  box.append(h('p', { 'data-kind': 'store_replaced' },
+    `The analytics store file was ${incident.change} while the router ran; a fresh file was opened `
+    + `at ${formatDateTime(incident.detected_at)}. Lost: every row of the old file, and what was `
+    + `written since ${formatDateTime(incident.intact_at)}.`));
+}
+
 function startEvents() {
   shell.events = createEvents({ onstatus: setConnection });
   // A router without the session route still names itself in the stream's first event.
   shell.events.subscribe((event) => {
+    if (event.event === 'store_replaced') showStoreIncident(event);
+    if (event.event === 'hello') (event.store_incidents || []).forEach(showStoreIncident);
     if (event.event === 'hello' && shell.session && !shell.session.node && event.node_id) {
       shell.session = { ...shell.session, node: { node_id: event.node_id } };
       renderHeader();

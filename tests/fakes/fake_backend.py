@@ -79,6 +79,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--parallel": "parallel",
 }
 _BOOL = {
+    "--native-model-path": "native_model_path",
     "--embedding": "embedding",
     "--embeddings": "embedding",
     "--metrics": "metrics",
@@ -125,6 +126,8 @@ class Opts:
     crash_after: int | None = None
     hang_after: int | None = None
     slow_health: float = 0.0
+    # llama-server builds that name the model by its -m path in /completion answers
+    native_model_path: bool = False
     refuse_for: float = 0.0
     reset_after_body: bool = False
     record_requests: str = ""
@@ -569,7 +572,7 @@ def llamacpp_routes(st: State) -> web.RouteTableDef:
 
     @r.post("/completion")
     async def native(request: web.Request) -> Any:
-        return await llamacpp_native(request, st, model_id)
+        return await llamacpp_native(request, st, o.model if o.native_model_path else model_id)
 
     @r.post("/v1/embeddings")
     @r.post("/embeddings")

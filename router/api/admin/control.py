@@ -8,10 +8,11 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import CATALOG, RUNTIMES, SHUTDOWN
+from router.appkeys import CATALOG, RUNTIMES, SETTINGS, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
+from router.memory.status import Held, machine_devices, memory_status
 from router.runtime import primary_lane
 
 TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
@@ -56,10 +57,20 @@ async def shutdown(request: web.Request) -> web.StreamResponse:
 
 async def status(request: web.Request) -> web.StreamResponse:
     runtimes = request.app[RUNTIMES]
+    snapshot = runtimes.snapshot()
+    held = [Held(v.key, v.config, v.lane, v.family, v.state.value) for v in runtimes.views()]
+    settings = request.app[SETTINGS]
+    # Discovery (once) and estimates read NVML and model headers (cached): off the event loop.
+    memory, devices = await asyncio.to_thread(
+        lambda: memory_status(held, settings, machine_devices())
+    )
+    for entry in snapshot:
+        entry["memory"] = memory.get(entry["runtime"])
     return web.json_response(
         {
-            "runtimes": runtimes.snapshot(),
+            "runtimes": snapshot,
             "queued": {lane.value: runtimes.queue_length(lane) for lane in Lane},
+            "devices": devices,
         }
     )
 

@@ -18,9 +18,10 @@ import time
 
 from aiohttp import web
 
-from router.appkeys import EVENTS, RUNTIMES, SETTINGS
+from router.appkeys import EVENTS, INFLIGHT, RUNTIMES, SETTINGS, STORE
+from router.edge.inflight import ended_at_deadline
 from router.records import EventBus
-from router.records.events import Event, resync_event
+from router.records.events import Event, Subscription, resync_event
 
 HEADERS = {
     "Content-Type": "text/event-stream",
@@ -55,6 +56,9 @@ def opening(request: web.Request, bus: EventBus) -> list[Event]:
     node = request.app[SETTINGS].cluster.node_id
     now = time.time()
     hello = {"event": "hello", "id": now_id, "time": now, "node_id": node, "retry_ms": RETRY_MS}
+    store = request.app.get(STORE)
+    if store is not None and store.incidents:  # the WebUI keeps the banner across reloads
+        hello["store_incidents"] = list(store.incidents)
     events.append(hello)
     for runtime in request.app[RUNTIMES].snapshot():
         events.append({"event": "state", "id": now_id, "time": now, **runtime})
@@ -69,24 +73,32 @@ async def stream(request: web.Request) -> web.StreamResponse:
     if request.method == "HEAD":  # headers only: there is no body to wait for
         return web.Response(headers=HEADERS)
     bus = request.app[EVENTS]
-    heartbeat = request.app[SETTINGS].ui.events_heartbeat
-    deadline = heartbeat * 4
     response = web.StreamResponse(headers=HEADERS)
     async with bus.subscribe() as subscription:
         await response.prepare(request)
         try:
-            await _write(response, f"retry: {RETRY_MS}\n\n".encode(), deadline)
-            for event in opening(request, bus):
-                await _write(response, encode(event), deadline)
-            while True:
-                try:
-                    event = await asyncio.wait_for(subscription.get(), heartbeat)
-                except TimeoutError:
-                    await _write(response, HEARTBEAT, deadline)
-                    continue
-                await _write(response, encode(event), deadline)
+            # At the graceful stop's deadline the stream ends with an error event (R27).
+            async with ended_at_deadline(request.app[INFLIGHT], response):
+                await _follow(request, response, subscription, bus)
         except TimeoutError:
             # A client that has not taken a byte for four heartbeats: give its slot back.
             if request.transport is not None:
                 request.transport.close()
     return response
+
+
+async def _follow(
+    request: web.Request, response: web.StreamResponse, subscription: Subscription, bus: EventBus
+) -> None:
+    heartbeat = request.app[SETTINGS].ui.events_heartbeat
+    deadline = heartbeat * 4
+    await _write(response, f"retry: {RETRY_MS}\n\n".encode(), deadline)
+    for event in opening(request, bus):
+        await _write(response, encode(event), deadline)
+    while True:
+        try:
+            event = await asyncio.wait_for(subscription.get(), heartbeat)
+        except TimeoutError:
+            await _write(response, HEARTBEAT, deadline)
+            continue
+        await _write(response, encode(event), deadline)

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from router.api.inference.forward import Override, forward
 from router.api.inference.lanes import active_view, choose_config
-from router.appkeys import CATALOG, COMFY, RUNTIMES, SESSION, SETTINGS
+from router.appkeys import CATALOG, COMFY, INFLIGHT, RUNTIMES, SESSION, SETTINGS
 from router.comfy import (
     check_upload_name,
     history_entry,
@@ -378,7 +378,7 @@ async def comfy_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     root = await asyncio.to_thread(private_dir, scratch_root(settings))
     uploads = UploadStore(root / "uploads", int(settings.limits.upload_mb * MiB))
-    app[COMFY] = ComfyState(uploads, JobRunner(root, app[SESSION], app[RUNTIMES]))
+    app[COMFY] = ComfyState(uploads, JobRunner(root, app[SESSION], app[RUNTIMES], app[INFLIGHT]))
     yield
     await app[COMFY].jobs.close()
 

@@ -44,14 +44,8 @@ from router.forwarding import (
 )
 from router.lending import (
     BORROWED,
+    LENDING,
     OFFLOAD_RETURNED,
-    finishing,
-    hold_then_relay,
-    lend,
-    lendable,
-    lendable_remote,
-    serving,
-    ungated,
 )
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime, RuntimeView, choose_config
@@ -209,14 +203,19 @@ async def _forward(
     # Borrowed work (lent to this node, the master's own included) is served here, never relayed.
     relays = override.plain and request.get(BORROWED) is None
     target = override.relay_to or (remote_target(request, selection) if relays else None)
+    lending = request.app[LENDING]
     if target is not None:
         lane = route.lane or Lane.TEXT
-        owned = lendable_remote(request, selection, target, lane) if override.plain else ()
+        owned = (
+            lending.owner.lendable_remote(request, selection, target, lane)
+            if override.plain
+            else ()
+        )
         to_owner = functools.partial(
             relay, request, selection, target, result, override.relay_watch
         )
         if owned:  # a slave's linked model: held here until lent or relayed to its owner
-            return await hold_then_relay(request, selection, owned, result, to_owner)
+            return await lending.owner.hold_then_relay(request, selection, owned, result, to_owner)
         return await to_owner()
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
@@ -224,18 +223,18 @@ async def _forward(
         config, target = answering(request, config, info)
         if target is not None:
             return await relay(request, selection, target, result)
-    links = lendable(request, selection, config, lane) if override.plain else ()
+    links = lending.owner.lendable(request, selection, config, lane) if override.plain else ()
     if links:
         held_from = time.monotonic()
-        lent = await lend(request, selection, links, result)
+        lent = await lending.owner.lend(request, selection, links, result)
         if lent is not None:
             return lent
         # Held time is waiting, not work: the cost fits read duration less queue wait.
         info.queue_wait_ms += (time.monotonic() - held_from) * 1000.0
-    if ungated(request, config, lane):
+    if lending.helper.ungated(request, config, lane):
         return await _serve(request, route, info, result, override, config, public_id, lane)
-    with finishing(request, links):
-        async with serving(request, config, lane):
+    with lending.owner.finishing(links):
+        async with lending.helper.serving(request, config, lane):
             return await _serve(request, route, info, result, override, config, public_id, lane)
 
 
@@ -253,7 +252,7 @@ async def _serve(
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
-    _check_served(route, config, lane, request, backend_path)
+    _check_served(route, config, public_id, lane, request, backend_path)
     for resend in (False, True):
         lease = await request.app[RUNTIMES].ensure(config, lane)
         info.queue_wait_ms += lease.queue_wait_ms
@@ -312,10 +311,11 @@ async def _send(
         result.status = response.status
         return response
     runtime = lease.runtime
-    rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id)
+    path_qs = override.path_qs or request.rel_url.raw_path_qs
+    also = _answered_paths(runtime, config, _path(path_qs))
+    rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id, also)
     if override.on_lease is not None:
         rewriter = override.on_lease(lease, rewriter)
-    path_qs = override.path_qs or request.rel_url.raw_path_qs
     selection = override.selection
     # The config's template kwargs go with every chat completion the backend gets, whatever
     # surface the client spoke (an Ollama /api/chat becomes one).
@@ -341,6 +341,19 @@ async def _send(
     if result.backend_failed:
         request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
     return response
+
+
+_NATIVE_COMPLETION = frozenset({"/completion", "/completions"})
+
+
+def _answered_paths(runtime: Runtime, config: ModelConfig, path: str) -> tuple[str, ...]:
+    """llama-server's native /completion answer names the model by its file's absolute path
+    (not its --alias): that path too becomes the public ID. Other answers never carry it, so
+    their rewriting stays free."""
+    if runtime.spec.family is not Family.LLAMACPP or path not in _NATIVE_COMPLETION:
+        return ()
+    model_file = config.model_file(runtime.spec.lane)
+    return (str(model_file),) if model_file is not None else ()
 
 
 def _overhead(info: RequestInfo, result: ProxyResult, wait_s: float) -> Callable[[], float]:
@@ -401,10 +414,16 @@ def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
 
 
 def _check_served(
-    route: Route, config: ModelConfig, lane: Lane, request: web.Request, backend_path: str
+    route: Route,
+    config: ModelConfig,
+    public_id: str,
+    lane: Lane,
+    request: web.Request,
+    backend_path: str,
 ) -> None:
+    # Messages name the ID the client used (an image model's own ID, an alias), never a file.
     if lane not in config.lanes:
-        raise BadRequest(f"model {config.id!r} has no {lane} component; {_use_instead(config)}")
+        raise BadRequest(f"model {public_id!r} has no {lane} component; {_use_instead(config)}")
     if config.backend_mode is BackendMode.VLLM and not route.vllm:
         raise RouteNotFound(request.path)  # vLLM's strict allowlist (S23): never forwarded
     family = family_for(config.backend_mode, lane)
@@ -412,7 +431,7 @@ def _check_served(
         raise BadRequest(f"{lane} requests are not served under backend_mode {config.backend_mode}")
     if not adapter_for(family).serves(backend_path, request.method):
         raise BadRequest(
-            f"{request.method} {request.path} is not served by {family} for model {config.id!r}; "
+            f"{request.method} {request.path} is not served by {family} for model {public_id!r}; "
             f"{_use_instead(config)}"
         )
 

@@ -4,7 +4,11 @@
   as the lane's model; `GET` answers the current one (merged with the backend's own options
   when an image runtime is up). `POST /sdapi/v1/refresh-checkpoints` rescans the catalog.
 - Discovery (every GET, and interrupt/skip) goes to the active image runtime and never loads
-  one; with none active, list routes answer `[]`, progress answers "idle", others 503.
+  one; with none active, list routes answer `[]`, progress answers "idle", others 503. A
+  backend without a list, progress, interrupt or skip route (sd-server) gets A1111's answer
+  made by the router: progress from the lane's own activity (router/media/a1111.py).
+- txt2img/img2img: a missing or negative seed is fixed before sending (as A1111 does), and the
+  answer's `info` is A1111's JSON string with that seed and the public model ID.
 - Generation selects by `model` / `sd_model_checkpoint` / `override_settings...`, else the
   lane's active runtime, else the remembered model, else the only image configuration.
 - sd-server's asynchronous jobs keep their runtime: the submission's lease is held until the
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +29,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from backends.registry import adapter_for
 from router.api.inference import forward as forwarder
 from router.api.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.api.inference.responses import pinned_target, pinning
@@ -34,11 +40,15 @@ from router.domain import Family, Lane, MiB, family_for
 from router.edge import Handler, arrived, control_cap, match_of, matched_route, read_body, read_json
 from router.errors import BadRequest, JobNotFound, ServiceUnavailable
 from router.forwarding import (
+    ModelRewriter,
+    Reply,
+    Rewrite,
     Selection,
+    Translation,
     body_stream,
     read_selector,
 )
-from router.media import ImageLane
+from router.media import ImageLane, a1111
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime, RuntimeView
 
@@ -56,14 +66,7 @@ _LIST_ROUTES = frozenset(
     }
 )  # fmt: skip
 _CONTROL_POSTS = frozenset({"interrupt", "skip"})
-_IDLE_PROGRESS = {
-    "progress": 0.0,
-    "eta_relative": 0.0,
-    "state": {"skipped": False, "interrupted": False, "job": "", "job_count": 0,
-              "job_timestamp": "0", "job_no": 0, "sampling_step": 0, "sampling_steps": 0},
-    "current_image": None,
-    "textinfo": None,
-}  # fmt: skip
+_MADE_HERE = frozenset({"progress", "scripts", *_CONTROL_POSTS})
 
 
 def lane_state(app: web.Application) -> ImageLane:
@@ -171,7 +174,59 @@ async def forward(request: web.Request) -> web.StreamResponse:
         return await forwarder.forward(request, _relayed(request, selection, target, kind))
     if kind == "submit":
         return await _submit(request, selection)
-    return await forwarder.forward(request, selection)
+    state = lane_state(request.app)
+    token = state.generation_started()
+    try:
+        return await forwarder.forward(request, _generation(request, selection))
+    finally:
+        state.generation_ended(token)
+
+
+_A1111_GENERATION = frozenset({"txt2img", "img2img"})
+
+
+def _generation(request: web.Request, selection: Selection) -> Selection | forwarder.Override:
+    """A1111's txt2img/img2img: the seed fixed before sending, `info` rewritten in the answer.
+    A body too large to hold (beyond the selector scan) goes as it is, its answer too."""
+    tail = match_of(request).params.get("tail", "")
+    if not request.path.startswith("/sdapi/") or tail not in _A1111_GENERATION:
+        return selection
+    if not selection.complete:
+        return selection
+    body, fields = a1111.fix_seed(selection.prefix, secrets.randbelow(a1111.SEED_MAX + 1))
+    if fields is None:
+        return selection
+    fixed = Selection(selection.model, body, True, selection.source)
+    img2img = tail == "img2img"
+
+    def translation(lease: Lease) -> Translation:
+        model = public_id(lease.runtime.config, Lane.IMAGE)
+        local = lease.runtime.local_model_id or model
+        return _GenerationAnswer(Rewrite(ModelRewriter(model, local)), fields, model, img2img)
+
+    return forwarder.Override(fixed, translation=translation)
+
+
+class _GenerationAnswer:
+    """The backend's txt2img/img2img answer, held whole, its `info` made A1111's."""
+
+    def __init__(self, default: Rewrite, fields: dict[str, Any], model: str, img2img: bool) -> None:
+        self._default, self._fields, self._model, self._img2img = default, fields, model, img2img
+        self._parts: list[bytes] = []
+
+    def reply(self, status: int, content_type: str, length: int | None) -> Reply:
+        reply = self._default.reply(status, content_type, length)
+        if status != 200 or "json" not in content_type.lower():
+            return reply
+        return Reply(status, self, reply.fail, whole=True)
+
+    def feed(self, chunk: bytes) -> bytes:
+        self._parts.append(chunk)
+        return b""
+
+    def flush(self) -> bytes:
+        body, self._parts = b"".join(self._parts), []
+        return a1111.generation_answer(body, self._fields, self._model, self._img2img)
 
 
 async def _selection(request: web.Request) -> Selection:
@@ -188,21 +243,43 @@ async def _selection(request: web.Request) -> Selection:
 
 async def _discovery(request: web.Request) -> web.StreamResponse:
     active = active_view(request.app, Lane.IMAGE)
-    if active is not None:
+    tail = match_of(request).params.get("tail", "")
+    sdapi = request.path.startswith("/sdapi/")
+    if active is not None and not (sdapi and _made_here(active, request, tail)):
         model = public_id(active.config, Lane.IMAGE)
         return await forwarder.forward(request, Selection(model, b"", not request.body_exists))
-    tail = match_of(request).params.get("tail", "")
-    if request.path.startswith("/sdapi/") and tail in _LIST_ROUTES:
+    if sdapi and tail in _LIST_ROUTES:
         return web.json_response([])
-    if tail == "progress":
-        return web.json_response(_IDLE_PROGRESS)
-    if tail in _CONTROL_POSTS:
-        return web.json_response(None)  # nothing runs, so nothing to interrupt
+    if sdapi and tail == "progress":
+        return web.json_response(a1111.progress_record(_activity(request.app, active)))
+    if sdapi and tail == "interrupt":
+        # A1111's answer. sd-server cannot stop a generation it runs (docs/media.md), so the
+        # generation in flight finishes; nothing else is running to stop.
+        return web.json_response(a1111.INTERRUPT_ANSWER)
+    if sdapi and tail == "skip":
+        return web.json_response(a1111.SKIP_ANSWER)
+    if sdapi and tail == "scripts":
+        return web.json_response(a1111.NO_SCRIPTS)
     raise ServiceUnavailable(
         f"{request.path} answers from the active image model and none is loaded: select one "
         'with POST /sdapi/v1/options {"sd_model_checkpoint": "<id>"} (ids: GET '
         "/sdapi/v1/sd-models), a generation naming a model, or POST /router/v1/load"
     )
+
+
+def _made_here(active: RuntimeView, request: web.Request, tail: str) -> bool:
+    """An A1111 route the active backend lacks but whose answer the router can give."""
+    made = tail in _LIST_ROUTES or tail in _MADE_HERE
+    return made and not adapter_for(active.family).serves(request.path, request.method)
+
+
+def _activity(app: web.Application, active: RuntimeView | None) -> a1111.LaneActivity:
+    if active is None:
+        return a1111.LaneActivity(0, 0, None, None)
+    waiting = app[RUNTIMES].queue_length(Lane.IMAGE)
+    started = lane_state(app).oldest_generation()
+    model = public_id(active.config, Lane.IMAGE)
+    return a1111.LaneActivity(active.leases, waiting, started, model)
 
 
 # ---- sd-server asynchronous jobs -------------------------------------------------------------

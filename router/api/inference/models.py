@@ -10,6 +10,7 @@ from router.api.node import find_remote, openai_entry, remote_only, router_entry
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import Summary
 from router.config import ModelConfig
+from router.config.availability import MISSING_STATUS
 from router.domain import Lane
 from router.edge import Handler, match_of, node_of, read_json
 from router.errors import BadRequest, ModelNotFound
@@ -24,19 +25,34 @@ def _created(config: ModelConfig) -> int:
         return 0
 
 
-def _openai_entry(request: web.Request, config: ModelConfig) -> dict[str, Any]:
+def _openai_entry(
+    request: web.Request, config: ModelConfig, name: str | None = None
+) -> dict[str, Any]:
     return {
-        "id": config.id,
+        "id": name or config.id,
         "object": "model",
         "created": _created(config),
         "owned_by": OWNER,
-        "status": request.app[RUNTIMES].status_of(config.id),
+        "status": _status(request, config),
     }
+
+
+def _status(request: web.Request, config: ModelConfig) -> str:
+    """The runtime's state; `missing files` for an unloaded config whose files are absent."""
+    status = request.app[RUNTIMES].status_of(config.id)
+    if status == "unloaded" and request.app[CATALOG].missing_files(config):
+        return MISSING_STATUS
+    return status
 
 
 async def openai_list(request: web.Request) -> web.StreamResponse:
     catalog = request.app[CATALOG]
-    data = [_openai_entry(request, c) for c in catalog.configs() if c.lanes & _TEXT_SIDE]
+    data = [
+        _openai_entry(request, c, name)
+        for c in catalog.configs()
+        if c.lanes & _TEXT_SIDE
+        for name in (c.id, *c.aliases)  # router_aliases are listed as models of their own
+    ]
     data += [openai_entry(p, OWNER) for p in remote_only(request, _TEXT_SIDE)]
     return web.json_response({"object": "list", "data": data})
 
@@ -44,12 +60,12 @@ async def openai_list(request: web.Request) -> web.StreamResponse:
 async def openai_get(request: web.Request) -> web.StreamResponse:
     model_id = match_of(request).params.get("model_id") or match_of(request).params.get("id", "")
     config = request.app[CATALOG].resolve(model_id)
-    if config is None or config.id != model_id:
+    if config is None or model_id not in (config.id, *config.aliases):
         remote = find_remote(request, model_id)
         if remote is None:
             raise ModelNotFound(model_id)
         return web.json_response(openai_entry(remote, OWNER))
-    return web.json_response(_openai_entry(request, config))
+    return web.json_response(_openai_entry(request, config, model_id))
 
 
 async def sd_list(request: web.Request) -> web.StreamResponse:
@@ -61,16 +77,19 @@ async def sd_list(request: web.Request) -> web.StreamResponse:
         if config is None:
             continue
         diffusion = config.model_file(Lane.IMAGE)
-        models.append(
+        # An image-only config's aliases are image names; a combined one's are text names.
+        names = (image_id, *config.aliases) if config.lanes == {Lane.IMAGE} else (image_id,)
+        models += [
             {
-                "title": image_id,
-                "model_name": image_id,
+                "title": name,
+                "model_name": name,
                 "hash": (config.asset_sha256.get("sdmodel") or "")[:10] or None,
                 "sha256": config.asset_sha256.get("sdmodel"),
                 "filename": diffusion.name if diffusion else "",
                 "config": None,
             }
-        )
+            for name in names
+        ]
     return web.json_response(models)
 
 
@@ -81,13 +100,14 @@ def router_record(request: web.Request, config: ModelConfig) -> dict[str, Any]:
     return {
         "id": config.id,
         "image_id": config.image_id,
+        "aliases": list(config.aliases),
         "capabilities": sorted(lane.value for lane in config.lanes),
         "backend_mode": config.backend_mode.value,
         "source": "local",
         "node_id": settings.cluster.node_id,
         "config_file": config.path.name,
         "hashes": {"config": config.config_sha256, **dict(config.asset_sha256)},
-        "status": request.app[RUNTIMES].status_of(config.id),
+        "status": _status(request, config),
         "available": not missing,
         "missing_files": list(missing),
         "disabled": catalog.is_disabled(config.id),

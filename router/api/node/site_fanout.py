@@ -21,6 +21,7 @@ from router.classify import node_path
 from router.cluster import NodeEntry
 from router.edge import Handler, node_filter, query_int
 from router.errors import NotFound, RouterError
+from router.store.captures import encode_cursor
 
 _FILTERS = ("node", "node_id")
 # The load-captures page size, as the node's own route takes it (router/api/site_store.py).
@@ -108,8 +109,10 @@ def _cleared(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> di
 
 def _captures(handler: Handler) -> Handler:
     """`GET site/load-captures` with no `node` filter (every node) or several: each node's page
-    under the same filters, merged newest first to `limit`. Paging goes on per node: `cursors`
-    holds each node's next cursor (a merged cursor across nodes is not offered)."""
+    under the same filters and the same cursor, merged newest first to `limit`. Every node
+    orders its rows on (started_at, id), so one cursor (the last merged row's key) pages the
+    merged listing: `next_cursor` goes on across every node. `cursors` (each node's own next
+    cursor) stays for callers that page one node."""
 
     async def site(request: web.Request) -> web.StreamResponse:
         service = request.app[CLUSTER]
@@ -125,16 +128,12 @@ def _captures(handler: Handler) -> Handler:
         # Checked before any node is asked: a bad limit is this request's 400, not a 500.
         limit = query_int(request.query, "limit", CAPTURES_LIMIT, 1, MAX_CAPTURES_LIMIT)
         pages, failed = await _pages(request, handler, own, sorted(targets))
-        rows = sorted(
-            (row for page in pages.values() for row in page.get("captures", [])),
-            key=lambda row: row.get("started_at") or 0,
-            reverse=True,
-        )
+        rows, next_cursor = merge_capture_pages(list(pages.values()), limit)
         body = {
             "enabled": any(page.get("enabled") for page in pages.values()),
             "nodes": sorted(pages),
-            "captures": rows[:limit],
-            "next_cursor": None,
+            "captures": rows,
+            "next_cursor": next_cursor,
             "cursors": {node: page.get("next_cursor") for node, page in pages.items()},
             "failed": failed,
         }
@@ -147,7 +146,7 @@ async def _pages(
     request: web.Request, handler: Handler, own: str, nodes: list[str]
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     service = request.app[CLUSTER]
-    base = [(k, v) for k, v in request.query.items() if k not in ("node", "node_id", "cursor")]
+    base = [(k, v) for k, v in request.query.items() if k not in ("node", "node_id")]
     pages: dict[str, dict[str, Any]] = {}
     failed: list[dict[str, Any]] = []
     for node in nodes:
@@ -164,6 +163,24 @@ async def _pages(
         except RouterError as err:
             failed.append({"node_id": node, "error": err.message})
     return pages, failed
+
+
+def merge_capture_pages(
+    pages: list[dict[str, Any]], limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest `limit` rows of several nodes' pages (each already after the same cursor) and the
+    cursor after the last of them, or None when no node has more."""
+    rows = sorted(
+        (row for page in pages for row in page.get("captures", [])),
+        key=lambda row: (row.get("started_at") or 0.0, str(row.get("id", ""))),
+        reverse=True,
+    )
+    more = len(rows) > limit or any(page.get("next_cursor") for page in pages)
+    rows = rows[:limit]
+    if not more or not rows:
+        return rows, None
+    last = rows[-1]
+    return rows, encode_cursor(float(last.get("started_at") or 0.0), str(last.get("id", "")))
 
 
 def _analytics(request: web.Request, own: dict[str, Any], slaves: list[Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import DOWNLOADS, SETTINGS, STORE
+from router.appkeys import DOWNLOADS, INFLIGHT, SETTINGS, STORE
 from router.downloads import (
     Downloads,
     Job,
@@ -23,6 +23,7 @@ from router.downloads import (
     search_query,
 )
 from router.edge import Handler, match_of, node_of, read_json
+from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import encode_event
 
@@ -139,6 +140,13 @@ async def events(request: web.Request, job: Job) -> web.StreamResponse:
     await response.prepare(request)
     if request.method == "HEAD":
         return response
+    # At the graceful stop's deadline the stream ends with an error event (R27).
+    async with ended_at_deadline(request.app[INFLIGHT], response):
+        await _follow(response, job, after)
+    return response
+
+
+async def _follow(response: web.StreamResponse, job: Job, after: int) -> None:
     while True:
         changed = job.changed
         pending = [e for e in list(job.events) if e["id"] > after]
@@ -146,7 +154,7 @@ async def events(request: web.Request, job: Job) -> web.StreamResponse:
             await response.write(encode_event(event, event["event"], event_id=str(event["id"])))
             after = event["id"]
         if pending and pending[-1]["event"] == "state" and pending[-1]["state"] in ("completed", "failed", "cancelled", "paused"):  # fmt: skip
-            return response
+            return
         try:
             await asyncio.wait_for(changed.wait(), SSE_HEARTBEAT)
         except TimeoutError:

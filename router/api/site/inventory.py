@@ -13,11 +13,13 @@ from aiohttp import web
 
 from router.api.site.setup import backends_state
 from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
+from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import Handler, node_of, read_json
 from router.errors import BadRequest, Conflict, ModelNotFound, NotFound
 from router.site import SiteFiles, file_records, model_record, runtime_record
+from router.site.hardware import hardware
 
 _LANES = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", ""})
@@ -47,7 +49,7 @@ def _node_summary(request: web.Request, models: list[str], files: int | None) ->
         "role": settings.cluster.role,
         "backend_mode": settings.backend.mode.value,
         "available": True,
-        "hardware": None,
+        "hardware": hardware(),
         "models": models,
         "files": files,
         "error": None,
@@ -98,6 +100,10 @@ async def inventory(request: web.Request) -> web.Response:
         )
         for c in configs
     ]
+    benchmarks = await request.app[STORE].benchmarks.latest()
+    for record in models:  # the newest benchmark run of each model, as /router/v1/models has
+        row = benchmarks.get(record["id"])
+        record["benchmark"] = None if row is None else Summary.from_row(row).to_dict()
     files = file_records(scanned, digests, configs, component_stats) if include_files else None
     settings = request.app[SETTINGS]
     summary = _node_summary(request, [m["id"] for m in models], len(scanned) if files else None)

@@ -17,9 +17,10 @@ from aiohttp import web
 from backends.base import BackendError
 from backends.recipes import Recipe
 from backends.registry import adapter_for
-from router.appkeys import BACKEND_SETUP, LAUNCH_OPTIONS, RUNTIMES, SETTINGS
+from router.appkeys import BACKEND_SETUP, INFLIGHT, LAUNCH_OPTIONS, RUNTIMES, SETTINGS
 from router.domain import Family, Lane
 from router.edge import Handler, match_of, node_of, query_int, read_json
+from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, NotFound
 from router.forwarding import encode_event
 from router.setup import SetupJob, check_backend, output_page, parse_options
@@ -159,7 +160,8 @@ async def backends_init_events(request: web.Request) -> web.StreamResponse:
             encode_event({"event": "backend_init", **(stored or {})}, "backend_init")
         )
         return response
-    await _follow(response, job)
+    async with ended_at_deadline(request.app[INFLIGHT], response):  # R27
+        await _follow(response, job)
     return response
 
 

@@ -17,7 +17,7 @@ export const BACKOFF_SECONDS = [1, 2, 4, 5];
 export const EVENT_NAMES = [
   'hello', 'state', 'loading', 'load_progress', 'ready', 'failed', 'unloading', 'unloaded',
   'activity', 'catalog', 'benchmark_started', 'benchmark_section', 'benchmark_finished',
-  'download', 'message',
+  'download', 'store_replaced', 'message',
 ];
 const RESYNC_NAMES = ['resync', 'dropped'];
 

@@ -1,0 +1,36 @@
+"""Memory-aware residency, the pure core (issue 25; docs/residency.md): memory sizes, the
+devices (host RAM and NVML GPUs), the estimate before a load, llama-server's own report after
+one, the per-device ledger and the eviction choice shared by the dry run and the real load.
+
+Not wired into the runtime manager yet: docs/residency.md, "Not wired yet".
+"""
+
+from router.config.sizes import format_size, parse_size, parse_size_or_auto
+from router.memory.devices import HOST, Device, budgets, discover
+from router.memory.estimate import Estimate, Footprint, LlamaOptions
+from router.memory.eviction import MemoryRefusal, Plan, Victim, plan_load, reload_cost
+from router.memory.ledger import Ledger, Resident, Usage
+from router.memory.report import MemoryReport, parse_report
+
+__all__ = [
+    "HOST",
+    "Device",
+    "Estimate",
+    "Footprint",
+    "Ledger",
+    "LlamaOptions",
+    "MemoryRefusal",
+    "MemoryReport",
+    "Plan",
+    "Resident",
+    "Usage",
+    "Victim",
+    "budgets",
+    "discover",
+    "format_size",
+    "parse_report",
+    "parse_size",
+    "parse_size_or_auto",
+    "plan_load",
+    "reload_cost",
+]

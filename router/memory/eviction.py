@@ -1,0 +1,189 @@
+"""Which runtimes a load must stop to fit (pure): the dry run and the real load call this one
+function, so a dry run names exactly what the load right after it would evict.
+
+The rule (docs/residency.md): a load that fits its devices' free budget evicts nothing. Else it
+evicts the set of idle, unpinned, ready runtimes with the lowest expected reload cost (measured
+load time x recent use) that makes it fit; ties go to fewer victims, then the least recently
+used. A busy runtime is never evicted while idle ones suffice; when only busy ones (or ones
+already stopping) can free enough, the load waits for them to drain (`wait: "drain"`). A
+pinned runtime is never chosen. A load larger than a device's whole budget is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any, Literal
+
+from router.config.sizes import format_size
+from router.errors import BadRequest
+from router.memory.estimate import Estimate
+from router.memory.ledger import Ledger, Resident
+
+# Up to this many candidates every subset is tried (2^12 sets x a few devices: well under a
+# millisecond); beyond it a greedy pass by cost per byte, pruned of needless victims.
+EXACT_LIMIT = 12
+# A never-measured runtime's reload time: 1 s plus its bytes read at 1 GiB/s.
+_READ_RATE = float(1 << 30)
+
+
+class MemoryRefusal(BadRequest):
+    """The load cannot fit even on an empty device: a 400 in the surface's own shape."""
+
+    code = "model_too_large"
+
+
+@dataclass(frozen=True)
+class Victim:
+    key: str
+    model: str
+    lane: str
+    reason: str
+    busy: bool
+
+    def answer(self) -> dict[str, str]:
+        return {"model": self.model, "lane": self.lane, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    fits: bool
+    devices: tuple[dict[str, Any], ...]
+    evict: tuple[Victim, ...]
+    wait: Literal["none", "drain"]
+
+    def answer(self) -> dict[str, Any]:
+        """The body of `POST /router/v1/load {"dry_run": true}` (issue 25)."""
+        return {
+            "model": self.model,
+            "fits": self.fits,
+            "devices": [dict(d) for d in self.devices],
+            "evict": [v.answer() for v in self.evict],
+            "wait": self.wait,
+        }
+
+
+def reload_cost(resident: Resident) -> float:
+    seconds = resident.load_seconds
+    if seconds is None:
+        seconds = 1.0 + resident.total / _READ_RATE
+    return seconds * resident.recent_uses
+
+
+def plan_load(ledger: Ledger, model: str, key: str, estimate: Estimate) -> Plan:
+    need = {d: b for d, b in estimate.devices.items() if b > 0}
+    rows = tuple(
+        {
+            "device": d,
+            "budget": ledger.budgets.get(d, 0),
+            "used": ledger.used(d),
+            "estimate": need[d],
+            "source": estimate.source,
+        }
+        for d in need
+    )
+    current = ledger.get(key)
+    if current is not None and current.state != "stopping":
+        return Plan(model, True, rows, (), "none")
+    _refuse_if_too_large(ledger, model, need)
+    short = {d: need[d] - ledger.free(d) for d in need}
+    if all(s <= 0 for s in short.values()):
+        return Plan(model, True, rows, (), "none")
+    idle = [r for r in ledger.residents if _evictable(r) and not r.busy]
+    chosen = _cheapest(idle, short)
+    if chosen is not None:
+        return Plan(model, True, rows, _victims(chosen), "none")
+    # Only with busy runtimes drained, or stopping ones gone, can it fit: the load waits.
+    leaving = [r for r in ledger.residents if r.state == "stopping"]
+    after_exit = {d: s - sum(r.devices.get(d, 0) for r in leaving) for d, s in short.items()}
+    busy = [r for r in ledger.residents if _evictable(r) and r.busy]
+    chosen = _cheapest(idle + busy, after_exit)
+    if chosen is None:
+        return Plan(model, False, rows, (), "none")  # pinned or loading runtimes hold the rest
+    return Plan(model, True, rows, _victims(chosen), "drain")
+
+
+def _evictable(r: Resident) -> bool:
+    return r.state == "ready" and not r.pinned
+
+
+def _refuse_if_too_large(ledger: Ledger, model: str, need: Mapping[str, int]) -> None:
+    for device, amount in need.items():
+        budget = ledger.budgets.get(device, 0)
+        if amount > budget:
+            raise MemoryRefusal(
+                f"model {model!r} needs about {format_size(amount)} of {device} memory "
+                f"(estimate) but the {device} budget is {format_size(budget)}: it cannot fit "
+                "even with nothing else loaded; lower its context size or raise "
+                f"memory.{'host' if device == 'host' else 'gpu'}_budget",
+                param="model",
+            )
+
+
+def _cheapest(
+    candidates: Sequence[Resident], short: Mapping[str, int]
+) -> tuple[Resident, ...] | None:
+    if all(s <= 0 for s in short.values()):
+        return ()
+    pool = sorted(candidates, key=lambda r: r.key)
+    if len(pool) <= EXACT_LIMIT:
+        sets: Iterable[tuple[Resident, ...]] = (
+            combo for n in range(1, len(pool) + 1) for combo in combinations(pool, n)
+        )
+        fitting = [s for s in sets if _covers(s, short)]
+        return min(fitting, key=_rank) if fitting else None
+    return _greedy(pool, short)
+
+
+def _greedy(pool: Sequence[Resident], short: Mapping[str, int]) -> tuple[Resident, ...] | None:
+    def per_byte(r: Resident) -> tuple[int, float, float, str]:
+        freed = sum(r.devices.get(d, 0) for d, s in short.items() if s > 0)
+        return (r.busy, reload_cost(r) / max(1, freed), r.last_used, r.key)
+
+    picked: list[Resident] = []
+    for r in sorted(pool, key=per_byte):
+        picked.append(r)
+        if _covers(picked, short):
+            break
+    else:
+        return None
+    # Drop victims the others make needless, dearest first.
+    for r in sorted(picked, key=lambda r: (-reload_cost(r), r.key)):
+        rest = [p for p in picked if p is not r]
+        if _covers(rest, short):
+            picked = rest
+    return tuple(picked)
+
+
+def _covers(chosen: Iterable[Resident], short: Mapping[str, int]) -> bool:
+    chosen = tuple(chosen)
+    return all(sum(r.devices.get(d, 0) for r in chosen) >= s for d, s in short.items() if s > 0)
+
+
+def _rank(chosen: tuple[Resident, ...]) -> tuple[Any, ...]:
+    return (
+        sum(r.busy for r in chosen),
+        sum(reload_cost(r) for r in chosen),
+        len(chosen),
+        sorted(r.last_used for r in chosen),
+        sorted(r.key for r in chosen),
+    )
+
+
+def _victims(chosen: Iterable[Resident]) -> tuple[Victim, ...]:
+    # Stopped in this order: idle before busy, cheapest first, then least recently used.
+    ordered = sorted(chosen, key=lambda r: (r.busy, reload_cost(r), r.last_used, r.key))
+    return tuple(Victim(r.key, r.model, r.lane, _reason(r), r.busy) for r in ordered)
+
+
+def _reason(r: Resident) -> str:
+    if r.busy:
+        return f"busy: stops after its {r.in_flight or 'queued'} request(s) drain"
+    seconds = r.load_seconds
+    how = f"{seconds:.1f} s measured" if seconds is not None else "not measured yet"
+    return f"idle; reload cost {reload_cost(r):.1f} (load {how} x {r.recent_uses:g} recent uses)"
+
+
+__all__ = ["EXACT_LIMIT", "MemoryRefusal", "Plan", "Victim", "plan_load", "reload_cost"]
