@@ -16,7 +16,7 @@ from aiohttp import web
 from router.cluster import NodeClient
 from router.cluster.urls import AllowList
 from router.errors import BadGateway, ClusterError, GatewayTimeout
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BIG = bytes(range(256)) * 1600  # 400 KB
