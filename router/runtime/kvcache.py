@@ -1,0 +1,229 @@
+"""KV caches that survive swaps: llama-server slot save before a stop, restore after a load.
+
+The router calls the backend's own `/slots` routes on the backend port (clients never reach
+them). Each save or restore is bounded by its deadline (`runtime.kv_save_timeout`,
+`runtime.kv_restore_timeout`); a failure or timeout is logged and published as a `kv_cache`
+event (counted in Prometheus) and never fails a request. Files live in one folder per runtime
+under the state folder; a JSON sidecar per file records its SHA-256, so a file damaged on disk
+is deleted instead of restored. Disk use is capped by `runtime.kv_cache_dir_budget`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from router.config import Settings
+from router.domain import Family, Lane
+from router.records import EventBus
+from router.runtime import kvkeys
+from router.runtime.loader import LaunchSpec
+from router.runtime.state import Runtime
+
+log = logging.getLogger(__name__)
+_Work = Callable[[Runtime], Awaitable[tuple[int, int]]]
+
+
+class KvCaches:
+    def __init__(
+        self, settings: Settings, session: aiohttp.ClientSession, root: Path, events: EventBus
+    ) -> None:
+        self._settings = settings
+        self._session = session
+        self._root = root
+        self._events = events
+
+    # ---- which runtimes take part -------------------------------------------------------
+
+    def applies(self, spec: LaunchSpec) -> bool:
+        return (
+            spec.family is Family.LLAMACPP
+            and spec.lane is Lane.TEXT
+            and kvkeys.persist_enabled(spec.config.kv_persist)
+        )
+
+    def folder(self, spec: LaunchSpec) -> Path:
+        return self._root / spec.key.replace("/", "_").replace("@", "_")
+
+    def launch_args(self, spec: LaunchSpec) -> list[str]:
+        """`--slot-save-path` for a runtime that persists (the folder must exist first)."""
+        if not self.applies(spec):
+            return []
+        folder = self.folder(spec)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return ["--slot-save-path", str(folder)]
+
+    # ---- the hooks the lifecycle calls --------------------------------------------------
+
+    async def save(self, runtime: Runtime) -> None:
+        """Drained and about to receive TERM: save every slot holding tokens, within the deadline."""
+        if self.applies(runtime.spec) and runtime.base_url:
+            await self._bounded("save", runtime, self._save, self._settings.runtime.kv_save_timeout)
+
+    async def restore(self, runtime: Runtime) -> None:
+        """Loaded, not yet READY: restore the slots saved under this very key."""
+        if self.applies(runtime.spec) and runtime.base_url:
+            timeout = self._settings.runtime.kv_restore_timeout
+            await self._bounded("restore", runtime, self._restore, timeout)
+
+    async def _bounded(self, action: str, runtime: Runtime, work: _Work, deadline: float) -> None:
+        started = time.monotonic()
+        try:
+            slots, tokens = await asyncio.wait_for(work(runtime), deadline)
+        except TimeoutError:
+            log.warning(
+                "%s: KV cache %s took longer than %gs; skipped", runtime.key, action, deadline
+            )
+            self._publish(runtime, action, "timeout", started)
+            return
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            log.warning("%s: KV cache %s failed: %s", runtime.key, action, exc)
+            self._publish(runtime, action, "failed", started, reason=str(exc)[:200])
+            return
+        except Exception as exc:  # a bug here must not break the load or the stop
+            log.exception("%s: KV cache %s crashed", runtime.key, action)
+            self._publish(runtime, action, "failed", started, reason=type(exc).__name__)
+            return
+        result = "ok" if slots else "none"
+        self._publish(runtime, action, result, started, slots=slots, tokens=tokens)
+
+    def _publish(
+        self, runtime: Runtime, action: str, result: str, started: float, **fields: Any
+    ) -> None:
+        ms = round((time.monotonic() - started) * 1000.0, 1)
+        self._events.publish(
+            "kv_cache", **runtime.identity(), action=action, result=result, ms=ms, **fields
+        )
+
+    # ---- save ---------------------------------------------------------------------------
+
+    async def _save(self, runtime: Runtime) -> tuple[int, int]:
+        folder = self.folder(runtime.spec)
+        key = self._key(runtime)
+        answer = await self._call("GET", runtime.base_url + "/slots", None)
+        saved = tokens = 0
+        for slot in kvkeys.slots_to_save(answer):
+            name = kvkeys.slot_file(key, slot)
+            body = {"filename": name}
+            result = await self._call("POST", f"{runtime.base_url}/slots/{slot}?action=save", body)
+            n_saved = result.get("n_saved") if isinstance(result, dict) else None
+            if not isinstance(n_saved, int) or n_saved <= 0:
+                _remove(folder, name)
+                continue
+            digest = await asyncio.to_thread(_sha256, folder / name)
+            _write_sidecar(folder, name, {"sha256": digest, "n_saved": n_saved})
+            saved += 1
+            tokens += n_saved
+        await asyncio.to_thread(self._enforce_budget, folder, key)
+        return saved, tokens
+
+    def _enforce_budget(self, folder: Path, key: str) -> None:
+        entries = []
+        for path in self._root.glob("*/*.bin"):
+            with contextlib.suppress(OSError):
+                stat = path.stat()
+                name = f"{path.parent.name}/{path.name}"
+                entries.append(kvkeys.CacheEntry(name, stat.st_size, stat.st_mtime))
+        keep = frozenset(f"{folder.name}/{p.name}" for p in folder.glob(f"{key}-slot*.bin"))
+        for name in kvkeys.over_budget(entries, self._settings.runtime.kv_cache_dir_budget, keep):
+            sub, file_name = name.split("/", 1)
+            log.info("KV cache budget: removing %s", name)
+            _remove(self._root / sub, file_name)
+
+    # ---- restore ------------------------------------------------------------------------
+
+    async def _restore(self, runtime: Runtime) -> tuple[int, int]:
+        folder = self.folder(runtime.spec)
+        key = self._key(runtime)
+        restored = tokens = 0
+        for path in sorted(folder.glob(f"{key}-slot*.bin")):
+            parsed = kvkeys.parse_slot_file(path.name)
+            if parsed is None:
+                continue
+            if not await asyncio.to_thread(_intact, folder, path.name):
+                log.warning("%s: KV cache file %s is damaged; removed", runtime.key, path.name)
+                _remove(folder, path.name)
+                raise ValueError(f"KV cache file {path.name} failed its checksum")
+            body = {"filename": path.name}
+            url = f"{runtime.base_url}/slots/{parsed[1]}?action=restore"
+            result = await self._call("POST", url, body)
+            n_restored = result.get("n_restored") if isinstance(result, dict) else None
+            if not isinstance(n_restored, int) or n_restored <= 0:
+                _remove(folder, path.name)
+                raise ValueError(f"the backend restored nothing from {path.name}")
+            now = time.time()
+            with contextlib.suppress(OSError):
+                os.utime(path, (now, now))  # least recently used is judged by mtime
+            restored += 1
+            tokens += n_restored
+        return restored, tokens
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _key(self, runtime: Runtime) -> str:
+        config = runtime.config
+        paths = [str(p) for p in config.components.values()]
+        if runtime.argv:
+            paths.append(runtime.argv[0])
+        files = {p: _identity(Path(p)) for p in paths}
+        return kvkeys.cache_key(config.config_sha256, runtime.argv, files)
+
+    async def _call(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
+        async with self._session.request(method, url, json=body) as response:
+            text = await response.text()
+            if response.status != 200:
+                raise ValueError(
+                    f"{method} {url.rsplit('/', 2)[-2:]} answered {response.status}: {text[:200]}"
+                )
+            return json.loads(text)
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (stat.st_size, stat.st_mtime_ns)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _sidecar(folder: Path, name: str) -> Path:
+    return folder / (name.removesuffix(".bin") + ".json")
+
+
+def _write_sidecar(folder: Path, name: str, data: dict[str, Any]) -> None:
+    target = _sidecar(folder, name)
+    partial = target.with_suffix(".json.partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(target)  # atomic: a sidecar is whole or absent
+
+
+def _intact(folder: Path, name: str) -> bool:
+    try:
+        meta = json.loads(_sidecar(folder, name).read_text())
+        return isinstance(meta, dict) and meta.get("sha256") == _sha256(folder / name)
+    except (OSError, ValueError):
+        return False
+
+
+def _remove(folder: Path, name: str) -> None:
+    for path in (folder / name, _sidecar(folder, name)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
