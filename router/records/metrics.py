@@ -101,7 +101,7 @@ class Metrics:
         self.kv_cache = Counter(
             "tensor_router_kv_cache_operations",
             "KV cache saves and restores (docs/swaps.md), by action and result"
-            " (ok, none, failed, timeout).",
+            " (ok, none, passed, rejected, failed, timeout).",
             ["action", "result"],
             registry=r,
         )

@@ -27,11 +27,12 @@ from router.config import Settings
 from router.domain import Family, Lane
 from router.records import EventBus
 from router.runtime import kvkeys
+from router.runtime.kvprobe import ProbeResults, run_probe
 from router.runtime.loader import LaunchSpec
 from router.runtime.state import Runtime
 
 log = logging.getLogger(__name__)
-_Work = Callable[[Runtime], Awaitable[tuple[int, int]]]
+_Work = Callable[[Runtime], Awaitable[tuple[str, dict[str, Any]]]]
 
 
 class KvCaches:
@@ -42,15 +43,22 @@ class KvCaches:
         self._session = session
         self._root = root
         self._events = events
+        self._probes = ProbeResults(root / "probes.json")
 
     # ---- which runtimes take part -------------------------------------------------------
 
     def applies(self, spec: LaunchSpec) -> bool:
+        """May persist (`on`, or `auto` pending its probe): launched with a save folder."""
         return (
             spec.family is Family.LLAMACPP
             and spec.lane is Lane.TEXT
-            and kvkeys.persist_enabled(spec.config.kv_persist)
+            and spec.config.kv_persist != "off"
         )
+
+    def _enabled(self, runtime: Runtime) -> bool:
+        probe = self._probes.get(self._key(runtime))
+        passed = bool(probe["passed"]) if probe is not None else None
+        return kvkeys.persist_enabled(runtime.config.kv_persist, passed)
 
     def folder(self, spec: LaunchSpec) -> Path:
         return self._root / spec.key.replace("/", "_").replace("@", "_")
@@ -67,19 +75,28 @@ class KvCaches:
 
     async def save(self, runtime: Runtime) -> None:
         """Drained and about to receive TERM: save every slot holding tokens, within the deadline."""
-        if self.applies(runtime.spec) and runtime.base_url:
+        if self.applies(runtime.spec) and runtime.base_url and self._enabled(runtime):
             await self._bounded("save", runtime, self._save, self._settings.runtime.kv_save_timeout)
 
     async def restore(self, runtime: Runtime) -> None:
-        """Loaded, not yet READY: restore the slots saved under this very key."""
-        if self.applies(runtime.spec) and runtime.base_url:
-            timeout = self._settings.runtime.kv_restore_timeout
+        """Loaded, not yet READY: probe an `auto` model not judged yet (kvprobe.py), then
+        restore the slots saved under this very key. Each step has the restore deadline."""
+        if not (self.applies(runtime.spec) and runtime.base_url):
+            return
+        timeout = self._settings.runtime.kv_restore_timeout
+        if runtime.config.kv_persist == "auto" and self._probes.get(self._key(runtime)) is None:
+            await self._bounded("probe", runtime, self._probe, timeout)
+        if self._enabled(runtime):
             await self._bounded("restore", runtime, self._restore, timeout)
+
+    def probe_result(self, runtime: Runtime) -> dict[str, Any] | None:
+        """The stored probe verdict for this runtime's cache key, if any."""
+        return self._probes.get(self._key(runtime))
 
     async def _bounded(self, action: str, runtime: Runtime, work: _Work, deadline: float) -> None:
         started = time.monotonic()
         try:
-            slots, tokens = await asyncio.wait_for(work(runtime), deadline)
+            result, fields = await asyncio.wait_for(work(runtime), deadline)
         except TimeoutError:
             log.warning(
                 "%s: KV cache %s took longer than %gs; skipped", runtime.key, action, deadline
@@ -94,8 +111,7 @@ class KvCaches:
             log.exception("%s: KV cache %s crashed", runtime.key, action)
             self._publish(runtime, action, "failed", started, reason=type(exc).__name__)
             return
-        result = "ok" if slots else "none"
-        self._publish(runtime, action, result, started, slots=slots, tokens=tokens)
+        self._publish(runtime, action, result, started, **fields)
 
     def _publish(
         self, runtime: Runtime, action: str, result: str, started: float, **fields: Any
@@ -107,7 +123,7 @@ class KvCaches:
 
     # ---- save ---------------------------------------------------------------------------
 
-    async def _save(self, runtime: Runtime) -> tuple[int, int]:
+    async def _save(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
         folder = self.folder(runtime.spec)
         key = self._key(runtime)
         answer = await self._call("GET", runtime.base_url + "/slots", None)
@@ -125,7 +141,7 @@ class KvCaches:
             saved += 1
             tokens += n_saved
         await asyncio.to_thread(self._enforce_budget, folder, key)
-        return saved, tokens
+        return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
 
     def _enforce_budget(self, folder: Path, key: str) -> None:
         entries = []
@@ -142,7 +158,7 @@ class KvCaches:
 
     # ---- restore ------------------------------------------------------------------------
 
-    async def _restore(self, runtime: Runtime) -> tuple[int, int]:
+    async def _restore(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
         folder = self.folder(runtime.spec)
         key = self._key(runtime)
         restored = tokens = 0
@@ -166,7 +182,24 @@ class KvCaches:
                 os.utime(path, (now, now))  # least recently used is judged by mtime
             restored += 1
             tokens += n_restored
-        return restored, tokens
+        return ("ok" if restored else "none"), {"slots": restored, "tokens": tokens}
+
+    # ---- probe --------------------------------------------------------------------------
+
+    async def _probe(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
+        key = self._key(runtime)
+        try:
+            found = await run_probe(self._call, runtime.base_url, key)
+        except (aiohttp.ClientError, ValueError) as exc:
+            # A backend that cannot do it now will not later either: stored, not retried until
+            # the key changes. A timeout is not stored (a busy machine may do better next time).
+            self._probes.put(key, {"passed": False, "error": str(exc)[:200], "at": time.time()})
+            raise
+        finally:
+            _remove(self.folder(runtime.spec), f"probe-{key}.bin")
+        self._probes.put(key, found)
+        fields = {k: found[k] for k in ("prompt_tokens", "cached_tokens", "same_answer")}
+        return ("passed" if found["passed"] else "rejected"), fields
 
     # ---- helpers ------------------------------------------------------------------------
 

@@ -21,9 +21,9 @@ _VOLATILE_FLAGS = frozenset({"--port", "--slot-save-path"})
 _FILE_NAME = re.compile(r"^(?P<key>[0-9a-f]{32})-slot(?P<slot>\d{1,4})\.bin$")
 
 
-def persist_enabled(mode: KvPersist) -> bool:
-    """`auto` waits for the probe (not built yet), so only `on` enables persistence today."""
-    return mode == "on"
+def persist_enabled(mode: KvPersist, probe_passed: bool | None) -> bool:
+    """`on` and `off` decide alone; `auto` follows the stored probe (None: not probed yet)."""
+    return mode == "on" or (mode == "auto" and probe_passed is True)
 
 
 def cache_key(

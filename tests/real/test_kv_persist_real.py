@@ -9,6 +9,7 @@ restores nothing, and a damaged cache file falls back to a plain prefill with no
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,10 @@ async def _start(h: RouterHarness, demo: dict[str, Path], persist: str, ctx: int
 
 def _kv_events(h: RouterHarness) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
-    h.app[EVENTS].subscribe_callback(lambda e: seen.append(e) if e["event"] == "kv_cache" else None)
+    # chat-a's only: chat-b has the default (auto) and runs its own probe.
+    h.app[EVENTS].subscribe_callback(
+        lambda e: seen.append(e) if e["event"] == "kv_cache" and e["model"] == "chat-a" else None
+    )
     return seen
 
 
@@ -76,7 +80,7 @@ async def _turn_after_swap(h: RouterHarness) -> tuple[int, dict[str, Any]]:
     return history, await _chat(h, "chat-a", follow)
 
 
-@pytest.mark.parametrize("persist", ["on", "off"])
+@pytest.mark.parametrize("persist", ["on", "auto", "off"])
 async def test_conversation_returns_with_its_cache(
     real_harness: RouterHarness, demo_text: dict[str, Path], persist: str
 ) -> None:
@@ -84,9 +88,13 @@ async def test_conversation_returns_with_its_cache(
     events = _kv_events(real_harness)
     history, reply = await _turn_after_swap(real_harness)
     cached = _cached(reply)
-    if persist == "on":
+    results = [(e["action"], e["result"]) for e in events]
+    if persist == "auto":  # the probe ran once, at the first load, and passed
+        assert results.count(("probe", "passed")) == 1, events
+        probes = json.loads((real_harness.tmp / "data" / "kv-cache" / "probes.json").read_text())
+        assert len(probes) == 2 and all(p["passed"] for p in probes.values()), probes
+    if persist in ("on", "auto"):
         assert cached >= 0.9 * history, (cached, history, events)
-        results = [(e["action"], e["result"]) for e in events]
         assert ("save", "ok") in results and ("restore", "ok") in results, events
     else:
         assert cached < 0.1 * history, (cached, history)

@@ -35,6 +35,14 @@ class FakeSlots:
         self.delay = 0.0
         self.size = 1000
         self.restored: list[str] = []
+        self.answers = ["same", "same"]  # the probe's greedy answers, before and after
+        self.completions = 0
+
+    async def completion(self, request: web.Request) -> web.Response:
+        self.completions += 1
+        first = self.completions % 2 == 1
+        content = self.answers[0 if first else 1]
+        return web.json_response({"content": content, "timings": {"prompt_n": 60 if first else 1}})
 
     async def slots(self, request: web.Request) -> web.Response:
         await asyncio.sleep(self.delay)
@@ -42,6 +50,8 @@ class FakeSlots:
 
     async def action(self, request: web.Request) -> web.Response:
         await asyncio.sleep(self.delay)
+        if request.query["action"] == "erase":  # no body, like the router's call
+            return web.json_response({"n_erased": 9})
         name = (await request.json())["filename"]
         if request.query["action"] == "save":
             (self.folder / name).write_bytes(os.urandom(self.size))
@@ -63,10 +73,12 @@ class Rig:
 
 
 @pytest.fixture
-async def setup(tmp_path: Path) -> AsyncIterator[Rig]:
+async def setup(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     model = tmp_path / "a.gguf"
     model.write_bytes(b"GGUF")
-    data = json.dumps({"model_param": str(model), "router_kv_persist": "on"}).encode()
+    data = json.dumps(
+        {"model_param": str(model), "router_kv_persist": getattr(request, "param", "on")}
+    ).encode()
     config = parse_kcpps(tmp_path / "a.kcpps", data, BackendMode.LLAMA_SDCPP)
     settings = Settings.model_validate(
         {
@@ -88,6 +100,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Rig]:
         app = web.Application()
         app.router.add_get("/slots", fake.slots)
         app.router.add_post("/slots/{id}", fake.action)
+        app.router.add_post("/completion", fake.completion)
         async with TestServer(app) as server:
             runtime.base_url = str(server.make_url("")).rstrip("/")
             yield Rig(kv, runtime, fake, seen, metrics)
@@ -153,3 +166,21 @@ async def test_results_are_counted(setup: Rig) -> None:
     text = setup.metrics.render().decode()
     assert 'tensor_router_kv_cache_operations_total{action="save",result="ok"} 1.0' in text
     assert 'tensor_router_kv_cache_operations_total{action="restore",result="timeout"} 1.0' in text
+
+
+@pytest.mark.parametrize("setup", ["auto"], indirect=True)
+@pytest.mark.parametrize("same", [True, False])
+async def test_auto_follows_a_stored_probe(setup: Rig, same: bool) -> None:
+    kv, runtime, fake, seen = setup
+    if not same:
+        fake.answers = ["same", "different"]
+    await kv.restore(runtime)  # the first load probes
+    await kv.restore(runtime)  # later loads reuse the stored verdict
+    assert fake.completions == 2
+    probe = kv.probe_result(runtime)
+    assert probe is not None and probe["passed"] is same
+    await kv.save(runtime)
+    expected = [("probe", "passed"), ("restore", "none"), ("restore", "none"), ("save", "ok")]
+    assert _results(seen) == (expected if same else [("probe", "rejected")])
+    # The probe's own file never stays behind.
+    assert not list(kv.folder(runtime.spec).glob("probe-*"))

@@ -14,6 +14,7 @@ from router.runtime.kvkeys import (
     slot_file,
     slots_to_save,
 )
+from router.runtime.kvprobe import verdict
 
 ARGV = ["llama-server", "-m", "/m/a.gguf", "--port", "4001", "-c", "2048", "--slot-save-path", "/s"]
 FILES = {"/m/a.gguf": (1000, 17), "llama-server": (50, 3)}
@@ -36,10 +37,21 @@ def test_key_changes_with_context_config_model_and_binary() -> None:
     assert cache_key("abc", ARGV, {**FILES, "llama-server": (51, 3)}) != base
 
 
-def test_only_on_enables_persistence_until_the_probe_exists() -> None:
-    assert persist_enabled("on")
-    assert not persist_enabled("off")
-    assert not persist_enabled("auto")
+def test_auto_follows_the_probe_and_on_off_decide_alone() -> None:
+    for probe in (None, True, False):
+        assert persist_enabled("on", probe)
+        assert not persist_enabled("off", probe)
+    assert persist_enabled("auto", True)
+    assert not persist_enabled("auto", False)
+    assert not persist_enabled("auto", None)
+
+
+def test_probe_verdict() -> None:
+    assert verdict(100, 99, "abc", "abc")
+    assert verdict(100, 90, "abc", "abc")
+    assert not verdict(100, 89, "abc", "abc")
+    assert not verdict(100, 100, "abc", "abd")
+    assert not verdict(0, 0, "", "")
 
 
 def test_slot_file_names_round_trip_and_reject_others() -> None:
