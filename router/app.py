@@ -21,8 +21,9 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
 client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> image
-lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> lending (links and settings,
-planner, helper gates) -> downloads -> cluster -> backend WebUIs. Each lifetime but the core
+lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service (built, not
+yet run) -> lending (one service: links, settings, planner, gates, push) -> downloads -> cluster
+(run) -> backend WebUIs. Each lifetime but the core
 ones here lives in the package whose resource it starts (the API faces, router.lending).
 """
 
@@ -192,9 +193,8 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             site.site_context,
             site.benchmarks_context,
             site.guardians_context,
-            lending.links_context,
-            lending.planning_context,
-            lending.helper_context,  # reads the lending values
+            _cluster_service,  # built here, run by `_cluster` (lending reads it)
+            lending.lending_context,
             site.downloads_context,  # before the cluster announces this node
             _cluster,
             site.webuis_context,
@@ -391,8 +391,9 @@ async def _begin_drain(app: web.Application) -> None:
     app[RUNTIMES].refuse_new_work()
 
 
-async def _cluster(app: web.Application) -> AsyncIterator[None]:
-    """The registry, and the master's polling or the slave's registration (docs/cluster.md)."""
+async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
+    """The registry and its client, built before lending (which is handed the service) and
+    run by `_cluster` once the rest is ready to be announced (docs/cluster.md)."""
     settings = app[SETTINGS]
     catalog, runtimes = app[CATALOG], app[RUNTIMES]
 
@@ -411,6 +412,12 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
     )
     app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
     app[NODES] = service.resolve_node  # router/edge/params.py: the node a site call names
+    yield
+
+
+async def _cluster(app: web.Application) -> AsyncIterator[None]:
+    """The master's polling or the slave's registration (docs/cluster.md)."""
+    service = app[CLUSTER]
     task = (
         asyncio.create_task(service.run(), name="cluster") if service.role != "standalone" else None
     )

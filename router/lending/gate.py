@@ -215,6 +215,17 @@ class Gates:
         for lane, model_id in wanted:
             self._gate(lane, model_id)
 
+    def waiting_own(self, lane: str, model_id: str) -> int:
+        """Own requests of `model_id` released by their holder, not yet admitted by its gate."""
+        lane_gates = self.lanes.get(lane)
+        gate = lane_gates.gates.get(model_id) if lane_gates is not None else None
+        return gate.waiting_own if gate is not None else 0
+
+    def held(self, lane: str) -> tuple[int, int]:
+        """(own, borrowed) requests waiting in this node's gates on `lane`."""
+        lane_gates = self.lanes.get(lane)
+        return (lane_gates.waiting_own, lane_gates.waiting_borrowed) if lane_gates else (0, 0)
+
     def mark(self, lane: str, model_id: str) -> Gate:
         """`model_id` receives borrowed work: enrolled here."""
         self._marked.add((lane, model_id))

@@ -5,14 +5,23 @@ plain state; the caller passes `now` and records the decision rows the table's a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
-# lane, owner node, owner model, helper node, helper model
-LeaseKey = tuple[str, str, str, str, str]
 OwnerKey = tuple[str, str, str]  # lane, owner node, owner model
+
+
+class LeaseKey(NamedTuple):
+    """One link's identity: a lease is keyed by it (one lease per link at a time)."""
+
+    lane: str
+    owner_node_id: str
+    owner_model_id: str
+    helper_node_id: str
+    helper_model_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +40,8 @@ class Lease:
 
     @property
     def key(self) -> LeaseKey:
-        return (self.lane, self.owner_node_id, self.owner_model_id,
-                self.helper_node_id, self.helper_model_id)  # fmt: skip
+        return LeaseKey(self.lane, self.owner_node_id, self.owner_model_id,
+                        self.helper_node_id, self.helper_model_id)  # fmt: skip
 
     @property
     def owner(self) -> OwnerKey:
@@ -132,6 +141,7 @@ class Holding:
         self.lent: dict[OwnerKey, int] = {}
         self.relaying: dict[OwnerKey, int] = {}  # slave owners: relayed there, not yet ended
         self.started: dict[LeaseKey, list[float]] = {}  # lent over a lease: when (monotonic)
+        self.looks = 0  # how often held requests looked at their owner (the tests count them)
 
     def hold(self, owner: OwnerKey, need: int) -> None:
         self.held.setdefault(owner, []).append(need)
@@ -159,6 +169,35 @@ class Holding:
         return out
 
 
+class Wakeups:
+    """What a held request waits on, per owner: one shared future, resolved by `notify` when
+    something that may let it go happens (a lease granted, renewed or cleared, a lent
+    request's slot freed, an owner job finished). Every request held for that owner then
+    looks again; nothing else wakes it (no timer but its own bound)."""
+
+    def __init__(self) -> None:
+        self._next: dict[OwnerKey, asyncio.Future[None]] = {}
+        self.woken = 0  # waits ended by a notify (the tests count them)
+
+    def notify(self, owner: OwnerKey) -> None:
+        future = self._next.pop(owner, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, owner: OwnerKey, bound: float | None) -> bool:
+        """Until `owner`'s next notify (True) or `bound` seconds (False). A waiter that goes
+        away (its client did) leaves the shared future to the others."""
+        if bound is not None and bound <= 0:
+            return False
+        future = self._next.get(owner)
+        if future is None:
+            future = self._next[owner] = asyncio.get_running_loop().create_future()
+        done, _ = await asyncio.wait((future,), timeout=bound)
+        if done:
+            self.woken += 1
+        return bool(done)
+
+
 class LendBook:
     """The lending state of one router: leases (the master's), what it holds and has lent,
     its own cost fits, and the planner's coalescing and change tracking."""
@@ -166,6 +205,7 @@ class LendBook:
     def __init__(self) -> None:
         self.table = LeaseTable()
         self.holding = Holding()
+        self.wakeups = Wakeups()
         self.costs: tuple[Any, ...] = ()  # this node's own CostFit rows (router/lending/costs.py)
         # (helper node, lane) -> monotonic time its own work was last seen
         self.busy_seen: dict[tuple[str, str], float] = {}

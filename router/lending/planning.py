@@ -167,8 +167,14 @@ def hold_for_helper(
     overruns that prediction; never without both fits (an unknown never stops the owner)."""
     if owner_job is None or helper_job is None or not started or helper_job >= owner_job:
         return False
-    done = min(started) + (len(started) + 1) * helper_job
+    done = helper_done(helper_job, started)
     return now <= done and done - now < owner_job
+
+
+def helper_done(helper_job: float, started: Sequence[float]) -> float:
+    """When a helper serving its lent requests one after another since the oldest of
+    `started` would finish one more: a hold for it ends then at the latest."""
+    return min(started) + (len(started) + 1) * helper_job
 
 
 def cut_after(load: bool, helper: CostFit | None, owner: CostFit | None) -> float | None:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from router.config import Settings
+from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.records import EventBus
@@ -64,6 +64,8 @@ class RuntimeCore:
         self._idle.set()
         self.spawn_count = 0
         self._activity = ActivityReporter(events.publish, self._activity_now)
+        # Told of every lease that ends (lending's held requests wait for their owner's jobs).
+        self.released: list[Callable[[ModelConfig], None]] = []
 
     def _activity_now(self) -> dict[str, Any]:
         """What the `activity` event carries (docs/events.md)."""

@@ -239,6 +239,8 @@ class RuntimeManager(RuntimeCore):
     def _release(self, runtime: Runtime) -> None:
         runtime.leases -= 1
         self._activity.poke()
+        for listener in self.released:
+            listener(runtime.config)
         runtime.last_release = self._clock()
         if runtime.leases == 0:
             if all(rt.leases == 0 for rt in self._runtimes.values()):

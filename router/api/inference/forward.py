@@ -44,14 +44,8 @@ from router.forwarding import (
 )
 from router.lending import (
     BORROWED,
+    LENDING,
     OFFLOAD_RETURNED,
-    finishing,
-    hold_then_relay,
-    lend,
-    lendable,
-    lendable_remote,
-    serving,
-    ungated,
 )
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime, RuntimeView, choose_config
@@ -209,14 +203,19 @@ async def _forward(
     # Borrowed work (lent to this node, the master's own included) is served here, never relayed.
     relays = override.plain and request.get(BORROWED) is None
     target = override.relay_to or (remote_target(request, selection) if relays else None)
+    lending = request.app[LENDING]
     if target is not None:
         lane = route.lane or Lane.TEXT
-        owned = lendable_remote(request, selection, target, lane) if override.plain else ()
+        owned = (
+            lending.owner.lendable_remote(request, selection, target, lane)
+            if override.plain
+            else ()
+        )
         to_owner = functools.partial(
             relay, request, selection, target, result, override.relay_watch
         )
         if owned:  # a slave's linked model: held here until lent or relayed to its owner
-            return await hold_then_relay(request, selection, owned, result, to_owner)
+            return await lending.owner.hold_then_relay(request, selection, owned, result, to_owner)
         return await to_owner()
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
@@ -224,18 +223,18 @@ async def _forward(
         config, target = answering(request, config, info)
         if target is not None:
             return await relay(request, selection, target, result)
-    links = lendable(request, selection, config, lane) if override.plain else ()
+    links = lending.owner.lendable(request, selection, config, lane) if override.plain else ()
     if links:
         held_from = time.monotonic()
-        lent = await lend(request, selection, links, result)
+        lent = await lending.owner.lend(request, selection, links, result)
         if lent is not None:
             return lent
         # Held time is waiting, not work: the cost fits read duration less queue wait.
         info.queue_wait_ms += (time.monotonic() - held_from) * 1000.0
-    if ungated(request, config, lane):
+    if lending.helper.ungated(request, config, lane):
         return await _serve(request, route, info, result, override, config, public_id, lane)
-    with finishing(request, links):
-        async with serving(request, config, lane):
+    with lending.owner.finishing(links):
+        async with lending.helper.serving(request, config, lane):
             return await _serve(request, route, info, result, override, config, public_id, lane)
 
 

@@ -7,8 +7,8 @@
   (in memory: the master's store is the one copy that persists), keeping its counters.
 - `GET` on both: what is in force on this node.
 
-The master's side of the push is router/lending/context.py (`start_pusher`, `registered`,
-`links_changed`) with the sender, router/lending/push.py.
+The master's side of the push is the `Lending` service (router/lending/service.py:
+`registered`, `links_changed`, `settings_changed`) with the sender, router/lending/push.py.
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.appkeys import SETTINGS, STORE
+from router.appkeys import SETTINGS
 from router.config import LendingSettings
 from router.edge import Handler, read_json
 from router.errors import BadRequest, ClusterError
 from router.lending import (
     LANES,
     LENDING,
-    LINKS,
     LendingLayers,
     Link,
 )
@@ -51,15 +50,15 @@ async def take_settings(request: web.Request) -> web.StreamResponse:
         key = str(first["loc"][0]) if first["loc"] else "settings"
         raise BadRequest(f"{key}: {first['msg']}", param=key) from None
     lending = request.app[LENDING]
-    lending.values = values
-    request.app[STORE].decision_retention = values.offload_decisions_retention
-    if isinstance(lending, LendingLayers):
-        lending.pushed = True
+    lending.layers.values = values
+    lending.store.decision_retention = values.offload_decisions_retention
+    if isinstance(lending.layers, LendingLayers):
+        lending.layers.pushed = True
     return web.json_response({"ok": True})
 
 
 async def show_settings(request: web.Request) -> web.StreamResponse:
-    lending = request.app[LENDING]
+    lending = request.app[LENDING].layers
     pushed = isinstance(lending, LendingLayers) and lending.pushed
     return web.json_response({"settings": lending.values.model_dump(mode="json"), "pushed": pushed})
 
@@ -86,12 +85,12 @@ async def take_links(request: web.Request) -> web.StreamResponse:
         raise BadRequest(f"links must be a list of at most {MAX_PUSHED_LINKS}", param="links")
     links = tuple(_link(entry, index) for index, entry in enumerate(entries))
     # Only the tuple is replaced: the borrowed counts and the helper statuses stay.
-    request.app[LINKS].links = links
+    request.app[LENDING].links.links = links
     return web.json_response({"ok": True, "links": len(links)})
 
 
 async def show_links(request: web.Request) -> web.StreamResponse:
-    return web.json_response({"links": [asdict(link) for link in request.app[LINKS].links]})
+    return web.json_response({"links": [asdict(link) for link in request.app[LENDING].links.links]})
 
 
 NODE_HANDLERS: dict[str, Handler] = {

@@ -26,12 +26,11 @@ from router.lending import (
     BORROWED,
     BORROWED_OWNER,
     BORROWED_RESTORE,
+    LENDING,
     WIRE_HEADERS,
     Lent,
     parse_lent,
-    status_body,
 )
-from router.lending import registered as lending_registered
 
 
 async def models(request: web.Request) -> web.StreamResponse:
@@ -53,12 +52,12 @@ async def register(request: web.Request) -> web.StreamResponse:
         raise ClusterError(f"the snapshot is not valid: {err.error_count()} problem(s)") from None
     service.registry.register(snap, time.time())
     service.changed()
-    lending_registered(request.app, snap.node_id)  # its lending settings and links
+    request.app[LENDING].registered(snap.node_id)  # its lending settings and links
     return web.json_response({"ok": True})
 
 
 async def runtime_status(request: web.Request) -> web.StreamResponse:
-    return web.json_response(status_body(request.app))
+    return web.json_response(request.app[LENDING].status_body())
 
 
 async def state(request: web.Request) -> web.StreamResponse:

@@ -13,12 +13,11 @@ from router.cluster import NodeModel
 from router.edge import Handler, node_named, read_json, refuse_addresses
 from router.errors import BadRequest, NotFound
 from router.lending import (
-    LINKS,
+    LENDING,
     Link,
     LinkTable,
     Side,
     ineligible_reason,
-    links_changed,
     parse_links,
     replace_links,
 )
@@ -80,7 +79,7 @@ def _candidate(
 def _listing(request: web.Request, lane: str) -> web.Response:
     known = known_models(request, lane)
     anchor = _anchor_of(request, lane, known)
-    table = request.app[LINKS]
+    table = request.app[LENDING].links
     links = [link for link in table.links if link.touches(lane, anchor)]
     candidates = [
         _candidate(lane, anchor, key, known, table) for key in sorted(known) if key != anchor
@@ -123,9 +122,9 @@ async def _replace(request: web.Request, lane: str) -> web.Response:
         for link in links
     ]
     await request.app[STORE].replace_links(lane, anchor, rows)
-    table = request.app[LINKS]
+    table = request.app[LENDING].links
     table.links = replace_links(table.links, lane, anchor, links)
-    links_changed(request.app)
+    request.app[LENDING].links_changed()
     return web.json_response(
         {
             "ok": True,
@@ -144,9 +143,9 @@ async def _delete(request: web.Request, lane: str) -> web.Response:
     removed = await request.app[STORE].replace_links(lane, anchor, [])
     if not removed:
         raise NotFound(f"no {lane} links for {model_id[:256]!r} on node {anchor[0][:64]!r}")
-    table = request.app[LINKS]
+    table = request.app[LENDING].links
     table.links = replace_links(table.links, lane, anchor, ())
-    links_changed(request.app)
+    request.app[LENDING].links_changed()
     return web.json_response({"ok": True, "removed": removed})
 
 

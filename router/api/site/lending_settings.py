@@ -12,12 +12,10 @@ from typing import Any
 from aiohttp import web
 
 from router.appkeys import SETTINGS, STORE
-from router.config import LendingSettings
 from router.edge import Handler, read_json, refuse_addresses
 from router.errors import BadRequest, InternalError, NotFound
 from router.lending import (
     LENDING,
-    LENDING_PUSH,
     LendingLayers,
     apply_batch,
     listing,
@@ -28,19 +26,10 @@ log = logging.getLogger(__name__)
 
 
 def layers_of(app: web.Application) -> LendingLayers:
-    layers = app[LENDING]
+    layers = app[LENDING].layers
     if not isinstance(layers, LendingLayers):
         raise InternalError("the lending settings were not loaded with their layers")
     return layers
-
-
-def in_force(app: web.Application, values: LendingSettings) -> None:
-    """What follows a change of the values, in the same step as the change: the decision
-    log's retention, and the push to the slaves (which sends what is in force when it runs)."""
-    app[STORE].decision_retention = values.offload_decisions_retention
-    push = app.get(LENDING_PUSH)
-    if push is not None:
-        push.everyone()
 
 
 async def _batch(request: web.Request) -> Any:
@@ -75,7 +64,7 @@ async def offload_settings(request: web.Request) -> web.StreamResponse:
             saved, values = apply_batch(batch, layers.saved, layers.config, retention)
         await app[STORE].replace_lending_saved(saved)
         layers.saved, layers.values = saved, values
-        in_force(app, values)
+        app[LENDING].settings_changed(values)
     # A shorter retention takes effect now rather than at the next hourly pass.
     await app[STORE].prune_decisions(values.offload_decisions_retention)
     return web.json_response(listing(layers.config, layers.saved, layers.values))

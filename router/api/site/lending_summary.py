@@ -10,21 +10,22 @@ from aiohttp import web
 
 from router.appkeys import CLUSTER, SETTINGS
 from router.edge import Handler
-from router.lending import LEND, LINKS, statuses
+from router.lending import LENDING
 
 
 async def summary(request: web.Request) -> web.StreamResponse:
     """Leases in force, each node's held / lent / borrowed counts, and every node's fits."""
     app = request.app
-    book, service = app[LEND], app[CLUSTER]
+    lending, service = app[LENDING], app[CLUSTER]
+    book = lending.book
     own = app[SETTINGS].cluster.node_id
     others = sorted({e.node_id for e in service.registry.nodes() if e.node_id and e.node_id != own})
-    seen = await statuses(app, others)
+    seen = await lending.planner.statuses(others)
     nodes = book.holding.by_node([own, *others])
     for row in nodes:
         node = row["node_id"]
         if node == own:
-            row["borrowed"] = sum(app[LINKS].borrowed.values())
+            row["borrowed"] = sum(lending.links.borrowed.values())
         else:
             status = seen.get(node)
             row["borrowed"] = sum(x.borrowed for x in status.lanes.values()) if status else None

@@ -1,0 +1,140 @@
+"""The one lending service of a node (docs/lending.md).
+
+`Lending` is the shared state (router/lending/state.py: the links, the settings in force, the
+decision log, the lease book, the gates and the restorer, with the runtime manager, the cluster
+service, the store and the client session handed in) with what acts on it: the planner, the
+owner's side, the helper's side and, on a master, the push of its settings and links to the
+slaves. One app key (`LENDING`) holds it; one `cleanup_ctx` entry (`lending_context`) builds,
+starts and stops it, after the store, the runtimes and the cluster service exist and before the
+cluster announces this node (a master's push and a slave's status may come at once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import Any
+
+from aiohttp import web
+
+from router import __version__
+from router.appkeys import CLUSTER, RUNTIMES, SESSION, SETTINGS, STORE
+from router.config import LendingSettings, Settings
+from router.lending.decisions import Decision, DecisionLog, decision_row
+from router.lending.helper import Helper
+from router.lending.links import Link, LinkTable
+from router.lending.owner import Owner
+from router.lending.planner import Planner
+from router.lending.push import LINKS_PATH, SETTINGS_PATH, Pusher
+from router.lending.settings import LendingLayers, usable_saved
+from router.lending.state import LendingState
+from router.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Lending(LendingState):
+    """Lending on this node: one instance under `app[LENDING]`; handlers call it. The three
+    parts that act on the state are built on first use, each once."""
+
+    pusher: Pusher | None = None  # a master's, from `start`
+
+    @functools.cached_property
+    def planner(self) -> Planner:
+        return Planner(self)
+
+    @functools.cached_property
+    def owner(self) -> Owner:
+        return Owner(self, self.planner)
+
+    @functools.cached_property
+    def helper(self) -> Helper:
+        return Helper(self)
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        with contextlib.suppress(Exception):  # a store that cannot be read: no fits yet
+            await self.planner.refit()
+        self.planner.start()
+        self.runtimes.released.append(self.owner.job_ended)
+        if self.master:
+            self.pusher = Pusher(self.payloads, lambda: self.cluster)
+            self.pusher.start()
+
+    async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.runtimes.released.remove(self.owner.job_ended)
+        await self.restorer.close()
+        await self.planner.close()
+        self.decisions.sink = None  # the store closes after this service
+        if self.pusher is not None:
+            await self.pusher.close()
+
+    # -- the master's push ------------------------------------------------------------------
+
+    def payloads(self) -> list[tuple[str, dict[str, Any]]]:
+        """What a push sends, built now (the values and links in force at send time)."""
+        values = self.values.model_dump(mode="json")
+        links = [asdict(link) for link in self.links.links]
+        return [(SETTINGS_PATH, {"settings": values}), (LINKS_PATH, {"links": links})]
+
+    def registered(self, node_id: str) -> None:
+        """A slave (re)registered: push the lending state to it."""
+        if self.pusher is not None:
+            self.pusher.node(node_id)
+
+    def links_changed(self) -> None:
+        if self.pusher is not None:
+            self.pusher.everyone()
+
+    def settings_changed(self, values: LendingSettings) -> None:
+        """What follows a change of the values, in the same step as the change: the decision
+        log's retention, and the push to the slaves (which sends what is in force when it runs)."""
+        self.store.decision_retention = values.offload_decisions_retention
+        self.links_changed()
+
+
+async def load_layers(settings: Settings, store: Store) -> LendingLayers:
+    """At start: the config file's values under the saved ones that still apply."""
+    config = settings.cluster.lending()
+    saved = await store.lending_saved()
+    kept, dropped = usable_saved(config, saved, settings.analytics.raw_retention)
+    for problem in dropped:
+        log.warning("saved lending setting not applied (the config file's value is): %s", problem)
+    return LendingLayers(config, kept)
+
+
+def sink_for(store: Store, router_version: str) -> DecisionLog:
+    """The log whose every row goes to the store's writer (an append, never an await)."""
+
+    def to_store(decision: Decision) -> None:
+        store.add_decision(decision_row(decision, router_version))
+
+    return DecisionLog(sink=to_store)
+
+
+LENDING: web.AppKey[Lending] = web.AppKey("lending")
+
+
+async def lending_context(app: web.Application) -> AsyncIterator[None]:
+    """A `cleanup_ctx` entry: load the links, the settings and the decision log (pruned now,
+    then by the store's hourly pass), build the service and start its planner and push."""
+    settings, store = app[SETTINGS], app[STORE]
+    links = LinkTable(Link(**row) for row in await store.link_rows())
+    layers = await load_layers(settings, store)
+    store.decision_retention = layers.values.offload_decisions_retention
+    await store.prune_decisions(layers.values.offload_decisions_retention)
+    service = Lending(
+        settings, app[RUNTIMES], app[CLUSTER], store, app[SESSION],
+        links=links, layers=layers, decisions=sink_for(store, __version__),
+    )  # fmt: skip
+    app[LENDING] = service
+    await service.start()
+    try:
+        yield
+    finally:
+        await service.close()
