@@ -16,12 +16,8 @@ from typing import Any
 import pytest
 
 from router.appkeys import CATALOG, EVENTS
-from tests.harness import RouterHarness
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_config
-
-demo_text = fx.demo_text
-real_harness = fx.real_harness
+from tests.support.harness import RouterHarness
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 

@@ -115,24 +115,3 @@ def test_budget_properties(entries: list[CacheEntry], budget: int, data: st.Data
     # A kept file goes only once every other file is gone.
     if any(n in keep for n in doomed):
         assert not stayed_plain
-
-
-def test_kcpps_router_kv_persist() -> None:
-    import json
-    from pathlib import Path
-
-    import pytest
-
-    from router.config.kcpps import KcppsError, parse_kcpps
-    from router.domain import BackendMode
-
-    def parse(extra: dict[str, object]) -> str:
-        data = json.dumps({"model_param": "/srv/a.gguf", **extra}).encode()
-        return parse_kcpps(Path("/srv/m.kcpps"), data, BackendMode.LLAMA_SDCPP).kv_persist
-
-    assert parse({}) == "auto"
-    assert parse({"router_kv_persist": "on"}) == "on"
-    assert parse({"router_kv_persist": "off"}) == "off"
-    for bad in ("yes", 1, True, None.__class__.__name__):
-        with pytest.raises(KcppsError, match="router_kv_persist must be on, off or auto"):
-            parse({"router_kv_persist": bad})
