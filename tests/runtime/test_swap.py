@@ -125,7 +125,9 @@ async def test_r17_waiting_model_is_not_starved_beyond_max_batch_wait(
     harness.model("chat-a")
     harness.model("chat-b")
     harness.faults["llamacpp"] = "--token-rate 20"
-    client = await harness.start(harness.settings(stop_grace=1, max_batch_wait=max_wait))
+    # The window alone must end the batch here, not the bypass bound (tests/runtime/test_grouped_queue.py).
+    settings = harness.settings(stop_grace=1, max_batch_wait=max_wait, max_bypass=1000)
+    client = await harness.start(settings)
     assert (await client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
     stop = asyncio.Event()
     a_statuses: list[int] = []
