@@ -18,7 +18,6 @@ from aiohttp import web
 
 from router import ollama as tr
 from router.api.inference import forward as forwarder
-from router.api.node import remote_target
 from router.appkeys import CATALOG, RAW_BODY, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
@@ -67,11 +66,17 @@ async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> f
     """What to forward: the body as it is to KoboldCpp, else its OpenAI translation."""
     raw, body = await _read_body(request)
     name = body.get("model")
+    here = partial(_here, request, op, started_ns, raw, body)
     if isinstance(name, str) and name:
-        # Served by another cluster node as sent: that node translates it for its backend.
-        target = remote_target(request, Selection(name, raw, True, "json:model"))
-        if target is not None:
-            return forwarder.Override(Selection(name, raw, True, "json:model"), relay_to=target)
+        # Another cluster node may serve it as sent: that node translates it for its backend.
+        return forwarder.Override(Selection(name, raw, True, "json:model"), here=here)
+    return here()
+
+
+def _here(
+    request: web.Request, op: tr.LoadKind, started_ns: int, raw: bytes, body: dict[str, Any]
+) -> forwarder.Override:
+    """Served on this node: the body as it is to KoboldCpp, else its OpenAI translation."""
     config = request.app[CATALOG].require(body.get("model"))
     public: str = body["model"]
     if family_for(config.backend_mode, _lane(op, config)) is Family.KOBOLD:
