@@ -83,9 +83,7 @@ def test_local_whenever_nothing_else_applies(
 
 
 @given(relay_facts, local_facts)
-def test_the_decision_is_deterministic(
-    relay: RelayFacts[str, str], local: LocalFacts[str]
-) -> None:
+def test_the_decision_is_deterministic(relay: RelayFacts[str, str], local: LocalFacts[str]) -> None:
     mine = None if relay.relays else local
     assert place(relay, mine) == place(relay, mine)
 
