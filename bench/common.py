@@ -228,6 +228,7 @@ class Router:
     # On loopback every node and client shares one address, so the per-peer cap (64) would
     # count the cluster's own connections against the bench client's (bench/cluster.py).
     max_per_peer: int = 64
+    runtime: str = "max_queue: 1024"  # the `runtime:` section's keys, YAML flow style
     proc: Proc | None = None
 
     def start(self) -> Router:
@@ -246,7 +247,7 @@ class Router:
             "models: {config_dir: ./kcpps}\n"
             f"llama: {{binary_path: {json.dumps(str(self.llama_binary))}}}\n"
             f"analytics: {{enabled: {'true' if self.analytics else 'false'}}}\n"
-            "runtime: {max_queue: 1024}\n" + self.extra_yaml
+            f"runtime: {{{self.runtime}}}\n" + self.extra_yaml
         )
         tr = VENV_BIN / "tensor-router"
         argv = [str(tr)] if tr.exists() else [PY, "-m", "router.cli"]

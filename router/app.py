@@ -76,7 +76,7 @@ from router.appkeys import (
 from router.classify import ROUTES, Route, match
 from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
 from router.config import Catalog, CatalogChange, Settings
-from router.edge import Handler, Sessions, auth, edge_errors, guards, secrets_of
+from router.edge import Handler, Sessions, auth, edge_errors, guards, queue_wait, secrets_of
 from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
 from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
@@ -93,6 +93,10 @@ log = logging.getLogger(__name__)
 # How often `models.config_dir` is rescanned for files added, edited or removed on disk.
 # A poll, not inotify: it also sees network mounts and editors that replace the file.
 CATALOG_POLL_SECONDS = 2.0
+
+# Every path reaches the dispatcher, which classifies it (router/classify.py). `[\s\S]`, not
+# `.`: a decoded path may hold a line feed, and aiohttp's own plain-text 404 would answer it.
+CATCH_ALL = r"/{tail:[\s\S]*}"
 
 # What a slave does not serve: it is no management surface (docs/cluster.md).
 MANAGEMENT_PREFIXES = ("/router/v1/site/", "/router/v1/benchmarks", "/router/ui", "/router/webuis")
@@ -200,9 +204,10 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         ]
     )
     app.on_shutdown.append(_begin_drain)
+    app.on_response_prepare.append(queue_wait.on_prepare)
     app[DISPATCH] = dispatcher(handler_table(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
-    app.router.add_route("*", "/{tail:.*}", app[DISPATCH])
+    app.router.add_route("*", CATCH_ALL, app[DISPATCH])
     return app
 
 
@@ -222,7 +227,7 @@ def create_backend_ui_app(main: web.Application) -> web.Application:
     app[MAIN_APP] = main
     app.on_startup.append(admin.share_resources)
     app.on_response_prepare.append(admin.on_prepare)
-    app.router.add_route("*", "/{tail:.*}", admin.serve)
+    app.router.add_route("*", CATCH_ALL, admin.serve)
     return app
 
 

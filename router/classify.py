@@ -201,6 +201,8 @@ _TABLE: tuple[Route, ...] = (
     _inf("/v1/models/{model_id}", "GET", OAI, _T, handler="models.openai_get", sel=NO_SELECTOR, vllm=True),
     _inf("/sdapi/v1/sd-models", "GET", Surface.A1111, _I, handler="models.sd_list", sel=NO_SELECTOR),
     _admin("/router/v1/models", "GET", "models.router_list", Surface.CONTROL),
+    # This table as OpenAPI 3.1 (router/openapi/), for an admin's tools.
+    _admin("/router/v1/openapi.json", "GET", "meta.openapi", Surface.CONTROL),
     # -- explicit control
     _admin("/router/v1/load", "POST", "control.load", Surface.CONTROL),
     _admin("/router/v1/unload", "POST", "control.unload", Surface.CONTROL),

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.fakes.wrappers import write_fake_binary
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 ADMIN = "adm-cli-control-3c9d5e71"
 CLI = [sys.executable, "-m", "router.cli"]
@@ -30,7 +30,8 @@ def _wait_ready(url: str) -> None:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)  # also after a non-200 answer: no busy loop
     raise AssertionError(f"{url} did not come up")
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from router import server
-from tests.harness import RouterHarness, free_port
+from tests.support.harness import RouterHarness, free_port
 
 
 @pytest.fixture

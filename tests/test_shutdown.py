@@ -18,11 +18,9 @@ import aiohttp
 import httpx
 import psutil
 
-from tests.harness import RouterHarness, SseEvent, chat, read_sse, wait_for
-from tests.proctree import reap_zombie_children
-from tests.router_process import gone, new_router, tmp_harness
-
-__all__ = ["tmp_harness"]  # the fixture, imported for pytest
+from tests.support.harness import RouterHarness, SseEvent, chat, read_sse, wait_for
+from tests.support.proctree import reap_zombie_children
+from tests.support.router_process import gone, new_router
 
 CHAT = "/v1/chat/completions"
 
@@ -47,10 +45,11 @@ async def _load_all(base: str, models: list[str]) -> list[dict]:
 
 
 async def test_r4_kill9_router_leaves_no_backend(tmp_harness: RouterHarness) -> None:
-    h = tmp_harness
-    models = _three_lanes(h)
-    h.wrap["llamacpp"] = "fork"  # one backend with a grandchild: only the watchdog covers it
-    router = new_router(h)
+    models = _three_lanes(tmp_harness)
+    tmp_harness.wrap["llamacpp"] = (
+        "fork"  # one backend with a grandchild: only the watchdog covers it
+    )
+    router = new_router(tmp_harness)
     await router.start()
     runtimes = await _load_all(router.base, models)
     assert sorted(rt["lanes"][0] for rt in runtimes) == ["image", "text", "voice"]
@@ -69,10 +68,9 @@ async def test_r4_kill9_router_leaves_no_backend(tmp_harness: RouterHarness) -> 
 async def test_r4_next_start_reaps_pidfile_survivors(tmp_harness: RouterHarness) -> None:
     """Even with the watchdog gone, a backend that escaped the death signal (its server left
     the session with setsid) is killed by the next router started on the same data dir."""
-    h = tmp_harness
-    h.model("chat-a")
-    h.wrap["llamacpp"] = "setsid"
-    router = new_router(h)
+    tmp_harness.model("chat-a")
+    tmp_harness.wrap["llamacpp"] = "setsid"
+    router = new_router(tmp_harness)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base, timeout=20) as c:
         r = await c.post(CHAT, json=chat("chat-a"))
@@ -84,7 +82,7 @@ async def test_r4_next_start_reaps_pidfile_survivors(tmp_harness: RouterHarness)
         if any("watchdog" in part for part in p.cmdline())
     ]
     assert len(watchdogs) == 1
-    pidfiles = list((h.tmp / "data" / "pids").glob("*.pid"))
+    pidfiles = list((tmp_harness.tmp / "data" / "pids").glob("*.pid"))
     assert len(pidfiles) == 1
     watchdogs[0].kill()
     os.kill(router.pid, signal.SIGKILL)
@@ -94,10 +92,10 @@ async def test_r4_next_start_reaps_pidfile_survivors(tmp_harness: RouterHarness)
     assert not gone(server_pid), "precondition: the setsid'ed server survived the kill"
     assert json.loads(pidfiles[0].read_text())["tag"]
 
-    second = new_router(h)
+    second = new_router(tmp_harness)
     await second.start()
     assert await wait_for(lambda: (reap_zombie_children() or True) and gone(server_pid), 2.0)
-    assert list((h.tmp / "data" / "pids").glob("*.pid")) == []
+    assert list((tmp_harness.tmp / "data" / "pids").glob("*.pid")) == []
     os.kill(second.pid, signal.SIGTERM)
     assert await second.wait_exit(5) == 0
 
@@ -125,11 +123,10 @@ def _connect_refused(port: int) -> bool:
 async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
     tmp_harness: RouterHarness,
 ) -> None:
-    h = tmp_harness
-    h.model("chat-a")
-    h.model("chat-b")
-    h.faults["llamacpp"] = "--token-rate 10"
-    router = new_router(h, drain_timeout=10)
+    tmp_harness.model("chat-a")
+    tmp_harness.model("chat-b")
+    tmp_harness.faults["llamacpp"] = "--token-rate 10"
+    router = new_router(tmp_harness, drain_timeout=10)
     await router.start()
     runtimes = await _load_all(router.base, ["chat-a"])
     backend_pid = runtimes[0]["pid"]
@@ -171,11 +168,10 @@ async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
 async def test_r27_drain_deadline_ends_long_streams_with_an_error_event(
     tmp_harness: RouterHarness,
 ) -> None:
-    h = tmp_harness
-    h.model("chat-a")
-    h.faults["llamacpp"] = "--token-rate 10"
+    tmp_harness.model("chat-a")
+    tmp_harness.faults["llamacpp"] = "--token-rate 10"
     drain = 1.0
-    router = new_router(h, drain_timeout=drain)
+    router = new_router(tmp_harness, drain_timeout=drain)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
         started = asyncio.Event()
@@ -201,8 +197,7 @@ async def test_r27_drain_deadline_ends_long_streams_with_an_error_event(
 
 
 async def test_r28_idle_keepalive_does_not_delay_shutdown(tmp_harness: RouterHarness) -> None:
-    h = tmp_harness
-    router = new_router(h, drain_timeout=10)
+    router = new_router(tmp_harness, drain_timeout=10)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base) as client:
         assert (await client.get("/health")).status_code == 200  # keep-alive socket in the pool
@@ -217,9 +212,8 @@ async def test_r28_idle_keepalive_does_not_delay_shutdown(tmp_harness: RouterHar
 async def test_r28_idle_event_subscriber_does_not_hold_past_the_drain_deadline(
     tmp_harness: RouterHarness,
 ) -> None:
-    h = tmp_harness
     drain = 2.0
-    router = new_router(h, drain_timeout=drain)
+    router = new_router(tmp_harness, drain_timeout=drain)
     await router.start()
     async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
         subscribed = asyncio.Event()
@@ -245,15 +239,14 @@ async def test_r28_idle_event_subscriber_does_not_hold_past_the_drain_deadline(
 async def test_r28_idle_realtime_socket_is_closed_with_1001_and_does_not_hold_shutdown(
     tmp_harness: RouterHarness,
 ) -> None:
-    h = tmp_harness
-    h.model(
+    tmp_harness.model(
         "vl",
         "vllm",
         model_param="vl-text.safetensors",
         whispermodel="vl-asr.safetensors",
     )
     drain = 60.0  # the socket's lease would hold the stop this long
-    router = new_router(h, drain_timeout=drain)
+    router = new_router(tmp_harness, drain_timeout=drain)
     await router.start()
     async with aiohttp.ClientSession() as session:
         url = f"ws://127.0.0.1:{router.port}/v1/realtime?model=vl"

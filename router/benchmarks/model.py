@@ -1,7 +1,7 @@
 """The pure half of benchmarks: the run request, section expansion, summaries and statuses.
 
 Nothing here touches a process, a socket or the store, so all of it is unit-tested directly
-(tests/test_benchmarks_model.py). The shapes are the contract's (cluster-and-site notes,
+(tests/benchmarks/test_model.py). The shapes are the contract's (cluster-and-site notes,
 "Benchmarks"): a run is stored as one row per section plus one row for the run as a whole
 (section `run`), each row rendering as a Summary.
 """

@@ -258,6 +258,10 @@ class RuntimeSection(_Section):
     queue_timeout: PositiveDuration = 600.0
     # R17: queued requests for the loaded model go first, but never wait longer than this.
     max_batch_wait: Duration = 30.0
+    # Issue 26: `grouped` serves the loaded model's queued requests before switching (bounded
+    # by max_batch_wait and max_bypass); `fifo` serves strictly in arrival order.
+    queue_order: Literal["grouped", "fifo"] = "grouped"
+    max_bypass: int = Field(default=8, ge=0)
     stream_idle_timeout: PositiveDuration = 300.0
     # R24: how long one request waits for its whole answer (a non-streamed generation arrives
     # only when done, so no idle deadline can tell a slow backend from a hung one).

@@ -17,6 +17,7 @@ from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.records import EventBus
+from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
 from router.runtime.progress import LoadProgress
@@ -121,12 +122,13 @@ class RuntimeCore:
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
         self._spawn(self._watch_exit(runtime))
-        # First serve the requests this runtime was loaded for. They queued before it was
-        # ready, so the batch window of a later waiter for another model may have expired
-        # meanwhile; scheduler.decide() would then stop the new runtime unused and load it
-        # again for the same waiters, forever (a livelock found by R18).
+        # First serve the requests this runtime was loaded for (scheduler.loaded_for: without
+        # this, a livelock found by R18).
+        order = self._settings.runtime.queue_order
         for lane in runtime.spec.occupies:
-            loaded_for = [e for e in self._queues.entries(lane) if e.spec.key == runtime.key]
+            entries = self._queues.entries(lane)
+            views = self._queues.scheduler_view(lane)
+            loaded_for = [entries[i] for i in scheduler.loaded_for(views, runtime.key, order)]
             if loaded_for:
                 self._grant_waiters(runtime, loaded_for)
         self._pump()

@@ -290,10 +290,18 @@ class RuntimeManager(RuntimeCore):
             bool(runtime and lane in runtime.drain_requests),
             self._free(runtime),
         )
-        waiters = [scheduler.WaiterView(e.spec.key, e.enqueued_at) for e in entries]
+        waiters = [scheduler.WaiterView(e.spec.key, e.enqueued_at, e.bypassed) for e in entries]
+        rt = self._settings.runtime
         decision = scheduler.decide(
-            view, waiters, self._clock(), self._settings.runtime.max_batch_wait
+            view,
+            waiters,
+            self._clock(),
+            rt.max_batch_wait,
+            order=rt.queue_order,
+            max_bypass=rt.max_bypass,
         )
+        if decision.grant:
+            self._queues.note_grants(entries, decision.grant)
         return self._apply(lane, runtime, entries, decision)
 
     def _apply(

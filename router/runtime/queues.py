@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from router.domain import Lane
 from router.errors import RouterError
-from router.runtime.scheduler import WaiterView
+from router.runtime.scheduler import WaiterView, bypasses
 from router.runtime.state import Lease, RuntimeSpec
 
 
@@ -25,6 +25,7 @@ class Waiter:
     enqueued_at: float
     lane: Lane
     future: asyncio.Future[Lease]
+    bypassed: int = 0  # newer requests granted ahead of this one (runtime.max_bypass)
 
     @property
     def gone(self) -> bool:
@@ -39,6 +40,7 @@ class Claim:
     spec: RuntimeSpec
     enqueued_at: float
     lane: Lane
+    bypassed: int = 0
     gone = False
 
 
@@ -77,7 +79,13 @@ class Queues:
         return any(e.spec.key == key for queue in self._lanes.values() for e in queue)
 
     def scheduler_view(self, lane: Lane) -> list[WaiterView]:
-        return [WaiterView(e.spec.key, e.enqueued_at) for e in self.entries(lane)]
+        return [WaiterView(e.spec.key, e.enqueued_at, e.bypassed) for e in self.entries(lane)]
+
+    def note_grants(self, entries: list[Entry], granted: tuple[int, ...]) -> None:
+        """Count, on each entry of `entries` (one lane's, in queue order), the newer ones in
+        `granted` that went ahead of it (the `max_bypass` bound)."""
+        for entry, passed in zip(entries, bypasses(len(entries), granted), strict=True):
+            entry.bypassed += passed
 
     def add(self, waiter: Waiter) -> None:
         self._lanes[waiter.lane].append(waiter)

@@ -10,6 +10,11 @@ Keeping the policy here lets it be tested exhaustively without processes:
   waiters beyond it stay queued, bounded by the queue cap (R19).
 - A draining runtime takes no new leases; when its last lease is released it stops, and the
   oldest waiter's model loads next. Running work is never cancelled (R15).
+
+Two queue orders (`runtime.queue_order`, docs/swaps.md): `grouped` is the batching above, also
+bounded by `max_bypass` (newer requests served ahead of an older waiter for another model);
+`fifo` serves strictly in arrival order, so the lane drains as soon as the request at the head
+of the queue is for another model.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
+
+QueueOrder = Literal["grouped", "fifo"]
 
 
 class Phase(Enum):
@@ -39,6 +47,7 @@ class LaneView:
 class WaiterView:
     key: str  # the runtime key the waiter needs
     enqueued_at: float
+    bypassed: int = 0  # newer requests granted ahead of this one so far
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,15 @@ NOTHING = Decision()
 
 
 def decide(
-    lane: LaneView, waiters: Sequence[WaiterView], now: float, max_batch_wait: float
+    lane: LaneView,
+    waiters: Sequence[WaiterView],
+    now: float,
+    max_batch_wait: float,
+    *,
+    order: QueueOrder = "grouped",
+    max_bypass: int | None = None,
 ) -> Decision:
+    """What `lane` does next. `max_bypass` None: no bypass bound (the window alone)."""
     if lane.phase is Phase.EMPTY:
         return Decision(load=waiters[0].key) if waiters else NOTHING
     if lane.phase is not Phase.READY:
@@ -68,14 +84,69 @@ def decide(
         return Decision(grant=matching, undrain=lane.draining)
     if lane.draining:
         return Decision(stop=True) if lane.leases == 0 else NOTHING
+    if order == "fifo":
+        return _fifo(lane, waiters, matching)
     if lane.leases == 0 and not matching:
         return Decision(drain=True, stop=True)  # idle, and only others wait: swap now
     window_open = now - min(w.enqueued_at for w in others) < max_batch_wait
     if window_open:
         # Running and new work for the loaded model goes on; the manager re-runs decide()
         # when the window closes (next_deadline) or the last lease is released.
+        if max_bypass is not None:
+            matching = _within_bypass(waiters, matching, max_bypass, lane.active)
+            if not matching and any(w.bypassed >= max_bypass for w in others):
+                return Decision(drain=True, stop=lane.leases == 0)
         return Decision(grant=matching) if matching else NOTHING
     return Decision(drain=True, stop=lane.leases == 0)
+
+
+def _fifo(lane: LaneView, waiters: Sequence[WaiterView], matching: tuple[int, ...]) -> Decision:
+    """Strict arrival order: only the loaded model's requests ahead of the first other one."""
+    head = next(i for i, w in enumerate(waiters) if w.key != lane.active)
+    ahead = tuple(i for i in matching if i < head)
+    if ahead:
+        return Decision(grant=ahead)
+    if any(w.key == lane.active for w in waiters[:head]):
+        return NOTHING  # at the in-flight cap: the loaded model's older requests wait for it
+    return Decision(drain=True, stop=lane.leases == 0)
+
+
+def _within_bypass(
+    waiters: Sequence[WaiterView], matching: tuple[int, ...], max_bypass: int, active: str | None
+) -> tuple[int, ...]:
+    """The prefix of `matching` that passes no older waiter more than `max_bypass` times.
+
+    Granting waiter m bypasses every other-model waiter queued before it; a prefix keeps the
+    loaded model's own order (a later request never goes before an earlier one)."""
+    budget = {i: max_bypass - w.bypassed for i, w in enumerate(waiters) if w.key != active}
+    granted: list[int] = []
+    for m in matching:
+        older = [i for i in budget if i < m]
+        if any(budget[i] <= 0 for i in older):
+            break
+        for i in older:
+            budget[i] -= 1
+        granted.append(m)
+    return tuple(granted)
+
+
+def loaded_for(waiters: Sequence[WaiterView], key: str, order: QueueOrder) -> tuple[int, ...]:
+    """The waiters a runtime that just became ready serves first: those it was loaded for.
+
+    They queued before it was ready, so the batch window of a later waiter for another model
+    may have expired meanwhile; decide() would then stop the new runtime unused and load it
+    again for the same waiters, forever. Grouped: every waiter for `key`; fifo: only those
+    ahead of the first waiter for another model."""
+    mine = tuple(i for i, w in enumerate(waiters) if w.key == key)
+    if order == "fifo":
+        head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
+        return tuple(i for i in mine if i < head)
+    return mine
+
+
+def bypasses(count: int, granted: Sequence[int]) -> list[int]:
+    """How many of the `granted` indexes each of `count` waiters was passed by (queue order)."""
+    return [sum(1 for g in granted if g > i) for i in range(count)]
 
 
 def next_deadline(

@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from tests.backends.loopback_only import assert_loopback_only, listening
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
+from tests.support.loopback_only import assert_loopback_only, listening
 
 
 async def test_s24_a_launched_backend_listens_on_loopback_only(harness: RouterHarness) -> None:

@@ -12,7 +12,7 @@ from backends.base import UnsafeArguments
 from backends.vllm import check_serve_args
 from router.config import Settings, parse_kcpps
 from router.domain import BackendMode
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 pytestmark = pytest.mark.timeout(60)
 EEP = ["--enable-elastic-ep", "--enable-expert-parallel", "--data-parallel-size", "2",

@@ -18,11 +18,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.harness import RouterHarness, SseEvent, free_port, read_sse
-from tests.router_process import RouterProcess, new_router, tmp_harness
-from tests.test_cluster_nodes import TOKEN, listed_ids, node_configs, until
-
-__all__ = ["tmp_harness"]
+from tests.support.cluster import TOKEN, listed_ids, node_configs
+from tests.support.harness import RouterHarness, SseEvent, free_port, read_sse, until
+from tests.support.router_process import RouterProcess, new_router
 
 CHAT = "/v1/chat/completions"
 

@@ -4,25 +4,16 @@ unvalidated `int(...)`, a 500, when the listing covered a slave). Real routers o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
-import pytest
 
-from tests.harness import RouterHarness
-from tests.router_process import tmp_harness
-from tests.test_cluster_nodes import cluster, listed_ids, start_all, until
-
-__all__ = ["tmp_harness"]
+from tests.support.cluster import cluster, listed_ids, start_all
+from tests.support.harness import RouterHarness, until
 
 
-@pytest.fixture
-def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
-    yield tmp_harness
-
-
-async def test_a_bad_limit_on_the_merged_captures_listing_is_a_400(h: RouterHarness) -> None:
-    c = cluster(h, {"a": b"A"}, {"b": b"B"})
+async def test_a_bad_limit_on_the_merged_captures_listing_is_a_400(
+    tmp_harness: RouterHarness,
+) -> None:
+    c = cluster(tmp_harness, {"a": b"A"}, {"b": b"B"})
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: listed_ids(client), ["a", "b"])

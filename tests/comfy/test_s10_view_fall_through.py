@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 TRAVERSALS = [
     "filename=../secret.txt",

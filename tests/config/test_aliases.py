@@ -12,7 +12,7 @@ import pytest
 
 from router.config import Catalog, KcppsError, parse_kcpps
 from router.domain import BackendMode
-from tests.harness import RouterHarness, chat, wav_bytes
+from tests.support.harness import RouterHarness, chat, wav_bytes
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -21,7 +21,7 @@ from aiohttp import web
 from router.app import create_app
 from router.config import Settings
 from router.edge.listener import capped_site, runner_kwargs
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 DEADLINE = 1.0
 # (path, content type, a body the route would accept)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from router.config import Settings, SettingsError, load_settings
 from router.edge.cors import CorsPolicy, allowed_headers
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import free_port
+from tests.support.harness import free_port
 
 pytestmark = pytest.mark.timeout(60)
 CLI = Path(sys.executable).with_name("tensor-router")

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from router.app import create_app
 from router.edge.listener import capped_site, runner_kwargs
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 BODY = json.dumps({"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]}).encode()
 HEAD = (

@@ -11,10 +11,8 @@ import json
 
 import psutil
 
-from tests.harness import RouterHarness
-from tests.router_process import new_router, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.harness import RouterHarness
+from tests.support.router_process import new_router
 
 HEALTH = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 MiB = 1024 * 1024

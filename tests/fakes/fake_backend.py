@@ -1219,7 +1219,7 @@ async def realtime_echo(request: web.Request, st: State) -> web.WebSocketRespons
     return ws
 
 
-# ---- a backend's own WebUI (every family; tests/test_webuis_proxy.py) -----------------------
+# ---- a backend's own WebUI (every family; tests/webuis/test_proxy.py) -----------------------
 
 UI_PATHS = ("/lcpp/", "/sdui/", "/musicui/")  # KoboldCpp's secondary UIs (the root is "/")
 

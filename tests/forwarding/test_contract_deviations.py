@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 pytestmark = pytest.mark.timeout(60)
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}

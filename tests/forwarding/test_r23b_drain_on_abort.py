@@ -20,7 +20,7 @@ import pytest
 
 from router.appkeys import PROXY
 from router.config import Settings
-from tests.harness import RouterHarness, chat, stream_chat, wait_for
+from tests.support.harness import RouterHarness, chat, stream_chat, wait_for
 
 CHAT = "/v1/chat/completions"
 

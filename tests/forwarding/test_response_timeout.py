@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 CHAT = "/v1/chat/completions"
 

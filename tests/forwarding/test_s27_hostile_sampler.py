@@ -13,7 +13,7 @@ import json
 
 import httpx
 
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 CHAT = "/v1/chat/completions"
 HOSTILE = [{"n_probs": 1e9}, {"n_probs": -1, "n_discard": -1}, {"n_probs": 10**12, "stream": True}]

@@ -23,7 +23,7 @@ from router.lending.leases import Lease, Wakeups
 from router.lending.planner import apply_row
 from router.lending.planning import PlanRow
 from router.runtime import Lease as RuntimeLease
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 OWNER = ("text", "m", "slow")
 

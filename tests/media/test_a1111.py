@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router.media import a1111
-from tests.harness import RouterHarness, wait_for
+from tests.support.harness import RouterHarness, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

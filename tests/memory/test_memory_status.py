@@ -8,7 +8,7 @@ from __future__ import annotations
 from router.demo_models import write_llama_gguf
 from router.memory.estimate import PROCESS_OVERHEAD, LlamaOptions, llama_footprint
 from router.memory.shape import read_shape
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 GIB = 1 << 30
 

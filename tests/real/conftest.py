@@ -1,4 +1,5 @@
-"""Locate the real llama-server, generate the demo models, and run a server for one test.
+"""Locate the real llama-server, generate the demo models, run a server for one test, and the
+router on the real backends (`real_harness`).
 
 A missing binary is a failure with install instructions, not a skip: a green run must mean the
 real backend was exercised.
@@ -6,11 +7,12 @@ real backend was exercised.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,8 @@ import pytest
 
 from backends.base import built_backends_dir
 from router.demo_models import generate_text_models
-from tests.harness import free_port
+from tests.real.router_fixtures import LLAMA_ARGS, SDXS_CACHE
+from tests.support.harness import RouterHarness, free_port, harness_fixture
 
 REAL_DIR = Path(__file__).parent
 READY_TIMEOUT_S = 30.0
@@ -65,8 +68,46 @@ def llama_server_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
-def text_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return generate_text_models(tmp_path_factory.mktemp("text-models"))
+def demo_text(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """chat-a.gguf, chat-b.gguf and embed.gguf, written once per session."""
+    return generate_text_models(tmp_path_factory.mktemp("router-demo") / "models")
+
+
+@pytest.fixture(scope="session")
+def demo_whisper(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The demo whisper model and a 1 s test WAV, written once per session."""
+    from router.demo_models.whisper_ggml import write_test_wav, write_whisper_ggml
+
+    folder = tmp_path_factory.mktemp("router-whisper")
+    return {
+        "model": write_whisper_ggml(folder / "whisper-tiny.bin", seed=4),
+        "wav": write_test_wav(folder / "tone.wav", seconds=1.0),
+    }
+
+
+@pytest.fixture(scope="session")
+def demo_sdxs() -> Path:
+    """The ~520 MB SDXS demo model, kept across runs in SDXS_CACHE (written atomically, once)."""
+    from router.demo_models.sdxs import write_sdxs_gguf
+
+    SDXS_CACHE.mkdir(parents=True, exist_ok=True)
+    target = SDXS_CACHE / "sdxs.gguf"
+    with (SDXS_CACHE / ".sdxs.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be writing it right now
+        if not target.is_file():
+            started = time.monotonic()
+            write_sdxs_gguf(target, seed=5)
+            print(f"SDXS demo model written in {time.monotonic() - started:.1f} s")
+    return target
+
+
+@pytest.fixture
+async def real_harness(tmp_path: Path, llama_server_bin: Path) -> AsyncIterator[RouterHarness]:
+    """A RouterHarness whose llama section runs the real llama-server; nothing may survive it."""
+    async for h in harness_fixture(tmp_path):
+        h.programs["llamacpp"] = llama_server_bin
+        h.extra_args["llamacpp"] = list(LLAMA_ARGS)
+        yield h
 
 
 @dataclass(frozen=True)
@@ -81,11 +122,12 @@ def _log_tail(log_path: Path, limit: int = 3000) -> str:
     return log_path.read_text(encoding="utf-8", errors="replace")[-limit:]
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path, within: float) -> None:
+    deadline = time.monotonic() + within
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
-            # Any exit before readiness is a failure, whatever the exit code.
+            # Any exit before readiness is a failure, whatever the exit code (sd-server exits 0
+            # when its port is taken).
             if proc.poll() is not None:
                 pytest.fail(f"server exited {proc.returncode} before ready:\n{_log_tail(log_path)}")
             try:
@@ -94,7 +136,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None
             except httpx.TransportError:
                 pass  # not listening yet
             time.sleep(0.02)
-    pytest.fail(f"server not ready after {READY_TIMEOUT_S:.0f} s:\n{_log_tail(log_path)}")
+    pytest.fail(f"{url} not ready after {within:.0f} s:\n{_log_tail(log_path)}")
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -109,7 +151,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def run_server(
-    cmd: Sequence[str], *, port: int, log_path: Path, probe: str = "/health"
+    cmd: Sequence[str],
+    *,
+    port: int,
+    log_path: Path,
+    probe: str = "/health",
+    ready_within: float = READY_TIMEOUT_S,
 ) -> Iterator[RunningServer]:
     """Start `cmd`, wait until `probe` answers 200, and always stop the process afterwards."""
     with log_path.open("wb") as log:
@@ -117,7 +164,8 @@ def run_server(
         proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT)
         try:
             base_url = f"http://127.0.0.1:{port}"
-            _wait_ready(proc, base_url + probe, log_path)
+            _wait_ready(proc, base_url + probe, log_path, ready_within)
+            assert proc.poll() is None, "the probe was answered by someone else's process"
             ready = time.monotonic() - started
             print(f"{Path(cmd[0]).name} ready in {ready * 1000:.0f} ms")  # shown with -s
             yield RunningServer(base_url, proc, ready, log_path)

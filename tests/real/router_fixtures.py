@@ -1,20 +1,18 @@
-"""Fixtures for the real-backend tests that go through the router (test_router_*.py).
+"""Helpers for the real-backend tests that go through the router (test_router_*.py).
 
-The router runs in-process on a real socket (tests/harness.py RouterHarness) with its program
+The router runs in-process on a real socket (tests/support/harness.py RouterHarness) with its program
 sections pointing at the real llama-server, whisper-server and sd-server; the demo models are
-generated once per session. A missing binary fails (never skips): a green run must mean the
-real backends answered. Import the fixtures by name into a test module.
+generated once per session (the fixtures are in tests/real/conftest.py). A missing binary fails
+(never skips): a green run must mean the real backends answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,8 @@ import httpx
 import pytest
 
 from backends.base import built_backends_dir
-from router.demo_models import generate_text_models, write_kcpps, write_text_kcpps
-from tests.harness import RouterHarness
-from tests.proctree import live_descendants
+from router.demo_models import write_kcpps, write_text_kcpps
+from tests.support.harness import RouterHarness
 
 LLAMA_ARGS = ["-t", "1"]  # one thread: two cores shared with other jobs
 SDXS_CACHE = Path(
@@ -43,56 +40,6 @@ def backend_binary(name: str, env_var: str) -> Path:
             pytrace=False,
         )
     return path
-
-
-@pytest.fixture(scope="session")
-def demo_text(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """chat-a.gguf, chat-b.gguf and embed.gguf, written once per session."""
-    return generate_text_models(tmp_path_factory.mktemp("router-demo") / "models")
-
-
-@pytest.fixture(scope="session")
-def demo_whisper(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The demo whisper model and a 1 s test WAV, written once per session."""
-    from router.demo_models.whisper_ggml import write_test_wav, write_whisper_ggml
-
-    folder = tmp_path_factory.mktemp("router-whisper")
-    return {
-        "model": write_whisper_ggml(folder / "whisper-tiny.bin", seed=4),
-        "wav": write_test_wav(folder / "tone.wav", seconds=1.0),
-    }
-
-
-@pytest.fixture(scope="session")
-def demo_sdxs() -> Path:
-    """The ~520 MB SDXS demo model, kept across runs in SDXS_CACHE (written atomically, once)."""
-    from router.demo_models.sdxs import write_sdxs_gguf
-
-    SDXS_CACHE.mkdir(parents=True, exist_ok=True)
-    target = SDXS_CACHE / "sdxs.gguf"
-    with (SDXS_CACHE / ".sdxs.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be writing it right now
-        if not target.is_file():
-            started = time.monotonic()
-            write_sdxs_gguf(target, seed=5)
-            print(f"SDXS demo model written in {time.monotonic() - started:.1f} s")
-    return target
-
-
-@pytest.fixture
-async def real_harness(tmp_path: Path, llama_server_bin: Path) -> AsyncIterator[RouterHarness]:
-    """A RouterHarness whose llama section runs the real llama-server; nothing may survive it."""
-    h = RouterHarness(tmp_path)
-    h.programs["llamacpp"] = llama_server_bin
-    h.extra_args["llamacpp"] = list(LLAMA_ARGS)
-    try:
-        yield h
-    finally:
-        await h.close()
-        deadline = time.monotonic() + 3.0
-        while (left := live_descendants()) and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        assert left == [], f"a backend process outlived the router: {left}"
 
 
 def write_demo_text_kcpps(h: RouterHarness, models: dict[str, Path]) -> None:

@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 import webuiapi
 
-from tests.harness import RouterHarness, wait_for
-from tests.real import router_fixtures as fx
 from tests.real.test_router_media import sd_router
-
-demo_sdxs = fx.demo_sdxs
-real_harness = fx.real_harness
+from tests.support.harness import RouterHarness, wait_for
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(180)]
 

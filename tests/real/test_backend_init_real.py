@@ -14,7 +14,7 @@ import pytest
 
 from backends.registry import adapter_for
 from router.domain import Family
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 INIT = "/router/v1/site/nodes/backends/init"
 pytestmark = pytest.mark.timeout(1500)

@@ -9,12 +9,9 @@ import pytest
 from openai import AsyncOpenAI
 
 from router.demo_models import write_text_kcpps
-from tests.harness import RouterHarness
-from tests.real.router_fixtures import LLAMA_ARGS, demo_text
-from tests.router_process import tmp_harness
-from tests.test_cluster_nodes import cluster, listed_ids, served_models, start_all, until
-
-__all__ = ["demo_text", "tmp_harness"]
+from tests.real.router_fixtures import LLAMA_ARGS
+from tests.support.cluster import cluster, listed_ids, served_models, start_all
+from tests.support.harness import RouterHarness, until
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 
@@ -22,12 +19,11 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 async def test_master_relays_to_llama_server_behind_a_slave(
     tmp_harness: RouterHarness, demo_text: dict[str, Path], llama_server_bin: Path
 ) -> None:
-    h = tmp_harness
-    slave_dir = h.tmp / "kcpps-real-slave"
+    slave_dir = tmp_harness.tmp / "kcpps-real-slave"
     slave_dir.mkdir()
     write_text_kcpps(slave_dir, demo_text)
     llama = {"llama": {"binary_path": str(llama_server_bin), "extra_args": LLAMA_ARGS}}
-    c = cluster(h, {}, {}, slave_sections=llama, slave_kcpps=[slave_dir])
+    c = cluster(tmp_harness, {}, {}, slave_sections=llama, slave_kcpps=[slave_dir])
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as probe:
         assert await until(lambda: listed_ids(probe), ["chat-a", "chat-b", "embed"])

@@ -21,12 +21,8 @@ import pytest
 
 from router.demo_models.demo_set import write_vision_demo
 from router.demo_models.gguf_mmproj import write_mmproj_gguf
-from tests.harness import RouterHarness, free_port, read_sse
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_config
-
-demo_text = fx.demo_text
-real_harness = fx.real_harness
+from tests.support.harness import RouterHarness, free_port, read_sse
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 

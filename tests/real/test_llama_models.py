@@ -34,9 +34,9 @@ def _post(server: RunningServer, route: str, body: dict[str, object]) -> dict[st
 
 @pytest.mark.parametrize("name", ["chat-a", "chat-b"])
 def test_chat_completion(
-    llama_server: LlamaServerFactory, text_models: dict[str, Path], name: str
+    llama_server: LlamaServerFactory, demo_text: dict[str, Path], name: str
 ) -> None:
-    with llama_server(text_models[name]) as server:
+    with llama_server(demo_text[name]) as server:
         assert server.ready_seconds < 20
         body = _post(server, "/v1/chat/completions", {"messages": CHAT, **GEN})
         # The response names the model file, so a test can tell which one answered.
@@ -50,20 +50,20 @@ def test_chat_completion(
 
 
 def test_chat_template_is_used(
-    llama_server: LlamaServerFactory, text_models: dict[str, Path]
+    llama_server: LlamaServerFactory, demo_text: dict[str, Path]
 ) -> None:
-    with llama_server(text_models["chat-a"]) as server:
+    with llama_server(demo_text["chat-a"]) as server:
         props = httpx.get(server.base_url + "/props", timeout=10).json()
         assert "<|im_start|>" in props["chat_template"]
-        assert props["model_path"] == str(text_models["chat-a"])
+        assert props["model_path"] == str(demo_text["chat-a"])
         body = _post(server, "/apply-template", {"messages": CHAT})
         assert body["prompt"] == (
             "<|im_start|>user\nHello world, tell me a story.<|im_end|>\n<|im_start|>assistant\n"
         )
 
 
-def test_streamed_chat(llama_server: LlamaServerFactory, text_models: dict[str, Path]) -> None:
-    with llama_server(text_models["chat-a"]) as server:
+def test_streamed_chat(llama_server: LlamaServerFactory, demo_text: dict[str, Path]) -> None:
+    with llama_server(demo_text["chat-a"]) as server:
         payloads: list[bytes] = []
         request = {"messages": CHAT, "stream": True, **GEN}
         with httpx.stream(
@@ -86,8 +86,8 @@ def test_streamed_chat(llama_server: LlamaServerFactory, text_models: dict[str, 
         assert chunks[-1]["choices"][0]["finish_reason"] in {"length", "stop"}
 
 
-def test_text_completion(llama_server: LlamaServerFactory, text_models: dict[str, Path]) -> None:
-    with llama_server(text_models["chat-b"]) as server:
+def test_text_completion(llama_server: LlamaServerFactory, demo_text: dict[str, Path]) -> None:
+    with llama_server(demo_text["chat-b"]) as server:
         body = _post(server, "/v1/completions", {"prompt": "Tell me a story", **GEN})
         choices = body["choices"]
         assert isinstance(choices, list) and isinstance(choices[0]["text"], str)
@@ -97,9 +97,9 @@ def test_text_completion(llama_server: LlamaServerFactory, text_models: dict[str
 
 @pytest.mark.parametrize(("name", "width"), [("chat-a", 64), ("embed", 32)])
 def test_embeddings(
-    llama_server: LlamaServerFactory, text_models: dict[str, Path], name: str, width: int
+    llama_server: LlamaServerFactory, demo_text: dict[str, Path], name: str, width: int
 ) -> None:
-    with llama_server(text_models[name], "--embedding", "--pooling", "mean") as server:
+    with llama_server(demo_text[name], "--embedding", "--pooling", "mean") as server:
         inputs = ["hello world", "tell me a story about the water"]
         body = _post(server, "/v1/embeddings", {"input": inputs})
         data = body["data"]

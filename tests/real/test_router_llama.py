@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,14 +28,11 @@ import yaml
 from openai import AsyncOpenAI
 
 from router.demo_models import write_text_kcpps
-from tests.harness import RouterHarness, free_port
-from tests.proctree import reap_zombie_children
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import LLAMA_ARGS, EventLog, write_config, write_demo_text_kcpps
+from tests.support.harness import RouterHarness, free_port, iter_sse
+from tests.support.proctree import reap_zombie_children
 
 # The shared fixtures, used by name.
-demo_text = fx.demo_text
-real_harness = fx.real_harness
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(90)]
 
@@ -246,12 +242,11 @@ async def test_backend_killed_mid_stream_raw_sse_ends_with_error_event(
                 break  # the first event: the backend is generating
         [pid] = real_harness.backend_pids()
         os.kill(pid, signal.SIGKILL)
-        events = await read_sse_from(lines)
+        events = [event async for event in iter_sse(lines)]
     assert events, "the stream ended without a terminal record"
-    kind, data = events[-1]
-    assert kind == "error", events[-3:]
-    assert json.loads(data)["error"]["type"] == "upstream_error"
-    assert all(d != "[DONE]" for _k, d in events)
+    assert events[-1].event == "error", events[-3:]
+    assert json.loads(events[-1].data)["error"]["type"] == "upstream_error"
+    assert all(e.data != "[DONE]" for e in events)
     retry = await real_harness.client.post(
         "/v1/chat/completions", json={**body, "stream": False, "max_tokens": 8}
     )
@@ -274,24 +269,6 @@ async def test_request_right_after_a_backend_death_relaunches_it(
         assert reply.model == "chat-a", f"round {round_}"
         assert real_harness.backend_pids() != [pid]
     assert real_harness.runtimes.spawn_count == 5
-
-
-async def read_sse_from(lines: AsyncIterator[str]) -> list[tuple[str, str]]:
-    """The rest of an SSE body as (event, data) pairs."""
-    events: list[tuple[str, str]] = []
-    kind, data = "message", []
-    async for line in lines:
-        if line == "":
-            if data:
-                events.append((kind, "\n".join(data)))
-            kind, data = "message", []
-        elif line.startswith("event:"):
-            kind = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].strip())
-    if data:
-        events.append((kind, "\n".join(data)))
-    return events
 
 
 def _gone(pid: int) -> bool:

@@ -15,14 +15,10 @@ import pytest
 from openai import AsyncOpenAI
 
 from router.demo_models.whisper_ggml import SCRIPTED_TEXT
-from tests.harness import RouterHarness
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import backend_binary, write_config
+from tests.support.harness import RouterHarness
 
 # The shared fixtures, used by name.
-demo_sdxs = fx.demo_sdxs
-demo_whisper = fx.demo_whisper
-real_harness = fx.real_harness
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 

@@ -12,12 +12,8 @@ import ollama
 import psutil
 import pytest
 
-from tests.harness import RouterHarness
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_demo_text_kcpps
-
-demo_text = fx.demo_text
-real_harness = fx.real_harness
+from tests.support.harness import RouterHarness
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(90)]
 

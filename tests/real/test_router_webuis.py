@@ -16,13 +16,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness import RouterHarness, read_sse
 from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_demo_text_kcpps
-from tests.webui_helpers import ADMIN, UiListener, enable, open_ui, secure, start_ui, ui_fixture
-
-demo_text = fx.demo_text
-real_harness = fx.real_harness
+from tests.support.harness import RouterHarness, read_sse
+from tests.support.webui_helpers import (
+    ADMIN,
+    UiListener,
+    enable,
+    open_ui,
+    secure,
+    start_ui,
+    ui_fixture,
+)
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 
@@ -76,9 +81,6 @@ async def test_llama_server_ui_through_the_proxy(
         events = await read_sse(s)
     assert events[-1].data == "[DONE]"
     assert json.loads(events[0].data)["object"] == "chat.completion.chunk"
-
-
-demo_whisper = fx.demo_whisper
 
 
 async def test_whisper_server_page_and_inference_through_the_proxy(

@@ -16,13 +16,9 @@ import httpx
 import psutil
 import pytest
 
-from tests.backends.loopback_only import assert_loopback_only
-from tests.harness import RouterHarness
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_demo_text_kcpps
-
-demo_text = fx.demo_text
-real_harness = fx.real_harness
+from tests.support.harness import RouterHarness
+from tests.support.loopback_only import assert_loopback_only
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(600)]
 

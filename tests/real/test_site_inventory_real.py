@@ -6,12 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import RouterHarness, chat
-from tests.real import router_fixtures as fx
 from tests.real.router_fixtures import write_demo_text_kcpps
-
-demo_text = fx.demo_text
-real_harness = fx.real_harness
+from tests.support.harness import RouterHarness, chat
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(90)]
 

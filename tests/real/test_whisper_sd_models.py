@@ -11,11 +11,8 @@ from __future__ import annotations
 import base64
 import json
 import struct
-import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gguf
@@ -30,8 +27,9 @@ from router.demo_models.whisper_ggml import (
     write_test_wav,
     write_whisper_ggml,
 )
-from tests.harness import free_port
+from tests.real.conftest import RunningServer, run_server
 from tests.real.router_fixtures import backend_binary
+from tests.support.harness import free_port
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(120)]
 
@@ -40,49 +38,6 @@ READY_TIMEOUT_S = 60.0
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SD_MODEL_ID = "sd-cpp-local"
 Recorder = Callable[[str, object], None]
-
-
-@dataclass(frozen=True)
-class Server:
-    base_url: str
-    ready_seconds: float
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    with httpx.Client(timeout=2.0) as client:
-        while time.monotonic() < deadline:
-            # Any exit before readiness is a failure: sd-server exits 0 when its port is taken.
-            if proc.poll() is not None:
-                tail = log.read_text(errors="replace")[-3000:]
-                pytest.fail(f"{url}: server exited {proc.returncode} before ready:\n{tail}")
-            try:
-                if client.get(url).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass  # both servers refuse connections until the model is loaded
-            time.sleep(0.02)
-    pytest.fail(f"{url} not ready after {READY_TIMEOUT_S:.0f} s:\n{log.read_text()[-3000:]}")
-
-
-@contextmanager
-def _serve(cmd: Sequence[str], port: int, probe: str, log: Path) -> Iterator[Server]:
-    with log.open("wb") as out:
-        started = time.monotonic()
-        proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT)
-        try:
-            base_url = f"http://127.0.0.1:{port}"
-            _wait_ready(proc, base_url + probe, log)
-            assert proc.poll() is None, "the probe was answered by someone else's process"
-            yield Server(base_url, time.monotonic() - started)
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=5)
 
 
 @pytest.fixture
@@ -107,13 +62,13 @@ def whisper_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def whisper_server(whisper_files: dict[str, Path]) -> Iterator[Server]:
+def whisper_server(whisper_files: dict[str, Path]) -> Iterator[RunningServer]:
     binary = backend_binary("whisper-server", "WHISPER_SERVER_BIN")
     port = free_port()
     cmd = [str(binary), "-m", str(whisper_files["model"]), "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "-t", "1"]  # one thread: two shared cores
     log = whisper_files["model"].with_name(f"whisper-server-{port}.log")
-    with _serve(cmd, port, "/health", log) as server:
+    with run_server(cmd, port=port, log_path=log, ready_within=READY_TIMEOUT_S) as server:
         print(f"whisper-server ready in {server.ready_seconds * 1000:.0f} ms")
         yield server
 
@@ -133,14 +88,14 @@ def test_whisper_model_file_layout(whisper_files: dict[str, Path], tmp_path: Pat
     assert again == data and other != data
 
 
-def test_whisper_health(whisper_server: Server, record: Recorder) -> None:
+def test_whisper_health(whisper_server: RunningServer, record: Recorder) -> None:
     record("whisper_ready_s", round(whisper_server.ready_seconds, 3))
     response = httpx.get(whisper_server.base_url + "/health", timeout=5)
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
 
 
-def _transcribe(server: Server, wav: Path, response_format: str) -> httpx.Response:
+def _transcribe(server: RunningServer, wav: Path, response_format: str) -> httpx.Response:
     with wav.open("rb") as audio:
         return httpx.post(
             server.base_url + "/inference",
@@ -169,7 +124,10 @@ EXPECTED_CONTENT_TYPE = {
 
 @pytest.mark.parametrize("response_format", list(EXPECTED_CONTENT_TYPE))
 def test_whisper_transcribes(
-    whisper_server: Server, whisper_files: dict[str, Path], record: Recorder, response_format: str
+    whisper_server: RunningServer,
+    whisper_files: dict[str, Path],
+    record: Recorder,
+    response_format: str,
 ) -> None:
     started = time.monotonic()
     response = _transcribe(whisper_server, whisper_files["wav"], response_format)
@@ -200,13 +158,16 @@ def sdxs_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sd_server(sdxs_model: Path) -> Iterator[Server]:
+def sd_server(sdxs_model: Path) -> Iterator[RunningServer]:
     binary = backend_binary("sd-server", "SD_SERVER_BIN")
     port = free_port()
     cmd = [str(binary), "-m", str(sdxs_model), "--listen-ip", "127.0.0.1"]
     # --steps sets the default for /v1/images/generations, which has no steps field.
     cmd += ["--listen-port", str(port), "--steps", "1", "--threads", "2"]
-    with _serve(cmd, port, "/v1/models", sdxs_model.with_name(f"sd-server-{port}.log")) as server:
+    log = sdxs_model.with_name(f"sd-server-{port}.log")
+    with run_server(
+        cmd, port=port, log_path=log, probe="/v1/models", ready_within=READY_TIMEOUT_S
+    ) as server:
         print(f"sd-server ready in {server.ready_seconds * 1000:.0f} ms")
         yield server
 
@@ -227,7 +188,7 @@ def test_sdxs_gguf_layout(sdxs_model: Path) -> None:
     assert np.isfinite(weights).all() and 0.005 < float(weights.std()) < 0.05
 
 
-def test_sd_models_route(sd_server: Server, record: Recorder) -> None:
+def test_sd_models_route(sd_server: RunningServer, record: Recorder) -> None:
     record("sd_ready_s", round(sd_server.ready_seconds, 3))
     response = httpx.get(sd_server.base_url + "/v1/models", timeout=5)
     assert response.status_code == 200
@@ -242,7 +203,7 @@ def _assert_png(b64: object, size: int) -> None:
     assert (width, height) == (size, size)
 
 
-def _post_json(server: Server, route: str, body: dict[str, object]) -> dict[str, object]:
+def _post_json(server: RunningServer, route: str, body: dict[str, object]) -> dict[str, object]:
     response = httpx.post(server.base_url + route, json=body, timeout=90)
     assert response.status_code == 200, response.text
     payload = json.loads(response.content)
@@ -250,7 +211,7 @@ def _post_json(server: Server, route: str, body: dict[str, object]) -> dict[str,
     return payload
 
 
-def test_sd_txt2img(sd_server: Server, record: Recorder) -> None:
+def test_sd_txt2img(sd_server: RunningServer, record: Recorder) -> None:
     body = {"prompt": "a red fox", "width": 64, "height": 64, "steps": 1, "seed": 3}
     started = time.monotonic()
     payload = _post_json(sd_server, "/sdapi/v1/txt2img", body)
@@ -260,7 +221,7 @@ def test_sd_txt2img(sd_server: Server, record: Recorder) -> None:
     _assert_png(images[0], 64)
 
 
-def test_sd_openai_images(sd_server: Server, record: Recorder) -> None:
+def test_sd_openai_images(sd_server: RunningServer, record: Recorder) -> None:
     body = {"prompt": "a red fox", "size": "64x64", "n": 1, "output_format": "png"}
     started = time.monotonic()
     payload = _post_json(sd_server, "/v1/images/generations", body)

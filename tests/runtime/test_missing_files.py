@@ -11,7 +11,7 @@ import pytest
 from router.config import parse_kcpps
 from router.config.availability import missing_files, needed_files
 from router.domain import BackendMode, Lane
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 pytestmark = pytest.mark.timeout(60)
 

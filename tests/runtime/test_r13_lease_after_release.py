@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from tests.harness import RouterHarness, chat, wait_for
+from tests.support.harness import RouterHarness, chat, wait_for
 
 
 async def test_r13_a_lease_after_a_release_is_not_cut_by_the_earlier_idle_timer(

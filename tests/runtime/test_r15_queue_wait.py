@@ -13,7 +13,7 @@ import sqlite3
 import time
 
 from router.appkeys import STORE
-from tests.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat
 
 CHAT = "/v1/chat/completions"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.harness import RouterHarness, chat, stream_chat
+from tests.support.harness import RouterHarness, chat, stream_chat
 
 GRACE = 1.5
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.harness import RouterHarness
+from tests.support.harness import RouterHarness
 
 pytestmark = pytest.mark.timeout(90)
 INVENTORY = "/router/v1/site/inventory"

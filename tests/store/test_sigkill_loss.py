@@ -17,10 +17,8 @@ import httpx
 import psutil
 
 from router.store.channel import FRAME_ROWS
-from tests.harness import RouterHarness, chat, wait_for
-from tests.router_process import new_router, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.harness import RouterHarness, chat, wait_for
+from tests.support.router_process import new_router
 
 CLIENTS = 8
 

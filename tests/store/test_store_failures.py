@@ -23,10 +23,8 @@ import httpx
 import pytest
 
 from router.store.health import STORE_DEADLINE
-from tests.harness import RouterHarness, chat
-from tests.router_process import CLI, RouterProcess, new_router, tmp_harness
-
-__all__ = ["tmp_harness"]
+from tests.support.harness import RouterHarness, chat
+from tests.support.router_process import CLI, RouterProcess, new_router
 
 
 @contextlib.contextmanager

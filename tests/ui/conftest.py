@@ -1,6 +1,6 @@
 """Browser tests of the admin WebUI: Debian's chromium driven by Playwright for Python.
 
-One real router subprocess per session (tests/router_process.py) with fake backends and a
+One real router subprocess per session (tests/support/router_process.py) with fake backends and a
 seeded store serves every test; each test gets a fresh browser context and the `ui` fixture,
 a guarded page that fails the test on a console error, a page error, a CSP violation, a
 request to another origin, an unexpected 4xx/5xx answer or an API path that doubles a base
@@ -14,16 +14,19 @@ import asyncio
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import yaml
 from playwright.sync_api import ConsoleMessage, Page, Request, Response, expect
 
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness, wait_until
+from tests.support.router_process import RouterProcess
+from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster, build
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
@@ -35,6 +38,8 @@ LAUNCH_ARGS = [
     "--no-first-run",
 ]
 BULK_MODELS = 200
+ADMIN_KEY = "adm-ui-5c1e9f3a7b2d4e60"
+INFERENCE_KEY = "inf-ui-0a8b7c6d5e4f3a21"
 # Switches per model for the fake backend (see tests/fakes/fake_backend.py).
 FAULTS = {
     "crashy": "--exit-at-start 3",
@@ -103,18 +108,6 @@ class UiRouter:
         return {m["id"] for m in self.get("/v1/models")["data"]}
 
 
-def wait_until(predicate: Any, what: str, seconds: float = 30.0) -> None:
-    """Poll the router over HTTP (not the browser) until `predicate()` holds."""
-    import time
-
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def seed_models(h: RouterHarness) -> None:
     for model_id in ("alpha", "beta", "chat-q4", "chat-q10", "chat-q2", *FAULTS):
         h.model(model_id)
@@ -123,13 +116,10 @@ def seed_models(h: RouterHarness) -> None:
     h.faults_for_model.update(FAULTS)
 
 
-@pytest.fixture(scope="session")
-def ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
-    _require_chromium()
-    h = RouterHarness(tmp_path_factory.mktemp("ui-router"))
-    seed_models(h)
-    process = RouterProcess(h, load_timeout=20, no_progress_timeout=10)
-    # Its own thread: Playwright's sync API may already run an event loop in this one.
+@contextmanager
+def serving(process: RouterProcess, h: RouterHarness) -> Iterator[UiRouter]:
+    """`process` started from its own thread (Playwright's sync API may already run an event
+    loop in this one), killed after."""
     with ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, process.start()).result()
     router = UiRouter(process, h)
@@ -138,6 +128,35 @@ def ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
     finally:
         router.http.close()
         process.kill()
+
+
+@pytest.fixture(scope="session")
+def ui_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
+    _require_chromium()
+    h = RouterHarness(tmp_path_factory.mktemp("ui-router"))
+    seed_models(h)
+    with serving(RouterProcess(h, load_timeout=20, no_progress_timeout=10), h) as router:
+        yield router
+
+
+def secure(process: RouterProcess) -> RouterProcess:
+    """The router's config in the secure profile with the keys below (before it starts)."""
+    config = yaml.safe_load(process.config.read_text())
+    config["security"] = {"profile": "secure"}
+    config["auth"] = {"admin_keys": [ADMIN_KEY], "inference_keys": [INFERENCE_KEY]}
+    process.config.write_text(yaml.safe_dump(config))
+    return process
+
+
+@pytest.fixture(scope="session")
+def secure_router(
+    ui_router: UiRouter, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiRouter]:
+    """A second router in the secure profile (after ui_router: chromium is checked there)."""
+    h = RouterHarness(tmp_path_factory.mktemp("ui-secure"))
+    h.model("alpha")
+    with serving(secure(RouterProcess(h)), h) as router:
+        yield router
 
 
 class GuardedPage:
@@ -223,3 +242,49 @@ def ui(page: Page, ui_router: UiRouter, tmp_path: Path) -> Iterator[GuardedPage]
     guarded = GuardedPage(page, ui_router, tmp_path)
     yield guarded
     guarded.check()
+
+
+@pytest.fixture(scope="module")
+def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster]:
+    # Not the tmp_harness fixture (tests/conftest.py): its no-survivor check would count the session's
+    # browser processes; each router here is killed at the end and its backends with it.
+    h = RouterHarness(tmp_path_factory.mktemp("lending-ui"))
+    h.routers = []  # type: ignore[attr-defined]
+    master, slave = build(h)
+
+    async def up() -> None:
+        await master.start()
+        await slave.start()
+
+    # Its own thread: Playwright's sync API may already run an event loop in this one.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, up()).result()
+    db = h.tmp / "data-master" / "router.sqlite"
+    c = LendingCluster(master, slave, httpx.Client(base_url=master.base, timeout=30), db)
+    try:
+        wait_until(
+            lambda: (
+                any(
+                    x["node_id"] == "s1"
+                    for x in c.get(TEXT_LINKS, node_id="m", model_id="slow")["candidates"]
+                )
+                and any(g["node_id"] == "s1" for g in c.get(GUARDIANS)["candidates"])
+            ),
+            "the slave's models on the master",
+            seconds=45.0,
+        )
+        yield c
+    finally:
+        c.http.close()
+        for node in (master, slave):
+            node.kill()
+
+
+@pytest.fixture
+def lending_ui(lending: LendingCluster, page: Page, tmp_path: Path) -> Iterator[GuardedPage]:
+    """The Lending page's tests: a page on the lending cluster's master, reset before and after."""
+    lending.reset()
+    guarded = GuardedPage(page, UiRouter(lending.master, lending.master.h), tmp_path)
+    yield guarded
+    guarded.check()
+    lending.reset()

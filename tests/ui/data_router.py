@@ -24,8 +24,8 @@ from playwright.sync_api import Page
 from router.config import AnalyticsSection
 from router.store import Store
 from router.store.rows import COLUMNS, INSERT_EVENT
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness
+from tests.support.router_process import RouterProcess
 from tests.ui.conftest import GuardedPage, UiRouter, _require_chromium
 
 NODE = "ui-data-node"

@@ -8,21 +8,16 @@ The master `m` has `slow` (context 4096, 20 tokens/s, one at a time), `other`, t
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
-from tests.harness import RouterHarness, free_port
-from tests.router_process import RouterProcess, new_router
-from tests.test_cluster_nodes import TOKEN
-from tests.test_lending_nodes import folder
-from tests.ui.conftest import wait_until
+from tests.support.cluster import TOKEN
+from tests.support.harness import RouterHarness, free_port
+from tests.support.lending import folder
+from tests.support.router_process import RouterProcess, new_router
 
 TEXT_LINKS = "/router/v1/site/text-routing-groups"
 IMAGE_LINKS = "/router/v1/site/routing-groups"
@@ -91,39 +86,3 @@ def build(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
         },
     )  # fmt: skip
     return master, slave
-
-
-@pytest.fixture(scope="module")
-def lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LendingCluster]:
-    # Not tests.router_process.tmp_harness: its no-survivor check would count the session's
-    # browser processes; each router here is killed at the end and its backends with it.
-    h = RouterHarness(tmp_path_factory.mktemp("lending-ui"))
-    h.routers = []  # type: ignore[attr-defined]
-    master, slave = build(h)
-
-    async def up() -> None:
-        await master.start()
-        await slave.start()
-
-    # Its own thread: Playwright's sync API may already run an event loop in this one.
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, up()).result()
-    db = h.tmp / "data-master" / "router.sqlite"
-    c = LendingCluster(master, slave, httpx.Client(base_url=master.base, timeout=30), db)
-    try:
-        wait_until(
-            lambda: (
-                any(
-                    x["node_id"] == "s1"
-                    for x in c.get(TEXT_LINKS, node_id="m", model_id="slow")["candidates"]
-                )
-                and any(g["node_id"] == "s1" for g in c.get(GUARDIANS)["candidates"])
-            ),
-            "the slave's models on the master",
-            seconds=45.0,
-        )
-        yield c
-    finally:
-        c.http.close()
-        for node in (master, slave):
-            node.kill()

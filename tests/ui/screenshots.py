@@ -14,7 +14,7 @@ from playwright.sync_api import Page, Route, expect
 from tests.ui import data_router
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.data_router import DataRouter
-from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster, lending
+from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster
 from tests.ui.test_lending_leases import BACKLOG, backlog
 from tests.ui.test_lending_live import SETTINGS, seed_decisions
 
@@ -23,7 +23,6 @@ EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4
 THEMES = ("light", "dark")
 data_ui_router = data_router.data_ui_router
 data_ui = data_router.data_ui
-__all__ = ["lending"]
 
 
 def nav_pages(page: Page) -> list[str]:

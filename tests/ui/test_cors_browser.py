@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page
 
-from tests.harness import RouterHarness, free_port
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness, free_port
+from tests.support.router_process import RouterProcess
 from tests.ui.conftest import _require_chromium
 
 KEY = "br0wser-cors-inference-5d1c"

@@ -11,10 +11,7 @@ from pathlib import Path
 import yaml
 from playwright.sync_api import Page, expect
 
-from tests.ui import test_login
-from tests.ui.conftest import GuardedPage, UiRouter
-
-secure_router = test_login.secure_router
+from tests.ui.conftest import ADMIN_KEY, GuardedPage, UiRouter
 
 
 def _record_a_load_error(router: UiRouter) -> None:
@@ -31,7 +28,7 @@ def _record_a_load_error(router: UiRouter) -> None:
 def _sign_in(ui: GuardedPage, path: str) -> None:
     ui.goto(path)
     expect(ui.page.locator("main h1")).to_have_text("Sign in")
-    ui.page.get_by_label("Admin key").fill(test_login.ADMIN_KEY)
+    ui.page.get_by_label("Admin key").fill(ADMIN_KEY)
     ui.page.get_by_label("Admin key").press("Enter")
 
 

@@ -18,8 +18,8 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Page, expect
 
 from tests.fakes.fake_hub import FakeHub
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness
+from tests.support.router_process import RouterProcess
 from tests.ui.conftest import GuardedPage, UiRouter, _require_chromium, wait_until
 from tests.ui.data_router import page_calls, run_async, serious
 

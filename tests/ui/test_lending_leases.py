@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 
 import httpx
 from playwright.sync_api import expect
 
+from tests.support.harness import chat
 from tests.ui.conftest import GuardedPage, wait_until
-from tests.ui.lending_cluster import TEXT_LINKS, TOKENS, LendingCluster, lending
-from tests.ui.test_lending_live import DECISIONS, LINK, decisions_read, folded_count, ui
+from tests.ui.lending_cluster import TEXT_LINKS, TOKENS, LendingCluster
+from tests.ui.test_lending_live import DECISIONS, LINK, decisions_read, folded_count
 
-__all__ = ["lending", "ui"]
 BACKLOG = 24
-
-
-def chat() -> dict[str, Any]:
-    return {"model": "slow", "max_tokens": TOKENS,
-            "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
 
 
 def backlog(lending: LendingCluster, pool: ThreadPoolExecutor) -> list[Future[int]]:
@@ -30,20 +24,24 @@ def backlog(lending: LendingCluster, pool: ThreadPoolExecutor) -> list[Future[in
 
     def one() -> int:
         return httpx.post(
-            lending.master.base + "/v1/chat/completions", json=chat(), timeout=120
+            lending.master.base + "/v1/chat/completions",
+            json=chat("slow", max_tokens=TOKENS),
+            timeout=120,
         ).status_code
 
     return [pool.submit(one) for _ in range(BACKLOG)]
 
 
-def test_a_lease_shows_while_a_backlog_is_lent(ui: GuardedPage, lending: LendingCluster) -> None:
+def test_a_lease_shows_while_a_backlog_is_lent(
+    lending_ui: GuardedPage, lending: LendingCluster
+) -> None:
     assert lending.http.post(TEXT_LINKS, json=LINK).status_code == 200
-    ui.goto("/router/ui/lending?section=leases")
-    expect(ui.page.locator("main table", has_text="Requests per node")).to_be_visible()
+    lending_ui.goto("/router/ui/lending?section=leases")
+    expect(lending_ui.page.locator("main table", has_text="Requests per node")).to_be_visible()
     with ThreadPoolExecutor(BACKLOG) as pool:
         sent = backlog(lending, pool)
         # While it drains, a refresh shows the master's lease of the fast helper.
-        lease = ui.page.locator('main table tbody tr[data-key="text/m/slow>s1/fast"]')
+        lease = lending_ui.page.locator('main table tbody tr[data-key="text/m/slow>s1/fast"]')
         expect(lease).to_be_visible(timeout=60_000)
         expect(lease.locator("th")).to_have_text("m/slow")
         expect(lease).to_contain_text("s1/fast")
@@ -51,7 +49,7 @@ def test_a_lease_shows_while_a_backlog_is_lent(ui: GuardedPage, lending: Lending
         expect(lease.locator("td").last).to_have_text(re.compile(r"^(\d+ s|expiring)$"))
         assert all(f.result() == 200 for f in sent)
     # Once drained, the per-node counts are back to zero on a later refresh.
-    ui.page.wait_for_function(
+    lending_ui.page.wait_for_function(
         """() => [...[...document.querySelectorAll('main table')][0].querySelectorAll('td.num')]
                  .every(td => td.textContent === '0' || td.textContent === '—')""",
         timeout=30_000,
@@ -68,12 +66,14 @@ def lent_backlog(lending: LendingCluster, rows: int) -> None:
 
 
 def test_the_decision_log_shows_the_rows_of_a_lent_backlog(
-    ui: GuardedPage, lending: LendingCluster
+    lending_ui: GuardedPage, lending: LendingCluster
 ) -> None:
     lent_backlog(lending, 1)
-    _, answer = decisions_read(ui, lambda: ui.goto("/router/ui/lending?section=decisions"))
+    _, answer = decisions_read(
+        lending_ui, lambda: lending_ui.goto("/router/ui/lending?section=decisions")
+    )
     rows = answer["decisions"]
-    table = ui.page.locator("main table", has_text="decision(s) read")
+    table = lending_ui.page.locator("main table", has_text="decision(s) read")
     expect(table.locator("caption")).to_contain_text(f"{len(rows)} decision(s) read")
     expect(table.locator("tbody tr")).to_have_count(folded_count(rows))
     assert [r["at"] for r in rows] == sorted((r["at"] for r in rows), reverse=True)
@@ -82,12 +82,14 @@ def test_the_decision_log_shows_the_rows_of_a_lent_backlog(
     expect(first).to_contain_text(newest["kind"])
     expect(first).to_contain_text(newest["outcome"])
     first.get_by_role("button", name=f"Open decision {newest['id']}").click()
-    detail = ui.page.locator("#decision-detail")
+    detail = lending_ui.page.locator("#decision-detail")
     expect(detail).to_be_focused()
     expect(detail).to_contain_text(f"Decision {newest['id']}")
     # A filter reads the route with it, and the URL keeps it.
-    url, answer = decisions_read(ui, lambda: ui.page.get_by_label("Kind").select_option("dispatch"))
-    assert "kind=dispatch" in url and "kind=dispatch" in ui.page.url
+    url, answer = decisions_read(
+        lending_ui, lambda: lending_ui.page.get_by_label("Kind").select_option("dispatch")
+    )
+    assert "kind=dispatch" in url and "kind=dispatch" in lending_ui.page.url
     expect(table.locator("caption")).to_contain_text(f"{len(answer['decisions'])} decision(s) read")
     for cell in table.locator("tbody tr td:nth-of-type(1)").all_text_contents():
         assert cell in ("dispatch", "No decision matches")
@@ -99,30 +101,32 @@ HIDE = (
 )
 
 
-def wait_calls(ui: GuardedPage, path: str, count: int, what: str, seconds: float) -> None:
+def wait_calls(lending_ui: GuardedPage, path: str, count: int, what: str, seconds: float) -> None:
     """Playwright records requests only while it runs: wait in the page, not in time.sleep."""
     for _ in range(int(seconds * 10)):
-        if len(ui.calls(path)) >= count:
+        if len(lending_ui.calls(path)) >= count:
             return
-        ui.page.wait_for_timeout(100)
+        lending_ui.page.wait_for_timeout(100)
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_the_summary_is_read_every_few_seconds_and_not_while_hidden(ui: GuardedPage) -> None:
+def test_the_summary_is_read_every_few_seconds_and_not_while_hidden(
+    lending_ui: GuardedPage,
+) -> None:
     summary = "/router/v1/site/offload/summary"
-    ui.goto("/router/ui/lending?section=leases")
-    expect(ui.page.locator("main table", has_text="Requests per node")).to_be_visible()
-    wait_calls(ui, summary, 2, "a second read of the summary", 15)
-    ui.page.evaluate(HIDE, "hidden")
-    ui.page.wait_for_timeout(500)  # a read already on its way may still land
-    before = len(ui.calls(summary))
-    ui.page.wait_for_timeout(3000 + 2500)  # longer than the 3 s refresh
-    assert len(ui.calls(summary)) == before
-    ui.page.evaluate(HIDE, "visible")
-    wait_calls(ui, summary, before + 1, "a read when the tab is shown again", 5)
+    lending_ui.goto("/router/ui/lending?section=leases")
+    expect(lending_ui.page.locator("main table", has_text="Requests per node")).to_be_visible()
+    wait_calls(lending_ui, summary, 2, "a second read of the summary", 15)
+    lending_ui.page.evaluate(HIDE, "hidden")
+    lending_ui.page.wait_for_timeout(500)  # a read already on its way may still land
+    before = len(lending_ui.calls(summary))
+    lending_ui.page.wait_for_timeout(3000 + 2500)  # longer than the 3 s refresh
+    assert len(lending_ui.calls(summary)) == before
+    lending_ui.page.evaluate(HIDE, "visible")
+    wait_calls(lending_ui, summary, before + 1, "a read when the tab is shown again", 5)
     # Leaving the section stops the reads.
-    ui.page.get_by_role("button", name="Settings").click()
-    ui.page.wait_for_timeout(500)
-    left = len(ui.calls(summary))
-    ui.page.wait_for_timeout(3000 + 1500)
-    assert len(ui.calls(summary)) == left
+    lending_ui.page.get_by_role("button", name="Settings").click()
+    lending_ui.page.wait_for_timeout(500)
+    left = len(lending_ui.calls(summary))
+    lending_ui.page.wait_for_timeout(3000 + 1500)
+    assert len(lending_ui.calls(summary)) == left

@@ -4,20 +4,15 @@ and work."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import yaml
 from playwright.sync_api import Page, expect
 
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
-from tests.test_guardians import vision_model
-from tests.ui import test_login
-from tests.ui.conftest import GuardedPage, UiRouter
+from tests.support.harness import RouterHarness, vision_model
+from tests.support.router_process import RouterProcess
+from tests.ui.conftest import ADMIN_KEY, GuardedPage, UiRouter, secure, serving
 
 SETTINGS = "/router/v1/site/offload/settings"
 
@@ -27,29 +22,15 @@ def secure_lending(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRoute
     h = RouterHarness(tmp_path_factory.mktemp("ui-secure-lending"))
     h.model("plain")
     vision_model(h, "eye")
-    process = RouterProcess(h)
-    config = yaml.safe_load(process.config.read_text())
-    config["security"] = {"profile": "secure"}
-    config["auth"] = {
-        "admin_keys": [test_login.ADMIN_KEY],
-        "inference_keys": [test_login.INFERENCE_KEY],
-    }
-    process.config.write_text(yaml.safe_dump(config))
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, process.start()).result()
-    router = UiRouter(process, h)
-    router.http.headers["Authorization"] = f"Bearer {test_login.ADMIN_KEY}"
-    try:
+    with serving(secure(RouterProcess(h)), h) as router:
+        router.http.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
         yield router
-    finally:
-        router.http.close()
-        process.kill()
 
 
 def sign_in(ui: GuardedPage, path: str) -> None:
     ui.goto(path)
     expect(ui.page.locator("main h1")).to_have_text("Sign in")
-    ui.page.get_by_label("Admin key").fill(test_login.ADMIN_KEY)
+    ui.page.get_by_label("Admin key").fill(ADMIN_KEY)
     ui.page.get_by_label("Admin key").press("Enter")
     expect(ui.page.locator("main h1")).to_have_text("Lending")
 

@@ -4,22 +4,13 @@ redirect back, no open redirect) is checked with the session route answered in t
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
-import yaml
 from playwright.sync_api import Page, Route, expect
 
-from tests.harness import RouterHarness
-from tests.router_process import RouterProcess
-from tests.ui.conftest import GuardedPage, UiRouter
+from tests.ui.conftest import ADMIN_KEY, INFERENCE_KEY, GuardedPage, UiRouter
 
-ADMIN_KEY = "adm-ui-5c1e9f3a7b2d4e60"
-INFERENCE_KEY = "inf-ui-0a8b7c6d5e4f3a21"
 NODE = {"node_id": "local", "version": "0.1.0", "bind": "127.0.0.1:8080", "profile": "secure"}
 
 
@@ -85,27 +76,6 @@ def test_sign_in_never_redirects_off_the_ui(ui: GuardedPage) -> None:
     ui.page.get_by_label("Admin key").press("Enter")
     expect(ui.page.locator("main h1")).to_have_text("Overview")
     assert ui.page.url.startswith(ui.router.base + "/router/ui/")
-
-
-@pytest.fixture(scope="session")
-def secure_router(
-    ui_router: UiRouter, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[UiRouter]:
-    h = RouterHarness(tmp_path_factory.mktemp("ui-secure"))
-    h.model("alpha")
-    process = RouterProcess(h)
-    config = yaml.safe_load(process.config.read_text())
-    config["security"] = {"profile": "secure"}
-    config["auth"] = {"admin_keys": [ADMIN_KEY], "inference_keys": [INFERENCE_KEY]}
-    process.config.write_text(yaml.safe_dump(config))
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, process.start()).result()
-    router = UiRouter(process, h)
-    try:
-        yield router
-    finally:
-        router.http.close()
-        process.kill()
 
 
 def test_secure_router_login_csrf_and_logout(page: Page, secure_router: UiRouter) -> None:

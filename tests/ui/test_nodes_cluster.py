@@ -12,14 +12,14 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.harness import RouterHarness
-from tests.test_cluster_nodes import Cluster, cluster, listed_ids, start_all, until
+from tests.support.cluster import Cluster, cluster, listed_ids, start_all
+from tests.support.harness import RouterHarness, until
 from tests.ui.conftest import GuardedPage, UiRouter
 
 
 @pytest.fixture
 def two_nodes(tmp_path: Path) -> Iterator[Cluster]:
-    # Not tests.router_process.tmp_harness: its no-survivor check would count the session's
+    # Not the tmp_harness fixture (tests/conftest.py): its no-survivor check would count the session's
     # browser processes; each router here is killed at the end and its backends with it (R4).
     h = RouterHarness(tmp_path / "cluster")
     h.routers = []  # type: ignore[attr-defined]

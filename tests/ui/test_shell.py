@@ -56,7 +56,7 @@ def test_bare_prefix_redirects_and_traversal_is_refused(ui_router: UiRouter) -> 
 
 def test_the_shell_needs_no_credential_but_data_routes_do(ui_router: UiRouter) -> None:
     # The session router runs trusted_lan; the secure-profile refusals of the data routes are
-    # tests/test_auth_matrix.py's (it iterates ROUTES, the UI rows included).
+    # tests/edge/test_auth_matrix.py's (it iterates ROUTES, the UI rows included).
     assert httpx.get(ui_router.base + "/router/ui/").status_code == 200
 
 

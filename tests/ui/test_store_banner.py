@@ -17,8 +17,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.harness import RouterHarness, chat
-from tests.router_process import RouterProcess
+from tests.support.harness import RouterHarness, chat
+from tests.support.router_process import RouterProcess
 from tests.ui.conftest import wait_until
 
 

@@ -12,14 +12,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import openai
 import pytest
 
 from router.config.schema import VllmSection
-from tests.harness import RouterHarness, harness_fixture
+from tests.support.harness import RouterHarness
 
 pytestmark = pytest.mark.vllm
 REPO = Path(__file__).resolve().parents[2]
@@ -56,12 +55,6 @@ def tiny_llama(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
         cwd=REPO, env=env, check=True, timeout=120,
     )  # fmt: skip
     return out
-
-
-@pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[RouterHarness]:
-    async for h in harness_fixture(tmp_path):
-        yield h
 
 
 @pytest.mark.timeout(600)

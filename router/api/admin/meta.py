@@ -1,4 +1,4 @@
-"""`/health` and `/metrics`: answered by the router itself, never forwarded."""
+"""`/health`, `/metrics` and the OpenAPI description: answered by the router itself."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from aiohttp import web
 
 from router.appkeys import METRICS
 from router.edge import Handler
+from router.openapi import document
 
 
 async def health(request: web.Request) -> web.StreamResponse:
@@ -17,4 +18,12 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     return web.Response(body=registry.render(), headers={"Content-Type": registry.content_type})
 
 
-HANDLERS: dict[str, Handler] = {"meta.health": health, "meta.metrics": metrics}
+async def openapi(request: web.Request) -> web.StreamResponse:
+    return web.json_response(document())
+
+
+HANDLERS: dict[str, Handler] = {
+    "meta.health": health,
+    "meta.metrics": metrics,
+    "meta.openapi": openapi,
+}

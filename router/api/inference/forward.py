@@ -22,7 +22,7 @@ from router.cluster import Target, carries_images, has_vision
 from router.cluster.placement import Guardian, Lend, Local, LocalFacts, Relay, RelayFacts, place
 from router.config import PROGRAM_SECTIONS, ModelConfig, ProgramSection, Settings
 from router.domain import BackendMode, Family, Lane, MiB, family_for
-from router.edge import Handler, arrived, matched_route, upstream_request_headers
+from router.edge import Handler, arrived, matched_route, queue_wait, upstream_request_headers
 from router.errors import (
     BadGateway,
     BadRequest,
@@ -334,6 +334,7 @@ async def _serve(
     for resend in (False, True):
         lease = await request.app[RUNTIMES].ensure(config, lane)
         info.queue_wait_ms += lease.queue_wait_ms
+        queue_wait.note(request, info.queue_wait_ms)
         try:
             return await _send(request, lease, override, config, public_id, info, result)
         except BadGateway:

@@ -1,0 +1,1 @@
+"""What the tests share: the router harness, router processes, stream readers and helpers."""
