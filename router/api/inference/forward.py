@@ -16,10 +16,12 @@ from multidict import CIMultiDict
 
 from backends.registry import adapter_for
 from router.api.inference.guardian import answering
+from router.api.inference.pins import pinned_target, pinning
 from router.api.node import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.cluster import Target, carries_images, has_vision
+from router.cluster.placement import Guardian, Lend, Local, LocalFacts, Relay, RelayFacts, place
 from router.config import PROGRAM_SECTIONS, ModelConfig, ProgramSection, Settings
 from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import Handler, arrived, matched_route, queue_wait, upstream_request_headers
@@ -49,6 +51,7 @@ from router.lending import (
     BORROWED,
     LENDING,
     OFFLOAD_RETURNED,
+    Link,
 )
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime, RuntimeView, choose_config
@@ -71,11 +74,15 @@ class Override:
     translation: Callable[[Lease], Translation] | None = None
     # Answered by the router once a runtime is leased, nothing sent (Ollama's load request).
     answer: Callable[[Lease], web.StreamResponse] | None = None
-    # Chosen by a handler that reads its own body: another cluster node serves the request as
-    # the client sent it (router/api/node/inference_relay.py).
-    relay_to: Target | None = None
-    # Wraps the relay's rewriter to watch the answer (a follow-up id to pin to that node).
-    relay_watch: Callable[[ModelRewriter], ModelRewriter] | None = None
+    # Placement data (router/cluster/placement.py), never a decision: `follow` is the pin key
+    # of a follow-up (a stored response, an sd-server job) whose id another node may have made;
+    # `remember` the prefix under which the id a relayed answer starts with is pinned to the
+    # node that made it. Either lets a request with `on_lease` be served elsewhere as sent.
+    follow: str | None = None
+    remember: str | None = None
+    # How this node serves it, when it is placed here (Ollama translates only then: another
+    # node gets the body as sent and translates it for its own backend).
+    here: Callable[[], Override] | None = None
     # How long the runtime stays loaded after this request (Ollama's keep_alive; seconds,
     # math.inf = until unloaded); None leaves it as it is.
     keep_alive: float | None = None
@@ -95,6 +102,19 @@ class Override:
             and self.unleased is None
         )
 
+    @property
+    def relayable(self) -> bool:
+        """May be served by another node as the client sent it (`on_lease` only watches a
+        local runtime; a handler that remembers relayed ids accepts a relay)."""
+        return self.plain or (
+            (self.follow is not None or self.remember is not None)
+            and self.path_qs is None
+            and self.headers is None
+            and self.translation is None
+            and self.answer is None
+            and self.unleased is None
+        )
+
 
 # A handler that reads and checks the body itself passes this instead of an Override, so its
 # refusals are recorded like every other request's.
@@ -102,9 +122,13 @@ Prepare = Callable[[], Awaitable[Override]]
 
 
 async def forward(
-    request: web.Request, override: Override | Selection | Prepare | None = None
+    request: web.Request,
+    override: Override | Selection | Prepare | None = None,
+    *,
+    facts: Facts | None = None,
 ) -> web.StreamResponse:
-    """Forward one request; `override` when a handler already read (and kept) the body."""
+    """Forward one request; `override` when a handler already read (and kept) the body;
+    `facts` when the handler gathered them first (`relay_facts`), to pick its own local flow."""
     route = matched_route(request)
     info = _info(request, route)
     async with recorded(request, info) as result:
@@ -112,7 +136,7 @@ async def forward(
             override = Override(override)
         elif callable(override):
             override = await override()
-        return await _forward(request, route, info, result, override)
+        return await _forward(request, route, info, result, override, facts)
 
 
 async def forward_to(
@@ -199,6 +223,7 @@ async def _forward(
     info: RequestInfo,
     result: ProxyResult,
     override: Override | None,
+    facts: Facts | None = None,
 ) -> web.StreamResponse:
     if override is None:
         scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
@@ -211,34 +236,39 @@ async def _forward(
                 f"the request body did not arrive within {idle:g}s (server.header_timeout)"
             ) from None
     selection = override.selection
-    # Borrowed work (lent to this node, the master's own included) is served here, never relayed.
-    relays = override.plain and request.get(BORROWED) is None
-    target = override.relay_to or (remote_target(request, selection) if relays else None)
+    lane = route.lane or Lane.TEXT
     lending = request.app[LENDING]
-    if target is not None:
-        lane = route.lane or Lane.TEXT
-        owned = (
-            lending.owner.lendable_remote(request, selection, target, lane)
-            if override.plain
-            else ()
+    facts = facts or relay_facts(request, override)
+    local = None
+    config, public_id = None, ""
+    if not facts.relays:  # a relayed model need not be configured here
+        if override.here is not None:
+            override = override.here()
+            selection = override.selection
+        config, public_id, lane = _choose(request, route, selection)
+        info.model, info.lane = public_id, lane.value
+        local = LocalFacts(
+            lane is Lane.TEXT and _needs_guardian(config, selection),
+            lending.owner.lendable(request, selection, config, lane) if override.plain else (),
         )
-        to_owner = functools.partial(
-            relay, request, selection, target, result, override.relay_watch
-        )
-        if owned:  # a slave's linked model: held here until lent or relayed to its owner
-            return await lending.owner.hold_then_relay(request, selection, owned, result, to_owner)
-        return await to_owner()
-    config, public_id, lane = _choose(request, route, selection)
-    info.model, info.lane = public_id, lane.value
+    placement = place(facts, local)
+    if isinstance(placement, Relay):
+        return await _relay(request, selection, placement, result)
+    assert config is not None
     if override.unleased is not None:
         response = await override.unleased(config, lane)
         result.status = response.status
         return response
-    if lane is Lane.TEXT and _needs_guardian(config, selection):
+    links: tuple[Link, ...] = ()
+    if isinstance(placement, Guardian):
         config, target = answering(request, config, info)
         if target is not None:
-            return await relay(request, selection, target, result)
-    links = lending.owner.lendable(request, selection, config, lane) if override.plain else ()
+            following = functools.partial(_chosen, request, selection)
+            return await relay(request, selection, target, result, None, following)
+        # The guardian answers here; its own lending links may still lend it.
+        links = lending.owner.lendable(request, selection, config, lane) if override.plain else ()
+    elif isinstance(placement, Lend):
+        links = placement.links
     if links:
         held_from = time.monotonic()
         lent = await lending.owner.lend(request, selection, links, result)
@@ -251,6 +281,55 @@ async def _forward(
     with lending.owner.finishing(links):
         async with lending.helper.serving(request, config, lane):
             return await _serve(request, route, info, result, override, config, public_id, lane)
+
+
+Facts = RelayFacts[Target, Link]
+
+
+def relay_facts(request: web.Request, override: Override) -> Facts:
+    """The data a relay is decided on: the pinned node of a follow-up, the cluster's chosen
+    replica and the lending links that hold a relayed slave model. Borrowed work (lent to
+    this node, the master's own included) is served here, never relayed."""
+    selection, lane = override.selection, matched_route(request).lane or Lane.TEXT
+    pinned = pinned_target(request, override.follow) if override.follow else None
+    relayable = override.relayable and request.get(BORROWED) is None and pinned is None
+    chosen = _chosen(request, selection) if relayable else None
+    held: tuple[Link, ...] = ()
+    if chosen is not None and override.plain:
+        held = tuple(request.app[LENDING].owner.lendable_remote(request, selection, chosen, lane))
+    return RelayFacts(pinned, chosen, relayable, held, override.remember)
+
+
+def relay_target(request: web.Request, override: Override) -> Target | None:
+    """The node a request served outside `forward` goes to (a realtime WebSocket session is
+    relayed whole), or None when this node serves it: the same placement."""
+    facts = relay_facts(request, override)
+    placement = place(facts, None) if facts.relays else Local()
+    return placement.target if isinstance(placement, Relay) else None
+
+
+def _chosen(request: web.Request, selection: Selection) -> Target | None:
+    """The cluster registry's replica for the named model; None: this node's (the one place
+    the registry is asked, for a request's placement and for a relay's next replica)."""
+    return remote_target(request, selection)
+
+
+async def _relay(
+    request: web.Request,
+    selection: Selection,
+    placement: Relay[Target, Link],
+    result: ProxyResult,
+) -> web.StreamResponse:
+    target = placement.target
+    watch = pinning(request, target, placement.remember) if placement.remember else None
+    following = functools.partial(_chosen, request, selection)
+    to_owner = functools.partial(relay, request, selection, target, result, watch, following)
+    if placement.held:  # a slave's linked model: held here until lent or relayed to its owner
+        lending = request.app[LENDING]
+        return await lending.owner.hold_then_relay(
+            request, selection, placement.held, result, to_owner
+        )
+    return await to_owner()
 
 
 async def _serve(

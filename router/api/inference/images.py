@@ -32,10 +32,8 @@ from aiohttp import web
 from backends.registry import adapter_for
 from router.api.inference import forward as forwarder
 from router.api.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
-from router.api.inference.responses import pinned_target, pinning
-from router.api.node import remote_target
+from router.api.inference.pins import pinned_target
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
-from router.cluster import Target
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import Handler, arrived, control_cap, match_of, matched_route, read_body, read_json
 from router.errors import BadRequest, JobNotFound, ServiceUnavailable
@@ -169,15 +167,18 @@ async def forward(request: web.Request) -> web.StreamResponse:
     if kind == "discovery":
         return await _discovery(request)
     selection = await _selection(request)
-    target = remote_target(request, selection)
-    if target is not None:  # another cluster node serves this model: relayed as sent
-        return await forwarder.forward(request, _relayed(request, selection, target, kind))
+    # Another cluster node may serve this model, as sent: a job submitted there is pinned to
+    # that node for its polls.
+    relayed = forwarder.Override(selection, remember=JOB_PIN if kind == "submit" else None)
+    facts = forwarder.relay_facts(request, relayed)
+    if facts.relays:
+        return await forwarder.forward(request, relayed, facts=facts)
     if kind == "submit":
         return await _submit(request, selection)
     state = lane_state(request.app)
     token = state.generation_started()
     try:
-        return await forwarder.forward(request, _generation(request, selection))
+        return await forwarder.forward(request, _generation(request, selection), facts=facts)
     finally:
         state.generation_ended(token)
 
@@ -360,23 +361,13 @@ async def _hold_until_done(app: web.Application, job_id: str, lease: Lease) -> N
 JOB_PIN = "sdcpp-job:"
 
 
-def _relayed(
-    request: web.Request, selection: Selection, target: Target, kind: str
-) -> forwarder.Override:
-    """Relayed as sent; a job submitted there is pinned to that node for its polls."""
-    if kind != "submit":
-        return forwarder.Override(selection, relay_to=target)
-    watch = pinning(request, target, JOB_PIN)
-    return forwarder.Override(selection, relay_to=target, relay_watch=watch)
-
-
 async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse | None:
     target = pinned_target(request, JOB_PIN + job_id)
     if target is None:
         return None
     body = await read_body(request, control_cap(request)) if request.body_exists else b""
     selection = Selection(target.public.public_id, body, True, "job")
-    return await forwarder.forward(request, forwarder.Override(selection, relay_to=target))
+    return await forwarder.forward(request, forwarder.Override(selection, follow=JOB_PIN + job_id))
 
 
 async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:

@@ -18,7 +18,6 @@ from aiohttp import web
 
 from router import ollama as tr
 from router.api.inference import forward as forwarder
-from router.api.node import remote_target
 from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
@@ -69,12 +68,23 @@ async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> f
     name = body.get("model")
     if isinstance(name, str) and name:
         name = tr.canonical_name(name)
-        # Served by another cluster node as sent: that node translates it for its backend.
-        target = remote_target(request, Selection(name, raw, True, "json:model"))
-        if target is not None:
-            return forwarder.Override(Selection(name, raw, True, "json:model"), relay_to=target)
+        here = partial(_here, request, op, started_ns, raw, body, name)
+        # Another cluster node may serve it as sent: that node translates it for its backend.
+        return forwarder.Override(Selection(name, raw, True, "json:model"), here=here)
+    return _here(request, op, started_ns, raw, body, name)
+
+
+def _here(
+    request: web.Request,
+    op: tr.LoadKind,
+    started_ns: int,
+    raw: bytes,
+    body: dict[str, Any],
+    name: object,
+) -> forwarder.Override:
+    """Served on this node: the body as it is to KoboldCpp, else its OpenAI translation."""
     config = request.app[CATALOG].require(name)
-    public: str = body["model"] if name is None else name  # the ID the router selects by
+    public: str = name if isinstance(name, str) else body["model"]  # the ID the router selects by
     sent: str = body["model"]  # answers name the model as it was sent (Ollama does)
     lane = _lane(op, config)
     keep_alive = tr.parse_keep_alive(body.get("keep_alive"))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.node import remote_target
+from router.api.inference.forward import Override, relay_target
 from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
 from router.cluster import Target
 from router.config import ModelConfig
@@ -71,7 +71,7 @@ async def connect(request: web.Request) -> web.StreamResponse:
         raise BadRequest("/v1/realtime is a WebSocket: connect with an Upgrade: websocket request")
     route = matched_route(request)
     selection = await read_selector(request, route, 0)
-    target = remote_target(request, selection)
+    target = relay_target(request, Override(selection))
     if target is not None:  # another cluster node serves it; that node records the session
         return await _remote_session(request, target)
     config = _choose(request, selection.model)

@@ -24,7 +24,7 @@ from aiohttp import web
 from backends.whispercpp import INFERENCE_PATH
 from router.api.inference import forward as forwarder
 from router.api.inference.lanes import choose_config
-from router.api.node import remote_target, stt_target
+from router.api.node import stt_target
 from router.appkeys import CATALOG, CLUSTER, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB, family_for
@@ -56,12 +56,13 @@ async def _relayed(
         target = await stt_target(request)
         if target is None:
             return None
+        placed = forwarder.Facts(chosen=target, relayable=True)
         with request.app[CLUSTER].reserved(target.replica.node_id):
-            return await forwarder.forward(request, forwarder.Override(sel, relay_to=target))
-    target = remote_target(request, sel)
-    if target is None:
+            return await forwarder.forward(request, sel, facts=placed)
+    facts = forwarder.relay_facts(request, forwarder.Override(sel))
+    if not facts.relays:
         return None
-    return await forwarder.forward(request, forwarder.Override(sel, relay_to=target))
+    return await forwarder.forward(request, sel, facts=facts)
 
 
 def _voice_family(config: ModelConfig) -> Family | None:

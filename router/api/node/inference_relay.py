@@ -68,8 +68,10 @@ async def relay(
     target: Target,
     result: ProxyResult,
     watch: Callable[[ModelRewriter], ModelRewriter] | None = None,
+    following: Callable[[], Target | None] | None = None,
 ) -> web.StreamResponse:
-    """Send the request to the target's node; on an unreachable node, the next replica."""
+    """Send the request to the target's node; on an unreachable node, the next replica the
+    placement chooses (`following`; none: the error stands)."""
     service = request.app[CLUSTER]
     tried: set[str] = set()
     while True:
@@ -81,10 +83,10 @@ async def relay(
                 raise
             assert target.node_url is not None
             service.node_failed(target.node_url, err.message)
-            following = remote_target(request, selection)
-            if following is None or following.replica.node_id in tried:
+            after = following() if following is not None else None
+            if after is None or after.replica.node_id in tried:
                 raise
-            target = following
+            target = after
 
 
 async def _relay_once(
