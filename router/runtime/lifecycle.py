@@ -17,6 +17,7 @@ from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.records import EventBus
+from router.records.request_times import RequestTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
@@ -55,6 +56,7 @@ class RuntimeCore:
         self._idle = asyncio.Event()
         self._idle.set()
         self.spawn_count = 0
+        self.request_times = RequestTimes()  # per config: seconds a lease is held (queue ETAs)
         self._activity = ActivityReporter(events.publish, self._activity_now)
         # Told of every lease that ends (lending's held requests wait for their owner's jobs).
         self.released: list[Callable[[ModelConfig], None]] = []

@@ -18,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from router.config import ModelConfig, evicts
 from router.config.availability import missing_files, missing_message
 from router.domain import Family, Lane
 from router.errors import Conflict, ServiceUnavailable
-from router.runtime import scheduler
+from router.runtime import eta, scheduler
 from router.runtime.lifecycle import RuntimeCore
 from router.runtime.queues import Claim, Entry, Waiter
 from router.runtime.state import (
@@ -144,6 +145,38 @@ class RuntimeManager(RuntimeCore):
     def queue_length(self, lane: Lane) -> int:
         return self._queues.waiting(lane)
 
+    def queue_status(self, usual_load: Callable[[str], float | None]) -> dict[str, list[Any]]:
+        """Every lane's waiting requests in serve order with position and ETA (status, events)."""
+        rt = self._settings.runtime
+        policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
+        per_request = self.request_times.figures()
+        out: dict[str, list[Any]] = {}
+        for lane in Lane:
+            lane_now, queued, now = self.queue_snapshot(lane)
+            models = {q.model for q in queued} | {lane_now.active_model or ""}
+            loads = {m: u for m in models if (u := usual_load(m)) is not None}
+            out[lane.value] = eta.estimate(lane_now, queued, now, policy, loads, per_request)
+        return out
+
+    def queue_snapshot(self, lane: Lane) -> tuple[eta.LaneNow, list[eta.Queued], float]:
+        """The lane and its queue as `eta.estimate()` takes them, with the clock they share."""
+        runtime = self._slots[lane]
+        view = self._lane_view(lane, runtime)
+        loading = runtime is not None and runtime.state is RuntimeState.LOADING
+        now = self._clock()
+        lane_now = eta.LaneNow(
+            view,
+            runtime.config.id if runtime else None,
+            max(0.0, time.time() - runtime.since) if runtime and loading else 0.0,
+        )
+        queued = [
+            eta.Queued(
+                e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed, isinstance(e, Waiter)
+            )
+            for e in self._queues.entries(lane)
+        ]
+        return lane_now, queued, now
+
     def runtimes(self) -> list[Runtime]:
         """The live objects (process handles for tests and tools); decide on `views()`."""
         return list(self._runtimes.values())
@@ -234,7 +267,13 @@ class RuntimeManager(RuntimeCore):
         self._activity.poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
-        return Lease(runtime, (self._clock() - arrived) * 1000.0, self._release)
+        granted = self._clock()
+
+        def release(held: Runtime) -> None:
+            self.request_times.add(held.config.id, self._clock() - granted)
+            self._release(held)
+
+        return Lease(runtime, (granted - arrived) * 1000.0, release)
 
     def _release(self, runtime: Runtime) -> None:
         runtime.leases -= 1
@@ -278,18 +317,21 @@ class RuntimeManager(RuntimeCore):
         self._arm_deadline()
         self._activity.poke()  # queue lengths may have changed
 
-    def _pump_lane(self, lane: Lane) -> bool:
-        runtime = self._slots[lane]
-        if runtime is not None and runtime.unload_requested:
-            return runtime.leases == 0 and self._begin_stop(runtime)
-        entries = self._queues.entries(lane)
-        view = scheduler.LaneView(
+    def _lane_view(self, lane: Lane, runtime: Runtime | None) -> scheduler.LaneView:
+        return scheduler.LaneView(
             _phase(runtime),
             runtime.key if runtime else None,
             runtime.leases if runtime else 0,
             bool(runtime and lane in runtime.drain_requests),
             self._free(runtime),
         )
+
+    def _pump_lane(self, lane: Lane) -> bool:
+        runtime = self._slots[lane]
+        if runtime is not None and runtime.unload_requested:
+            return runtime.leases == 0 and self._begin_stop(runtime)
+        entries = self._queues.entries(lane)
+        view = self._lane_view(lane, runtime)
         waiters = [scheduler.WaiterView(e.spec.key, e.enqueued_at, e.bypassed) for e in entries]
         rt = self._settings.runtime
         decision = scheduler.decide(
