@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from router.config import ModelConfig, evicts
@@ -145,7 +145,7 @@ class RuntimeManager(RuntimeCore):
     def queue_length(self, lane: Lane) -> int:
         return self._queues.waiting(lane)
 
-    def queue_status(self, usual_load: Callable[[str], float | None]) -> dict[str, list[Any]]:
+    def queue_status(self) -> dict[str, list[Any]]:
         """Every lane's waiting requests in serve order with position and ETA (status, events)."""
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
@@ -154,7 +154,7 @@ class RuntimeManager(RuntimeCore):
         for lane in Lane:
             lane_now, queued, now = self.queue_snapshot(lane)
             models = {q.model for q in queued} | {lane_now.active_model or ""}
-            loads = {m: u for m in models if (u := usual_load(m)) is not None}
+            loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
             out[lane.value] = eta.estimate(lane_now, queued, now, policy, loads, per_request)
         return out
 
@@ -198,6 +198,7 @@ class RuntimeManager(RuntimeCore):
     async def close(self) -> None:
         self._closing = True
         self._activity.close()
+        self._positions.close()
         if self._deadline:
             self._deadline.cancel()
         for task in list(self._tasks):
@@ -264,7 +265,7 @@ class RuntimeManager(RuntimeCore):
 
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
-        self._activity.poke()
+        self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
         granted = self._clock()
@@ -277,7 +278,7 @@ class RuntimeManager(RuntimeCore):
 
     def _release(self, runtime: Runtime) -> None:
         runtime.leases -= 1
-        self._activity.poke()
+        self._poke()
         for listener in self.released:
             listener(runtime.config)
         runtime.last_release = self._clock()
@@ -315,7 +316,7 @@ class RuntimeManager(RuntimeCore):
         finally:
             self._pumping = False
         self._arm_deadline()
-        self._activity.poke()  # queue lengths may have changed
+        self._poke()  # queue lengths may have changed
 
     def _lane_view(self, lane: Lane, runtime: Runtime | None) -> scheduler.LaneView:
         return scheduler.LaneView(

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import CATALOG, LOAD_TIMES, RUNTIMES, SETTINGS, SHUTDOWN
+from router.appkeys import CATALOG, RUNTIMES, SETTINGS, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
@@ -70,7 +70,7 @@ async def status(request: web.Request) -> web.StreamResponse:
         {
             "runtimes": snapshot,
             "queued": {lane.value: runtimes.queue_length(lane) for lane in Lane},
-            "queue": runtimes.queue_status(request.app[LOAD_TIMES].usual),
+            "queue": runtimes.queue_status(),
             "devices": devices,
         }
     )
