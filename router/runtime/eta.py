@@ -133,13 +133,25 @@ def estimate(
 ) -> list[dict[str, Any]]:
     """The lane's requests in serve order: `model`, `position` (1..n), `waiting_s`, `eta_s`
     (seconds until it is granted, `None` when a needed figure is missing)."""
+    return [row for _, row in ranked(lane, queued, now, policy, load_seconds, request_seconds)]
+
+
+def ranked(
+    lane: LaneNow,
+    queued: Sequence[Queued],
+    now: float,
+    policy: Policy,
+    load_seconds: Mapping[str, float],
+    request_seconds: Mapping[str, float],
+) -> list[tuple[int, dict[str, Any]]]:
+    """`estimate()`, each row with the index of its entry in `queued`."""
     t: float | None = 0.0
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
     for step in serve_steps(lane, queued, now, policy):
         if step.kind == "serve":
             entry = queued[step.index]
             if entry.request:
-                rows.append(_row(entry, len(rows) + 1, now, t))
+                rows.append((step.index, _row(entry, len(rows) + 1, now, t)))
                 t = _plus(t, request_seconds, entry.model, 1.0)
         elif step.kind == "drain":
             t = _plus(t, request_seconds, step.model, float(step.count))

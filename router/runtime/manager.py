@@ -28,7 +28,7 @@ from router.domain import Family, Lane
 from router.errors import Conflict, ServiceUnavailable
 from router.runtime import eta, scheduler
 from router.runtime.lifecycle import RuntimeCore
-from router.runtime.queues import Claim, Entry, Waiter
+from router.runtime.queues import Claim, Entry, Ticket, Waiter
 from router.runtime.state import (
     Lease,
     Runtime,
@@ -47,7 +47,7 @@ class RuntimeManager(RuntimeCore):
 
     # ---- public API -------------------------------------------------------------------
 
-    async def ensure(self, config: ModelConfig, lane: Lane) -> Lease:
+    async def ensure(self, config: ModelConfig, lane: Lane, ticket: Ticket | None = None) -> Lease:
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
@@ -63,7 +63,7 @@ class RuntimeManager(RuntimeCore):
             return self._grant(runtime, arrived)
         _refuse_missing(spec)
         timeout = self._settings.runtime.queue_timeout
-        return await self._enqueue(spec, lane, arrived, timeout, "runtime.queue_timeout")
+        return await self._enqueue(spec, lane, arrived, timeout, "runtime.queue_timeout", ticket)
 
     @contextlib.asynccontextmanager
     async def lease(self, config: ModelConfig, lane: Lane) -> AsyncIterator[Lease]:
@@ -147,35 +147,37 @@ class RuntimeManager(RuntimeCore):
 
     def queue_status(self) -> dict[str, list[Any]]:
         """Every lane's waiting requests in serve order with position and ETA (status, events)."""
+        return {lane.value: [row for _, row in self._ranked(lane)] for lane in Lane}
+
+    def position(self, ticket: Ticket) -> dict[str, Any] | None:
+        """The ticket's request's row (position, ETA) while it waits; None once it does not."""
+        waiter = ticket.waiter
+        if waiter is None or waiter.gone:
+            return None
+        return next((row for entry, row in self._ranked(waiter.lane) if entry is waiter), None)
+
+    def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        per_request = self.request_times.figures()
-        out: dict[str, list[Any]] = {}
-        for lane in Lane:
-            lane_now, queued, now = self.queue_snapshot(lane)
-            models = {q.model for q in queued} | {lane_now.active_model or ""}
-            loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
-            out[lane.value] = eta.estimate(lane_now, queued, now, policy, loads, per_request)
-        return out
-
-    def queue_snapshot(self, lane: Lane) -> tuple[eta.LaneNow, list[eta.Queued], float]:
-        """The lane and its queue as `eta.estimate()` takes them, with the clock they share."""
         runtime = self._slots[lane]
-        view = self._lane_view(lane, runtime)
         loading = runtime is not None and runtime.state is RuntimeState.LOADING
-        now = self._clock()
         lane_now = eta.LaneNow(
-            view,
+            self._lane_view(lane, runtime),
             runtime.config.id if runtime else None,
             max(0.0, time.time() - runtime.since) if runtime and loading else 0.0,
         )
+        entries = self._queues.entries(lane)
         queued = [
             eta.Queued(
                 e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed, isinstance(e, Waiter)
             )
-            for e in self._queues.entries(lane)
+            for e in entries
         ]
-        return lane_now, queued, now
+        models = {q.model for q in queued} | {lane_now.active_model or ""}
+        loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
+        per_request = self.request_times.figures()
+        ranked = eta.ranked(lane_now, queued, self._clock(), policy, loads, per_request)
+        return [(entries[i], row) for i, row in ranked]
 
     def runtimes(self) -> list[Runtime]:
         """The live objects (process handles for tests and tools); decide on `views()`."""
@@ -218,7 +220,13 @@ class RuntimeManager(RuntimeCore):
         return runtime.view(self._queues.waiting_for(runtime.key))
 
     async def _enqueue(
-        self, spec: RuntimeSpec, lane: Lane, arrived: float, bound: float, setting: str
+        self,
+        spec: RuntimeSpec,
+        lane: Lane,
+        arrived: float,
+        bound: float,
+        setting: str,
+        ticket: Ticket | None = None,
     ) -> Lease:
         waiting = self._queues.waiting(lane)
         max_queue = self._settings.runtime.max_queue
@@ -230,6 +238,8 @@ class RuntimeManager(RuntimeCore):
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
         waiter = Waiter(spec, arrived, lane, future)
         self._queues.add(waiter)
+        if ticket is not None:
+            ticket.waiter = waiter
         self._pump()
         try:
             return await asyncio.wait_for(asyncio.shield(future), bound or None)

@@ -13,6 +13,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
+from router.api.inference import announce_wait
 from router.api.inference.guardian import answering
 from router.api.node import relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
@@ -254,7 +255,7 @@ async def _serve(
     backend_path = _path(override.path_qs or request.path)
     _check_served(route, config, public_id, lane, request, backend_path)
     for resend in (False, True):
-        lease = await request.app[RUNTIMES].ensure(config, lane)
+        lease = await announce_wait.ensure(request, override.selection, config, lane)
         info.queue_wait_ms += lease.queue_wait_ms
         queue_wait.note(request, info.queue_wait_ms)
         try:
