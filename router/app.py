@@ -85,6 +85,7 @@ from router.forwarding import Proxy
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
+from router.runtime.kvcache import KvCaches
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
@@ -345,7 +346,14 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     reaped = reap_stale(pid_dir)
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
-    loader = Loader(settings, app[SESSION], pid_dir, env_overlay=app[LAUNCH_OPTIONS].env_for)
+    kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    loader = Loader(
+        settings,
+        app[SESSION],
+        pid_dir,
+        env_overlay=app[LAUNCH_OPTIONS].env_for,
+        extra_args=kv.launch_args,
+    )
     store = app[STORE]
     manager = RuntimeManager(
         settings,
@@ -354,6 +362,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         on_load_error=store.record_load_error,
         observer=observer_factory(store),
         usual_load=app[LOAD_TIMES].usual,
+        kv=kv,
     )
     app[RUNTIMES] = manager
     app[METRICS].watch(manager)

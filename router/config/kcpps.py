@@ -94,6 +94,7 @@ class ModelConfig:
     ignored_keys: tuple[str, ...] = ()  # router-owned keys removed from `raw`
     warnings: tuple[str, ...] = ()  # components present that this backend mode cannot serve
     aliases: tuple[str, ...] = ()  # `router_aliases`: more public names (whisper-1, gpt-4o-mini)
+    kv_persist: Literal["on", "off", "auto"] = "auto"  # `router_kv_persist` (docs/swaps.md)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -160,6 +161,7 @@ def parse_kcpps(
         serve_args=_serve_args(raw.get("serve_args")),
         run_embed_separate=_flag("run_embed_separate", raw.get("run_embed_separate")),
         aliases=_aliases(raw.get("router_aliases"), config_id, components, lanes),
+        kv_persist=_kv_persist(raw.get("router_kv_persist")),
         config_sha256=hashlib.sha256(data).hexdigest(),
         ignored_keys=ignored,
         warnings=warnings,
@@ -414,6 +416,14 @@ def _precedence(value: Any) -> Literal["config", "client"]:
     if value == "client":
         return "client"
     raise KcppsError("router_jinja_kwargs_precedence must be config or client")
+
+
+def _kv_persist(value: Any) -> Literal["on", "off", "auto"]:
+    if value is None or value == "auto":
+        return "auto"
+    if value in ("on", "off"):
+        return "on" if value == "on" else "off"
+    raise KcppsError("router_kv_persist must be on, off or auto")
 
 
 def _serve_args(value: Any) -> tuple[str, ...]:

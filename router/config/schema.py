@@ -269,6 +269,11 @@ class RuntimeSection(_Section):
     # R24: how long one request waits for its whole answer (a non-streamed generation arrives
     # only when done, so no idle deadline can tell a slow backend from a hung one).
     response_timeout: PositiveDuration = 1800.0
+    # KV persistence (docs/swaps.md): disk cap for saved llama-server slots, and how long a
+    # save (before a stop) or a restore (before the first request) may take.
+    kv_cache_dir_budget: Size = 4 << 30
+    kv_save_timeout: PositiveDuration = 10.0
+    kv_restore_timeout: PositiveDuration = 10.0
 
 
 class MemorySection(_Section):

@@ -98,6 +98,13 @@ class Metrics:
         self.loads = Counter(
             "tensor_router_loads", "Backend loads, by result.", ["family", "result"], registry=r
         )
+        self.kv_cache = Counter(
+            "tensor_router_kv_cache_operations",
+            "KV cache saves and restores (docs/swaps.md), by action and result"
+            " (ok, none, passed, rejected, failed, timeout).",
+            ["action", "result"],
+            registry=r,
+        )
         self.store_replaced = Counter(
             "tensor_router_store_file_replaced",
             "Times the store file was found deleted or replaced and a fresh one opened.",
@@ -153,6 +160,8 @@ class Metrics:
             self.load_duration.labels(family).observe(event.get("load_seconds", 0.0))
         elif kind == "failed":
             self.loads.labels(family, "failed").inc()
+        elif kind == "kv_cache":
+            self.kv_cache.labels(event.get("action", ""), event.get("result", "")).inc()
         if runtime and kind in ("loading", "ready", "failed", "unloading", "unloaded"):
             for state in ("loading", "ready", "failed", "unloading", "unloaded"):
                 self.runtime_state.labels(runtime, state).set(1 if state == kind else 0)

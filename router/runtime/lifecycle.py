@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from router.config import ModelConfig, Settings
 from router.domain import Lane
@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 LoadErrorSink = Callable[[dict[str, Any]], None]
 
 
+class KvHooks(Protocol):
+    """KV persistence (router/runtime/kvcache.py); each call is bounded and never raises."""
+
+    async def restore(self, runtime: Runtime) -> None: ...
+    async def save(self, runtime: Runtime) -> None: ...
+
+
 class RuntimeCore:
     def __init__(
         self,
@@ -40,6 +47,7 @@ class RuntimeCore:
         observer: ObserverFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
         usual_load: Callable[[str], float | None] = lambda _model: None,
+        kv: KvHooks | None = None,
     ) -> None:
         self._settings = settings
         self._loader = loader
@@ -47,6 +55,7 @@ class RuntimeCore:
         self._on_load_error = on_load_error
         self._observer = observer
         self._clock = clock
+        self._kv = kv
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -139,6 +148,8 @@ class RuntimeCore:
         if seen:
             seen.finished("ok", None, None)
         runtime.attach(launched)
+        if self._kv is not None:  # bounded by its own deadline; never fails the load
+            await self._kv.restore(runtime)
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
         self._spawn(self._watch_exit(runtime))
@@ -224,6 +235,10 @@ class RuntimeCore:
         return True
 
     async def _finish_stop(self, runtime: Runtime) -> None:
+        # Drained (no lease) and not yet signalled: save its KV cache, bounded by its deadline.
+        # A crash goes through _stop_failed instead and saves nothing.
+        if self._kv is not None:
+            await self._kv.save(runtime)
         await self._stop_now(runtime)
         self._move(runtime, RuntimeState.STOPPED, "unloaded")
         self._vacate(runtime)

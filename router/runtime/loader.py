@@ -82,12 +82,15 @@ class Loader:
         session: aiohttp.ClientSession,
         pidfile_dir: Path,
         env_overlay: Callable[[Family], Mapping[str, str]] | None = None,
+        extra_args: Callable[[LaunchSpec], list[str]] | None = None,
     ) -> None:
         self._settings = settings
         self._session = session
         self._pidfile_dir = pidfile_dir
         # Environment decided at run time (vLLM's launch options), read at each spawn.
         self._env_overlay = env_overlay
+        # Arguments the router adds for its own features (KV persistence's --slot-save-path).
+        self._extra_args = extra_args
 
     async def launch(
         self,
@@ -161,6 +164,8 @@ class Loader:
         try:
             workdir = self._write_launch_files(adapter, spec, name)
             argv = adapter.argv(spec.config, spec.lane, port, self._settings, workdir=workdir)
+            if self._extra_args is not None:
+                argv += self._extra_args(spec)
             env = child_environ(adapter, spec.config, spec.lane, self._settings, os.environ)
             if self._env_overlay is not None:
                 env.update(self._env_overlay(spec.family))

@@ -1,0 +1,262 @@
+"""KV caches that survive swaps: llama-server slot save before a stop, restore after a load.
+
+The router calls the backend's own `/slots` routes on the backend port (clients never reach
+them). Each save or restore is bounded by its deadline (`runtime.kv_save_timeout`,
+`runtime.kv_restore_timeout`); a failure or timeout is logged and published as a `kv_cache`
+event (counted in Prometheus) and never fails a request. Files live in one folder per runtime
+under the state folder; a JSON sidecar per file records its SHA-256, so a file damaged on disk
+is deleted instead of restored. Disk use is capped by `runtime.kv_cache_dir_budget`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from router.config import Settings
+from router.domain import Family, Lane
+from router.records import EventBus
+from router.runtime import kvkeys
+from router.runtime.kvprobe import ProbeResults, run_probe
+from router.runtime.loader import LaunchSpec
+from router.runtime.state import Runtime
+
+log = logging.getLogger(__name__)
+_Work = Callable[[Runtime], Awaitable[tuple[str, dict[str, Any]]]]
+
+
+class KvCaches:
+    def __init__(
+        self, settings: Settings, session: aiohttp.ClientSession, root: Path, events: EventBus
+    ) -> None:
+        self._settings = settings
+        self._session = session
+        self._root = root
+        self._events = events
+        self._probes = ProbeResults(root / "probes.json")
+
+    # ---- which runtimes take part -------------------------------------------------------
+
+    def applies(self, spec: LaunchSpec) -> bool:
+        """May persist (`on`, or `auto` pending its probe): launched with a save folder."""
+        return (
+            spec.family is Family.LLAMACPP
+            and spec.lane is Lane.TEXT
+            and spec.config.kv_persist != "off"
+        )
+
+    def _enabled(self, runtime: Runtime) -> bool:
+        probe = self._probes.get(self._key(runtime))
+        passed = bool(probe["passed"]) if probe is not None else None
+        return kvkeys.persist_enabled(runtime.config.kv_persist, passed)
+
+    def folder(self, spec: LaunchSpec) -> Path:
+        return self._root / spec.key.replace("/", "_").replace("@", "_")
+
+    def launch_args(self, spec: LaunchSpec) -> list[str]:
+        """`--slot-save-path` for a runtime that persists (the folder must exist first)."""
+        if not self.applies(spec):
+            return []
+        folder = self.folder(spec)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return ["--slot-save-path", str(folder)]
+
+    # ---- the hooks the lifecycle calls --------------------------------------------------
+
+    async def save(self, runtime: Runtime) -> None:
+        """Drained and about to receive TERM: save every slot holding tokens, within the deadline."""
+        if self.applies(runtime.spec) and runtime.base_url and self._enabled(runtime):
+            await self._bounded("save", runtime, self._save, self._settings.runtime.kv_save_timeout)
+
+    async def restore(self, runtime: Runtime) -> None:
+        """Loaded, not yet READY: probe an `auto` model not judged yet (kvprobe.py), then
+        restore the slots saved under this very key. Each step has the restore deadline."""
+        if not (self.applies(runtime.spec) and runtime.base_url):
+            return
+        timeout = self._settings.runtime.kv_restore_timeout
+        if runtime.config.kv_persist == "auto" and self._probes.get(self._key(runtime)) is None:
+            await self._bounded("probe", runtime, self._probe, timeout)
+        if self._enabled(runtime):
+            await self._bounded("restore", runtime, self._restore, timeout)
+
+    def probe_result(self, runtime: Runtime) -> dict[str, Any] | None:
+        """The stored probe verdict for this runtime's cache key, if any."""
+        return self._probes.get(self._key(runtime))
+
+    async def _bounded(self, action: str, runtime: Runtime, work: _Work, deadline: float) -> None:
+        started = time.monotonic()
+        try:
+            result, fields = await asyncio.wait_for(work(runtime), deadline)
+        except TimeoutError:
+            log.warning(
+                "%s: KV cache %s took longer than %gs; skipped", runtime.key, action, deadline
+            )
+            self._publish(runtime, action, "timeout", started)
+            return
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            log.warning("%s: KV cache %s failed: %s", runtime.key, action, exc)
+            self._publish(runtime, action, "failed", started, reason=str(exc)[:200])
+            return
+        except Exception as exc:  # a bug here must not break the load or the stop
+            log.exception("%s: KV cache %s crashed", runtime.key, action)
+            self._publish(runtime, action, "failed", started, reason=type(exc).__name__)
+            return
+        self._publish(runtime, action, result, started, **fields)
+
+    def _publish(
+        self, runtime: Runtime, action: str, result: str, started: float, **fields: Any
+    ) -> None:
+        ms = round((time.monotonic() - started) * 1000.0, 1)
+        self._events.publish(
+            "kv_cache", **runtime.identity(), action=action, result=result, ms=ms, **fields
+        )
+
+    # ---- save ---------------------------------------------------------------------------
+
+    async def _save(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
+        folder = self.folder(runtime.spec)
+        key = self._key(runtime)
+        answer = await self._call("GET", runtime.base_url + "/slots", None)
+        saved = tokens = 0
+        for slot in kvkeys.slots_to_save(answer):
+            name = kvkeys.slot_file(key, slot)
+            body = {"filename": name}
+            result = await self._call("POST", f"{runtime.base_url}/slots/{slot}?action=save", body)
+            n_saved = result.get("n_saved") if isinstance(result, dict) else None
+            if not isinstance(n_saved, int) or n_saved <= 0:
+                _remove(folder, name)
+                continue
+            digest = await asyncio.to_thread(_sha256, folder / name)
+            _write_sidecar(folder, name, {"sha256": digest, "n_saved": n_saved})
+            saved += 1
+            tokens += n_saved
+        await asyncio.to_thread(self._enforce_budget, folder, key)
+        return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
+
+    def _enforce_budget(self, folder: Path, key: str) -> None:
+        entries = []
+        for path in self._root.glob("*/*.bin"):
+            with contextlib.suppress(OSError):
+                stat = path.stat()
+                name = f"{path.parent.name}/{path.name}"
+                entries.append(kvkeys.CacheEntry(name, stat.st_size, stat.st_mtime))
+        keep = frozenset(f"{folder.name}/{p.name}" for p in folder.glob(f"{key}-slot*.bin"))
+        for name in kvkeys.over_budget(entries, self._settings.runtime.kv_cache_dir_budget, keep):
+            sub, file_name = name.split("/", 1)
+            log.info("KV cache budget: removing %s", name)
+            _remove(self._root / sub, file_name)
+
+    # ---- restore ------------------------------------------------------------------------
+
+    async def _restore(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
+        folder = self.folder(runtime.spec)
+        key = self._key(runtime)
+        restored = tokens = 0
+        for path in sorted(folder.glob(f"{key}-slot*.bin")):
+            parsed = kvkeys.parse_slot_file(path.name)
+            if parsed is None:
+                continue
+            if not await asyncio.to_thread(_intact, folder, path.name):
+                log.warning("%s: KV cache file %s is damaged; removed", runtime.key, path.name)
+                _remove(folder, path.name)
+                raise ValueError(f"KV cache file {path.name} failed its checksum")
+            body = {"filename": path.name}
+            url = f"{runtime.base_url}/slots/{parsed[1]}?action=restore"
+            result = await self._call("POST", url, body)
+            n_restored = result.get("n_restored") if isinstance(result, dict) else None
+            if not isinstance(n_restored, int) or n_restored <= 0:
+                _remove(folder, path.name)
+                raise ValueError(f"the backend restored nothing from {path.name}")
+            now = time.time()
+            with contextlib.suppress(OSError):
+                os.utime(path, (now, now))  # least recently used is judged by mtime
+            restored += 1
+            tokens += n_restored
+        return ("ok" if restored else "none"), {"slots": restored, "tokens": tokens}
+
+    # ---- probe --------------------------------------------------------------------------
+
+    async def _probe(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
+        key = self._key(runtime)
+        try:
+            found = await run_probe(self._call, runtime.base_url, key)
+        except (aiohttp.ClientError, ValueError) as exc:
+            # A backend that cannot do it now will not later either: stored, not retried until
+            # the key changes. A timeout is not stored (a busy machine may do better next time).
+            self._probes.put(key, {"passed": False, "error": str(exc)[:200], "at": time.time()})
+            raise
+        finally:
+            _remove(self.folder(runtime.spec), f"probe-{key}.bin")
+        self._probes.put(key, found)
+        fields = {k: found[k] for k in ("prompt_tokens", "cached_tokens", "same_answer")}
+        return ("passed" if found["passed"] else "rejected"), fields
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _key(self, runtime: Runtime) -> str:
+        config = runtime.config
+        paths = [str(p) for p in config.components.values()]
+        if runtime.argv:
+            paths.append(runtime.argv[0])
+        files = {p: _identity(Path(p)) for p in paths}
+        return kvkeys.cache_key(config.config_sha256, runtime.argv, files)
+
+    async def _call(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
+        async with self._session.request(method, url, json=body) as response:
+            text = await response.text()
+            if response.status != 200:
+                raise ValueError(
+                    f"{method} {url.rsplit('/', 2)[-2:]} answered {response.status}: {text[:200]}"
+                )
+            return json.loads(text)
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (stat.st_size, stat.st_mtime_ns)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _sidecar(folder: Path, name: str) -> Path:
+    return folder / (name.removesuffix(".bin") + ".json")
+
+
+def _write_sidecar(folder: Path, name: str, data: dict[str, Any]) -> None:
+    target = _sidecar(folder, name)
+    partial = target.with_suffix(".json.partial")
+    partial.write_text(json.dumps(data))
+    partial.replace(target)  # atomic: a sidecar is whole or absent
+
+
+def _intact(folder: Path, name: str) -> bool:
+    try:
+        meta = json.loads(_sidecar(folder, name).read_text())
+        return isinstance(meta, dict) and meta.get("sha256") == _sha256(folder / name)
+    except (OSError, ValueError):
+        return False
+
+
+def _remove(folder: Path, name: str) -> None:
+    for path in (folder / name, _sidecar(folder, name)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
