@@ -191,6 +191,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _catalog,
             _backend_setup,
             _runtimes,
+            inference.ollama_context,
             inference.responses_context,  # after the runtimes its table points at
             inference.images_context,
             inference.comfy_context,

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from router.runtime import RuntimeManager
     from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
+    from router.site.gguf_headers import GgufHeaders
     from router.store import Store
     from router.webuis import WebUIs
 
@@ -48,6 +49,7 @@ RECORDER: web.AppKey[Recorder] = web.AppKey("recorder")
 IMAGES: web.AppKey[ImageLane] = web.AppKey("images")  # image-lane memory: chosen model, jobs
 COMFY: web.AppKey[ComfyState] = web.AppKey("comfy")  # ComfyUI uploads and video jobs
 SITE_FILES: web.AppKey[SiteFiles] = web.AppKey("site_files")  # model-file scan + hash cache
+GGUF_HEADERS: web.AppKey[GgufHeaders] = web.AppKey("gguf_headers")  # Ollama model metadata
 BENCHMARKS: web.AppKey[Benchmarks] = web.AppKey("benchmarks")  # one run at a time per node
 DOWNLOADS: web.AppKey[Downloads] = web.AppKey("downloads")  # absent when downloads are off
 BACKEND_SETUP: web.AppKey[BackendSetup] = web.AppKey("backend_setup")  # backend init jobs

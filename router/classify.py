@@ -333,8 +333,17 @@ _TABLE: tuple[Route, ...] = (
     _inf("/api/show", "POST", OL, _T, handler="ollama.show", strict=True, vllm=True),
     _inf("/api/chat", "POST", OL, _T, handler="ollama.chat", fam=TEXT_FAMILIES, strict=True, vllm=True),
     _inf("/api/generate", "POST", OL, _T, handler="ollama.generate", fam=TEXT_FAMILIES, strict=True, vllm=True),
-    _inf("/api/embed", "POST", OL, _E, handler="ollama.embed", fam={_L, _V}, strict=True, vllm=True),
-    _inf("/api/embeddings", "POST", OL, _E, handler="ollama.embeddings", fam={_L, _V}, strict=True, vllm=True),
+    _inf("/api/embed", "POST", OL, _E, handler="ollama.embed", fam={_K, _L, _V}, strict=True, vllm=True),
+    _inf("/api/embeddings", "POST", OL, _E, handler="ollama.embeddings", fam={_K, _L, _V}, strict=True, vllm=True),
+    # Ollama's liveness probe (`ollama` CLI heartbeat): public, as /health.
+    _r("/", "GET", OL, None, Role.PUBLIC, "ollama.root", sel=NO_SELECTOR, strict=True),
+    # Ollama's model management: pull downloads `hf.co/...` GGUFs into the model folder (admin,
+    # as every download); the others answer in Ollama's shape what the router does instead.
+    _r("/api/pull", "POST", OL, None, Role.ADMIN, "ollama.pull", sel=NO_SELECTOR, body=_C, strict=True, vllm=True),
+    _inf("/api/push", "POST", OL, None, handler="ollama.manage", sel=NO_SELECTOR, body=_C, strict=True, vllm=True),
+    _inf("/api/copy", "POST", OL, None, handler="ollama.manage", sel=NO_SELECTOR, body=_C, strict=True, vllm=True),
+    _inf("/api/create", "POST", OL, None, handler="ollama.manage", sel=NO_SELECTOR, body=_C, strict=True, vllm=True),
+    _inf("/api/delete", "DELETE", OL, None, handler="ollama.manage", sel=NO_SELECTOR, body=_C, strict=True, vllm=True),
     # -- llama-server's own API (Origin checked on every method); /slots/{id} actions are a 404
     _inf("/completion", "POST", LC, _T, fam={_L}, strict=True),
     _inf("/completions", "POST", LC, _T, fam={_L, _K}, strict=True),

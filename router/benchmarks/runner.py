@@ -109,13 +109,13 @@ class Benchmarks:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        await self._store.fail_unfinished_benchmarks(STOPPED, time.time())
+        await self._store.benchmarks.fail_unfinished(STOPPED, time.time())
 
     # ---- one run ----------------------------------------------------------------------
 
     async def _run(self, run: Run) -> dict[str, Any]:
         summary, request = run.summary, run.request
-        await self._store.save_benchmark(summary.row())
+        await self._store.benchmarks.save(summary.row())
         self._events.publish(
             "benchmark_started", node_id=self.node_id, run_id=summary.run_id,
             model_id=summary.model_id, type=request.type, sections=list(request.sections),
@@ -125,7 +125,7 @@ class Benchmarks:
         statuses = [s.status for s in sections]
         summary.finish(run_status(statuses), time.time(), _run_error(sections))
         summary.metrics = run_metrics(statuses, summary.duration_ms or 0.0)
-        await self._store.save_benchmark(summary.row())
+        await self._store.benchmarks.save(summary.row())
         self._events.publish(
             "benchmark_finished", node_id=self.node_id, run_id=summary.run_id,
             model_id=summary.model_id, status=summary.status, duration_ms=summary.duration_ms,
@@ -144,7 +144,7 @@ class Benchmarks:
         summary = Summary(
             base.run_id, self.node_id, base.model_id, base.type, name, RUNNING, time.time()
         )
-        await self._store.save_benchmark(summary.row())
+        await self._store.benchmarks.save(summary.row())
         self._publish_section(summary)
         lane = SECTION_LANES.get(name)
         if lane is not None and lane not in run.config.lanes:
@@ -153,7 +153,7 @@ class Benchmarks:
             summary.finish(FAILED, time.time(), _timed_out(run, started=False))
         else:
             await self._measure(run, summary, lane)
-        await self._store.save_benchmark(summary.row())
+        await self._store.benchmarks.save(summary.row())
         self._publish_section(summary)
         return summary
 
@@ -240,7 +240,7 @@ async def benchmarks_service(
     connection llama-server had closed after a streamed answer failed the next iteration (real
     tier), and a fresh loopback connection costs well under a millisecond.
     """
-    await store.fail_unfinished_benchmarks(STOPPED, time.time())
+    await store.benchmarks.fail_unfinished(STOPPED, time.time())
     connector = aiohttp.TCPConnector(force_close=True, limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         service = Benchmarks(node_id, runtimes, session, events, store)

@@ -1,16 +1,26 @@
 """The node client: the only code that calls another router, and only at allowed base URLs.
 
-Redirects are never followed: a node answers its routes directly, so a 3xx is an error, and the
-token can never ride a redirect to a host outside the allow-list. Every call has one deadline
-(`cluster.control_timeout`) for request and response together.
+Redirects are never followed: a node answers its routes directly, so a 3xx is an error (a
+control call) or relayed as it is (a stream), and the token can never ride a redirect to a host
+outside the allow-list. Two modes:
+
+- buffered (`fetch`, and `call` for a JSON control call): one deadline for request and response
+  together (`cluster.control_timeout` unless the caller names another); the whole answer is read,
+  however many pieces the network cuts it into, up to a cap.
+- streamed (`stream`): a connect deadline, then an idle deadline between the bytes (the answer's
+  head included); the caller gets the open response and relays its body as it comes.
+- a websocket (`websocket`, the realtime relay), open as long as the session.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from multidict import CIMultiDictProxy
 
 from router.cluster.urls import AllowList
 from router.edge import read_capped_stream
@@ -18,6 +28,10 @@ from router.errors import BadGateway, ClusterError, GatewayTimeout, RouterError
 
 # A snapshot of 200 models is ~100 KB; this bounds what a broken or hostile peer can make us hold.
 MAX_CONTROL_REPLY = 16 * 1024 * 1024
+# The streamed mode's deadlines unless the caller names others (the site relay's since R34).
+STREAM_CONNECT, STREAM_IDLE = 10.0, 600.0
+
+Params = Mapping[str, str] | None
 
 
 class PeerError(RouterError):
@@ -28,6 +42,41 @@ class PeerError(RouterError):
         self.status, self.type = status, type_
 
 
+@dataclass(frozen=True, slots=True)
+class PeerReply:
+    """A buffered answer: status, headers and the whole body."""
+
+    status: int
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+
+class PeerStream:
+    """A streamed answer, open until the `async with` ends: status, headers, and `chunks()`
+    as they come (each wait bounded by the idle deadline)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, label: str) -> None:
+        self._response = response
+        self._label = label
+        self.status = response.status
+        self.headers = response.headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except TimeoutError:
+            raise GatewayTimeout(f"{self._label} stopped sending mid-answer") from None
+        except aiohttp.ClientError as err:
+            raise BadGateway(f"{self._label} failed mid-answer: {err}") from None
+
+    async def __aenter__(self) -> PeerStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._response.release()
+
+
 class NodeClient:
     def __init__(
         self, session: aiohttp.ClientSession, token: str, allowed: AllowList, timeout: float
@@ -35,10 +84,31 @@ class NodeClient:
         self._session = session
         self._token = token
         self.allowed = allowed
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._timeout = timeout
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._token}"}
+
+    def _request(
+        self,
+        method: str,
+        target: str,
+        data: bytes | None,
+        headers: Mapping[str, str] | None,
+        params: Params,
+        timeout: aiohttp.ClientTimeout,
+    ) -> Any:
+        """The one place a peer is called: the token added, redirects never followed."""
+        headers = self.headers() | dict(headers or {})
+        return self._session.request(
+            method,
+            target,
+            params=params,
+            data=data,
+            headers=headers,
+            timeout=timeout,
+            allow_redirects=False,
+        )
 
     def url(self, base: str, path: str) -> str:
         target = base.rstrip("/") + path
@@ -48,27 +118,87 @@ class NodeClient:
 
     async def call(self, method: str, base: str, path: str, body: Any = None) -> dict[str, Any]:
         """A buffered control call; the peer's JSON object, or PeerError / BadGateway."""
-        target = self.url(base, path)
         data = None if body is None else json.dumps(body).encode()
-        headers = self.headers() | ({"Content-Type": "application/json"} if data else {})
+        headers = {"Content-Type": "application/json"} if data else {}
+        reply = await self.fetch(method, base, path, data=data, headers=headers)
+        return _decoded(base, path, reply.status, reply.body)
+
+    async def fetch(
+        self,
+        method: str,
+        base: str,
+        path: str,
+        *,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params = None,
+        total: float | None = None,
+        cap: int = MAX_CONTROL_REPLY,
+        label: str | None = None,
+    ) -> PeerReply:
+        """The buffered mode: the whole answer within `total` seconds (default the control timeout),
+        refused past `cap` bytes. The token is added to `headers`."""
+        target, name = self.url(base, path), label or base
+        deadline = aiohttp.ClientTimeout(total=self._timeout if total is None else total)
         try:
-            async with self._session.request(
-                method, target, data=data, headers=headers, timeout=self._timeout,
-                allow_redirects=False,
-            ) as reply:  # fmt: skip
+            async with self._request(method, target, data, headers, params, deadline) as reply:
+                too_large = BadGateway(f"{name} answered {path} with more than {cap} bytes")
                 # Every piece to the end (a 200-model snapshot arrives in several reads).
-                too_large = BadGateway(
-                    f"{base} answered {path} with more than {MAX_CONTROL_REPLY} bytes"
-                )
-                raw = await read_capped_stream(
-                    reply.content, reply.content_length, MAX_CONTROL_REPLY, too_large
-                )
-                status = reply.status
+                raw = await read_capped_stream(reply.content, reply.content_length, cap, too_large)
+                return PeerReply(reply.status, reply.headers, raw)
         except TimeoutError:
-            raise GatewayTimeout(f"{base} did not answer {path} in time") from None
+            raise GatewayTimeout(f"{name} did not answer {path} in time") from None
         except aiohttp.ClientError as err:
-            raise BadGateway(f"{base} is unreachable: {err.__class__.__name__}") from None
-        return _decoded(base, path, status, raw)
+            raise BadGateway(f"{name} is unreachable: {err.__class__.__name__}") from None
+
+    async def stream(
+        self,
+        method: str,
+        base: str,
+        path: str,
+        *,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Params = None,
+        connect: float = STREAM_CONNECT,
+        idle: float = STREAM_IDLE,
+        label: str | None = None,
+    ) -> PeerStream:
+        """The streamed mode: the answer's head, then its body as it comes (`async with` the
+        result). `connect` bounds the connection, `idle` every wait for bytes; no total."""
+        target, name = self.url(base, path), label or base
+        deadlines = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=idle)
+        try:
+            response = await self._request(method, target, data, headers, params, deadlines)
+        except TimeoutError:
+            raise GatewayTimeout(f"{name} did not answer in time") from None
+        except aiohttp.ClientError as err:
+            raise BadGateway(f"{name} is unreachable: {err}") from None
+        return PeerStream(response, name)
+
+    async def websocket(
+        self,
+        base: str,
+        path: str,
+        *,
+        params: Params = None,
+        headers: Mapping[str, str] | None = None,
+        protocols: tuple[str, ...] = (),
+        max_msg_size: int,
+        close_timeout: float = 10.0,
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A socket to the peer's `path` (the realtime relay): no receive deadline, the close
+        one given. aiohttp's own errors propagate (the caller tells a refusal from a
+        failure)."""
+        return await self._session.ws_connect(
+            self.url(base, path),
+            params=params,
+            headers=self.headers() | dict(headers or {}),
+            protocols=protocols,
+            max_msg_size=max_msg_size,
+            autoclose=False,
+            timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=close_timeout),
+        )
 
 
 def _decoded(base: str, path: str, status: int, raw: bytes) -> dict[str, Any]:

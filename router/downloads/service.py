@@ -74,7 +74,7 @@ class Downloads:
         log.info("downloader status enabled=true endpoint=%s token=%s opens=%s",
                  self.settings.endpoint, self.hub.has_token, ",".join(sorted(policy.allowed)) or "public")  # fmt: skip
         await asyncio.to_thread(self.dir.mkdir, parents=True, exist_ok=True)
-        for row in reversed(await self.store.download_jobs()):
+        for row in reversed(await self.store.downloads.jobs()):
             job = Job.from_row(row)
             self.jobs[job.id] = job
             # Events are not stored: the first one of a loaded job is its state, so a stream
@@ -117,7 +117,7 @@ class Downloads:
         return make_plan(repo, revision, chosen, present, free, self.reserve_bytes, access)
 
     async def _present(self, repo: Repository, chosen: tuple[RepoFile, ...]) -> dict[str, Present]:  # fmt: skip
-        known = {row["path"]: row for row in await self.store.library_entries()}
+        known = {row["path"]: row for row in await self.store.downloads.library_entries()}
         present: dict[str, Present] = {}
         for f in chosen:
             target = self.target(repo.id, f.path)
@@ -151,7 +151,7 @@ class Downloads:
                   plan.repository.commit, plan.files)  # fmt: skip
         self.jobs[job.id] = job
         job.publish("state", **job.progress(time.monotonic()))
-        await self.store.save_download_job(job.to_row())
+        await self.store.downloads.save_job(job.to_row())
         self._spawn(job)
         return job
 
@@ -186,7 +186,7 @@ class Downloads:
         if job.state not in RESUMABLE:
             raise Conflict(f"a {job.state.value} job cannot be resumed", code="job_state")
         self._requeue(job, "resumed")
-        await self.store.save_download_job(job.to_row())
+        await self.store.downloads.save_job(job.to_row())
         return job
 
     async def cancel(self, job_id: str) -> Job:
@@ -223,7 +223,7 @@ class Downloads:
 
     async def _save(self, job: Job, state: State, error: str | None = None) -> None:
         job.move(state, error)
-        await self.store.save_download_job(job.to_row())
+        await self.store.downloads.save_job(job.to_row())
 
     def _staging(self, job: Job) -> Path:
         return self.dir / STAGING / job.id
@@ -290,14 +290,14 @@ class Downloads:
         await asyncio.to_thread(promote, part, self.target(job.repository, item.path), self.dir)
         job.done_paths.add(item.path)
         job.current = None
-        await self.store.save_library_entry({
+        await self.store.downloads.save_library_entry({
             "path": self.relative(job.repository, item.path), "repository": job.repository,
             "commit_sha": job.commit, "repo_path": item.path, "size": item.size or 0,
             "sha256": digest, "verified_by": item.verify, "job_id": job.id,
             "downloaded_at": time.time(),
         })  # fmt: skip
         job.publish("file", path=item.path, sha256=digest, verified_by=item.verify)
-        await self.store.save_download_job(job.to_row())
+        await self.store.downloads.save_job(job.to_row())
 
     async def _tick(self, job: Job) -> None:
         last = -1
@@ -311,7 +311,7 @@ class Downloads:
     # -- the library -------------------------------------------------------------------
 
     async def library(self) -> dict[str, Any]:
-        rows = await self.store.library_entries()
+        rows = await self.store.downloads.library_entries()
         return {
             "dir": self.dir.name,
             "artifacts": [
@@ -326,10 +326,10 @@ class Downloads:
     async def rescan(self) -> dict[str, Any]:
         """Drop library rows whose file is gone; report files that changed size and files in
         downloads.dir the library does not know (never hashed here: that is the inventory's)."""
-        rows = await self.store.library_entries()
+        rows = await self.store.downloads.library_entries()
         missing, changed, untracked = await asyncio.to_thread(self._check, rows)
         for path in missing:
-            await self.store.delete_library_entry(path)
+            await self.store.downloads.delete_library_entry(path)
         return {"checked": len(rows), "missing": missing, "changed": changed, "untracked": untracked}  # fmt: skip
 
     def _check(self, rows: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:

@@ -56,7 +56,7 @@ class Planner:
         """This node's own fits from its own store (the reads run on the store's reader thread)."""
         values = self.lending.values
         store = self.lending.store
-        samples = await store.cost_samples(time.time() - values.scheduling_sample_window)
+        samples = await store.costs.samples(time.time() - values.scheduling_sample_window)
         loads = await store.load_durations()
         jobs = [(model, lane, job_seconds(ms, wait)) for model, lane, ms, wait in samples]
         self.book.costs = fit_costs(jobs, loads, values.scheduling_min_samples)

@@ -94,14 +94,14 @@ class Lending(LendingState):
     def settings_changed(self, values: LendingSettings) -> None:
         """What follows a change of the values, in the same step as the change: the decision
         log's retention, and the push to the slaves (which sends what is in force when it runs)."""
-        self.store.decision_retention = values.offload_decisions_retention
+        self.store.lending.decision_retention = values.offload_decisions_retention
         self.links_changed()
 
 
 async def load_layers(settings: Settings, store: Store) -> LendingLayers:
     """At start: the config file's values under the saved ones that still apply."""
     config = settings.cluster.lending()
-    saved = await store.lending_saved()
+    saved = await store.lending.saved()
     kept, dropped = usable_saved(config, saved, settings.analytics.raw_retention)
     for problem in dropped:
         log.warning("saved lending setting not applied (the config file's value is): %s", problem)
@@ -112,7 +112,7 @@ def sink_for(store: Store, router_version: str) -> DecisionLog:
     """The log whose every row goes to the store's writer (an append, never an await)."""
 
     def to_store(decision: Decision) -> None:
-        store.add_decision(decision_row(decision, router_version))
+        store.lending.add_decision(decision_row(decision, router_version))
 
     return DecisionLog(sink=to_store)
 
@@ -124,10 +124,10 @@ async def lending_context(app: web.Application) -> AsyncIterator[None]:
     """A `cleanup_ctx` entry: load the links, the settings and the decision log (pruned now,
     then by the store's hourly pass), build the service and start its planner and push."""
     settings, store = app[SETTINGS], app[STORE]
-    links = LinkTable(Link(**row) for row in await store.link_rows())
+    links = LinkTable(Link(**row) for row in await store.links.rows())
     layers = await load_layers(settings, store)
-    store.decision_retention = layers.values.offload_decisions_retention
-    await store.prune_decisions(layers.values.offload_decisions_retention)
+    store.lending.decision_retention = layers.values.offload_decisions_retention
+    await store.lending.prune_decisions(layers.values.offload_decisions_retention)
     service = Lending(
         settings, app[RUNTIMES], app[CLUSTER], store, app[SESSION],
         links=links, layers=layers, decisions=sink_for(store, __version__),

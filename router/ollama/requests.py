@@ -120,6 +120,11 @@ def embed_request(body: Any, local_model: str) -> tuple[str, dict[str, Any]]:
     return EMBEDDINGS_PATH, {"model": local_model, "input": text, "encoding_format": "float"}
 
 
+def canonical_name(name: str) -> str:
+    """Ollama's default tag: `name:latest` is `name` (a config ID never holds a colon)."""
+    return name.removesuffix(":latest")
+
+
 def embed_dimensions(body: dict[str, Any]) -> int | None:
     dims = body.get("dimensions")
     if dims is None:
@@ -140,8 +145,11 @@ def is_load_request(kind: LoadKind, body: Any) -> bool:
     return value is None or value in ("", [])
 
 
-def load_response(kind: LoadKind, public_model: str, now_ns: int) -> dict[str, Any]:
-    # keep_alive is ignored (the router schedules models), so an unload request also says "load".
+def load_response(
+    kind: LoadKind, public_model: str, now_ns: int, reason: Literal["load", "unload"] = "load"
+) -> dict[str, Any]:
+    """The answer to a request with nothing to generate: the model was loaded (or, with
+    `keep_alive: 0`, unloaded); embeddings have no `done_reason`."""
     if kind == "embeddings":
         return {"embedding": []}
     if kind == "embed":
@@ -151,7 +159,7 @@ def load_response(kind: LoadKind, public_model: str, now_ns: int) -> dict[str, A
         out["message"] = {"role": "assistant", "content": ""}
     else:
         out["response"] = ""
-    return out | {"done": True, "done_reason": "load"}
+    return out | {"done": True, "done_reason": reason}
 
 
 def _check_common(body: Any) -> None:

@@ -10,6 +10,7 @@ import math
 from typing import Any, Literal
 
 from router.errors import BadGateway
+from router.forwarding.embeddings import truncate
 
 Kind = Literal["chat", "generate"]
 _DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop", "function_call": "stop"}
@@ -207,15 +208,8 @@ def _vectors(openai: Any, dimensions: int | None) -> list[list[float]]:
         vec = item.get("embedding") if isinstance(item, dict) else None
         if not isinstance(vec, list) or not all(_is_number(x) for x in vec):
             raise BadGateway("the backend returned an embedding that is not a list of numbers")
-        vectors.append(_truncate(vec, dimensions) if dimensions else vec)
+        vectors.append(truncate(vec, dimensions) if dimensions else vec)
     return vectors
-
-
-def _truncate(vec: list[float], dimensions: int) -> list[float]:
-    # Matryoshka truncation as Ollama does it: keep the first N, then back to unit length.
-    head = vec[:dimensions]
-    norm = math.sqrt(sum(x * x for x in head))
-    return [x / norm for x in head] if norm else head
 
 
 def _count(primary: Any, fallback: Any) -> int:

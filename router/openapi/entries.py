@@ -24,6 +24,7 @@ from router.openapi.answers import (
     NO_CONTENT,
     PASSTHROUGH,
     REDIRECT,
+    TEXT,
     Answer,
     json_of,
     json_schema,
@@ -58,6 +59,13 @@ class Entry:
 
     def answers(self, method: str) -> Mapping[str, Answer]:
         return self.by_method.get(method, self.ok)
+
+
+_PULL = Answer(
+    "Ollama's pull progress: `{status, digest?, total?, completed?}` records, the last "
+    '`{"status": "success"}`',
+    {"application/x-ndjson": {"type": "string"}, "application/json": {"type": "object"}},
+)
 
 
 def _ok(answer: Answer) -> Mapping[str, Answer]:
@@ -270,6 +278,26 @@ ENTRIES: Mapping[str, Entry] = {
             },
             "`model` (or `name`)",
         ),
+    ),
+    "ollama.root": Entry("Ollama's liveness probe: `Ollama is running`", _ok(TEXT)),
+    "ollama.pull": Entry(
+        "Pull a Hugging Face GGUF (`hf.co/{owner}/{repository}:{quantization}`): Ollama's "
+        "progress records (NDJSON, or the last one as JSON with `stream: false`)",
+        _ok(_PULL),
+        request=json_schema(
+            {
+                "type": "object",
+                "properties": {
+                    "model": {"type": "string"},
+                    "name": {"type": "string"},
+                    "stream": {"type": "boolean"},
+                },
+            },
+            "`model` (or `name`): hf.co/{owner}/{repository}[:{quantization}]",
+        ),
+    ),
+    "ollama.manage": Entry(
+        "Ollama's push, copy, create and delete: 400 with what to do instead", _ok(JSON_OBJECT)
     ),
     "ollama.chat": _fwd("Ollama chat (translated where the backend lacks it)"),
     "ollama.generate": _fwd("Ollama generate (translated where the backend lacks it)"),

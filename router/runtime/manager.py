@@ -1,4 +1,5 @@
-"""The single owner of "what runs where": lanes, leases, swaps, drains and idle unloads.
+"""The single owner of "what runs where": lanes, leases, swaps, drains and idle unloads
+(each runtime's own idle deadline: `Runtime.keep_alive`, `RuntimeView.idle_deadline`).
 
 Callers never read a runtime's state and then act on it; they ask `ensure(config, lane)` and
 get a `Lease` (or a clear error), and they decide on `views()`, frozen snapshots. Every state
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -47,7 +49,20 @@ class RuntimeManager(RuntimeCore):
 
     # ---- public API -------------------------------------------------------------------
 
-    async def ensure(self, config: ModelConfig, lane: Lane, ticket: Ticket | None = None) -> Lease:
+    async def ensure(
+        self,
+        config: ModelConfig,
+        lane: Lane,
+        *,
+        keep_alive: float | None = None,
+        ticket: Ticket | None = None,
+    ) -> Lease:
+        """A lease on the runtime serving `config` on `lane`, loading it when needed.
+
+        `keep_alive` (seconds, `math.inf` = until unloaded, 0 = right after this request):
+        how long the runtime stays loaded once idle, from now on; None keeps what it has
+        (Ollama's rule: a request that names no keep_alive does not change it). `ticket`:
+        filled in with the waiter if the request queues (its position, `position()`)."""
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
@@ -60,10 +75,17 @@ class RuntimeManager(RuntimeCore):
             and self._queues.is_empty(lane)
             and self._has_room(runtime)
         ):
-            return self._grant(runtime, arrived)
-        _refuse_missing(spec)
-        timeout = self._settings.runtime.queue_timeout
-        return await self._enqueue(spec, lane, arrived, timeout, "runtime.queue_timeout", ticket)
+            lease = self._grant(runtime, arrived)
+        else:
+            _refuse_missing(spec)
+            timeout = self._settings.runtime.queue_timeout
+            lease = await self._enqueue(
+                spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
+            )
+        if keep_alive is not None:
+            # Held by this lease, so no idle timer runs: the next release arms it anew.
+            lease.runtime.keep_alive = keep_alive
+        return lease
 
     @contextlib.asynccontextmanager
     async def lease(self, config: ModelConfig, lane: Lane) -> AsyncIterator[Lease]:
@@ -111,6 +133,19 @@ class RuntimeManager(RuntimeCore):
         self._pump()
         await asyncio.gather(*(rt.gone.wait() for rt in targets))
         return sorted(rt.key for rt in targets)
+
+    async def expire(self, config: ModelConfig, lane: Lane) -> bool:
+        """Ollama's unload (`keep_alive: 0` with nothing to generate): stop the runtime that
+        serves `config` on `lane` once its running work is done. Never loads anything; True
+        when there was one to stop."""
+        runtime = self._runtimes.get(spec_for(config, lane).key)
+        if runtime is None:
+            return False
+        runtime.keep_alive = 0.0
+        runtime.unload_requested = True
+        self._pump()
+        await runtime.gone.wait()
+        return True
 
     def report_failure(self, runtime: Runtime, reason: str) -> None:
         """The proxy saw a backend that no longer serves (R9): kill it; the next request relaunches."""
@@ -217,7 +252,8 @@ class RuntimeManager(RuntimeCore):
             raise _SHUTTING_DOWN()
 
     def _view(self, runtime: Runtime) -> RuntimeView:
-        return runtime.view(self._queues.waiting_for(runtime.key))
+        idle_unload = self._settings.runtime.idle_unload
+        return runtime.view(self._queues.waiting_for(runtime.key), idle_unload)
 
     async def _enqueue(
         self,
@@ -295,9 +331,11 @@ class RuntimeManager(RuntimeCore):
         if runtime.leases == 0:
             if all(rt.leases == 0 for rt in self._runtimes.values()):
                 self._idle.set()
-            idle = self._settings.runtime.idle_unload
-            if idle > 0 and runtime.state is RuntimeState.READY:
-                runtime.arm_idle_timer(idle, lambda: self._idle_unload(runtime))
+            keep = runtime.effective_keep_alive(self._settings.runtime.idle_unload)
+            if keep == 0:
+                self._idle_unload(runtime)
+            elif math.isfinite(keep) and runtime.state is RuntimeState.READY:
+                runtime.arm_idle_timer(keep, lambda: self._idle_unload(runtime))
         if runtime.draining or runtime.unload_requested or self._queues.any():
             self._pump()
 

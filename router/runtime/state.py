@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,12 @@ class Runtime:
         self.ready_at: float | None = None
         self.last_release = time.monotonic()
         self.gone = asyncio.Event()
+        # How long it stays loaded once idle, in seconds (`math.inf`: until unloaded); None
+        # follows `runtime.idle_unload`. Set by the requests that say so (Ollama's keep_alive).
+        self.keep_alive: float | None = None
+        # When it unloads unless a request comes first (wall clock); None while it works,
+        # loads or is kept. The idle timer below is what acts on it.
+        self.idle_deadline: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -102,11 +109,20 @@ class Runtime:
     def arm_idle_timer(self, delay: float, callback: Callable[[], None]) -> None:
         self.cancel_idle_timer()
         self._idle_timer = asyncio.get_running_loop().call_later(delay, callback)
+        self.idle_deadline = time.time() + delay
 
     def cancel_idle_timer(self) -> None:
+        self.idle_deadline = None
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+
+    def effective_keep_alive(self, idle_unload: float) -> float:
+        """Seconds it stays loaded once idle (`math.inf`: until unloaded); `idle_unload` is
+        the router's setting, where 0 means never."""
+        if self.keep_alive is not None:
+            return self.keep_alive
+        return idle_unload if idle_unload > 0 else math.inf
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -131,7 +147,7 @@ class Runtime:
             "since": self.since,
         }
 
-    def view(self, queued: int) -> RuntimeView:
+    def view(self, queued: int, idle_unload: float = 0.0) -> RuntimeView:
         return RuntimeView(
             key=self.key,
             config=self.config,
@@ -146,6 +162,8 @@ class Runtime:
             port=self.port or None,
             base_url=self.base_url,
             queued=queued,
+            keep_alive=self.effective_keep_alive(idle_unload),
+            idle_deadline=self.idle_deadline,
         )
 
 
@@ -155,6 +173,9 @@ class RuntimeView:
 
     `lane` is its primary lane (its leases are counted there, whichever lane asked for them);
     `occupies` every lane it holds (several for KoboldCpp). `queued`: requests waiting for it.
+    `keep_alive`: seconds it stays loaded once idle (`math.inf`: until unloaded);
+    `idle_deadline`: the wall-clock time it unloads unless a request comes first (None while
+    it loads or works, or when it is kept).
     """
 
     key: str
@@ -170,6 +191,8 @@ class RuntimeView:
     port: int | None
     base_url: str
     queued: int
+    keep_alive: float = math.inf
+    idle_deadline: float | None = None
 
     @property
     def ready(self) -> bool:

@@ -62,3 +62,33 @@ def read_gguf_metadata(path: str) -> dict[str, Any] | None:
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def read_gguf_header(path: str) -> dict[str, Any] | None:
+    """What Ollama's /api/show tells about a model (router/ollama/metadata.py shapes it): the
+    `general.*` and `<arch>.*` scalars, the parameter count, the file type and whether the
+    chat template handles tools. None when the file is not a readable GGUF. Blocking."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except Exception as exc:  # as above: a damaged header raises anything
+        log.debug("no GGUF header for %s: %s", path, exc)
+        return None
+    arch = _str_or_none(_value(reader, "general.architecture"))
+    info: dict[str, Any] = {}
+    for key in reader.fields:
+        if key.startswith("general.") or (arch and key.startswith(f"{arch}.")):
+            value = _value(reader, key)
+            if isinstance(value, int | float | str) and not isinstance(value, bool):
+                info[key] = value
+    if not isinstance(info.get("general.parameter_count"), int):
+        info["general.parameter_count"] = sum(int(t.n_elements) for t in reader.tensors)
+    template = _value(reader, "tokenizer.chat_template")
+    return {
+        "architecture": arch,
+        "file_type": _file_type(_value(reader, "general.file_type")),
+        "model_info": info,
+        # Jinja templates that take tools read a `tools` variable; Go templates `.Tools`.
+        "tools": isinstance(template, str) and "tools" in template.lower(),
+    }

@@ -1,10 +1,10 @@
 """The samples a node's cost fits read (router/lending/costs.py): its own successful jobs
 inside the sample window, newest first per (model, lane), capped so a busy day stays a cheap
-read. Loads come from `Store.load_durations` (every successful load)."""
+read. Loads come from `Store.load_durations` (every successful load). `Store.costs`."""
 
 from __future__ import annotations
 
-import aiosqlite
+from router.store.access import Access
 
 PER_MODEL = 2000  # newest jobs per (model, lane): plenty for a median, bounded work
 
@@ -23,18 +23,15 @@ Sample = tuple[str, str, float, float | None]
 
 
 class CostSamples:
-    """Mixin of `Store`: reads on the reader connection (a thread, off the event loop)."""
+    """This node's own samples (`node_id`), read on the reader connection."""
 
-    _reader: aiosqlite.Connection
-    node_id: str
+    def __init__(self, access: Access, node_id: str) -> None:
+        self._db = access
+        self._node_id = node_id
 
-    async def _settle(self) -> None:
-        raise NotImplementedError
-
-    async def cost_samples(self, since: float) -> list[Sample]:
-        await self._settle()
-        out: list[Sample] = []
-        async with self._reader.execute(COST_SAMPLES, (since, self.node_id, PER_MODEL)) as cur:
-            async for model, lane, duration_ms, queue_wait_ms in cur:
-                out.append((str(model), str(lane), float(duration_ms), queue_wait_ms))
-        return out
+    async def samples(self, since: float) -> list[Sample]:
+        rows = await self._db.rows(COST_SAMPLES, (since, self._node_id, PER_MODEL))
+        return [
+            (str(model), str(lane), float(duration_ms), queue_wait_ms)
+            for model, lane, duration_ms, queue_wait_ms in rows
+        ]

@@ -1,5 +1,5 @@
 """Lending in the store (migration 0007, docs/lending.md): the settings saved from the WebUI
-(`lending_settings`) and the decision log (`offload_decisions`). A mixin of `Store`.
+(`lending_settings`) and the decision log (`offload_decisions`): `Store.lending`.
 
 Decision rows arrive on the request path: `add_decision` only appends an op for the writer,
 which commits them with the next batch. Reads settle first, so a row recorded a moment ago is
@@ -8,7 +8,6 @@ in the answer.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -17,7 +16,8 @@ from typing import Any
 
 import aiosqlite
 
-from router.store.writer import Op, Writer
+from router.store.access import Access
+from router.store.writer import Op
 
 DECISION_COLUMNS = (
     "id", "at", "kind", "trigger", "outcome", "reasons", "lane", "owner_node_id",
@@ -69,63 +69,43 @@ def _decision(row: Sequence[Any]) -> dict[str, Any]:
 
 
 class LendingRows:
-    """What `Store` provides to this mixin: its writer, its reader and `_settle()`."""
-
-    _writer: Writer
-    _reader: aiosqlite.Connection
-    # The decision log's retention in seconds, once the lending settings are known (the
-    # writer's hourly pass prunes with it; None until then).
-    decision_retention: float | None = None
-
-    async def _settle(self) -> None:
-        raise NotImplementedError
+    def __init__(self, access: Access) -> None:
+        self._db = access
+        # The decision log's retention in seconds, once the lending settings are known (the
+        # writer's hourly pass prunes with it; None until then).
+        self.decision_retention: float | None = None
 
     # -- saved settings -----------------------------------------------------------------
 
-    async def lending_saved(self) -> dict[str, Any]:
-        await self._settle()
-        async with self._reader.execute("SELECT key, value FROM lending_settings") as cursor:
-            rows = await cursor.fetchall()
+    async def saved(self) -> dict[str, Any]:
+        rows = await self._db.rows("SELECT key, value FROM lending_settings")
         return {key: json.loads(value) for key, value in rows}
 
-    async def replace_lending_saved(self, saved: Mapping[str, Any]) -> None:
-        """The saved layer becomes `saved`, in one transaction (the ops are queued with no
-        await between them); returns once it is on disk."""
-        loop = asyncio.get_running_loop()
+    async def replace_saved(self, saved: Mapping[str, Any]) -> None:
+        """The saved layer becomes `saved`, in one transaction; returns once it is on disk."""
         now = time.time()
-        ops = [Op("DELETE FROM lending_settings", (), loop.create_future())]
-        ops += [
-            Op(_INSERT_SETTING, (key, json.dumps(value), now), loop.create_future())
-            for key, value in saved.items()
-        ]
-        for index, op in enumerate(ops):
-            self._writer.add_op(op, urgent=index == len(ops) - 1)
-        for op in ops:
-            assert op.future is not None
-            await op.future
+        ops: list[tuple[str, Sequence[Any]]] = [("DELETE FROM lending_settings", ())]
+        ops += [(_INSERT_SETTING, (key, json.dumps(value), now)) for key, value in saved.items()]
+        await self._db.write_together(ops)
 
     # -- decision log -------------------------------------------------------------------
 
     def add_decision(self, row: Sequence[Any]) -> None:
         """One row (the columns after `id`), written with the next batch: O(1), no await."""
-        self._writer.add_op(Op(_INSERT_DECISION, tuple(row)))
+        self._db.writer.add_op(Op(_INSERT_DECISION, tuple(row)))
 
     async def decision_page(self, filters: DecisionFilter) -> dict[str, Any]:
-        await self._settle()
         sql, params = filters.query()
-        async with self._reader.execute(sql, params) as cursor:
-            rows = list(await cursor.fetchall())
+        rows = await self._db.rows(sql, params)
         page = [_decision(row) for row in rows[: filters.limit]]
         more = len(rows) > filters.limit
         return {"decisions": page, "next_before": page[-1]["id"] if more and page else None}
 
     async def prune_decisions(self, retention: float) -> int:
         """Delete decisions older than `retention` seconds now; returns how many."""
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._writer.add_op(Op(_PRUNE, (time.time() - retention,), future), urgent=True)
-        return await future
+        return await self._db.write(_PRUNE, (time.time() - retention,))
 
-    async def _prune_decisions_in(self, db: aiosqlite.Connection) -> None:
+    async def prune_in(self, db: aiosqlite.Connection) -> None:
         """The writer's hourly pass (Store._delete_expired), on the writer's connection."""
         if self.decision_retention is not None:
             await db.execute(_PRUNE, (time.time() - self.decision_retention,))

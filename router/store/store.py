@@ -1,6 +1,6 @@
-"""`Store`: the node's SQLite file (analytics, load captures, load errors, model state, and
-benchmark runs through the `BenchmarkRuns` mixin, download jobs and the library through
-`DownloadRows`).
+"""`Store`: the node's SQLite file (analytics, load captures, load errors, model state), and
+its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`, `lending` (each a
+small class handed an `Access`: the writer, the reader and the settle-before-read).
 
 All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
 are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
@@ -30,6 +30,7 @@ from router.errors import InternalError, StoreUnavailable, sanitize
 from router.store import analytics as an
 from router.store import captures as cap
 from router.store import ranges
+from router.store.access import Access
 from router.store.benchmarks import BenchmarkRuns
 from router.store.channel import EventChannel, log_skipped
 from router.store.cost_samples import CostSamples
@@ -51,15 +52,7 @@ MAX_OUTPUT_TAIL = 16 * 1024
 _DOWNLOAD_MARK = ".download-"
 
 
-class Store(
-    BenchmarkRuns,
-    CostSamples,
-    DownloadRows,
-    GuardianAssignments,
-    RoutingLinks,
-    LendingRows,
-    FileWatch,
-):
+class Store(FileWatch):
     def __init__(
         self,
         path: Path,
@@ -74,6 +67,14 @@ class Store(
         self._db = db
         self._reader = reader
         self._writer = Writer(db, settings.flush_interval, self._periodic)
+        # The reader is looked up on each read: the store may move to a fresh file (FileWatch).
+        access = Access(self._writer, lambda: self._reader, self._settle)
+        self.benchmarks = BenchmarkRuns(access)
+        self.costs = CostSamples(access, node_id)
+        self.downloads = DownloadRows(access)
+        self.guardians = GuardianAssignments(access)
+        self.links = RoutingLinks(access)
+        self.lending = LendingRows(access)
         self._events: EventChannel | None = None  # the writer process, when analytics is on
         self._live: dict[str, cap.LiveCapture] = {}
         self._cap_bytes = int(settings.load_capture_max_output_mb * 1024 * 1024)
@@ -211,7 +212,7 @@ class Store(
         cursor = await db.execute("DELETE FROM analytics_events WHERE time < ?", (cutoff,))
         for sql, params in ranges.expiry(time.time(), self.settings.raw_retention):
             await db.execute(sql, params)
-        await self._prune_decisions_in(db)
+        await self.lending.prune_in(db)
         return cursor.rowcount
 
     async def enforce_retention(self) -> int:

@@ -59,7 +59,14 @@ EXPECTED: dict[tuple[str, Role], dict[str, int]] = {
 }  # fmt: skip
 
 
+# Exact templates first: Ollama's liveness probe is public like /health; /api/pull downloads
+# model files, which is an admin's act like every download (docs/ollama.md).
+POLICY_EXACT: dict[str, Role] = {"/": Role.PUBLIC, "/api/pull": Role.ADMIN}
+
+
 def declared_role(template: str) -> Role:
+    if template in POLICY_EXACT:
+        return POLICY_EXACT[template]
     for prefix, role in POLICY_BY_PREFIX:
         if template == prefix.rstrip("/") or template.startswith(prefix):
             return role

@@ -212,8 +212,7 @@ def test_every_family_is_classified(method, path, handler, lane, surface):
         "/api/extra/abort",
         "/api/extra/shutdown",
         "/api/v1/model",
-        "/api/pull",
-        "/",
+        "/api/blobs/sha256:x",  # Ollama's blob upload: not answered
         "/nope",
         "/router/v1",
         "/router/v1/site",
@@ -328,8 +327,10 @@ def test_roles_follow_the_spec():
             assert r.role is Role.PUBLIC
         elif t.startswith(("/router/v1/", "/router/webuis/")):
             assert r.role is Role.ADMIN, t
-        elif t in ("/health",):
+        elif t in ("/health", "/"):  # "/": Ollama's liveness probe ("Ollama is running")
             assert r.role is Role.PUBLIC
+        elif t == "/api/pull":  # downloads model files: an admin's act (docs/ollama.md)
+            assert r.role is Role.ADMIN
         elif t.startswith("/router/ui"):  # the WebUI's static files: no data in them
             assert r.role is Role.PUBLIC and r.methods == {"GET"}, t
         elif t in ("/metrics", "/slots"):
@@ -337,13 +338,13 @@ def test_roles_follow_the_spec():
         else:
             assert r.role is Role.INFERENCE, t
     public = {r.template for r in ROUTES if r.role is Role.PUBLIC}
-    assert public == {"/health", "/router/v1/ui/session", "/router/ui", "/router/ui/{tail:.*}"}
+    assert public == {"/health", "/", "/router/v1/ui/session", "/router/ui", "/router/ui/{tail:.*}"}
 
 
 def test_origin_strict_on_every_ollama_and_llama_server_route():
     ollama = [r for r in ROUTES if r.surface is Surface.OLLAMA]
     llama = [r for r in ROUTES if r.surface is Surface.LLAMACPP]
-    assert len(ollama) == 8 and len(llama) == 10
+    assert len(ollama) == 14 and len(llama) == 10
     assert all(r.origin_strict for r in ollama + llama)
     assert not match("GET", "/v1/models").route.origin_strict
 

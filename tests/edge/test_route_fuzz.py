@@ -239,7 +239,8 @@ def router_fault(status: int, headers: httpx.Headers, body: bytes) -> str | None
         payload: Any = json.loads(body)
     except ValueError:
         return f"a {status} without the router's error shape"
-    kind = payload.get("error", {}).get("type") if isinstance(payload, dict) else None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
     if kind is None and isinstance(payload, dict) and isinstance(payload.get("detail"), dict):
         kind = payload["detail"].get("type")  # the Kobold shape
     if kind is None and isinstance(payload, dict) and isinstance(payload.get("error"), str):

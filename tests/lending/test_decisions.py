@@ -121,7 +121,7 @@ async def test_retention_prunes_old_rows_and_the_download_has_the_table(
     assert reply.status_code == 200, reply.text
     ages = [r["detail"]["age"] for r in (await client.get(DECISIONS_PATH)).json()["decisions"]]
     assert ages == [0.0, 5.0]
-    assert harness.app[STORE].decision_retention == 600.0
+    assert harness.app[STORE].lending.decision_retention == 600.0
 
     download = await client.get("/router/v1/site/store/download")
     assert download.status_code == 200
@@ -169,14 +169,14 @@ async def test_the_writers_hourly_pass_prunes_decisions_too(
         tmp_path / "router.sqlite", node_id="n1", analytics=AnalyticsSection(writer_process=False)
     )
     try:
-        store.decision_retention = 600.0
-        store.add_decision(decision_row(sample(1, at=time.time() - 3600), "v"))
-        store.add_decision(decision_row(sample(2), "v"))
+        store.lending.decision_retention = 600.0
+        store.lending.add_decision(decision_row(sample(1, at=time.time() - 3600), "v"))
+        store.lending.add_decision(decision_row(sample(2), "v"))
         await store.flush()  # within the hour since open: nothing pruned yet
-        assert len((await store.decision_page(DecisionFilter()))["decisions"]) == 2
+        assert len((await store.lending.decision_page(DecisionFilter()))["decisions"]) == 2
         monkeypatch.setattr(store_module, "RETENTION_PERIOD", 0.0)
         await store.flush()  # the writer runs its periodic pass before answering a flush
-        left = (await store.decision_page(DecisionFilter()))["decisions"]
+        left = (await store.lending.decision_page(DecisionFilter()))["decisions"]
         assert [row["detail"]["index"] for row in left] == [2]
     finally:
         await store.close()

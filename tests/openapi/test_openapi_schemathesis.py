@@ -56,6 +56,7 @@ EXCLUDED: dict[str, str] = {
     "POST /router/v1/site/download/repository": _HUB,
     "POST /router/v1/site/download/plan": _HUB,
     "POST /router/v1/site/download/jobs": "starts a real download",
+    "POST /api/pull": "asks the model hub and starts a real download (tests/ollama/test_pull.py)",
     "POST /router/v1/site/model-assets/jobs": "starts a real download",
     "POST /router/v1/site/model-assets/resolve": _HUB,
     "POST /router/v1/site/model-assets/resolve-batch": _HUB,

@@ -22,6 +22,7 @@ from router.api.inference import (
 from router.api.inference.comfy import comfy_context
 from router.api.inference.forward import forward_to
 from router.api.inference.images import images_context
+from router.api.inference.ollama import ollama_context
 from router.api.inference.responses import responses_context
 from router.edge import Handler
 
@@ -39,4 +40,11 @@ HANDLERS: dict[str, Handler] = {
     **comfy.HANDLERS,
 }
 
-__all__ = ["HANDLERS", "comfy_context", "forward_to", "images_context", "responses_context"]
+__all__ = [
+    "HANDLERS",
+    "comfy_context",
+    "forward_to",
+    "images_context",
+    "ollama_context",
+    "responses_context",
+]

@@ -42,14 +42,20 @@ def announces(request: web.Request, selection: Selection) -> bool:
 
 
 async def ensure(
-    request: web.Request, selection: Selection, config: ModelConfig, lane: Lane
+    request: web.Request,
+    selection: Selection,
+    config: ModelConfig,
+    lane: Lane,
+    keep_alive: float | None = None,
 ) -> Lease:
     runtimes = request.app[RUNTIMES]
     after = request.app[SETTINGS].runtime.announce_wait_after
     if after <= 0 or announce.ANNOUNCED in request or not announces(request, selection):
-        return await runtimes.ensure(config, lane)
+        return await runtimes.ensure(config, lane, keep_alive=keep_alive)
     ticket = Ticket()
-    waiting = asyncio.ensure_future(runtimes.ensure(config, lane, ticket))
+    waiting = asyncio.ensure_future(
+        runtimes.ensure(config, lane, keep_alive=keep_alive, ticket=ticket)
+    )
     try:
         await asyncio.wait({waiting}, timeout=after)
         if not waiting.done():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -43,6 +45,7 @@ from router.forwarding import (
     merge_chat_template_kwargs,
     read_selector,
 )
+from router.forwarding.embeddings import EmbeddingDimensions, dimensions_of
 from router.lending import (
     BORROWED,
     LENDING,
@@ -74,6 +77,12 @@ class Override:
     relay_to: Target | None = None
     # Wraps the relay's rewriter to watch the answer (a follow-up id to pin to that node).
     relay_watch: Callable[[ModelRewriter], ModelRewriter] | None = None
+    # How long the runtime stays loaded after this request (Ollama's keep_alive; seconds,
+    # math.inf = until unloaded); None leaves it as it is.
+    keep_alive: float | None = None
+    # Answered by the router for the chosen model without leasing (so never loading) a
+    # runtime: Ollama's unload request.
+    unleased: Callable[[ModelConfig, Lane], Awaitable[web.StreamResponse]] | None = None
 
     @property
     def plain(self) -> bool:
@@ -84,6 +93,7 @@ class Override:
             and self.on_lease is None
             and self.translation is None
             and self.answer is None
+            and self.unleased is None
         )
 
 
@@ -181,6 +191,7 @@ def _info(request: web.Request, route: Route) -> RequestInfo:
 
 IDENTITY = Rewrite(ModelRewriter("", ""))
 CHAT_COMPLETIONS = "/v1/chat/completions"
+EMBEDDINGS = "/v1/embeddings"
 
 
 async def _forward(
@@ -220,6 +231,10 @@ async def _forward(
         return await to_owner()
     config, public_id, lane = _choose(request, route, selection)
     info.model, info.lane = public_id, lane.value
+    if override.unleased is not None:
+        response = await override.unleased(config, lane)
+        result.status = response.status
+        return response
     if lane is Lane.TEXT and _needs_guardian(config, selection):
         config, target = answering(request, config, info)
         if target is not None:
@@ -254,8 +269,11 @@ async def _serve(
     info.family = family.value if family else None
     backend_path = _path(override.path_qs or request.path)
     _check_served(route, config, public_id, lane, request, backend_path)
+    override = _with_dimensions(override, family, backend_path, public_id)
     for resend in (False, True):
-        lease = await announce_wait.ensure(request, override.selection, config, lane)
+        lease = await announce_wait.ensure(
+            request, override.selection, config, lane, override.keep_alive
+        )
         info.queue_wait_ms += lease.queue_wait_ms
         queue_wait.note(request, info.queue_wait_ms)
         try:
@@ -270,6 +288,34 @@ async def _serve(
         finally:
             lease.release()
     raise AssertionError("unreachable")
+
+
+def _with_dimensions(
+    override: Override, family: Family | None, path: str, public_id: str
+) -> Override:
+    """OpenAI `dimensions` on /v1/embeddings, for the backends that ignore it: the router cuts
+    the vectors (router/forwarding/embeddings.py); vLLM does it itself."""
+    selection = override.selection
+    if (
+        path != EMBEDDINGS
+        or family not in (Family.LLAMACPP, Family.KOBOLD)
+        or override.translation is not None
+        or not selection.complete
+        or b"dimensions" not in selection.prefix
+    ):
+        return override
+    try:
+        dims = dimensions_of(json.loads(selection.prefix))
+    except (ValueError, RecursionError):
+        return override  # not JSON: the backend answers it as it does
+    if dims is None:
+        return override
+
+    def translation(lease: Lease) -> Translation:
+        local = lease.runtime.local_model_id or public_id
+        return EmbeddingDimensions(ModelRewriter(public_id, local), dims)
+
+    return dataclasses.replace(override, translation=translation)
 
 
 def _needs_guardian(config: ModelConfig, selection: Selection) -> bool:

@@ -117,7 +117,7 @@ def router_record(request: web.Request, config: ModelConfig) -> dict[str, Any]:
 async def router_list(request: web.Request) -> web.StreamResponse:
     catalog = request.app[CATALOG]
     # One read for every model: the newest benchmark run of each, or null.
-    benchmarks = await request.app[STORE].latest_benchmarks()
+    benchmarks = await request.app[STORE].benchmarks.latest()
     data = [
         {**router_record(request, c), "benchmark": _benchmark(benchmarks.get(c.id))}
         for c in catalog.all_configs()

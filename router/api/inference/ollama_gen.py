@@ -19,7 +19,7 @@ from aiohttp import web
 from router import ollama as tr
 from router.api.inference import forward as forwarder
 from router.api.node import remote_target
-from router.appkeys import CATALOG, RAW_BODY, SETTINGS
+from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import Handler, read_json, upstream_request_headers
@@ -68,32 +68,61 @@ async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> f
     raw, body = await _read_body(request)
     name = body.get("model")
     if isinstance(name, str) and name:
+        name = tr.canonical_name(name)
         # Served by another cluster node as sent: that node translates it for its backend.
         target = remote_target(request, Selection(name, raw, True, "json:model"))
         if target is not None:
             return forwarder.Override(Selection(name, raw, True, "json:model"), relay_to=target)
-    config = request.app[CATALOG].require(body.get("model"))
-    public: str = body["model"]
-    if family_for(config.backend_mode, _lane(op, config)) is Family.KOBOLD:
-        return forwarder.Override(Selection(public, raw, True, "json:model"))
+    config = request.app[CATALOG].require(name)
+    public: str = body["model"] if name is None else name  # the ID the router selects by
+    sent: str = body["model"]  # answers name the model as it was sent (Ollama does)
+    lane = _lane(op, config)
+    keep_alive = tr.parse_keep_alive(body.get("keep_alive"))
     path = _PATH_OF[op]
     if tr.is_load_request(op, body):
-
-        def loaded(_: Lease) -> web.StreamResponse:
-            return web.json_response(tr.load_response(op, public, time.time_ns()))
-
-        return forwarder.Override(Selection(public, b"", True), path, answer=loaded)
+        return _load_or_unload(request, op, public, sent, path, keep_alive)
+    if op in ("chat", "generate") and family_for(config.backend_mode, lane) is Family.KOBOLD:
+        # KoboldCpp answers /api/chat and /api/generate itself (not /api/embed: translated).
+        selection = Selection(public, raw, True, "json:model")
+        return forwarder.Override(selection, keep_alive=keep_alive)
     path, oai = _request(op, body, public)  # the rewriter puts in the backend's own model ID
     dimensions = tr.embed_dimensions(body) if op in ("embed", "embeddings") else None
 
     def translation(lease: Lease) -> tr.OllamaTranslation:
         load_ns = int(lease.queue_wait_ms * 1e6)
-        return tr.OllamaTranslation(op, public, started_ns, load_ns, dimensions)
+        return tr.OllamaTranslation(op, sent, started_ns, load_ns, dimensions)
 
     headers = upstream_request_headers(request.headers, extra_drop=_REPLACED)
     headers["Content-Type"] = "application/json"
     selection = Selection(public, json.dumps(oai).encode(), True, "json:model")
-    return forwarder.Override(selection, path, headers, translation=translation)
+    return forwarder.Override(
+        selection, path, headers, translation=translation, keep_alive=keep_alive
+    )
+
+
+def _load_or_unload(
+    request: web.Request,
+    op: tr.LoadKind,
+    public: str,
+    sent: str,
+    path: str,
+    keep_alive: float | None,
+) -> forwarder.Override:
+    """Nothing to generate: Ollama's load request, or with `keep_alive: 0` its unload request,
+    which stops the model if it runs (after its running work) and never loads it."""
+    selection = Selection(public, b"", True)
+    if keep_alive == 0:
+
+        async def unload(config: ModelConfig, lane: Lane) -> web.StreamResponse:
+            await request.app[RUNTIMES].expire(config, lane)
+            return web.json_response(tr.load_response(op, sent, time.time_ns(), "unload"))
+
+        return forwarder.Override(selection, path, unleased=unload)
+
+    def loaded(_: Lease) -> web.StreamResponse:
+        return web.json_response(tr.load_response(op, sent, time.time_ns()))
+
+    return forwarder.Override(selection, path, answer=loaded, keep_alive=keep_alive)
 
 
 def _request(op: tr.LoadKind, body: dict[str, Any], model: str) -> tuple[str, dict[str, Any]]:

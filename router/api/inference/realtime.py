@@ -154,16 +154,16 @@ async def _remote_session(request: web.Request, target: Target) -> web.WebSocket
     assert target.node_url is not None
     query = dict(request.rel_url.query)
     query.pop("model", None)
-    path = "/router/v1/node/inference/v1/realtime"
-    url = service.client.url(target.node_url, path)
-    headers = {**service.client.headers(), SELECTOR: target.replica.local_id}
     offered = request.headers.get("Sec-WebSocket-Protocol", "")
     try:
-        node = await request.app[SESSION].ws_connect(
-            url, params=query, headers=headers, max_msg_size=cap, autoclose=False,
-            protocols=[p.strip() for p in offered.split(",") if p.strip()],
-            timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0),
-        )  # fmt: skip
+        node = await service.client.websocket(
+            target.node_url,
+            "/router/v1/node/inference/v1/realtime",
+            params=query,
+            headers={SELECTOR: target.replica.local_id},
+            max_msg_size=cap,
+            protocols=tuple(p.strip() for p in offered.split(",") if p.strip()),
+        )
     except aiohttp.WSServerHandshakeError as exc:
         refused = f"node {target.replica.node_id!r} refused the realtime session ({exc.status})"
         if 400 <= exc.status < 500:

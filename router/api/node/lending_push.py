@@ -51,7 +51,7 @@ async def take_settings(request: web.Request) -> web.StreamResponse:
         raise BadRequest(f"{key}: {first['msg']}", param=key) from None
     lending = request.app[LENDING]
     lending.layers.values = values
-    lending.store.decision_retention = values.offload_decisions_retention
+    lending.store.lending.decision_retention = values.offload_decisions_retention
     if isinstance(lending.layers, LendingLayers):
         lending.layers.pushed = True
     return web.json_response({"ok": True})

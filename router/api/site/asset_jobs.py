@@ -78,7 +78,7 @@ async def _from_hub(app: web.Application, service: Downloads, doc: dict[str, Any
     sha = result["hash"]
     origin, source = pinned_origin(doc, result["field"], result["position"]), "pinned"
     if origin is None:
-        learned = await app[STORE].asset_origin(sha)
+        learned = await app[STORE].downloads.asset_origin(sha)
         origin = (learned["repository"], learned["commit_sha"], learned["repo_path"]) if learned else None  # fmt: skip
         source = "learned"
     if origin is None:

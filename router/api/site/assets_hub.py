@@ -47,7 +47,7 @@ async def candidates(request: web.Request, body: dict[str, Any]) -> web.Response
         raise BadRequest("filename must be a bare file name", param="filename")
     service = _service(request)
     found = await asyncio.to_thread(service.hub.candidates, sha, filename)
-    learned = await request.app[STORE].asset_origin(sha)
+    learned = await request.app[STORE].downloads.asset_origin(sha)
     origin = hf_uri(learned["repository"], learned["commit_sha"], learned["repo_path"]) if learned else None  # fmt: skip
     return web.json_response({"node_id": node_id, "sha256": sha, "filename": filename,
                               "candidates": found, "learned": origin})  # fmt: skip
@@ -75,6 +75,6 @@ async def bind(request: web.Request, body: dict[str, Any]) -> web.Response:
     if listed.sha256 != sha:
         why = "has no LFS hash" if listed.sha256 is None else "has another LFS SHA-256"
         raise Conflict(f"{path!r} {why}; only an equal LFS hash binds", param="sha256")
-    await request.app[STORE].save_asset_origin({"sha256": sha, "repository": repository,
+    await request.app[STORE].downloads.save_asset_origin({"sha256": sha, "repository": repository,
         "commit_sha": commit, "repo_path": path, "bound_at": time.time()})  # fmt: skip
     return web.json_response({"node_id": node_id, "sha256": sha, "hf": hf_uri(repository, commit, path)})  # fmt: skip

@@ -44,7 +44,7 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
     limit = _history_limit(request)
     config = request.app[CATALOG].resolve(model_id)
     stored_id = config.id if config is not None else model_id
-    rows = await request.app[STORE].benchmark_rows(stored_id, limit)
+    rows = await request.app[STORE].benchmarks.runs(stored_id, limit)
     if config is None and not rows:
         raise ModelNotFound(model_id)
     return web.json_response(listing(node_id, stored_id, rows))

@@ -23,7 +23,7 @@ from router.errors import BadRequest, NotFound
 
 
 async def guardians_context(app: web.Application) -> AsyncIterator[None]:
-    rows = await app[STORE].guardian_rows()
+    rows = await app[STORE].guardians.rows()
     app[GUARDIANS] = GuardianTable(Assignment(**row) for row in rows)
     yield
 
@@ -66,7 +66,7 @@ async def guardian_models(request: web.Request) -> web.StreamResponse:
         )
     row = (assignment.scope, assignment.node_id, assignment.model_id,
            assignment.guardian_node_id, assignment.guardian_model_id)  # fmt: skip
-    await request.app[STORE].save_guardian(row)
+    await request.app[STORE].guardians.save(row)
     await _reload(request)
     return web.json_response({"ok": True, "assignment": assignment.to_dict()})
 
@@ -83,7 +83,7 @@ def _listing(request: web.Request) -> web.Response:
 
 async def _clear(request: web.Request) -> web.Response:
     scope, node_id, model_id = parse_key(request.query, request.app[SETTINGS].cluster.node_id)
-    removed = await request.app[STORE].delete_guardian(scope, node_id, model_id)
+    removed = await request.app[STORE].guardians.delete(scope, node_id, model_id)
     if not removed:
         raise NotFound(f"no {scope}-scope guardian assignment matches")
     await _reload(request)
@@ -91,7 +91,7 @@ async def _clear(request: web.Request) -> web.Response:
 
 
 async def _reload(request: web.Request) -> None:
-    rows = await request.app[STORE].guardian_rows()
+    rows = await request.app[STORE].guardians.rows()
     request.app[GUARDIANS].assignments = tuple(Assignment(**row) for row in rows)
 
 

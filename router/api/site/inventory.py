@@ -100,7 +100,7 @@ async def inventory(request: web.Request) -> web.Response:
         )
         for c in configs
     ]
-    benchmarks = await request.app[STORE].latest_benchmarks()
+    benchmarks = await request.app[STORE].benchmarks.latest()
     for record in models:  # the newest benchmark run of each model, as /router/v1/models has
         row = benchmarks.get(record["id"])
         record["benchmark"] = None if row is None else Summary.from_row(row).to_dict()

@@ -121,7 +121,7 @@ async def _replace(request: web.Request, lane: str) -> web.Response:
         (link.lane, *link.owner, *link.helper, link.load_if_unloaded, link.restore_after_borrow)
         for link in links
     ]
-    await request.app[STORE].replace_links(lane, anchor, rows)
+    await request.app[STORE].links.replace(lane, anchor, rows)
     table = request.app[LENDING].links
     table.links = replace_links(table.links, lane, anchor, links)
     request.app[LENDING].links_changed()
@@ -140,7 +140,7 @@ async def _delete(request: web.Request, lane: str) -> web.Response:
     if not model_id:
         raise BadRequest("model_id is required", param="model_id")
     anchor = (node_named(request) or own, model_id)  # any node with the model: no relay
-    removed = await request.app[STORE].replace_links(lane, anchor, [])
+    removed = await request.app[STORE].links.replace(lane, anchor, [])
     if not removed:
         raise NotFound(f"no {lane} links for {model_id[:256]!r} on node {anchor[0][:64]!r}")
     table = request.app[LENDING].links

@@ -48,7 +48,7 @@ def parse_filter(query: Any) -> DecisionFilter:
 async def offload_decisions(request: web.Request) -> web.StreamResponse:
     node_of(request)  # another node's id: relayed there by the master (RemoteNode), else 404
     filters = parse_filter(request.query)
-    page = await request.app[STORE].decision_page(filters)
+    page = await request.app[STORE].lending.decision_page(filters)
     return web.Response(text=json.dumps(page), content_type="application/json")
 
 

@@ -62,11 +62,11 @@ async def offload_settings(request: web.Request) -> web.StreamResponse:
         else:
             retention = app[SETTINGS].analytics.raw_retention
             saved, values = apply_batch(batch, layers.saved, layers.config, retention)
-        await app[STORE].replace_lending_saved(saved)
+        await app[STORE].lending.replace_saved(saved)
         layers.saved, layers.values = saved, values
         app[LENDING].settings_changed(values)
     # A shorter retention takes effect now rather than at the next hourly pass.
-    await app[STORE].prune_decisions(values.offload_decisions_retention)
+    await app[STORE].lending.prune_decisions(values.offload_decisions_retention)
     return web.json_response(listing(layers.config, layers.saved, layers.values))
 
 
