@@ -362,6 +362,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         app[EVENTS],
         on_load_error=store.record_load_error,
         observer=observer_factory(store),
+        usual_load=app[LOAD_TIMES].usual,
         kv=kv,
     )
     app[RUNTIMES] = manager

@@ -262,6 +262,9 @@ class RuntimeSection(_Section):
     # by max_batch_wait and max_bypass); `fifo` serves strictly in arrival order.
     queue_order: Literal["grouped", "fifo"] = "grouped"
     max_bypass: int = Field(default=8, ge=0)
+    # A streamed OpenAI chat request that has waited this long for its runtime starts its
+    # answer with SSE comment lines (position, ETA) while it waits; 0: never (docs/swaps.md).
+    announce_wait_after: Duration = 2.0
     stream_idle_timeout: PositiveDuration = 300.0
     # R24: how long one request waits for its whole answer (a non-streamed generation arrives
     # only when done, so no idle deadline can tell a slow backend from a hung one).

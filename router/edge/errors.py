@@ -15,6 +15,7 @@ import time
 from aiohttp import web
 
 from router.config import Settings
+from router.edge import announce
 from router.edge.auth import secrets_of
 from router.edge.guards import Handler, Middleware, RouteOf, surface_of
 from router.errors import InternalError, RouterError, render
@@ -38,6 +39,13 @@ def edge_errors(settings: Settings, route_of: RouteOf) -> Middleware:
         except (asyncio.CancelledError, ConnectionResetError):
             raise
         except Exception as exc:
+            announced = request.get(announce.ANNOUNCED)
+            if announced is not None and not isinstance(exc, web.HTTPException):
+                # A wait announced on an OpenAI stream: the error goes in-stream instead.
+                if not isinstance(exc, RouterError):
+                    log.exception("unhandled error on %s %s", request.method, request.path)
+                    exc = InternalError("internal error")
+                return await announce.fail(announced, exc, secrets)
             if _answer_started(request):
                 return _abandon(request, exc)
             if isinstance(exc, web.HTTPException):

@@ -30,6 +30,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from router.edge import downstream_response_headers, mark_streaming, read_capped_stream
+from router.edge.announce import ANNOUNCED
 from router.edge.inflight import DRAIN_DEADLINE, InFlight
 from router.errors import BadGateway, GatewayTimeout
 from router.forwarding.drain import AbortDrain, Drains
@@ -131,6 +132,10 @@ class Proxy:
             )
             headers = _headers(resp, reply)
             result.stream = reply.streaming
+            announced: web.StreamResponse | None = request.get(ANNOUNCED)
+            if announced is not None:  # started while the request waited (edge/announce.py)
+                await self._into_announced(request, resp, announced, reply, result)
+                return announced
             if reply.whole:
                 return await self._answer_whole(
                     request, resp, headers, reply, result, overhead_ms, deadline
@@ -155,6 +160,23 @@ class Proxy:
         finally:
             if not kept:
                 resp.release()
+
+    async def _into_announced(
+        self,
+        request: web.Request,
+        resp: aiohttp.ClientResponse,
+        out: web.StreamResponse,
+        reply: Reply,
+        result: ProxyResult,
+    ) -> None:
+        """The backend's stream into an answer already started: its status line is sent, so
+        a refusal becomes an error (the edge writes it as an in-stream error event)."""
+        if resp.status != 200 or not reply.streaming:
+            raw = await resp.content.read(4096)
+            detail = raw.decode("utf-8", "replace").strip() or resp.reason or ""
+            raise BadGateway(f"the backend answered {resp.status}: {detail}")
+        result.status = 200
+        await self._pump(request, resp, out, reply, result)
 
     async def _opened(
         self, upstream: UpstreamRequest, client_timeout: aiohttp.ClientTimeout

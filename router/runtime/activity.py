@@ -18,13 +18,21 @@ Snapshot = Callable[[], dict[str, Any]]
 
 class ActivityReporter:
     def __init__(
-        self, publish: Callable[..., Any], snapshot: Snapshot, delay: float = DELAY
+        self,
+        publish: Callable[..., Any],
+        snapshot: Snapshot,
+        delay: float = DELAY,
+        *,
+        event: str = "activity",
+        same: Callable[[dict[str, Any]], Any] = lambda numbers: numbers,
     ) -> None:
         self._publish = publish
         self._snapshot = snapshot
         self._delay = delay
+        self._event = event
+        self._same = same  # what must differ for a new event (the whole snapshot by default)
         self._timer: asyncio.TimerHandle | None = None
-        self._last: dict[str, Any] | None = None
+        self._last: Any = None
 
     def poke(self) -> None:
         """Something changed; publish the numbers soon (cheap: one check when armed)."""
@@ -38,9 +46,10 @@ class ActivityReporter:
     def _fire(self) -> None:
         self._timer = None
         current = self._snapshot()
-        if current != self._last:
-            self._last = current
-            self._publish("activity", **current)
+        seen = self._same(current)
+        if seen != self._last:
+            self._last = seen
+            self._publish(self._event, **current)
 
     def close(self) -> None:
         if self._timer is not None:

@@ -17,6 +17,7 @@ from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.records import EventBus
+from router.records.request_times import RequestTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
@@ -45,6 +46,7 @@ class RuntimeCore:
         on_load_error: LoadErrorSink | None = None,
         observer: ObserverFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
+        usual_load: Callable[[str], float | None] = lambda _model: None,
         kv: KvHooks | None = None,
     ) -> None:
         self._settings = settings
@@ -64,6 +66,13 @@ class RuntimeCore:
         self._idle = asyncio.Event()
         self._idle.set()
         self.spawn_count = 0
+        self.request_times = RequestTimes()  # per config: seconds a lease is held (queue ETAs)
+        self._usual_load = usual_load  # per config: usual load seconds (LoadTimes; queue ETAs)
+        # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
+        # which changes every instant, an event only when they differ).
+        self._positions = ActivityReporter(
+            events.publish, self._positions_now, event="queue_position", same=_positions_only
+        )
         self._activity = ActivityReporter(events.publish, self._activity_now)
         # Told of every lease that ends (lending's held requests wait for their owner's jobs).
         self.released: list[Callable[[ModelConfig], None]] = []
@@ -75,7 +84,18 @@ class RuntimeCore:
             "in_flight": {key: rt.leases for key, rt in self._runtimes.items()},
         }
 
+    def _positions_now(self) -> dict[str, Any]:
+        return {"queue": self.queue_status()}
+
+    def _poke(self) -> None:
+        """Queue lengths, leases or states changed: `activity` and `queue_position` soon."""
+        self._activity.poke()
+        self._positions.poke()
+
     # ---- what the manager provides ------------------------------------------------------
+
+    def queue_status(self) -> dict[str, list[Any]]:
+        raise NotImplementedError
 
     def _pump(self) -> None:
         raise NotImplementedError
@@ -236,3 +256,11 @@ class RuntimeCore:
             del self._runtimes[runtime.key]
         runtime.gone.set()
         self._pump()
+
+
+def _positions_only(event: dict[str, Any]) -> Any:
+    """What a `queue_position` change is: the rows without `waiting_s`."""
+    return {
+        lane: [(r["model"], r["position"], r["eta_s"]) for r in rows]
+        for lane, rows in event["queue"].items()
+    }

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,9 +28,9 @@ from router.config import ModelConfig, evicts
 from router.config.availability import missing_files, missing_message
 from router.domain import Family, Lane
 from router.errors import Conflict, ServiceUnavailable
-from router.runtime import scheduler
+from router.runtime import eta, scheduler
 from router.runtime.lifecycle import RuntimeCore
-from router.runtime.queues import Claim, Entry, Waiter
+from router.runtime.queues import Claim, Entry, Ticket, Waiter
 from router.runtime.state import (
     Lease,
     Runtime,
@@ -49,13 +50,19 @@ class RuntimeManager(RuntimeCore):
     # ---- public API -------------------------------------------------------------------
 
     async def ensure(
-        self, config: ModelConfig, lane: Lane, *, keep_alive: float | None = None
+        self,
+        config: ModelConfig,
+        lane: Lane,
+        *,
+        keep_alive: float | None = None,
+        ticket: Ticket | None = None,
     ) -> Lease:
         """A lease on the runtime serving `config` on `lane`, loading it when needed.
 
         `keep_alive` (seconds, `math.inf` = until unloaded, 0 = right after this request):
         how long the runtime stays loaded once idle, from now on; None keeps what it has
-        (Ollama's rule: a request that names no keep_alive does not change it)."""
+        (Ollama's rule: a request that names no keep_alive does not change it). `ticket`:
+        filled in with the waiter if the request queues (its position, `position()`)."""
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
@@ -72,7 +79,9 @@ class RuntimeManager(RuntimeCore):
         else:
             _refuse_missing(spec)
             timeout = self._settings.runtime.queue_timeout
-            lease = await self._enqueue(spec, lane, arrived, timeout, "runtime.queue_timeout")
+            lease = await self._enqueue(
+                spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
+            )
         if keep_alive is not None:
             # Held by this lease, so no idle timer runs: the next release arms it anew.
             lease.runtime.keep_alive = keep_alive
@@ -171,6 +180,40 @@ class RuntimeManager(RuntimeCore):
     def queue_length(self, lane: Lane) -> int:
         return self._queues.waiting(lane)
 
+    def queue_status(self) -> dict[str, list[Any]]:
+        """Every lane's waiting requests in serve order with position and ETA (status, events)."""
+        return {lane.value: [row for _, row in self._ranked(lane)] for lane in Lane}
+
+    def position(self, ticket: Ticket) -> dict[str, Any] | None:
+        """The ticket's request's row (position, ETA) while it waits; None once it does not."""
+        waiter = ticket.waiter
+        if waiter is None or waiter.gone:
+            return None
+        return next((row for entry, row in self._ranked(waiter.lane) if entry is waiter), None)
+
+    def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
+        rt = self._settings.runtime
+        policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
+        runtime = self._slots[lane]
+        loading = runtime is not None and runtime.state is RuntimeState.LOADING
+        lane_now = eta.LaneNow(
+            self._lane_view(lane, runtime),
+            runtime.config.id if runtime else None,
+            max(0.0, time.time() - runtime.since) if runtime and loading else 0.0,
+        )
+        entries = self._queues.entries(lane)
+        queued = [
+            eta.Queued(
+                e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed, isinstance(e, Waiter)
+            )
+            for e in entries
+        ]
+        models = {q.model for q in queued} | {lane_now.active_model or ""}
+        loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
+        per_request = self.request_times.figures()
+        ranked = eta.ranked(lane_now, queued, self._clock(), policy, loads, per_request)
+        return [(entries[i], row) for i, row in ranked]
+
     def runtimes(self) -> list[Runtime]:
         """The live objects (process handles for tests and tools); decide on `views()`."""
         return list(self._runtimes.values())
@@ -192,6 +235,7 @@ class RuntimeManager(RuntimeCore):
     async def close(self) -> None:
         self._closing = True
         self._activity.close()
+        self._positions.close()
         if self._deadline:
             self._deadline.cancel()
         for task in list(self._tasks):
@@ -212,7 +256,13 @@ class RuntimeManager(RuntimeCore):
         return runtime.view(self._queues.waiting_for(runtime.key), idle_unload)
 
     async def _enqueue(
-        self, spec: RuntimeSpec, lane: Lane, arrived: float, bound: float, setting: str
+        self,
+        spec: RuntimeSpec,
+        lane: Lane,
+        arrived: float,
+        bound: float,
+        setting: str,
+        ticket: Ticket | None = None,
     ) -> Lease:
         waiting = self._queues.waiting(lane)
         max_queue = self._settings.runtime.max_queue
@@ -224,6 +274,8 @@ class RuntimeManager(RuntimeCore):
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
         waiter = Waiter(spec, arrived, lane, future)
         self._queues.add(waiter)
+        if ticket is not None:
+            ticket.waiter = waiter
         self._pump()
         try:
             return await asyncio.wait_for(asyncio.shield(future), bound or None)
@@ -259,14 +311,20 @@ class RuntimeManager(RuntimeCore):
 
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
-        self._activity.poke()
+        self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
-        return Lease(runtime, (self._clock() - arrived) * 1000.0, self._release)
+        granted = self._clock()
+
+        def release(held: Runtime) -> None:
+            self.request_times.add(held.config.id, self._clock() - granted)
+            self._release(held)
+
+        return Lease(runtime, (granted - arrived) * 1000.0, release)
 
     def _release(self, runtime: Runtime) -> None:
         runtime.leases -= 1
-        self._activity.poke()
+        self._poke()
         for listener in self.released:
             listener(runtime.config)
         runtime.last_release = self._clock()
@@ -306,20 +364,23 @@ class RuntimeManager(RuntimeCore):
         finally:
             self._pumping = False
         self._arm_deadline()
-        self._activity.poke()  # queue lengths may have changed
+        self._poke()  # queue lengths may have changed
 
-    def _pump_lane(self, lane: Lane) -> bool:
-        runtime = self._slots[lane]
-        if runtime is not None and runtime.unload_requested:
-            return runtime.leases == 0 and self._begin_stop(runtime)
-        entries = self._queues.entries(lane)
-        view = scheduler.LaneView(
+    def _lane_view(self, lane: Lane, runtime: Runtime | None) -> scheduler.LaneView:
+        return scheduler.LaneView(
             _phase(runtime),
             runtime.key if runtime else None,
             runtime.leases if runtime else 0,
             bool(runtime and lane in runtime.drain_requests),
             self._free(runtime),
         )
+
+    def _pump_lane(self, lane: Lane) -> bool:
+        runtime = self._slots[lane]
+        if runtime is not None and runtime.unload_requested:
+            return runtime.leases == 0 and self._begin_stop(runtime)
+        entries = self._queues.entries(lane)
+        view = self._lane_view(lane, runtime)
         waiters = [scheduler.WaiterView(e.spec.key, e.enqueued_at, e.bypassed) for e in entries]
         rt = self._settings.runtime
         decision = scheduler.decide(

@@ -47,6 +47,14 @@ class Claim:
 Entry = Waiter | Claim
 
 
+@dataclass(eq=False)
+class Ticket:
+    """Handed to `ensure()` by a caller that wants to follow its own request's place in the
+    queue (the SSE wait announcements); the manager fills in the waiter when it queues."""
+
+    waiter: Waiter | None = None
+
+
 class Queues:
     def __init__(self) -> None:
         self._lanes: dict[Lane, list[Entry]] = {lane: [] for lane in Lane}

@@ -384,7 +384,8 @@ async def test_r13_idle_unload_waits_for_the_lease(harness: RouterHarness) -> No
     idle = 0.5
     harness.model("chat-a")
     harness.faults["llamacpp"] = "--token-rate 5"
-    client = await harness.start(harness.settings(idle_unload=idle))
+    # No wait announcements: a cold load past 2 s would start the stream while loading.
+    client = await harness.start(harness.settings(idle_unload=idle, announce_wait_after=0))
     states: list[str] = []
     body = chat("chat-a", stream=True, max_tokens=10)  # ~2 s of streaming
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:

@@ -70,6 +70,7 @@ async def status(request: web.Request) -> web.StreamResponse:
         {
             "runtimes": snapshot,
             "queued": {lane.value: runtimes.queue_length(lane) for lane in Lane},
+            "queue": runtimes.queue_status(),
             "devices": devices,
         }
     )

@@ -15,6 +15,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
+from router.api.inference import announce_wait
 from router.api.inference.guardian import answering
 from router.api.inference.pins import pinned_target, pinning
 from router.api.node import relay, remote_target
@@ -349,7 +350,9 @@ async def _serve(
     _check_served(route, config, public_id, lane, request, backend_path)
     override = _with_dimensions(override, family, backend_path, public_id)
     for resend in (False, True):
-        lease = await request.app[RUNTIMES].ensure(config, lane, keep_alive=override.keep_alive)
+        lease = await announce_wait.ensure(
+            request, override.selection, config, lane, override.keep_alive
+        )
         info.queue_wait_ms += lease.queue_wait_ms
         queue_wait.note(request, info.queue_wait_ms)
         try:

@@ -16,7 +16,7 @@ export const BACKOFF_SECONDS = [1, 2, 4, 5];
 // docs/events.md lists them.
 export const EVENT_NAMES = [
   'hello', 'state', 'loading', 'load_progress', 'ready', 'failed', 'unloading', 'unloaded',
-  'activity', 'catalog', 'benchmark_started', 'benchmark_section', 'benchmark_finished',
+  'activity', 'queue_position', 'catalog', 'benchmark_started', 'benchmark_section', 'benchmark_finished',
   'download', 'store_replaced', 'message',
 ];
 const RESYNC_NAMES = ['resync', 'dropped'];

@@ -21,7 +21,7 @@ function exitCodeOf(reason) {
 export function fromStatus(status) {
   const runtimes = new Map();
   for (const rt of status.runtimes || []) runtimes.set(rt.runtime, rt);
-  return { runtimes, queued: status.queued || {} };
+  return { runtimes, queued: status.queued || {}, queue: status.queue || {} };
 }
 
 function loadingRecord(event) {
@@ -37,12 +37,13 @@ function withActivity(state, event) {
   for (const [key, rt] of state.runtimes) {
     runtimes.set(key, { ...rt, in_flight: (event.in_flight || {})[key] ?? 0 });
   }
-  return { runtimes, queued: { ...state.queued, ...(event.queued || {}) } };
+  return { ...state, runtimes, queued: { ...state.queued, ...(event.queued || {}) } };
 }
 
 // Pure: one event applied to the state (a new object), or RESYNC when only the server knows.
 export function reduce(state, event) {
   if (event.event === 'activity') return withActivity(state, event);
+  if (event.event === 'queue_position') return { ...state, queue: event.queue || {} };
   const runtimes = new Map(state.runtimes);
   const old = runtimes.get(event.runtime);
   switch (event.event) {
@@ -118,6 +119,19 @@ function progressBlock(rt, usual) {
       usual ? ` · usually ${formatSeconds(usual)}` : ' · usual load time unknown'));
 }
 
+// Pure: one waiting request as text; an ETA only when the router measured every part of it.
+export function queueText(row) {
+  const eta = row.eta_s === null || row.eta_s === undefined ? 'ETA unknown' : `ETA ${formatSeconds(row.eta_s)}`;
+  return `${row.position}. ${row.model} · waiting ${formatSeconds(row.waiting_s)} · ${eta}`;
+}
+
+// The lane's queue in serve order (GET /status `queue`, `queue_position` events).
+function queueList(lane, rows) {
+  if (!rows || !rows.length) return null;
+  return h('ol', { class: 'queue', 'aria-label': `Waiting for the ${lane} lane` },
+    ...rows.map((row) => h('li', {}, queueText(row))));
+}
+
 function laneRows(state) {
   const rows = [];
   for (const lane of LANES) {
@@ -130,7 +144,9 @@ function laneRows(state) {
 
 // The lanes table; `view` = {failures, usual, announce, unloadButton(lane, rt)}.
 function lanesTable(state, view) {
-  const stateCell = ({ lane, rt }) => {
+  // The lane's queue goes under its state, next to the load progress.
+  const stateCell = (r) => [laneState(r), queueList(r.lane, (state.queue || {})[r.lane])];
+  const laneState = ({ lane, rt }) => {
     if (!rt) {
       const failure = view.failures.get(lane);
       return failure ? [badge('failed'), failureBox(failure)] : badge('empty', 'empty');
@@ -147,7 +163,7 @@ function lanesTable(state, view) {
     columns: [
       { key: 'lane', label: 'Lane', rowHeader: true, cell: (r) => r.lane },
       { key: 'model', label: 'Model', class: 'wrap', cell: dash((rt) => rt.model) },
-      { key: 'state', label: 'State', cell: stateCell },
+      { key: 'state', label: 'State', class: 'wrap', cell: stateCell },
       { key: 'since', label: 'Since', cell: dash((rt) => formatTime(rt.since)) },
       { key: 'in_flight', label: 'In flight', class: 'num', cell: dash((rt) => rt.in_flight ?? 0) },
       { key: 'queued', label: 'Queued', class: 'num', cell: (r) => state.queued[r.lane] ?? 0 },
