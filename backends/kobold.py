@@ -167,15 +167,40 @@ class KoboldBackend(Backend):
     ready_line = re.compile(r"Please connect to custom endpoint at")
     managed_flags = frozenset(
         {
-            "--config", "--host", "--port", "--password", "--adminpassword", "--admin",
-            "--admindir", "--routermode", "--autoswapmode", "--baseconfig", "--onready",
-            "--allow-config-onready", "--remotetunnel", "--ssl", "--nocertify", "--showgui",
-            "--launch", "--benchmark", "--prompt", "--cli", "--exportconfig",
-            "--exporttemplate", "--mcpfile", "--nomodel", "--model", "-m", "--sdmodel",
-            "--whispermodel", "--ttsmodel", "--embeddingsmodel", "--musicllm",
+            "--config",
+            "--host",
+            "--port",
+            "--password",
+            "--adminpassword",
+            "--admin",
+            "--admindir",
+            "--routermode",
+            "--autoswapmode",
+            "--baseconfig",
+            "--onready",
+            "--allow-config-onready",
+            "--remotetunnel",
+            "--ssl",
+            "--nocertify",
+            "--showgui",
+            "--launch",
+            "--benchmark",
+            "--prompt",
+            "--cli",
+            "--exportconfig",
+            "--exporttemplate",
+            "--mcpfile",
+            "--nomodel",
+            "--model",
+            "-m",
+            "--sdmodel",
+            "--whispermodel",
+            "--ttsmodel",
+            "--embeddingsmodel",
+            "--musicllm",
             "--musicdiffusion",
         }
-    )  # fmt: skip
+    )
     argparse_style = True
     known_short = frozenset({"-mg", "-md"})  # main GPU, draft model
     managed_env = frozenset({"KCPP_PASSWORD", "KCPP_ADMINPASSWORD"})

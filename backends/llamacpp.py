@@ -92,24 +92,64 @@ class LlamaCppBackend(Backend):
     ready_line = re.compile(r"\bmodel loaded\s*$|\blistening on http://")
     managed_flags = frozenset(
         {
-            "-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo", "-hff",
-            "--hf-file", "-dr", "--docker-repo", "--host", "--port", "--reuse-port",
-            "--api-key", "--api-key-file", "-a", "--alias", "--embedding", "--embeddings",
-            "--rerank", "--reranking", "--api-prefix", "--ssl-key-file", "--ssl-cert-file",
-            "--path", "--media-path", "--tools", "--tools-runtime", "--mcp-servers-config",
-            "-ag", "--agent", "--ui-mcp-proxy", "--webui-mcp-proxy", "--models-dir",
-            "--models-preset", "--embd-gemma-default",
+            "-m",
+            "--model",
+            "-mu",
+            "--model-url",
+            "-hf",
+            "-hfr",
+            "--hf-repo",
+            "-hff",
+            "--hf-file",
+            "-dr",
+            "--docker-repo",
+            "--host",
+            "--port",
+            "--reuse-port",
+            "--api-key",
+            "--api-key-file",
+            "-a",
+            "--alias",
+            "--embedding",
+            "--embeddings",
+            "--rerank",
+            "--reranking",
+            "--api-prefix",
+            "--ssl-key-file",
+            "--ssl-cert-file",
+            "--path",
+            "--media-path",
+            "--tools",
+            "--tools-runtime",
+            "--mcp-servers-config",
+            "-ag",
+            "--agent",
+            "--ui-mcp-proxy",
+            "--webui-mcp-proxy",
+            "--models-dir",
+            "--models-preset",
+            "--embd-gemma-default",
         }
-    )  # fmt: skip
+    )
     managed_env = frozenset(
         {
-            "LLAMA_API_KEY", "LLAMA_ARG_API_KEY", "LLAMA_ARG_API_KEY_FILE", "LLAMA_ARG_HOST",
-            "LLAMA_ARG_PORT", "LLAMA_ARG_MODEL", "LLAMA_ARG_MODEL_URL", "LLAMA_ARG_HF_REPO",
-            "LLAMA_ARG_ALIAS", "LLAMA_ARG_EMBEDDINGS", "LLAMA_ARG_RERANKING",
-            "LLAMA_ARG_API_PREFIX", "LLAMA_ARG_SSL_KEY_FILE", "LLAMA_ARG_SSL_CERT_FILE",
+            "LLAMA_API_KEY",
+            "LLAMA_ARG_API_KEY",
+            "LLAMA_ARG_API_KEY_FILE",
+            "LLAMA_ARG_HOST",
+            "LLAMA_ARG_PORT",
+            "LLAMA_ARG_MODEL",
+            "LLAMA_ARG_MODEL_URL",
+            "LLAMA_ARG_HF_REPO",
+            "LLAMA_ARG_ALIAS",
+            "LLAMA_ARG_EMBEDDINGS",
+            "LLAMA_ARG_RERANKING",
+            "LLAMA_ARG_API_PREFIX",
+            "LLAMA_ARG_SSL_KEY_FILE",
+            "LLAMA_ARG_SSL_CERT_FILE",
             "LLAMA_ARG_STATIC_PATH",
         }
-    )  # fmt: skip
+    )
     routes = ROUTES
 
     def find_default(self) -> list[str] | None:

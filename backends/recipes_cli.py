@@ -114,8 +114,12 @@ def ensure(recipe: Recipe, python: str, jobs: int, root: Path, force: bool) -> N
             discard(prefix, work)
             raise
         discard(work)
-        record = {"backend_id": recipe.backend_id, "version": recipe.version,
-                  "built_at": time.time(), "built_by": "make"}  # fmt: skip
+        record = {
+            "backend_id": recipe.backend_id,
+            "version": recipe.version,
+            "built_at": time.time(),
+            "built_by": "make",
+        }
         promote(layout, prefix, recipe, record)
         discard(*old_builds(layout))
         _say(f"{recipe.backend_id} {recipe.version} installed: {layout.exported(recipe) or prefix}")

@@ -85,10 +85,15 @@ class SdCppBackend(Backend):
     ready_line = re.compile(r"listening on: http://")
     managed_flags = frozenset(
         {
-            "-l", "--listen-ip", "--listen-port", "-m", "--model", "--diffusion-model",
+            "-l",
+            "--listen-ip",
+            "--listen-port",
+            "-m",
+            "--model",
+            "--diffusion-model",
             "--serve-html-path",
         }
-    )  # fmt: skip
+    )
     routes = ROUTES
 
     def local_model_id(self, config: ModelConfig, lane: Lane) -> str:

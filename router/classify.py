@@ -440,8 +440,9 @@ def management_path(path: str) -> str:
 
 
 def _on_node(route: Route, template: str) -> Route:
-    return replace(route, template=template, surface=Surface.NODE, role=Role.CLUSTER,
-                   handler="node.site")  # fmt: skip
+    return replace(
+        route, template=template, surface=Surface.NODE, role=Role.CLUSTER, handler="node.site"
+    )
 
 
 def _node_copies(table: tuple[Route, ...]) -> tuple[Route, ...]:
@@ -452,7 +453,9 @@ def _node_copies(table: tuple[Route, ...]) -> tuple[Route, ...]:
         if route.template.startswith(_MANAGED):
             alias = _NODE_V1 + route.template.removeprefix(_V1)
             contract = node_path(route.template)
-            rows += [_on_node(route, contract)] + ([_on_node(route, alias)] if alias != contract else [])  # fmt: skip
+            rows += [_on_node(route, contract)] + (
+                [_on_node(route, alias)] if alias != contract else []
+            )
     return tuple(rows)
 
 

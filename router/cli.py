@@ -270,8 +270,12 @@ def errors(config: str | None, url: str | None, clear: bool) -> None:
 @_url
 @click.argument("model")
 @click.option("--sections", help="comma list: runtime,llm,embed,image,voice,music or all")
-@click.option("--type", "kind", type=click.Choice(["general", "section"]),
-              help="general: every section (the default without --sections)")  # fmt: skip
+@click.option(
+    "--type",
+    "kind",
+    type=click.Choice(["general", "section"]),
+    help="general: every section (the default without --sections)",
+)
 @click.option("--iterations", type=click.IntRange(1, 20), default=1, show_default=True)
 @click.option("--timeout", help="the run's time limit: 90s, 30m, 2h (default 30m)")
 @click.option("--node", help="node id (default: the router's own)")
@@ -333,17 +337,29 @@ def _value(value: float | None) -> str:
 @click.option("--unsafe-ok", is_flag=True, help="download files the hub's scan flags")
 @click.option("--node", help="node id (default: the router's own)")
 @click.option("--json", "as_json", is_flag=True, help="print the finished job as JSON")
-def download(config: str | None, url: str | None, repository: str, files: tuple[str, ...],
-             revision: str | None, replace: bool, unsafe_ok: bool, node: str | None,
-             as_json: bool) -> None:  # fmt: skip
+def download(
+    config: str | None,
+    url: str | None,
+    repository: str,
+    files: tuple[str, ...],
+    revision: str | None,
+    replace: bool,
+    unsafe_ok: bool,
+    node: str | None,
+    as_json: bool,
+) -> None:
     """Download FILES (paths or patterns; default: the whole repository) of a Hugging Face
     REPOSITORY through a running router, with a progress bar."""
     import httpx
 
     from router.downloads.follow import BASE, follow
 
-    body: dict[str, Any] = {"repository": repository, "files": list(files),
-                            "confirm_replace": replace, "confirm_unsafe": unsafe_ok}  # fmt: skip
+    body: dict[str, Any] = {
+        "repository": repository,
+        "files": list(files),
+        "confirm_replace": replace,
+        "confirm_unsafe": unsafe_ok,
+    }
     body.update({k: v for k, v in (("revision", revision), ("node_id", node)) if v})
     job = _call(config, url, "POST", f"{BASE}/jobs", body)
     click.echo(
@@ -355,7 +371,9 @@ def download(config: str | None, url: str | None, repository: str, files: tuple[
         except httpx.HTTPError as exc:
             raise click.ClickException(f"lost the job's event stream: {exc}") from None
     final = _call(config, url, "GET", f"{BASE}/jobs/{job['id']}")
-    click.echo(json.dumps(final, indent=2) if as_json else f"{state}: {final.get('error') or repository}")  # fmt: skip
+    click.echo(
+        json.dumps(final, indent=2) if as_json else f"{state}: {final.get('error') or repository}"
+    )
     if state != "completed":
         sys.exit(1)
 

@@ -57,8 +57,9 @@ def raise_fd_limit(max_connections: int) -> None:
         log.warning(
             "the open-file limit (%d) is below server.max_connections + %d; raise LimitNOFILE "
             "or lower server.max_connections",
-            soft, FD_HEADROOM,
-        )  # fmt: skip
+            soft,
+            FD_HEADROOM,
+        )
 
 
 def _tune_gc() -> None:

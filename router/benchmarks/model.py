@@ -274,9 +274,18 @@ class Summary:
         """The `benchmark_runs` columns, in router/store/benchmarks.py's COLUMNS order."""
         metrics = json.dumps([m.to_dict() for m in self.metrics])
         return (
-            self.run_id, self.section, self.node_id, self.model_id, self.type, self.status,
-            self.started_at, self.finished_at, self.duration_ms, metrics, self.error,
-        )  # fmt: skip
+            self.run_id,
+            self.section,
+            self.node_id,
+            self.model_id,
+            self.type,
+            self.status,
+            self.started_at,
+            self.finished_at,
+            self.duration_ms,
+            metrics,
+            self.error,
+        )
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Summary:

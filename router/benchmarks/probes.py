@@ -203,8 +203,7 @@ async def voice(session: aiohttp.ClientSession, lease: Lease, config: ModelConfi
     if "ttsmodel" in config.components and "whispermodel" not in config.components:
         return await _speech(session, lease, config)
     form = aiohttp.FormData()
-    form.add_field("file", tone_wav(AUDIO_SECONDS), filename="bench.wav",
-                   content_type="audio/wav")  # fmt: skip
+    form.add_field("file", tone_wav(AUDIO_SECONDS), filename="bench.wav", content_type="audio/wav")
     form.add_field("model", _model(lease, config))
     form.add_field("response_format", "json")
     answer, took = await _timed_json(

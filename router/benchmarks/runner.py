@@ -91,9 +91,14 @@ class Benchmarks:
             )
         loop = asyncio.get_running_loop()
         summary = Summary(
-            uuid.uuid4().hex, self.node_id, config.id, request.type, RUN_SECTION, RUNNING,
+            uuid.uuid4().hex,
+            self.node_id,
+            config.id,
+            request.type,
+            RUN_SECTION,
+            RUNNING,
             time.time(),
-        )  # fmt: skip
+        )
         self._current = run = Run(request, config, summary, loop.time() + request.timeout_seconds)
         self._task = asyncio.create_task(self._run(run))
         self._task.add_done_callback(lambda _: self._clear(run))
@@ -117,20 +122,29 @@ class Benchmarks:
         summary, request = run.summary, run.request
         await self._store.benchmarks.save(summary.row())
         self._events.publish(
-            "benchmark_started", node_id=self.node_id, run_id=summary.run_id,
-            model_id=summary.model_id, type=request.type, sections=list(request.sections),
-            iterations=request.iterations, timeout_seconds=request.timeout_seconds,
-        )  # fmt: skip
+            "benchmark_started",
+            node_id=self.node_id,
+            run_id=summary.run_id,
+            model_id=summary.model_id,
+            type=request.type,
+            sections=list(request.sections),
+            iterations=request.iterations,
+            timeout_seconds=request.timeout_seconds,
+        )
         sections = [await self._section(run, name) for name in request.sections]
         statuses = [s.status for s in sections]
         summary.finish(run_status(statuses), time.time(), _run_error(sections))
         summary.metrics = run_metrics(statuses, summary.duration_ms or 0.0)
         await self._store.benchmarks.save(summary.row())
         self._events.publish(
-            "benchmark_finished", node_id=self.node_id, run_id=summary.run_id,
-            model_id=summary.model_id, status=summary.status, duration_ms=summary.duration_ms,
+            "benchmark_finished",
+            node_id=self.node_id,
+            run_id=summary.run_id,
+            model_id=summary.model_id,
+            status=summary.status,
+            duration_ms=summary.duration_ms,
             summary=summary.to_dict(),
-        )  # fmt: skip
+        )
         return {
             **summary.to_dict(),
             "node_id": self.node_id,
@@ -210,10 +224,14 @@ class Benchmarks:
 
     def _publish_section(self, summary: Summary) -> None:
         self._events.publish(
-            "benchmark_section", node_id=self.node_id, run_id=summary.run_id,
-            model_id=summary.model_id, section=summary.section, status=summary.status,
+            "benchmark_section",
+            node_id=self.node_id,
+            run_id=summary.run_id,
+            model_id=summary.model_id,
+            section=summary.section,
+            status=summary.status,
             summary=summary.to_dict(),
-        )  # fmt: skip
+        )
 
 
 def _since(started: float) -> float:

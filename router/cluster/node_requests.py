@@ -16,11 +16,22 @@ INFERENCE_PREFIX = "/router/v1/node/inference"
 # Request headers that carry meaning for the work itself; everything else stays on this hop.
 _FORWARDED_HEADERS = frozenset(
     {
-        "accept", "accept-encoding", "accept-language", "cache-control", "content-encoding",
-        "content-language", "content-type", "if-match", "if-none-match",
-        "if-modified-since", "if-unmodified-since", "range", "user-agent", "x-request-id",
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "cache-control",
+        "content-encoding",
+        "content-language",
+        "content-type",
+        "if-match",
+        "if-none-match",
+        "if-modified-since",
+        "if-unmodified-since",
+        "range",
+        "user-agent",
+        "x-request-id",
     }
-)  # fmt: skip
+)
 
 
 def node_headers(

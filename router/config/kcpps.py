@@ -145,8 +145,10 @@ def parse_kcpps(
     lanes, warnings = _lanes(components, mode)
     if not lanes:
         hint = " (" + "; ".join(warnings) + ")" if warnings else ""
-        raise KcppsError("no servable model component: set model_param, sdmodel, "
-                         f"whispermodel, embeddingsmodel or musicllm{hint}")  # fmt: skip
+        raise KcppsError(
+            "no servable model component: set model_param, sdmodel, "
+            f"whispermodel, embeddingsmodel or musicllm{hint}"
+        )
     return ModelConfig(
         id=config_id,
         path=path,
@@ -244,15 +246,22 @@ def _migrate_legacy(raw: dict[str, Any]) -> None:
         first = _first_model(model)
         if first:
             raw["model_param"] = first
-    for old, new in (("usecublas", "usecuda"), ("blasbatchsize", "batchsize"),
-                     ("sdclipl", "sdclip1"), ("sdclipg", "sdclip2")):  # fmt: skip
+    for old, new in (
+        ("usecublas", "usecuda"),
+        ("blasbatchsize", "batchsize"),
+        ("sdclipl", "sdclip1"),
+        ("sdclipg", "sdclip2"),
+    ):
         value = raw.pop(old, None)
         if new not in raw and value not in (None, "", [], False):
             raw[new] = value
     usecuda = raw.get("usecuda")
     if isinstance(usecuda, list):
-        for word, key, setting in (("lowvram", "lowvram", True), ("nommq", "nommq", True),
-                                   ("rowsplit", "splitmode", "row")):  # fmt: skip
+        for word, key, setting in (
+            ("lowvram", "lowvram", True),
+            ("nommq", "nommq", True),
+            ("rowsplit", "splitmode", "row"),
+        ):
             if word in usecuda:
                 raw[key] = setting
     _migrate_sdconfig(raw, raw.pop("sdconfig", None))

@@ -214,9 +214,18 @@ def _steer_decoder(name: str, values: np.ndarray) -> np.ndarray:
 
 def _write_header(out: BinaryIO, shape: WhisperShape) -> None:
     hparams = (
-        N_VOCAB_EN, N_AUDIO_CTX, shape.n_state, shape.n_head, shape.n_audio_layer,
-        N_TEXT_CTX, shape.n_state, shape.n_head, shape.n_text_layer, N_MELS, FTYPE_F16,
-    )  # fmt: skip
+        N_VOCAB_EN,
+        N_AUDIO_CTX,
+        shape.n_state,
+        shape.n_head,
+        shape.n_audio_layer,
+        N_TEXT_CTX,
+        shape.n_state,
+        shape.n_head,
+        shape.n_text_layer,
+        N_MELS,
+        FTYPE_F16,
+    )
     out.write(struct.pack("<I11i", GGML_FILE_MAGIC, *hparams))
     filters = mel_filterbank()
     out.write(struct.pack("<2i", *filters.shape))

@@ -48,7 +48,9 @@ def parse_hf_uri(value: object) -> tuple[str, str, str] | None:
         return None
 
 
-def pinned_origin(doc: dict[str, object], field: str, position: int | None) -> tuple[str, str, str] | None:  # fmt: skip
+def pinned_origin(
+    doc: dict[str, object], field: str, position: int | None
+) -> tuple[str, str, str] | None:
     """The `<field>_hf` a portable config carries for one slot (parallel list for lists)."""
     value = doc.get(f"{field}_hf")
     if position is not None:

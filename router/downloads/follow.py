@@ -37,7 +37,9 @@ def follow(client: httpx.Client, job_id: str, on_event: Callable[[dict[str, Any]
             headers = {"Last-Event-ID": last}
             with client.stream("GET", f"{BASE}/jobs/{job_id}/events", headers=headers) as r:
                 if r.status_code != 200:
-                    raise httpx.HTTPStatusError(f"events answered {r.status_code}", request=r.request, response=r)  # fmt: skip
+                    raise httpx.HTTPStatusError(
+                        f"events answered {r.status_code}", request=r.request, response=r
+                    )
                 for event_id, event in parse_sse(r.iter_lines()):
                     last = event_id or last
                     on_event(event)

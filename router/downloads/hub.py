@@ -79,9 +79,13 @@ class _Registry:
             key = max(self._policies, default=0) + 1
             self._policies[key] = policy
             if not self._installed:
-                set_client_factory(lambda: httpx2.Client(
-                    transport=GuardedTransport(self.check), follow_redirects=True,
-                    timeout=API_TIMEOUT))  # fmt: skip
+                set_client_factory(
+                    lambda: httpx2.Client(
+                        transport=GuardedTransport(self.check),
+                        follow_redirects=True,
+                        timeout=API_TIMEOUT,
+                    )
+                )
                 self._installed = True
             return key
 
@@ -127,12 +131,16 @@ def _hub_call(action: Callable[[], _T], what: str) -> _T:
     except GatedRepoError:
         raise Forbidden(f"{what}: gated; the token has no access", code="gated") from None
     except RepositoryNotFoundError:
-        raise NotFound(f"{what}: no such repository (or no access)", code="repository_not_found") from None  # fmt: skip
+        raise NotFound(
+            f"{what}: no such repository (or no access)", code="repository_not_found"
+        ) from None
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         raise BadGateway(f"{what}: the hub answered {status}", code="hub_error") from None
     except httpx2.HTTPError as exc:
-        raise BadGateway(f"{what}: the hub is unreachable ({type(exc).__name__})", code="hub_unreachable") from None  # fmt: skip
+        raise BadGateway(
+            f"{what}: the hub is unreachable ({type(exc).__name__})", code="hub_unreachable"
+        ) from None
 
 
 class Hub:
@@ -156,8 +164,12 @@ class Hub:
         half a minute on a box without network)."""
 
         def probe() -> None:
-            response = get_session().get(f"{self.endpoint}/api/models", params={"limit": 1},
-                                         headers=self.auth_headers(), timeout=PROBE_TIMEOUT)  # fmt: skip
+            response = get_session().get(
+                f"{self.endpoint}/api/models",
+                params={"limit": 1},
+                headers=self.auth_headers(),
+                timeout=PROBE_TIMEOUT,
+            )
             hf_raise_for_status(response)
 
         try:
@@ -183,23 +195,33 @@ class Hub:
 
     def repository(self, repo_id: str, revision: str | None) -> Repository:
         info = _hub_call(
-            lambda: self._api.model_info(repo_id, revision=revision, files_metadata=True,
-                                         securityStatus=True, timeout=30.0),
+            lambda: self._api.model_info(
+                repo_id, revision=revision, files_metadata=True, securityStatus=True, timeout=30.0
+            ),
             repo_id,
-        )  # fmt: skip
+        )
         if not is_commit(info.sha):
-            raise BadGateway(f"{repo_id}: the hub gave no commit for the revision", code="hub_error")  # fmt: skip
-        rows = [(s.rfilename, s.size, s.lfs.sha256 if s.lfs else None, s.blob_id)
-                for s in info.siblings or []]  # fmt: skip
+            raise BadGateway(
+                f"{repo_id}: the hub gave no commit for the revision", code="hub_error"
+            )
+        rows = [
+            (s.rfilename, s.size, s.lfs.sha256 if s.lfs else None, s.blob_id)
+            for s in info.siblings or []
+        ]
         files, refused = split_listing(rows)
         card = info.card_data
         license_ = getattr(card, "license", None) if card is not None else None
         return Repository(
-            id=info.id, commit=str(info.sha), files=files, unsafe_names=refused,
-            gated=info.gated or False, private=bool(info.private),
+            id=info.id,
+            commit=str(info.sha),
+            files=files,
+            unsafe_names=refused,
+            gated=info.gated or False,
+            private=bool(info.private),
             license=license_ if isinstance(license_, str) else None,
-            flagged=_flagged(info.security_repo_status), tags=tuple(info.tags or ()),
-        )  # fmt: skip
+            flagged=_flagged(info.security_repo_status),
+            tags=tuple(info.tags or ()),
+        )
 
     def candidates(self, sha256: str, filename: str) -> list[dict[str, Any]]:
         """Files on the hub whose LFS SHA-256 is `sha256`, from repositories a search for the
@@ -215,9 +237,16 @@ class Hub:
                     repo = self.repository(model.id, None)
                 except RouterError:
                     continue  # gated, gone or refused: not a candidate
-                found += [{"repository": repo.id, "commit": repo.commit, "path": f.path,
-                           "size": f.size, "hf": hf_uri(repo.id, repo.commit, f.path)}
-                          for f in matching(repo, sha256)]  # fmt: skip
+                found += [
+                    {
+                        "repository": repo.id,
+                        "commit": repo.commit,
+                        "path": f.path,
+                        "size": f.size,
+                        "hf": hf_uri(repo.id, repo.commit, f.path),
+                    }
+                    for f in matching(repo, sha256)
+                ]
             if found:
                 break
         return found
@@ -249,18 +278,25 @@ def _flagged(status: Any) -> tuple[str, ...]:
     if not isinstance(status, dict):
         return ()
     issues = status.get("filesWithIssues") or []
-    return tuple(i["path"] for i in issues
-                 if isinstance(i, dict) and isinstance(i.get("path"), str)
-                 and i.get("level") in ("unsafe", "caution"))  # fmt: skip
+    return tuple(
+        i["path"]
+        for i in issues
+        if isinstance(i, dict)
+        and isinstance(i.get("path"), str)
+        and i.get("level") in ("unsafe", "caution")
+    )
 
 
 def _model_row(model: Any) -> dict[str, Any]:
     return {
-        "id": model.id, "downloads": model.downloads, "likes": model.likes,
-        "gated": model.gated or False, "tags": list(model.tags or ()),
+        "id": model.id,
+        "downloads": model.downloads,
+        "likes": model.likes,
+        "gated": model.gated or False,
+        "tags": list(model.tags or ()),
         "pipeline_tag": model.pipeline_tag,
         "last_modified": model.last_modified.isoformat() if model.last_modified else None,
-    }  # fmt: skip
+    }
 
 
 def encode_cursor(offset: int) -> str:

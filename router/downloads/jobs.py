@@ -79,17 +79,32 @@ class Job:
         left = self.bytes_total - self.bytes_done
         current = self.files[self.current] if self.current is not None else None
         return {
-            "bytes_done": self.bytes_done, "bytes_total": self.bytes_total,
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
             "rate_bytes_per_second": round(rate, 1),
             "eta_seconds": round(left / rate, 1) if rate > 0 else None,
-            "file": None if current is None else {
-                "path": current.path, "bytes_done": self.file_done, "size": current.size,
-                "index": self.current, "count": len(self.files)},
-        }  # fmt: skip
+            "file": None
+            if current is None
+            else {
+                "path": current.path,
+                "bytes_done": self.file_done,
+                "size": current.size,
+                "index": self.current,
+                "count": len(self.files),
+            },
+        }
 
     def publish(self, kind: str, **data: Any) -> None:
-        self.events.append({"id": self.next_event, "event": kind, "job_id": self.id,
-                            "state": self.state.value, "time": time.time(), **data})  # fmt: skip
+        self.events.append(
+            {
+                "id": self.next_event,
+                "event": kind,
+                "job_id": self.id,
+                "state": self.state.value,
+                "time": time.time(),
+                **data,
+            }
+        )
         self.next_event += 1
         self.changed.set()
         self.changed = asyncio.Event()  # waiters hold the old one, already set
@@ -105,34 +120,62 @@ class Job:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "node_id": self.node_id, "repository": self.repository,
-            "revision": self.revision or "main", "commit": self.commit,
-            "state": self.state.value, "error": self.error, "created_at": self.created_at,
-            "updated_at": self.updated_at, "finished_at": self.finished_at,
+            "id": self.id,
+            "node_id": self.node_id,
+            "repository": self.repository,
+            "revision": self.revision or "main",
+            "commit": self.commit,
+            "state": self.state.value,
+            "error": self.error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "finished_at": self.finished_at,
             "files": [{**f.to_json(), "done": f.path in self.done_paths} for f in self.files],
             **self.progress(time.monotonic()),
-        }  # fmt: skip
+        }
 
     def to_row(self) -> dict[str, Any]:
-        files = [{"path": f.path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id,
-                  "done": f.path in self.done_paths} for f in self.files]  # fmt: skip
+        files = [
+            {
+                "path": f.path,
+                "size": f.size,
+                "sha256": f.sha256,
+                "blob_id": f.blob_id,
+                "done": f.path in self.done_paths,
+            }
+            for f in self.files
+        ]
         return {
-            "id": self.id, "node_id": self.node_id, "repository": self.repository,
-            "revision": self.revision, "commit_sha": self.commit, "state": self.state.value,
-            "files_json": json.dumps(files), "bytes_total": self.bytes_total,
-            "bytes_done": self.bytes_done, "error": self.error, "created_at": self.created_at,
-            "updated_at": self.updated_at, "finished_at": self.finished_at,
-        }  # fmt: skip
+            "id": self.id,
+            "node_id": self.node_id,
+            "repository": self.repository,
+            "revision": self.revision,
+            "commit_sha": self.commit,
+            "state": self.state.value,
+            "files_json": json.dumps(files),
+            "bytes_total": self.bytes_total,
+            "bytes_done": self.bytes_done,
+            "error": self.error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "finished_at": self.finished_at,
+        }
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
         files = json.loads(row["files_json"])
         job = cls(
-            id=row["id"], node_id=row["node_id"], repository=row["repository"],
-            revision=row["revision"], commit=row["commit_sha"], state=State(row["state"]),
+            id=row["id"],
+            node_id=row["node_id"],
+            repository=row["repository"],
+            revision=row["revision"],
+            commit=row["commit_sha"],
+            state=State(row["state"]),
             files=tuple(RepoFile(f["path"], f["size"], f["sha256"], f["blob_id"]) for f in files),
-            error=row["error"], created_at=row["created_at"], updated_at=row["updated_at"],
+            error=row["error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
             finished_at=row["finished_at"],
-        )  # fmt: skip
+        )
         job.done_paths = {f["path"] for f in files if f["done"]}
         return job

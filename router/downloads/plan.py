@@ -38,8 +38,13 @@ class RepoFile:
         return "size"
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "sha256": self.sha256,
-                "lfs": self.sha256 is not None, "verify": self.verify}  # fmt: skip
+        return {
+            "path": self.path,
+            "size": self.size,
+            "sha256": self.sha256,
+            "lfs": self.sha256 is not None,
+            "verify": self.verify,
+        }
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,18 @@ class Repository:
 
     def to_json(self, revision: str | None) -> dict[str, Any]:
         return {
-            "repository": self.id, "revision": revision or "main", "commit": self.commit,
-            "gated": self.gated, "private": self.private, "license": self.license,
-            "tags": list(self.tags), "security": {"flagged": list(self.flagged)},
+            "repository": self.id,
+            "revision": revision or "main",
+            "commit": self.commit,
+            "gated": self.gated,
+            "private": self.private,
+            "license": self.license,
+            "tags": list(self.tags),
+            "security": {"flagged": list(self.flagged)},
             "files": [f.to_json() for f in self.files],
             "total_bytes": sum(f.size or 0 for f in self.files),
             "refused_names": [{"path": p, "reason": r} for p, r in self.unsafe_names],
-        }  # fmt: skip
+        }
 
 
 def split_listing(
@@ -164,15 +174,21 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "repository": self.repository.id, "revision": self.revision or "main",
-            "commit": self.repository.commit, "gated": self.repository.gated,
-            "access": self.access, "files": [f.to_json() for f in self.files],
-            "skipped": list(self.skipped), "replacements": list(self.replacements),
-            "unsafe": list(self.flagged), "total_bytes": self.total_bytes,
-            "free_bytes": self.free_bytes, "reserve_bytes": self.reserve_bytes,
+            "repository": self.repository.id,
+            "revision": self.revision or "main",
+            "commit": self.repository.commit,
+            "gated": self.repository.gated,
+            "access": self.access,
+            "files": [f.to_json() for f in self.files],
+            "skipped": list(self.skipped),
+            "replacements": list(self.replacements),
+            "unsafe": list(self.flagged),
+            "total_bytes": self.total_bytes,
+            "free_bytes": self.free_bytes,
+            "reserve_bytes": self.reserve_bytes,
             "fits": self.fits,
             "blockers": self.blockers(confirm_replace=False, confirm_unsafe=False),
-        }  # fmt: skip
+        }
 
 
 def make_plan(
@@ -198,5 +214,14 @@ def make_plan(
             replaced.append(f.path)
             transfer.append(f)
     flagged = tuple(f.path for f in transfer if f.path in repo.flagged)
-    return Plan(repo, revision, tuple(transfer), tuple(skipped), tuple(replaced),
-                free_bytes, reserve_bytes, access, flagged)  # fmt: skip
+    return Plan(
+        repo,
+        revision,
+        tuple(transfer),
+        tuple(skipped),
+        tuple(replaced),
+        free_bytes,
+        reserve_bytes,
+        access,
+        flagged,
+    )

@@ -18,7 +18,7 @@ _SEARCH_FIELDS: Mapping[str, tuple[str, bool]] = {
     "inference_providers": ("inference_provider", True),
     "trained_datasets": ("trained_dataset", True),
 }  # fmt: skip
-_SEARCH_OTHER = frozenset({"node_id", "gated", "inference", "sort", "direction", "cursor", "limit"})  # fmt: skip
+_SEARCH_OTHER = frozenset({"node_id", "gated", "inference", "sort", "direction", "cursor", "limit"})
 DEFAULT_LIMIT = 20
 
 
@@ -35,7 +35,11 @@ def _texts(body: Mapping[str, Any], key: str) -> list[str] | None:
     value = body.get(key)
     if value is None or value == []:
         return None
-    if not isinstance(value, list) or len(value) > 20 or not all(isinstance(v, str) and 0 < len(v) <= 200 for v in value):  # fmt: skip
+    if (
+        not isinstance(value, list)
+        or len(value) > 20
+        or not all(isinstance(v, str) and 0 < len(v) <= 200 for v in value)
+    ):
         raise BadRequest(f"{key} must be a list of at most 20 short strings", param=key)
     return value
 
@@ -65,9 +69,11 @@ def search_query(body: Mapping[str, Any]) -> dict[str, Any]:
     if sort is not None:
         query["sort"] = sort
     if body.get("direction") not in (None, -1, "desc"):
-        raise BadRequest("the hub sorts in descending order only (direction: desc)", param="direction")  # fmt: skip
+        raise BadRequest(
+            "the hub sorts in descending order only (direction: desc)", param="direction"
+        )
     limit = body.get("limit", DEFAULT_LIMIT)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:  # fmt: skip
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise BadRequest(f"limit must be an integer from 1 to {MAX_SEARCH_LIMIT}", param="limit")
     query["limit"], query["offset"] = limit, decode_cursor(body.get("cursor"))
     return query
@@ -89,8 +95,11 @@ def plan_request(body: Mapping[str, Any]) -> tuple[str, str | None, list[Any], s
     if mode not in ("smart", "explicit"):
         raise BadRequest('mode must be "smart" or "explicit"', param="mode")
     if "token" in body:
-        raise BadRequest("a token is configured on the router (downloads.token or "
-                         "TENSOR_ROUTER_HF_TOKEN), never sent per request", param="token")  # fmt: skip
+        raise BadRequest(
+            "a token is configured on the router (downloads.token or "
+            "TENSOR_ROUTER_HF_TOKEN), never sent per request",
+            param="token",
+        )
     return repo, revision, files, mode
 
 

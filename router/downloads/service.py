@@ -43,7 +43,9 @@ STAGING = ".staging"
 
 
 class Downloads:
-    def __init__(self, settings: DownloadsSection, folder: Path, store: Store, node_id: str) -> None:  # fmt: skip
+    def __init__(
+        self, settings: DownloadsSection, folder: Path, store: Store, node_id: str
+    ) -> None:
         self.settings = settings
         self.dir = folder
         self.store = store
@@ -66,13 +68,19 @@ class Downloads:
     async def start(self) -> None:
         origin = origin_of(self.settings.endpoint)
         try:  # a slow resolver must not hold up the start: then only public addresses open
-            addresses = await asyncio.wait_for(asyncio.to_thread(resolve, origin.host, origin.port), 5.0)  # fmt: skip
+            addresses = await asyncio.wait_for(
+                asyncio.to_thread(resolve, origin.host, origin.port), 5.0
+            )
         except TimeoutError:
             addresses = []
         policy = Policy.for_endpoint(self.settings.endpoint, addresses)
         self._policy_key = REGISTRY.add(policy)
-        log.info("downloader status enabled=true endpoint=%s token=%s opens=%s",
-                 self.settings.endpoint, self.hub.has_token, ",".join(sorted(policy.allowed)) or "public")  # fmt: skip
+        log.info(
+            "downloader status enabled=true endpoint=%s token=%s opens=%s",
+            self.settings.endpoint,
+            self.hub.has_token,
+            ",".join(sorted(policy.allowed)) or "public",
+        )
         await asyncio.to_thread(self.dir.mkdir, parents=True, exist_ok=True)
         for row in reversed(await self.store.downloads.jobs()):
             job = Job.from_row(row)
@@ -108,7 +116,7 @@ class Downloads:
     async def repository(self, repo_id: str, revision: str | None) -> Repository:
         return await asyncio.to_thread(self.hub.repository, repo_id, revision)
 
-    async def plan(self, repo_id: str, revision: str | None, wanted: list[Any], mode: str) -> Plan:  # fmt: skip
+    async def plan(self, repo_id: str, revision: str | None, wanted: list[Any], mode: str) -> Plan:
         repo = await self.repository(repo_id, revision)
         chosen = choose(repo, wanted, mode)
         access = await asyncio.to_thread(self.hub.access, repo, chosen[0].path if chosen else None)
@@ -116,7 +124,7 @@ class Downloads:
         free = (await asyncio.to_thread(shutil.disk_usage, self.dir)).free
         return make_plan(repo, revision, chosen, present, free, self.reserve_bytes, access)
 
-    async def _present(self, repo: Repository, chosen: tuple[RepoFile, ...]) -> dict[str, Present]:  # fmt: skip
+    async def _present(self, repo: Repository, chosen: tuple[RepoFile, ...]) -> dict[str, Present]:
         known = {row["path"]: row for row in await self.store.downloads.library_entries()}
         present: dict[str, Present] = {}
         for f in chosen:
@@ -144,11 +152,19 @@ class Downloads:
             raise Conflict("; ".join(blockers), code="download_refused")
         if not plan.files:
             raise Conflict("every chosen file is already in the library", code="nothing_to_do")
-        busy = self._busy_targets() & {self.relative(plan.repository.id, f.path) for f in plan.files}  # fmt: skip
+        busy = self._busy_targets() & {
+            self.relative(plan.repository.id, f.path) for f in plan.files
+        }
         if busy:
-            raise Conflict(f"another job is downloading {sorted(busy)[0]!r}", code="download_busy")  # fmt: skip
-        job = Job(uuid.uuid4().hex, self.node_id, plan.repository.id, plan.revision,
-                  plan.repository.commit, plan.files)  # fmt: skip
+            raise Conflict(f"another job is downloading {sorted(busy)[0]!r}", code="download_busy")
+        job = Job(
+            uuid.uuid4().hex,
+            self.node_id,
+            plan.repository.id,
+            plan.revision,
+            plan.repository.commit,
+            plan.files,
+        )
         self.jobs[job.id] = job
         job.publish("state", **job.progress(time.monotonic()))
         await self.store.downloads.save_job(job.to_row())
@@ -158,9 +174,11 @@ class Downloads:
     def _busy_targets(self) -> set[str]:
         return {
             self.relative(job.repository, f.path)
-            for job in self.jobs.values() if job.state not in TERMINAL
-            for f in job.files if f.path not in job.done_paths
-        }  # fmt: skip
+            for job in self.jobs.values()
+            if job.state not in TERMINAL
+            for f in job.files
+            if f.path not in job.done_paths
+        }
 
     def get(self, job_id: str) -> Job:
         job = self.jobs.get(job_id)
@@ -265,7 +283,9 @@ class Downloads:
                 await self._transfer_one(job, client, index, item, staging / f"{index}.part")
         except Stopped as stop:
             reason = str(stop)
-            return {"pause": State.PAUSED, "cancel": State.CANCELLED}.get(reason, State.RUNNING), None  # fmt: skip
+            return {"pause": State.PAUSED, "cancel": State.CANCELLED}.get(
+                reason, State.RUNNING
+            ), None
         except (TransferError, OSError) as exc:
             log.warning("download %s failed: %s", job.id, exc)
             return State.FAILED, str(exc)
@@ -276,7 +296,9 @@ class Downloads:
             client.close()
         return State.COMPLETED, None
 
-    async def _transfer_one(self, job: Job, client: Any, index: int, item: RepoFile, part: Path) -> None:  # fmt: skip
+    async def _transfer_one(
+        self, job: Job, client: Any, index: int, item: RepoFile, part: Path
+    ) -> None:
         job.current, job.file_done = index, 0
         url = self.hub.file_url(job.repository, job.commit, item.path)
 
@@ -284,18 +306,32 @@ class Downloads:
             job.file_done = done
 
         digest = await asyncio.to_thread(
-            fetch, client, url, origin_of(self.settings.endpoint), self.hub.auth_headers(),
-            item, part, job.control, progress,
-        )  # fmt: skip
+            fetch,
+            client,
+            url,
+            origin_of(self.settings.endpoint),
+            self.hub.auth_headers(),
+            item,
+            part,
+            job.control,
+            progress,
+        )
         await asyncio.to_thread(promote, part, self.target(job.repository, item.path), self.dir)
         job.done_paths.add(item.path)
         job.current = None
-        await self.store.downloads.save_library_entry({
-            "path": self.relative(job.repository, item.path), "repository": job.repository,
-            "commit_sha": job.commit, "repo_path": item.path, "size": item.size or 0,
-            "sha256": digest, "verified_by": item.verify, "job_id": job.id,
-            "downloaded_at": time.time(),
-        })  # fmt: skip
+        await self.store.downloads.save_library_entry(
+            {
+                "path": self.relative(job.repository, item.path),
+                "repository": job.repository,
+                "commit_sha": job.commit,
+                "repo_path": item.path,
+                "size": item.size or 0,
+                "sha256": digest,
+                "verified_by": item.verify,
+                "job_id": job.id,
+                "downloaded_at": time.time(),
+            }
+        )
         job.publish("file", path=item.path, sha256=digest, verified_by=item.verify)
         await self.store.downloads.save_job(job.to_row())
 
@@ -317,10 +353,8 @@ class Downloads:
             "artifacts": [
                 {**r, "origin": f"hf://{r['repository']}@{r['commit_sha']}/{r['repo_path']}"}
                 for r in rows
-            ],  # fmt: skip
-            "jobs": [
-                j.to_json() for j in sorted(self.jobs.values(), key=lambda j: -j.created_at)
-            ],  # fmt: skip
+            ],
+            "jobs": [j.to_json() for j in sorted(self.jobs.values(), key=lambda j: -j.created_at)],
         }
 
     async def rescan(self) -> dict[str, Any]:
@@ -330,7 +364,12 @@ class Downloads:
         missing, changed, untracked = await asyncio.to_thread(self._check, rows)
         for path in missing:
             await self.store.downloads.delete_library_entry(path)
-        return {"checked": len(rows), "missing": missing, "changed": changed, "untracked": untracked}  # fmt: skip
+        return {
+            "checked": len(rows),
+            "missing": missing,
+            "changed": changed,
+            "untracked": untracked,
+        }
 
     def _check(self, rows: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
         missing, changed = [], []

@@ -53,14 +53,17 @@ class Control:
 
 def new_client() -> httpx2.Client:
     # Redirects by hand (next_hop): each one checked, the token dropped off the endpoint.
-    return httpx2.Client(transport=GuardedTransport(REGISTRY.check), follow_redirects=False,
-                         timeout=TRANSFER_TIMEOUT)  # fmt: skip
+    return httpx2.Client(
+        transport=GuardedTransport(REGISTRY.check), follow_redirects=False, timeout=TRANSFER_TIMEOUT
+    )
 
 
 class _Hashes:
     def __init__(self, item: RepoFile) -> None:
         self.sha256 = hashlib.sha256()
-        self.git = hashlib.sha1(b"blob %d\0" % (item.size or 0)) if item.verify == "git-sha1" else None  # fmt: skip
+        self.git = (
+            hashlib.sha1(b"blob %d\0" % (item.size or 0)) if item.verify == "git-sha1" else None
+        )
 
     def update(self, chunk: bytes) -> None:
         self.sha256.update(chunk)
@@ -83,8 +86,9 @@ def _hash_existing(part: Path, item: RepoFile, hashes: _Hashes) -> int:
     return done
 
 
-def _open(client: httpx2.Client, url: str, endpoint: Origin, headers: dict[str, str],
-          auth: dict[str, str]) -> httpx2.Response:  # fmt: skip
+def _open(
+    client: httpx2.Client, url: str, endpoint: Origin, headers: dict[str, str], auth: dict[str, str]
+) -> httpx2.Response:
     """GET with redirects followed by hand; the token never leaves the endpoint's origin."""
     keep = True
     for hops in range(100):
@@ -140,8 +144,15 @@ def fetch(
     return _verified(item, hashes, done)
 
 
-def _stream(response: httpx2.Response, part: Path, item: RepoFile, hashes: _Hashes, done: int,
-            control: Control, on_progress: Callable[[int], None]) -> int:  # fmt: skip
+def _stream(
+    response: httpx2.Response,
+    part: Path,
+    item: RepoFile,
+    hashes: _Hashes,
+    done: int,
+    control: Control,
+    on_progress: Callable[[int], None],
+) -> int:
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as out:
         for chunk in response.iter_raw():
@@ -163,7 +174,9 @@ def _verified(item: RepoFile, hashes: _Hashes, done: int) -> str:
     if item.size is not None and done != item.size:
         raise VerifyFailed(f"{item.path}: {done} bytes arrived, the listing says {item.size}")
     if item.verify == "sha256" and digest != item.sha256:
-        raise VerifyFailed(f"{item.path}: SHA-256 {digest[:16]}... is not the listed {str(item.sha256)[:16]}...")  # fmt: skip
+        raise VerifyFailed(
+            f"{item.path}: SHA-256 {digest[:16]}... is not the listed {str(item.sha256)[:16]}..."
+        )
     if hashes.git is not None and hashes.git.hexdigest() != item.blob_id:
         raise VerifyFailed(f"{item.path}: the git blob hash does not match the listing")
     return digest

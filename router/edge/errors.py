@@ -69,9 +69,11 @@ def _abandon(request: web.Request, exc: Exception) -> web.StreamResponse:
     handler that prepared the response records its own analytics event (one per request)."""
     log.warning(
         "%s %s failed after its response started; closing the connection: %s",
-        request.method, request.path, exc if isinstance(exc, RouterError) else repr(exc),
+        request.method,
+        request.path,
+        exc if isinstance(exc, RouterError) else repr(exc),
         exc_info=not isinstance(exc, RouterError | web.HTTPException),
-    )  # fmt: skip
+    )
     if request.transport is not None:
         request.transport.close()
     # What aiohttp is handed back; its write meets the closed transport and is dropped.

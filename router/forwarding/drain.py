@@ -61,14 +61,17 @@ async def drain(opened: Awaitable[aiohttp.ClientResponse], bound: AbortDrain) ->
             async for chunk in resp.content.iter_any():
                 got += len(chunk)
                 if got > bound.max_bytes:
-                    log.warning("abort drain: past %d bytes; closing the backend connection",
-                                bound.max_bytes)  # fmt: skip
+                    log.warning(
+                        "abort drain: past %d bytes; closing the backend connection",
+                        bound.max_bytes,
+                    )
                     resp.close()
                     return got
         resp.release()  # at the end of the answer: the connection goes back to the pool
     except TimeoutError:
-        log.warning("abort drain: not done after %gs; closing the backend connection",
-                    bound.timeout)  # fmt: skip
+        log.warning(
+            "abort drain: not done after %gs; closing the backend connection", bound.timeout
+        )
         if resp is not None:
             resp.close()
     except asyncio.CancelledError:

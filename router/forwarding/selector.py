@@ -310,9 +310,11 @@ def select_from_body(
 
 
 def select_from_request_parts(
-    rule: SelectorRule, body_model: tuple[str | None, str | None], query: _MultiMapping,
+    rule: SelectorRule,
+    body_model: tuple[str | None, str | None],
+    query: _MultiMapping,
     headers: _MultiMapping,
-) -> tuple[str | None, str | None]:  # fmt: skip
+) -> tuple[str | None, str | None]:
     """Apply the documented precedence: body, then query, then header."""
     if body_model[0] is not None:
         return body_model

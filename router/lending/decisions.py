@@ -55,12 +55,19 @@ def decision_row(decision: Decision, router_version: str) -> tuple[Any, ...]:
     """The `offload_decisions` columns after `id`, in the table's order (router/store/lending.py);
     a detail JSON cannot carry is kept as its text rather than losing the row."""
     return (
-        decision.at, decision.kind, decision.trigger, decision.outcome,
-        json.dumps(list(decision.reasons)), decision.lane,
-        decision.owner_node_id, decision.owner_model_id,
-        decision.helper_node_id, decision.helper_model_id,
-        router_version, json.dumps(decision.detail, default=str),
-    )  # fmt: skip
+        decision.at,
+        decision.kind,
+        decision.trigger,
+        decision.outcome,
+        json.dumps(list(decision.reasons)),
+        decision.lane,
+        decision.owner_node_id,
+        decision.owner_model_id,
+        decision.helper_node_id,
+        decision.helper_model_id,
+        router_version,
+        json.dumps(decision.detail, default=str),
+    )
 
 
 class DecisionLog:

@@ -119,11 +119,14 @@ class Helper:
         active = sum(v.leases for v in views if v.lane is lane)
         own = active + runtimes.queue_length(lane) - table.borrowed.get(lane.value, 0)
         if own > 0 or (held is not None and held.waiting_own > 0):
-            raise Conflict(f"this node has its own {lane} work; the request goes back to its owner",
-                           code=OFFLOAD_RETURNED)  # fmt: skip
+            raise Conflict(
+                f"this node has its own {lane} work; the request goes back to its owner",
+                code=OFFLOAD_RETURNED,
+            )
         if not allow_load and not any(v.config.id == config.id and v.ready for v in views):
-            raise Conflict(f"{config.id!r} is not loaded and the link forbids a load",
-                           code=OFFLOAD_RETURNED)  # fmt: skip
+            raise Conflict(
+                f"{config.id!r} is not loaded and the link forbids a load", code=OFFLOAD_RETURNED
+            )
         gate = lending.gates.mark(lane.value, config.id)
         restore = lending.restorer
         restore.borrowed_arrived(lane.value)
@@ -135,9 +138,12 @@ class Helper:
             raise
         before = lane_model(runtimes.views(), lane)
         restore.borrowed_admitted(
-            lane.value, before, before.id if before else None, config.id,
+            lane.value,
+            before,
+            before.id if before else None,
+            config.id,
             wanted=request.get(BORROWED_RESTORE, False),
-        )  # fmt: skip
+        )
         table.borrowed[lane.value] = table.borrowed.get(lane.value, 0) + 1
         try:
             yield
@@ -168,21 +174,34 @@ class Helper:
                 retry_after=5.0,
             ) from None
         if outcome is Outcome.RETURNED:
-            raise Conflict("this node's own request came first; the request goes back to its owner",
-                           code=OFFLOAD_RETURNED)  # fmt: skip
+            raise Conflict(
+                "this node's own request came first; the request goes back to its owner",
+                code=OFFLOAD_RETURNED,
+            )
 
-    def _record(self, outcome: str, lane: Lane, model_id: str, detail: dict[str, int],
-                owner: tuple[str, str] = ("", "")) -> None:  # fmt: skip
+    def _record(
+        self,
+        outcome: str,
+        lane: Lane,
+        model_id: str,
+        detail: dict[str, int],
+        owner: tuple[str, str] = ("", ""),
+    ) -> None:
         self.lending.decisions.record(
             Decision(
                 # The owner is what the lending master named (X-Tensors-Offload-Owner); a
                 # `native_waited_behind_borrowed` row names none: admitted work may be several's.
-                kind="helper", outcome=outcome, lane=lane.value,
-                owner_node_id=owner[0], owner_model_id=owner[1],
-                helper_node_id=self.lending.node_id, helper_model_id=model_id,
-                trigger="native_request", detail=dict(detail),
+                kind="helper",
+                outcome=outcome,
+                lane=lane.value,
+                owner_node_id=owner[0],
+                owner_model_id=owner[1],
+                helper_node_id=self.lending.node_id,
+                helper_model_id=model_id,
+                trigger="native_request",
+                detail=dict(detail),
             )
-        )  # fmt: skip
+        )
 
     def held(self, lane: Lane) -> tuple[int, int]:
         """(own, borrowed) requests waiting in this node's gates on `lane`."""

@@ -40,8 +40,13 @@ class Lease:
 
     @property
     def key(self) -> LeaseKey:
-        return LeaseKey(self.lane, self.owner_node_id, self.owner_model_id,
-                        self.helper_node_id, self.helper_model_id)  # fmt: skip
+        return LeaseKey(
+            self.lane,
+            self.owner_node_id,
+            self.owner_model_id,
+            self.helper_node_id,
+            self.helper_model_id,
+        )
 
     @property
     def owner(self) -> OwnerKey:

@@ -106,8 +106,10 @@ def parse_links(
         for index, entry in enumerate(entries):
             where = f"{name}[{index}]"
             other = _ref(entry, where, own_node)
-            flags = (_flag(entry, "load_if_unloaded", True, where),
-                     _flag(entry, "restore_after_borrow", False, where))  # fmt: skip
+            flags = (
+                _flag(entry, "load_if_unloaded", True, where),
+                _flag(entry, "restore_after_borrow", False, where),
+            )
             owner, helper = (anchor, other) if name == "lends_to" else (other, anchor)
             links.append(Link(lane, *owner, *helper, *flags))
     seen: set[tuple[tuple[str, str], tuple[str, str]]] = set()

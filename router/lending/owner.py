@@ -240,15 +240,19 @@ class Owner:
         result: ProxyResult,
     ) -> web.StreamResponse | None:
         holding = self.book.holding
-        link = next((x for x in links if x.helper == (lease.helper_node_id, lease.helper_model_id)),
-                    None)  # fmt: skip
+        link = next(
+            (x for x in links if x.helper == (lease.helper_node_id, lease.helper_model_id)), None
+        )
         holding.count(holding.lent, lease.owner, 1)
         started = time.monotonic()
         holding.started.setdefault(lease.key, []).append(started)
         record_to(self.lending.decisions, "dispatch", "lent", lease, detail={"path": request.path})
         try:
-            answer, why = (None, "link_removed") if link is None else \
-                await self._lend_once(request, selection, link, lease, result)  # fmt: skip
+            answer, why = (
+                (None, "link_removed")
+                if link is None
+                else await self._lend_once(request, selection, link, lease, result)
+            )
         finally:
             self.book.table.release(lease.key)
             holding.count(holding.lent, lease.owner, -1)
@@ -279,13 +283,17 @@ class Owner:
         rewriter = ModelRewriter(selection.model or link.owner_model_id, link.helper_model_id)
         body = rewriter.request_body(selection.prefix) if selection.prefix else b""
         url = self._helper_url(entry, node_path_qs(request, selection, link.helper_model_id))
-        headers = node_headers(request, self.lending.settings.cluster.token or "", selection,
-                               link.helper_model_id)  # fmt: skip
+        headers = node_headers(
+            request, self.lending.settings.cluster.token or "", selection, link.helper_model_id
+        )
         headers.popall("Accept-Encoding", None)  # the answer's model IDs are rewritten here
         # Named outright: the request may have had no selector (the lane's model was used here).
         headers[SELECTOR_HEADER] = link.helper_model_id
-        headers.update(lent_headers(link.owner, allow_load=link.load_if_unloaded,
-                                    restore=lease.restore_helper_model))  # fmt: skip
+        headers.update(
+            lent_headers(
+                link.owner, allow_load=link.load_if_unloaded, restore=lease.restore_helper_model
+            )
+        )
         owner_fit, helper_fit = self.planner.fits_of(lease)
         cut = cut_after(lease.load_helper_model, helper_fit, owner_fit)
         # The master's own node is no relay target: nothing to reserve there.
@@ -335,9 +343,13 @@ class Owner:
         try:
             async with deadline:
                 upstream = await self.lending.session.request(
-                    method, url, data=body or None, headers=headers, timeout=timeout,
+                    method,
+                    url,
+                    data=body or None,
+                    headers=headers,
+                    timeout=timeout,
                     allow_redirects=False,
-                )  # fmt: skip
+                )
         except TimeoutError:
             if deadline.expired():
                 raise _NotStarted from None

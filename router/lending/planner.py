@@ -193,11 +193,14 @@ class Planner:
         )
         helpers = {link.helper: self.helper_view(link, seen, owner) for link in links}
         rows = plan_owner(
-            links, needs=list(book.holding.held.get(owner, ())),
+            links,
+            needs=list(book.holding.held.get(owner, ())),
             owner_busy=self.owner_load(owner, seen),
-            owner_cost=fit_of(owner_costs, model_id, lane), helpers=helpers,
-            values=self.lending.values, now=time.monotonic(),
-        )  # fmt: skip
+            owner_cost=fit_of(owner_costs, model_id, lane),
+            helpers=helpers,
+            values=self.lending.values,
+            now=time.monotonic(),
+        )
         for row in rows:
             apply_row(book, self.lending.decisions, row, why)
 
@@ -236,24 +239,32 @@ class Planner:
         probed = book.probed.get(LeaseKey(link.lane, *owner[1:], *link.helper))
         loaded = status is not None and link.helper_model_id in status.loaded_models
         others = [
-            m for m in (status.loaded_models if status else ())
+            m
+            for m in (status.loaded_models if status else ())
             if m != link.helper_model_id and m in models and link.lane in models[m].lanes
-        ]  # fmt: skip
+        ]
         fits = costs_of(status) if status is not None else ()
         claimed = any(
-            lease.helper_node_id == link.helper_node_id and lease.lane == link.lane
-            and lease.owner != owner and lease.expires > now
+            lease.helper_node_id == link.helper_node_id
+            and lease.lane == link.lane
+            and lease.owner != owner
+            and lease.expires > now
             for lease in book.table.leases.values()
-        )  # fmt: skip
+        )
         return HelperView(
-            answered=status is not None, available=available, own_work=own_work,
-            recently_busy=recently and own_work == 0, loaded=loaded, displaces=bool(others),
+            answered=status is not None,
+            available=available,
+            own_work=own_work,
+            recently_busy=recently and own_work == 0,
+            loaded=loaded,
+            displaces=bool(others),
             context_length=model.context_length if model is not None else None,
             cost=fit_of(fits, link.helper_model_id, link.lane),
-            displaced=fit_of(fits, others[0], link.lane) if others else None, claimed=claimed,
+            displaced=fit_of(fits, others[0], link.lane) if others else None,
+            claimed=claimed,
             idle_s=now - (book.started if busy_at is None else busy_at),
             since_probe_s=float("inf") if probed is None else now - probed,
-        )  # fmt: skip
+        )
 
 
 def record_to(
@@ -267,11 +278,18 @@ def record_to(
 ) -> None:
     decisions.record(
         Decision(
-            kind, outcome, item.lane, item.owner_node_id, item.owner_model_id,
-            item.helper_node_id, item.helper_model_id, trigger_, tuple(reasons),
+            kind,
+            outcome,
+            item.lane,
+            item.owner_node_id,
+            item.owner_model_id,
+            item.helper_node_id,
+            item.helper_model_id,
+            trigger_,
+            tuple(reasons),
             dict(detail or {}),
         )
-    )  # fmt: skip
+    )
 
 
 def apply_row(book: LendBook, decisions: DecisionLog, row: PlanRow, why: str) -> None:

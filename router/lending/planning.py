@@ -128,11 +128,16 @@ def plan_owner(
             rows.append(PlanRow(link, outcome, price.reasons, probe, price.detail()))
             continue
         lease = Lease(
-            link.lane, *link.owner, *link.helper,
+            link.lane,
+            *link.owner,
+            *link.helper,
             load_helper_model=not view.loaded,
             restore_helper_model=link.restore_after_borrow and view.displaces and not view.loaded,
-            helper_slots=price.slots, probe=False, expires=now + ttl, ttl_ms=int(ttl * 1000),
-        )  # fmt: skip
+            helper_slots=price.slots,
+            probe=False,
+            expires=now + ttl,
+            ttl_ms=int(ttl * 1000),
+        )
         rows.append(PlanRow(link, "granted", price.reasons, lease, price.detail()))
     return tuple(rows)
 
@@ -149,12 +154,16 @@ def _probe(link: Link, view: HelperView, values: LendingSettings, now: float) ->
         return None
     ttl = values.scheduling_grant_ttl
     return Lease(
-        link.lane, *link.owner, *link.helper,
+        link.lane,
+        *link.owner,
+        *link.helper,
         load_helper_model=not view.loaded,
         restore_helper_model=link.restore_after_borrow and view.displaces and not view.loaded,
-        helper_slots=values.offload_probe_helper_slots, probe=True, expires=now + ttl,
+        helper_slots=values.offload_probe_helper_slots,
+        probe=True,
+        expires=now + ttl,
         ttl_ms=int(ttl * 1000),
-    )  # fmt: skip
+    )
 
 
 def hold_for_helper(

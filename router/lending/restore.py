@@ -57,8 +57,9 @@ class Restorer(Generic[C]):
         """Borrowed work is coming: no restore while it waits or runs."""
         self._cancel_timer(lane)
 
-    def borrowed_admitted(self, lane: str, before: C | None, before_id: str | None,
-                          borrowed_id: str, wanted: bool) -> None:  # fmt: skip
+    def borrowed_admitted(
+        self, lane: str, before: C | None, before_id: str | None, borrowed_id: str, wanted: bool
+    ) -> None:
         """A borrowed request was admitted on `lane`; `before` is the lane's model now."""
         self._cancel_timer(lane)
         if wanted:

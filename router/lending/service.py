@@ -129,9 +129,15 @@ async def lending_context(app: web.Application) -> AsyncIterator[None]:
     store.lending.decision_retention = layers.values.offload_decisions_retention
     await store.lending.prune_decisions(layers.values.offload_decisions_retention)
     service = Lending(
-        settings, app[RUNTIMES], app[CLUSTER], store, app[SESSION],
-        links=links, layers=layers, decisions=sink_for(store, __version__),
-    )  # fmt: skip
+        settings,
+        app[RUNTIMES],
+        app[CLUSTER],
+        store,
+        app[SESSION],
+        links=links,
+        layers=layers,
+        decisions=sink_for(store, __version__),
+    )
     app[LENDING] = service
     await service.start()
     try:

@@ -120,12 +120,31 @@ def scratch(base: Path | None = None) -> Iterator[Path]:
 def wav_argv(binary: str, source: Path, target: Path) -> list[str]:
     """16 kHz mono PCM WAV, what whisper.cpp decodes natively (its own `--convert` does this)."""
     return [
-        binary, "-nostdin", "-hide_banner", "-loglevel", "error",
+        binary,
+        "-nostdin",
+        "-hide_banner",
+        "-loglevel",
+        "error",
         # A "media" file may be a playlist (HLS, concat) naming other files or URLs: only
         # plain audio containers may open it, and only as a local file.
-        "-protocol_whitelist", "file", "-format_whitelist", AUDIO_DEMUXERS, "-i", str(source),
-        "-vn", "-ar", "16000", "-ac", "1", "-c:a", "pcm_s16le", "-f", "wav", "-y", str(target),
-    ]  # fmt: skip
+        "-protocol_whitelist",
+        "file",
+        "-format_whitelist",
+        AUDIO_DEMUXERS,
+        "-i",
+        str(source),
+        "-vn",
+        "-ar",
+        "16000",
+        "-ac",
+        "1",
+        "-c:a",
+        "pcm_s16le",
+        "-f",
+        "wav",
+        "-y",
+        str(target),
+    ]
 
 
 async def to_wav(data: bytes, *, binary: str, scratch_base: Path | None = None) -> bytes:

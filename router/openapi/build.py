@@ -79,15 +79,25 @@ def _selector_and_query(route: Route, entry: Entry) -> list[dict[str, Any]]:
     named = {q: (selector, False) for q in route.selector.query}
     named |= {q.name: (q.description, q.required) for q in entry.query}
     params = [
-        {"name": name, "in": "query", "required": required, "schema": {"type": "string"},
-         "description": text}
+        {
+            "name": name,
+            "in": "query",
+            "required": required,
+            "schema": {"type": "string"},
+            "description": text,
+        }
         for name, (text, required) in named.items()
-    ]  # fmt: skip
+    ]
     if route.selector.header:
         params.append(
-            {"name": "X-Tensors-Model", "in": "header", "required": False,
-             "schema": {"type": "string"}, "description": selector}
-        )  # fmt: skip
+            {
+                "name": "X-Tensors-Model",
+                "in": "header",
+                "required": False,
+                "schema": {"type": "string"},
+                "description": selector,
+            }
+        )
     return params
 
 
@@ -112,7 +122,10 @@ def _default_answer(route: Route, entry: Entry) -> dict[str, Any]:
         return {"description": text}
     model = _ERROR_MODEL.get(route.surface, shapes.Error)
     ref = {"$ref": _REF.format(model=model.__name__)}
-    return {"description": "An error, in the surface's shape", "content": {"application/json": {"schema": ref}}}  # fmt: skip
+    return {
+        "description": "An error, in the surface's shape",
+        "content": {"application/json": {"schema": ref}},
+    }
 
 
 def _request_body(route: Route, method: str, entry: Entry) -> dict[str, Any] | None:

@@ -82,9 +82,13 @@ def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Pol
             break
         waiters = [WaiterView(queued[i].key, queued[i].enqueued_at, bypassed[i]) for i in left]
         d = decide(
-            view, waiters, now, policy.max_batch_wait,
-            order=policy.order, max_bypass=policy.max_bypass,
-        )  # fmt: skip
+            view,
+            waiters,
+            now,
+            policy.max_batch_wait,
+            order=policy.order,
+            max_bypass=policy.max_bypass,
+        )
         if d.grant:
             for i, passed in zip(left, bypasses(len(left), d.grant), strict=True):
                 bypassed[i] += passed

@@ -31,8 +31,14 @@ def verdict(prompt_tokens: int, cached: int, before: str, after: str) -> bool:
 
 async def run_probe(call: Call, base_url: str, key: str) -> dict[str, Any]:
     """The probe's finding; raises (ValueError, aiohttp errors) when the backend misbehaves."""
-    body = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "seed": 1, "id_slot": 0,
-            "cache_prompt": True}  # fmt: skip
+    body = {
+        "prompt": PROMPT,
+        "n_predict": 8,
+        "temperature": 0,
+        "seed": 1,
+        "id_slot": 0,
+        "cache_prompt": True,
+    }
     first = await call("POST", base_url + "/completion", body)
     name = f"probe-{key}.bin"
     await call("POST", base_url + "/slots/0?action=save", {"filename": name})

@@ -174,9 +174,15 @@ class RuntimeCore:
         )
         attempt_id = seen.attempt_id if seen else None
         self._move(
-            runtime, RuntimeState.FAILED, "failed", reason=error.message, during="load",
-            exit_code=exit_code, output_tail=tail, attempt_id=attempt_id,
-        )  # fmt: skip
+            runtime,
+            RuntimeState.FAILED,
+            "failed",
+            reason=error.message,
+            during="load",
+            exit_code=exit_code,
+            output_tail=tail,
+            attempt_id=attempt_id,
+        )
         runtime.error = error.message
         if seen:
             seen.finished("failed", exit_code, error.message)
@@ -204,9 +210,15 @@ class RuntimeCore:
         # No output tail here: a serving backend's log may hold request text (a verbose
         # llama-server prints prompts), and load-time output is what explains a failure.
         failed = self._move(
-            runtime, RuntimeState.FAILED, "failed", reason=reason, during="serving",
-            exit_code=exit_code, output_tail=[], attempt_id=None,
-        )  # fmt: skip
+            runtime,
+            RuntimeState.FAILED,
+            "failed",
+            reason=reason,
+            during="serving",
+            exit_code=exit_code,
+            output_tail=[],
+            attempt_id=None,
+        )
         if not failed:
             return
         runtime.error = reason

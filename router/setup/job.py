@@ -134,10 +134,15 @@ def output_page(
     """The load-capture output shape (`GET site/load-captures/{id}/output`)."""
     later = [c for c in chunks if c[0] > after]
     page = [
-        {"sequence": s, "stream": st, "time": t, "data": base64.b64encode(d).decode("ascii"),
-         "truncated": tr}
+        {
+            "sequence": s,
+            "stream": st,
+            "time": t,
+            "data": base64.b64encode(d).decode("ascii"),
+            "truncated": tr,
+        }
         for s, st, t, d, tr in later[:limit]
-    ]  # fmt: skip
+    ]
     return {
         "job_id": job_id,
         "chunks": page,

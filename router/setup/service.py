@@ -99,9 +99,13 @@ class BackendSetup:
                 param="backend_id",
             ) from None
         job = SetupJob(
-            uuid.uuid4().hex, self._node_id, recipe.backend_id, recipe.version,
-            [s.name for s in recipe.steps], int(self._section.max_output_mb * MiB),
-        )  # fmt: skip
+            uuid.uuid4().hex,
+            self._node_id,
+            recipe.backend_id,
+            recipe.version,
+            [s.name for s in recipe.steps],
+            int(self._section.max_output_mb * MiB),
+        )
         self._running[recipe.backend_id] = self._jobs[job.id] = job
         self._publish(job.advance("preparing"))
         task = asyncio.create_task(self._run(job, recipe, lock), name=f"init-{recipe.backend_id}")
@@ -185,16 +189,25 @@ class BackendSetup:
         self._publish(job.advance("probing"))
         await self._probe(job, recipe, prefix)
         self._publish(job.advance("swapping"))
-        record = {"backend_id": recipe.backend_id, "version": recipe.version,
-                  "built_at": time.time(), "built_by": "router", "job_id": job.id,
-                  "probe_output": job.probe_output}  # fmt: skip
+        record = {
+            "backend_id": recipe.backend_id,
+            "version": recipe.version,
+            "built_at": time.time(),
+            "built_by": "router",
+            "job_id": job.id,
+            "probe_output": job.probe_output,
+        }
         promote(layout, prefix, recipe, record)  # the swap; no await between it and the return
         return (JobState.SUCCEEDED, None, False)
 
     async def _settle(
-        self, job: SetupJob, layout: Layout, made: list[Path], outcome: Outcome,
+        self,
+        job: SetupJob,
+        layout: Layout,
+        made: list[Path],
+        outcome: Outcome,
         lock: contextlib.ExitStack,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Discard what the build leaves behind, release the claim, then announce the end
         (so a client that sees it may start the next init at once) and keep the record."""
         succeeded = outcome[0] is JobState.SUCCEEDED

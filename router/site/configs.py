@@ -111,17 +111,20 @@ def config_name(body: Mapping[str, Any]) -> tuple[str, str]:
 def is_path_like(value: str) -> bool:
     """An ID that smuggles a path: separators, `..`, control characters or a drive letter."""
     return bool(
-        "/" in value or "\\" in value or ".." in value or _CONTROL.search(value)
+        "/" in value
+        or "\\" in value
+        or ".." in value
+        or _CONTROL.search(value)
         or re.match(r"^[A-Za-z]:", value)
-    )  # fmt: skip
+    )
 
 
 # ---- screening and validation ---------------------------------------------------------------
 
 
-def screen_options(options: Mapping[str, Any], prefix: str = "options") -> tuple[
-    dict[str, Any], list[Finding]
-]:  # fmt: skip
+def screen_options(
+    options: Mapping[str, Any], prefix: str = "options"
+) -> tuple[dict[str, Any], list[Finding]]:
     """The options to write, under their argparse names, without the keys the loader refuses
     (programs, shell commands) or drops (address, auth, run modes); each one is reported."""
     kept: dict[str, Any] = {}
@@ -138,11 +141,20 @@ def screen_options(options: Mapping[str, Any], prefix: str = "options") -> tuple
                 Finding("warning", "refused_key", f"{name} is never written: {why}", field)
             )
         elif screened == "dropped":
-            findings.append(Finding("info", "router_owned_key",
-                                    f"{name} is not written: the router sets it itself", field))  # fmt: skip
+            findings.append(
+                Finding(
+                    "info",
+                    "router_owned_key",
+                    f"{name} is not written: the router sets it itself",
+                    field,
+                )
+            )
         elif name in kept:
-            findings.append(Finding("error", "duplicate_key",
-                                    f"{name} is given twice (in two spellings)", field))  # fmt: skip
+            findings.append(
+                Finding(
+                    "error", "duplicate_key", f"{name} is given twice (in two spellings)", field
+                )
+            )
         else:
             kept[name] = value
     return kept, findings
@@ -194,13 +206,23 @@ def catalog_findings(
             continue
         clash = mine & set(other.names)
         if clash:
-            findings.append(Finding("error", "id_clash",
-                                    f"model name {min(clash)!r} is already used by {other.path.name}",
-                                    prefix))  # fmt: skip
+            findings.append(
+                Finding(
+                    "error",
+                    "id_clash",
+                    f"model name {min(clash)!r} is already used by {other.path.name}",
+                    prefix,
+                )
+            )
     for key in missing:
-        findings.append(Finding("warning", "missing_file",
-                                f"{key} names a file that does not exist yet; loading will fail "
-                                "until it does", f"{prefix}.{key.split('[')[0]}"))  # fmt: skip
+        findings.append(
+            Finding(
+                "warning",
+                "missing_file",
+                f"{key} names a file that does not exist yet; loading will fail until it does",
+                f"{prefix}.{key.split('[')[0]}",
+            )
+        )
     return findings
 
 

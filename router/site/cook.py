@@ -97,8 +97,11 @@ def plan_cook(
         _add_component(plan, index, item, node_id, resolve, probe)
     for key, value in options.items():
         if key in plan.options:
-            plan.error("duplicate_component",
-                       f"{key} is set by a component and again in options", f"options.{key}")  # fmt: skip
+            plan.error(
+                "duplicate_component",
+                f"{key} is set by a component and again in options",
+                f"options.{key}",
+            )
         else:
             plan.options[key] = value
     _check_mix(plan, _mode(options.get("backend_mode"), default_mode), cpu_count)
@@ -122,11 +125,17 @@ def _add_component(
         plan.error("unknown_kind", f"kind must be one of {', '.join(KINDS)}", f"{where}.kind")
         return
     if item.get("node_url") is not None:
-        plan.error("node_url_override", "node_url cannot be chosen; nodes are known by node_id",
-                   f"{where}.node_url")  # fmt: skip
+        plan.error(
+            "node_url_override",
+            "node_url cannot be chosen; nodes are known by node_id",
+            f"{where}.node_url",
+        )
     if item.get("node_id") not in (None, "", node_id):
-        plan.error("unknown_node", f"components can come only from this node ({node_id})",
-                   f"{where}.node_id")  # fmt: skip
+        plan.error(
+            "unknown_node",
+            f"components can come only from this node ({node_id})",
+            f"{where}.node_id",
+        )
     source = item.get("source") or ("file" if item.get("file_path") else "config")
     if source == "config":
         keys = _from_config(plan, item, kind, where, resolve)
@@ -148,9 +157,12 @@ def _add_component(
 
 
 def _from_config(
-    plan: CookPlan, item: Mapping[str, Any], kind: str, where: str,
+    plan: CookPlan,
+    item: Mapping[str, Any],
+    kind: str,
+    where: str,
     resolve: Callable[[str], ModelConfig | None],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     model_id = item.get("model_id") or item.get("image_id")
     param = f"{where}.model_id" if item.get("model_id") else f"{where}.image_id"
     if not isinstance(model_id, str) or not model_id:
@@ -176,9 +188,12 @@ def _from_config(
 
 
 def _from_file(
-    plan: CookPlan, item: Mapping[str, Any], kind: str, where: str,
+    plan: CookPlan,
+    item: Mapping[str, Any],
+    kind: str,
+    where: str,
     probe: Callable[[str], tuple[Probe, str]],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     text = item.get("file_path")
     key = item.get("option_key") or MAIN_KEYS[kind][0]
     if not isinstance(text, str) or not text or "\x00" in text:
@@ -210,18 +225,32 @@ def _check_mix(plan: CookPlan, mode: BackendMode, cpu_count: int) -> None:
     a hand-written file may carry spare keys, but a cook request asked for that kind)."""
     for index, kind in plan.chosen:
         if family_for(mode, KINDS[kind]) is None:
-            plan.error("mode_cannot_serve", f"{mode.value} mode does not serve {kind} models",
-                       f"components[{index}].kind")  # fmt: skip
+            plan.error(
+                "mode_cannot_serve",
+                f"{mode.value} mode does not serve {kind} models",
+                f"components[{index}].kind",
+            )
     if "ttsmodel" in plan.options and mode is not BackendMode.KOBOLD:
-        plan.error("mode_cannot_serve", "text-to-speech (ttsmodel) is served only in kobold mode",
-                   "options.backend_mode")  # fmt: skip
+        plan.error(
+            "mode_cannot_serve",
+            "text-to-speech (ttsmodel) is served only in kobold mode",
+            "options.backend_mode",
+        )
     if mode is BackendMode.KOBOLD and {"image", "embeddings"} <= set(plan.kinds):
-        plan.error("kobold_image_embeddings",
-                   "one KoboldCpp process cannot serve an image model and an embeddings model "
-                   "together; cook them as two configurations", "components")  # fmt: skip
+        plan.error(
+            "kobold_image_embeddings",
+            "one KoboldCpp process cannot serve an image model and an embeddings model "
+            "together; cook them as two configurations",
+            "components",
+        )
     threads = sum(
-        v for k in THREAD_KEYS if isinstance(v := plan.options.get(k), int) and not isinstance(v, bool) and v > 0
-    )  # fmt: skip
+        v
+        for k in THREAD_KEYS
+        if isinstance(v := plan.options.get(k), int) and not isinstance(v, bool) and v > 0
+    )
     if threads > cpu_count:
-        plan.error("thread_budget", f"{' + '.join(THREAD_KEYS)} = {threads} is more than the "
-                   f"{cpu_count} CPUs of this node", "options.threads")  # fmt: skip
+        plan.error(
+            "thread_budget",
+            f"{' + '.join(THREAD_KEYS)} = {threads} is more than the {cpu_count} CPUs of this node",
+            "options.threads",
+        )

@@ -12,9 +12,18 @@ from typing import Any
 from router.store.access import Access
 
 COLUMNS = (
-    "id", "section", "node_id", "model_id", "type", "status", "started_at", "finished_at",
-    "duration_ms", "metrics_json", "error",
-)  # fmt: skip
+    "id",
+    "section",
+    "node_id",
+    "model_id",
+    "type",
+    "status",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "metrics_json",
+    "error",
+)
 _UPSERT = (
     f"INSERT INTO benchmark_runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
     " ON CONFLICT (id, section) DO UPDATE SET status = excluded.status,"

@@ -58,10 +58,15 @@ class EventChannel:
         # -I -S: no site-packages, no environment; start_new_session: a terminal's Ctrl-C
         # reaches the router, which then closes the pipe (the process's one stop signal).
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-S", str(_SCRIPT), str(self._db_path),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-I",
+            "-S",
+            str(_SCRIPT),
+            str(self._db_path),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
-        )  # fmt: skip
+        )
         self._acks = asyncio.create_task(self._read_acks(), name="store-event-acks")
         self._ticker = asyncio.create_task(self._tick(), name="store-event-tick")
 

@@ -13,13 +13,31 @@ from typing import Any
 from router.store.access import Access
 
 JOB_COLUMNS = (
-    "id", "node_id", "repository", "revision", "commit_sha", "state", "files_json",
-    "bytes_total", "bytes_done", "error", "created_at", "updated_at", "finished_at",
-)  # fmt: skip
+    "id",
+    "node_id",
+    "repository",
+    "revision",
+    "commit_sha",
+    "state",
+    "files_json",
+    "bytes_total",
+    "bytes_done",
+    "error",
+    "created_at",
+    "updated_at",
+    "finished_at",
+)
 LIBRARY_COLUMNS = (
-    "path", "repository", "commit_sha", "repo_path", "size", "sha256", "verified_by",
-    "job_id", "downloaded_at",
-)  # fmt: skip
+    "path",
+    "repository",
+    "commit_sha",
+    "repo_path",
+    "size",
+    "sha256",
+    "verified_by",
+    "job_id",
+    "downloaded_at",
+)
 
 
 def _upsert(table: str, columns: Sequence[str], key: str) -> str:

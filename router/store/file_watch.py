@@ -95,8 +95,11 @@ class FileWatch:
         log.error(
             "store file %s was %s while the router ran: opened a fresh file with the schema; "
             "lost every row of the old file and what was written between %s and %s",
-            self.path, kind, _clock(intact_at), _clock(detected_at),
-        )  # fmt: skip
+            self.path,
+            kind,
+            _clock(intact_at),
+            _clock(detected_at),
+        )
         await self._reopen()
         self.incidents.append(incident)
         if self.on_incident is not None:

@@ -20,9 +20,20 @@ from router.store.access import Access
 from router.store.writer import Op
 
 DECISION_COLUMNS = (
-    "id", "at", "kind", "trigger", "outcome", "reasons", "lane", "owner_node_id",
-    "owner_model_id", "helper_node_id", "helper_model_id", "router_version", "detail",
-)  # fmt: skip
+    "id",
+    "at",
+    "kind",
+    "trigger",
+    "outcome",
+    "reasons",
+    "lane",
+    "owner_node_id",
+    "owner_model_id",
+    "helper_node_id",
+    "helper_model_id",
+    "router_version",
+    "detail",
+)
 _QUOTED = [f'"{c}"' if c == "trigger" else c for c in DECISION_COLUMNS]
 _INSERT_DECISION = (
     f"INSERT INTO offload_decisions ({', '.join(_QUOTED[1:])})"

@@ -9,9 +9,14 @@ from typing import Any
 from router.store.access import Access
 
 LINK_COLUMNS = (
-    "lane", "owner_node_id", "owner_model_id", "helper_node_id", "helper_model_id",
-    "load_if_unloaded", "restore_after_borrow",
-)  # fmt: skip
+    "lane",
+    "owner_node_id",
+    "owner_model_id",
+    "helper_node_id",
+    "helper_model_id",
+    "load_if_unloaded",
+    "restore_after_borrow",
+)
 _INSERT = (
     f"INSERT OR REPLACE INTO routing_links ({', '.join(LINK_COLUMNS)}, updated_at)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"

@@ -110,11 +110,13 @@ def percentile(hist: dict[int, int], pct: int) -> float | None:
 
 def empty_cell() -> dict[str, Any]:
     return {
-        "requests": 0, "errors": 0, "aborted": 0,
+        "requests": 0,
+        "errors": 0,
+        "aborted": 0,
         "tokens": {"prompt": 0, "completion": 0, "total": 0},
         **{metric: {**dict.fromkeys(QUANTILES), "mean": None} for metric in METRICS},
         "_sums": [0.0, 0, 0.0, 0],
-    }  # fmt: skip
+    }
 
 
 def _add_counts(cell: dict[str, Any], row: Sequence[Any]) -> None:
@@ -158,8 +160,12 @@ def fold(
     lanes: dict[str, dict[str, Any]] = {}
     buckets = [empty_cell() for _ in range(window.buckets)]
     for model, lane, k, *numbers in counts:
-        for cell in (totals, models.setdefault(model, empty_cell()),
-                     lanes.setdefault(lane, empty_cell()), buckets[k]):  # fmt: skip
+        for cell in (
+            totals,
+            models.setdefault(model, empty_cell()),
+            lanes.setdefault(lane, empty_cell()),
+            buckets[k],
+        ):
             _add_counts(cell, numbers)
     by_model: Hists = {}
     by_lane: Hists = {}

@@ -52,18 +52,49 @@ Raw = tuple[Any, ...]
 
 def row_from_raw(raw: Raw) -> Row:
     """The stored row for one request: rounding and usage parsing happen here, off the loop."""
-    (wall, route, surface, lane, model, node_id, backend, status, upstream_status, message,
-     queue_wait_ms, ttfb_ms, duration_s, bytes_in, bytes_out, aborted, tail) = raw[:17]  # fmt: skip
+    (
+        wall,
+        route,
+        surface,
+        lane,
+        model,
+        node_id,
+        backend,
+        status,
+        upstream_status,
+        message,
+        queue_wait_ms,
+        ttfb_ms,
+        duration_s,
+        bytes_in,
+        bytes_out,
+        aborted,
+        tail,
+    ) = raw[:17]
     answered_by = raw[17] if len(raw) > 17 else None
     usage = sniff_usage(tail)
     return (
-        wall, route, surface, lane, model, node_id, backend, status, upstream_status, message,
-        round(queue_wait_ms, 3), None if ttfb_ms is None else round(ttfb_ms, 3),
-        round(duration_s * 1000.0, 3), bytes_in, bytes_out,
+        wall,
+        route,
+        surface,
+        lane,
+        model,
+        node_id,
+        backend,
+        status,
+        upstream_status,
+        message,
+        round(queue_wait_ms, 3),
+        None if ttfb_ms is None else round(ttfb_ms, 3),
+        round(duration_s * 1000.0, 3),
+        bytes_in,
+        bytes_out,
         1 if aborted or status == CLIENT_CLOSED else 0,
-        usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get("total_tokens"),
+        usage.get("prompt_tokens"),
+        usage.get("completion_tokens"),
+        usage.get("total_tokens"),
         answered_by,
-    )  # fmt: skip
+    )
 
 
 # One pass over the tail for every spelling (OpenAI, Ollama, Anthropic); the last match wins.

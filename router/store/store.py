@@ -251,11 +251,18 @@ class Store(FileWatch):
         snapshot = cap.sanitize_kcpps(kcpps or {}, homes)
         hashes = {cap.strip_path(str(k), homes): str(v) for k, v in (asset_hashes or {}).items()}
         row = (
-            attempt_id, self.node_id, kind, "running", model, backend, lane,
-            json.dumps(snapshot, default=str), json.dumps(hashes),
+            attempt_id,
+            self.node_id,
+            kind,
+            "running",
+            model,
+            backend,
+            lane,
+            json.dumps(snapshot, default=str),
+            json.dumps(hashes),
             json.dumps(cap.argv_without_secrets(argv, homes)),
             started_at or time.time(),
-        )  # fmt: skip
+        )
         self._writer.add_op(Op(_INSERT_ATTEMPT, row))
         self._live[attempt_id] = cap.LiveCapture(self._cap_bytes)
         return attempt_id
@@ -287,9 +294,15 @@ class Store(FileWatch):
             return
         ended = ended_at or time.time()
         row = (
-            status, exit_code, sanitize(error) if error else None, ended, ended,
-            live.stored, int(live.truncated), attempt_id,
-        )  # fmt: skip
+            status,
+            exit_code,
+            sanitize(error) if error else None,
+            ended,
+            ended,
+            live.stored,
+            int(live.truncated),
+            attempt_id,
+        )
         self._writer.add_op(Op(_FINISH_ATTEMPT, row), urgent=True)
 
     async def list_captures(self, filters: cap.CaptureFilter) -> dict[str, Any]:
@@ -349,12 +362,13 @@ class Store(FileWatch):
         row = (
             an.as_float(error.get("time")) or time.time(),
             str(error.get("node_id") or self.node_id),
-            an.as_text(error.get("model")), an.as_text(error.get("backend")),
+            an.as_text(error.get("model")),
+            an.as_text(error.get("backend")),
             sanitize(str(error.get("reason") or "load failed")),
             an.as_int(error.get("exit_code")),
             None if tail is None else str(tail)[-MAX_OUTPUT_TAIL:],
             an.as_text(error.get("attempt_id")),
-        )  # fmt: skip
+        )
         self._writer.add_op(Op(_INSERT_LOAD_ERROR, row), urgent=True)
 
     async def list_load_errors(self, limit: int = 100) -> list[dict[str, Any]]:
@@ -478,9 +492,16 @@ _INSERT_LOAD_ERROR = (
     " attempt_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _LOAD_ERROR_COLUMNS = (
-    "id", "time", "node_id", "model", "backend", "reason", "exit_code", "output_tail",
+    "id",
+    "time",
+    "node_id",
+    "model",
+    "backend",
+    "reason",
+    "exit_code",
+    "output_tail",
     "attempt_id",
-)  # fmt: skip
+)
 _UPSERT_STATE = (
     "INSERT INTO model_state (model_id, disabled, updated_at) VALUES (?, ?, ?)"
     " ON CONFLICT (model_id) DO UPDATE SET disabled = excluded.disabled,"

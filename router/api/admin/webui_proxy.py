@@ -224,9 +224,13 @@ async def _forward(request: web.Request, kind: Kind, path: str) -> web.StreamRes
         query = request.rel_url.raw_query_string
         body = request.content.iter_any() if request.can_read_body else None
         return await forward_to(
-            request, runtime, path + (f"?{query}" if query else ""), body, info,
+            request,
+            runtime,
+            path + (f"?{query}" if query else ""),
+            body,
+            info,
             headers=upstream_headers(request.headers),
-        )  # fmt: skip
+        )
     finally:
         lease.release()
 

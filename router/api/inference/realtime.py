@@ -174,9 +174,11 @@ async def _remote_session(request: web.Request, target: Target) -> web.WebSocket
         raise BadGateway(f"cannot reach node {target.replica.node_id!r}: {exc}") from exc
     try:
         client = web.WebSocketResponse(
-            protocols=(node.protocol,) if node.protocol else (), max_msg_size=cap,
-            heartbeat=HEARTBEAT_S, autoclose=False,
-        )  # fmt: skip
+            protocols=(node.protocol,) if node.protocol else (),
+            max_msg_size=cap,
+            heartbeat=HEARTBEAT_S,
+            autoclose=False,
+        )
         with request.app[SESSIONS].opened() as stop:
             await client.prepare(request)
             await relay(client, node, [0, 0], stop)

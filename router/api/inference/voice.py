@@ -158,9 +158,12 @@ def _decode_audio(value: Any) -> bytes:
 
 
 async def _to_whisper(
-    request: web.Request, sel: Selection, model: str, forced: dict[str, str],
+    request: web.Request,
+    sel: Selection,
+    model: str,
+    forced: dict[str, str],
     defaults: dict[str, str],
-) -> web.StreamResponse:  # fmt: skip
+) -> web.StreamResponse:
     boundary = boundary_of(request.headers.get("Content-Type", ""))
     if boundary is None:
         raise BadRequest("send the audio as multipart/form-data with a `file` field")
@@ -170,9 +173,12 @@ async def _to_whisper(
 
 
 async def _send_form(
-    request: web.Request, model: str, parts: list[FormPart], forced: dict[str, str],
+    request: web.Request,
+    model: str,
+    parts: list[FormPart],
+    forced: dict[str, str],
     defaults: dict[str, str],
-) -> web.StreamResponse:  # fmt: skip
+) -> web.StreamResponse:
     """The buffered path: convert the audio to WAV if needed, set fields, forward the form."""
     audio = next((p for p in parts if p.name == "file"), None)
     if audio is None:

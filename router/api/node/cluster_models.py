@@ -91,6 +91,12 @@ def ollama_tag(public: PublicModel) -> dict[str, Any]:
         "modified_at": "1970-01-01T00:00:00Z",
         "size": 0,
         "digest": public.head.model_hash or "",
-        "details": {"parent_model": "", "format": "", "family": "", "families": None,
-                    "parameter_size": "", "quantization_level": ""},
-    }  # fmt: skip
+        "details": {
+            "parent_model": "",
+            "format": "",
+            "family": "",
+            "families": None,
+            "parameter_size": "",
+            "quantization_level": "",
+        },
+    }

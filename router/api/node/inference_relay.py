@@ -152,13 +152,15 @@ async def stt_target(request: web.Request) -> Target | None:
         pending = service.pending.get(node_id, 0)
         nodes.append(
             SttNode(
-                node_id, False, True,
+                node_id,
+                False,
+                True,
                 has_loaded=status is not None and status.loaded_stt_model is not None,
                 active=(status.active_requests if status else 0) + pending,
                 queued=status.queued_requests if status else 0,
                 answered_status=status is not None,
             )
-        )  # fmt: skip
+        )
     chosen = choose_stt_node(nodes, service.stt_turn())
     if chosen is None or chosen.local:
         return None
@@ -172,11 +174,13 @@ def _local_stt(request: web.Request, own: str) -> SttNode:
     views = request.app[RUNTIMES].views()
     voice = [v for v in views if Lane.VOICE in v.occupies]
     return SttNode(
-        own, True, bool(configs),
+        own,
+        True,
+        bool(configs),
         has_loaded=any(v.ready for v in voice),
         active=sum(v.leases for v in views),
         queued=request.app[RUNTIMES].queue_length(Lane.VOICE),
-    )  # fmt: skip
+    )
 
 
 def target_on(service: ClusterService, node_id: str, local_id: str) -> Target | None:

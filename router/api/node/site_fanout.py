@@ -56,8 +56,11 @@ async def _each_slave(
     return list(zip(entries, answers, strict=True))
 
 
-def _merged(merge: Callable[[web.Request, dict[str, Any], list[Any]], dict[str, Any]],
-            method: str, path: str) -> Callable[[Handler], Handler]:  # fmt: skip
+def _merged(
+    merge: Callable[[web.Request, dict[str, Any], list[Any]], dict[str, Any]],
+    method: str,
+    path: str,
+) -> Callable[[Handler], Handler]:
     def wrap(handler: Handler) -> Handler:
         async def site(request: web.Request) -> web.StreamResponse:
             if not _whole_cluster(request):

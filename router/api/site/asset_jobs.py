@@ -35,19 +35,29 @@ log = logging.getLogger(__name__)
 def _service(request: web.Request) -> Downloads:
     service = request.app.get(DOWNLOADS)
     if service is None:
-        raise ServiceUnavailable("downloads are off (downloads.enabled: false)", code="downloads_disabled")  # fmt: skip
+        raise ServiceUnavailable(
+            "downloads are off (downloads.enabled: false)", code="downloads_disabled"
+        )
     return service
 
 
-async def start(request: web.Request, body: dict[str, Any], document: Document, resolve_doc: ResolveDoc) -> web.Response:  # fmt: skip
+async def start(
+    request: web.Request, body: dict[str, Any], document: Document, resolve_doc: ResolveDoc
+) -> web.Response:
     node_id = node_of(request, body)
     service = _service(request)
     name, doc = await document(request, body)
     results = await resolve_doc(request.app[SITE_FILES], doc)  # a malformed document is a 400 now
     for result in results:
         result["state"] = "resolved" if result["resolved"] else "pending"
-    job: dict[str, Any] = {"id": uuid.uuid4().hex, "node_id": node_id, "filename": name,
-                           "state": "running", "created_at": time.time(), "fields": results}  # fmt: skip
+    job: dict[str, Any] = {
+        "id": uuid.uuid4().hex,
+        "node_id": node_id,
+        "filename": name,
+        "state": "running",
+        "created_at": time.time(),
+        "fields": results,
+    }
     jobs = service.asset_jobs
     while len(jobs) >= MAX_ASSET_JOBS:
         jobs.pop(next(iter(jobs)))
@@ -58,7 +68,9 @@ async def start(request: web.Request, body: dict[str, Any], document: Document, 
     return web.json_response(_view(service, job), status=202)
 
 
-async def _fill(app: web.Application, service: Downloads, doc: dict[str, Any], job: dict[str, Any]) -> None:  # fmt: skip
+async def _fill(
+    app: web.Application, service: Downloads, doc: dict[str, Any], job: dict[str, Any]
+) -> None:
     for result in job["fields"]:
         if result["resolved"]:
             continue
@@ -74,24 +86,32 @@ async def _fill(app: web.Application, service: Downloads, doc: dict[str, Any], j
     job["state"] = "done"
 
 
-async def _from_hub(app: web.Application, service: Downloads, doc: dict[str, Any], result: dict[str, Any]) -> None:  # fmt: skip
+async def _from_hub(
+    app: web.Application, service: Downloads, doc: dict[str, Any], result: dict[str, Any]
+) -> None:
     sha = result["hash"]
     origin, source = pinned_origin(doc, result["field"], result["position"]), "pinned"
     if origin is None:
         learned = await app[STORE].downloads.asset_origin(sha)
-        origin = (learned["repository"], learned["commit_sha"], learned["repo_path"]) if learned else None  # fmt: skip
+        origin = (
+            (learned["repository"], learned["commit_sha"], learned["repo_path"])
+            if learned
+            else None
+        )
         source = "learned"
     if origin is None:
         found = await asyncio.to_thread(service.hub.candidates, sha, result["filename"])
         if len(found) != 1:
             result.update(state="failed", failure=f"{len(found)} hub candidates; bind one first")
             return
-        origin, source = (found[0]["repository"], found[0]["commit"], found[0]["path"]), "candidate"  # fmt: skip
+        origin, source = (found[0]["repository"], found[0]["commit"], found[0]["path"]), "candidate"
     repository, commit, path = origin
     plan = await service.plan(repository, commit, [path], "explicit")
     listed = next((f for f in plan.repository.files if f.path == path), None)
     if plan.repository.commit != commit or listed is None or listed.sha256 != sha:
-        result.update(state="failed", failure=f"{hf_uri(*origin)} is not a file with this LFS SHA-256")  # fmt: skip
+        result.update(
+            state="failed", failure=f"{hf_uri(*origin)} is not a file with this LFS SHA-256"
+        )
         return
     result.update(source=f"hf:{source}", hf=hf_uri(*origin))
     if plan.skipped:  # already in the library with this hash
@@ -114,7 +134,11 @@ def _view(service: Downloads, job: dict[str, Any]) -> dict[str, Any]:
             result.update(state="failed", failure=download.error or download.state.value)
     pending = any(r.get("state") == "downloading" for r in job["fields"])
     resolved = all(r["resolved"] for r in job["fields"])
-    state = "running" if job["state"] == "running" or pending else ("resolved" if resolved else "failed")  # fmt: skip
+    state = (
+        "running"
+        if job["state"] == "running" or pending
+        else ("resolved" if resolved else "failed")
+    )
     return {**job, "state": state, "resolved": resolved}
 
 

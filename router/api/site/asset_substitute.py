@@ -31,8 +31,12 @@ FindConfig = Callable[[web.Request, Mapping[str, Any]], ModelConfig]
 def _key(body: Mapping[str, Any]) -> tuple[str, int | None, str]:
     field, position = body.get("field"), body.get("position")
     if not isinstance(field, str) or not field or len(field) > 64:
-        raise BadRequest("field must name a file field (model_param, sdmodel, lora ...)", param="field")  # fmt: skip
-    if position is not None and (isinstance(position, bool) or not isinstance(position, int) or position < 0):  # fmt: skip
+        raise BadRequest(
+            "field must name a file field (model_param, sdmodel, lora ...)", param="field"
+        )
+    if position is not None and (
+        isinstance(position, bool) or not isinstance(position, int) or position < 0
+    ):
         raise BadRequest("position must be a list index", param="position")
     return field, position, field if position is None else f"{field}[{position}]"
 
@@ -45,7 +49,9 @@ def _hash(body: Mapping[str, Any], name: str) -> str:
     return value
 
 
-def _replaced(raw: Mapping[str, Any], field: str, position: int | None, path: str) -> dict[str, Any]:  # fmt: skip
+def _replaced(
+    raw: Mapping[str, Any], field: str, position: int | None, path: str
+) -> dict[str, Any]:
     out = dict(raw)
     if position is None:
         out[field] = path
@@ -58,7 +64,9 @@ def _replaced(raw: Mapping[str, Any], field: str, position: int | None, path: st
     return out
 
 
-async def substitute(request: web.Request, body: dict[str, Any], find_config: FindConfig) -> web.Response:  # fmt: skip
+async def substitute(
+    request: web.Request, body: dict[str, Any], find_config: FindConfig
+) -> web.Response:
     node_id = node_of(request, body)
     config = find_config(request, body)
     field, position, key = _key(body)
@@ -75,12 +83,24 @@ async def substitute(request: web.Request, body: dict[str, Any], find_config: Fi
     stat = stats.get(str(current))
     digest = digests.get(stat.real) if stat is not None else None
     if digest is None or digest.sha256 != expected:
-        raise Conflict(f"{key} no longer holds the file with expected_sha256", param="expected_sha256")  # fmt: skip
+        raise Conflict(
+            f"{key} no longer holds the file with expected_sha256", param="expected_sha256"
+        )
     (found,) = await site.locate([(wanted, "")])
     if found is None:
-        raise Conflict("no file on this node has that SHA-256; fetch it first (model-assets/jobs)", param="sha256")  # fmt: skip
-    answer = {"node_id": node_id, "id": config.id, "filename": config.path.name, "field": key,
-              "from": current.name, "to": found.stat.path.rsplit("/", 1)[-1], "written": False}  # fmt: skip
+        raise Conflict(
+            "no file on this node has that SHA-256; fetch it first (model-assets/jobs)",
+            param="sha256",
+        )
+    answer = {
+        "node_id": node_id,
+        "id": config.id,
+        "filename": config.path.name,
+        "field": key,
+        "from": current.name,
+        "to": found.stat.path.rsplit("/", 1)[-1],
+        "written": False,
+    }
     if not confirm:
         return web.json_response(answer)
     settings = request.app[SETTINGS]
@@ -88,7 +108,9 @@ async def substitute(request: web.Request, body: dict[str, Any], find_config: Fi
     try:
         parse_kcpps(config.path, data, settings.backend.mode, settings.models.file_roots)
     except KcppsError as err:
-        raise BadRequest(f"the changed configuration is not servable: {err}", param="field") from None  # fmt: skip
+        raise BadRequest(
+            f"the changed configuration is not servable: {err}", param="field"
+        ) from None
     await asyncio.to_thread(write_atomic, config.path, data)
     await request.app[CATALOG].refresh()
     return web.json_response({**answer, "written": True})

@@ -22,7 +22,9 @@ from router.errors import BadRequest, Conflict, ServiceUnavailable
 def _service(request: web.Request) -> Downloads:
     service = request.app.get(DOWNLOADS)
     if service is None:
-        raise ServiceUnavailable("downloads are off (downloads.enabled: false)", code="downloads_disabled")  # fmt: skip
+        raise ServiceUnavailable(
+            "downloads are off (downloads.enabled: false)", code="downloads_disabled"
+        )
     return service
 
 
@@ -36,7 +38,10 @@ def _sha(body: dict[str, Any]) -> str:
 
 def _no_token(body: dict[str, Any]) -> None:
     if "token" in body:
-        raise BadRequest("the hub token is configured on the router (downloads.token), never sent per request", param="token")  # fmt: skip
+        raise BadRequest(
+            "the hub token is configured on the router (downloads.token), never sent per request",
+            param="token",
+        )
 
 
 async def candidates(request: web.Request, body: dict[str, Any]) -> web.Response:
@@ -48,9 +53,20 @@ async def candidates(request: web.Request, body: dict[str, Any]) -> web.Response
     service = _service(request)
     found = await asyncio.to_thread(service.hub.candidates, sha, filename)
     learned = await request.app[STORE].downloads.asset_origin(sha)
-    origin = hf_uri(learned["repository"], learned["commit_sha"], learned["repo_path"]) if learned else None  # fmt: skip
-    return web.json_response({"node_id": node_id, "sha256": sha, "filename": filename,
-                              "candidates": found, "learned": origin})  # fmt: skip
+    origin = (
+        hf_uri(learned["repository"], learned["commit_sha"], learned["repo_path"])
+        if learned
+        else None
+    )
+    return web.json_response(
+        {
+            "node_id": node_id,
+            "sha256": sha,
+            "filename": filename,
+            "candidates": found,
+            "learned": origin,
+        }
+    )
 
 
 async def bind(request: web.Request, body: dict[str, Any]) -> web.Response:
@@ -68,13 +84,24 @@ async def bind(request: web.Request, body: dict[str, Any]) -> web.Response:
     assert isinstance(commit, str)
     repo = await _service(request).repository(repository, commit)
     if repo.commit != commit:
-        raise Conflict(f"{repository}@{commit[:12]} resolves to {repo.commit[:12]}", param="commit")  # fmt: skip
+        raise Conflict(f"{repository}@{commit[:12]} resolves to {repo.commit[:12]}", param="commit")
     listed = next((f for f in repo.files if f.path == path), None)
     if listed is None:
-        raise Conflict(f"{path!r} is not a file of {repository} at that commit", param="repository_path")  # fmt: skip
+        raise Conflict(
+            f"{path!r} is not a file of {repository} at that commit", param="repository_path"
+        )
     if listed.sha256 != sha:
         why = "has no LFS hash" if listed.sha256 is None else "has another LFS SHA-256"
         raise Conflict(f"{path!r} {why}; only an equal LFS hash binds", param="sha256")
-    await request.app[STORE].downloads.save_asset_origin({"sha256": sha, "repository": repository,
-        "commit_sha": commit, "repo_path": path, "bound_at": time.time()})  # fmt: skip
-    return web.json_response({"node_id": node_id, "sha256": sha, "hf": hf_uri(repository, commit, path)})  # fmt: skip
+    await request.app[STORE].downloads.save_asset_origin(
+        {
+            "sha256": sha,
+            "repository": repository,
+            "commit_sha": commit,
+            "repo_path": path,
+            "bound_at": time.time(),
+        }
+    )
+    return web.json_response(
+        {"node_id": node_id, "sha256": sha, "hf": hf_uri(repository, commit, path)}
+    )

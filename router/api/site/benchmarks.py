@@ -39,8 +39,9 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
     node_id = node_of(request)
     model_id = request.query.get("model_id") or request.query.get("model")
     if not model_id:
-        raise BadRequest("model_id is required: GET /router/v1/benchmarks?model_id=<id>",
-                         param="model_id")  # fmt: skip
+        raise BadRequest(
+            "model_id is required: GET /router/v1/benchmarks?model_id=<id>", param="model_id"
+        )
     limit = _history_limit(request)
     config = request.app[CATALOG].resolve(model_id)
     stored_id = config.id if config is not None else model_id

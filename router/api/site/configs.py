@@ -80,9 +80,12 @@ async def _current(path: Path) -> bytes | None:
 
 
 async def _check(
-    request: web.Request, config_id: str, filename: str, options: dict[str, Any],
+    request: web.Request,
+    config_id: str,
+    filename: str,
+    options: dict[str, Any],
     findings: list[Finding],
-) -> Draft:  # fmt: skip
+) -> Draft:
     """Parse the would-be file as the catalog will, and add what the catalog would say."""
     settings, catalog = request.app[SETTINGS], request.app[CATALOG]
     path = settings.models.config_dir / filename
@@ -257,11 +260,19 @@ async def _cook_delete(request: web.Request, tail: str) -> web.Response:
             await asyncio.to_thread(_unmark, folder / COOK_MARKS, cook_id)
             raise NotFound(f"no configuration file {filename}", param="id")
         if mark is None or mark.get("filename") != filename:
-            raise Conflict(f"{filename} was not written by cook; delete it with DELETE "
-                           "/router/v1/site/config-file", param="id", code="not_cooked")  # fmt: skip
+            raise Conflict(
+                f"{filename} was not written by cook; delete it with DELETE "
+                "/router/v1/site/config-file",
+                param="id",
+                code="not_cooked",
+            )
         if mark.get("sha256") != hashlib.sha256(current).hexdigest():
-            raise Conflict(f"{filename} was edited after cook wrote it; delete it with DELETE "
-                           "/router/v1/site/config-file", param="id", code="edited")  # fmt: skip
+            raise Conflict(
+                f"{filename} was edited after cook wrote it; delete it with DELETE "
+                "/router/v1/site/config-file",
+                param="id",
+                code="edited",
+            )
         await asyncio.to_thread(site.remove_file, folder, filename)
         await asyncio.to_thread(_unmark, folder / COOK_MARKS, cook_id)
         await catalog.refresh()

@@ -34,7 +34,9 @@ Action = Callable[[web.Request, Downloads, dict[str, Any]], Awaitable[web.Stream
 def _service(request: web.Request) -> Downloads:
     service = request.app.get(DOWNLOADS)
     if service is None:
-        raise ServiceUnavailable("downloads are off (downloads.enabled: false)", code="downloads_disabled")  # fmt: skip
+        raise ServiceUnavailable(
+            "downloads are off (downloads.enabled: false)", code="downloads_disabled"
+        )
     return service
 
 
@@ -42,8 +44,11 @@ async def capabilities(request: web.Request) -> web.StreamResponse:
     node_id = node_of(request)
     settings = request.app[SETTINGS]
     service = request.app.get(DOWNLOADS)
-    capability: dict[str, Any] = {"enabled": service is not None, "endpoint": settings.downloads.endpoint,  # fmt: skip
-                                  "configured_token": settings.downloads.token is not None}  # fmt: skip
+    capability: dict[str, Any] = {
+        "enabled": service is not None,
+        "endpoint": settings.downloads.endpoint,
+        "configured_token": settings.downloads.token is not None,
+    }
     if service is None:
         capability.update(reachable=False, reason="downloads.enabled is false")
     else:
@@ -53,18 +58,24 @@ async def capabilities(request: web.Request) -> web.StreamResponse:
     return web.json_response({"nodes": [node]})
 
 
-async def search(request: web.Request, service: Downloads, body: dict[str, Any]) -> web.StreamResponse:  # fmt: skip
+async def search(
+    request: web.Request, service: Downloads, body: dict[str, Any]
+) -> web.StreamResponse:
     query = search_query(body)
     return web.json_response(await asyncio.to_thread(service.hub.search, query))
 
 
-async def repository(request: web.Request, service: Downloads, body: dict[str, Any]) -> web.StreamResponse:  # fmt: skip
+async def repository(
+    request: web.Request, service: Downloads, body: dict[str, Any]
+) -> web.StreamResponse:
     repo_id, revision = repository_of(body)
     repo = await service.repository(repo_id, revision)
     return web.json_response(repo.to_json(revision))
 
 
-async def plan(request: web.Request, service: Downloads, body: dict[str, Any]) -> web.StreamResponse:  # fmt: skip
+async def plan(
+    request: web.Request, service: Downloads, body: dict[str, Any]
+) -> web.StreamResponse:
     made = await _plan(service, body)
     return web.json_response(made.to_json())
 
@@ -77,18 +88,26 @@ async def _plan(service: Downloads, body: dict[str, Any]) -> Any:
         raise BadRequest(str(exc), param="files") from None
 
 
-async def start_job(request: web.Request, service: Downloads, body: dict[str, Any]) -> web.StreamResponse:  # fmt: skip
+async def start_job(
+    request: web.Request, service: Downloads, body: dict[str, Any]
+) -> web.StreamResponse:
     confirm_replace, confirm_unsafe = flag(body, "confirm_replace"), flag(body, "confirm_unsafe")
     made = await _plan(service, body)
-    job = await service.start_job(made, confirm_replace=confirm_replace, confirm_unsafe=confirm_unsafe)  # fmt: skip
+    job = await service.start_job(
+        made, confirm_replace=confirm_replace, confirm_unsafe=confirm_unsafe
+    )
     return web.json_response(job.to_json(), status=202)
 
 
-async def library(request: web.Request, service: Downloads, body: dict[str, Any]) -> web.StreamResponse:  # fmt: skip
+async def library(
+    request: web.Request, service: Downloads, body: dict[str, Any]
+) -> web.StreamResponse:
     return web.json_response(await service.library())
 
 
-async def rescan(request: web.Request, service: Downloads, body: dict[str, Any]) -> web.StreamResponse:  # fmt: skip
+async def rescan(
+    request: web.Request, service: Downloads, body: dict[str, Any]
+) -> web.StreamResponse:
     return web.json_response(await service.rescan())
 
 
@@ -136,7 +155,13 @@ async def events(request: web.Request, job: Job) -> web.StreamResponse:
     """Server-sent events: what happened so far (after Last-Event-ID), then live, until the
     job ends or pauses; comments keep idle proxies from closing the stream."""
     after = _last_event_id(request)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
     await response.prepare(request)
     if request.method == "HEAD":
         return response
@@ -153,7 +178,11 @@ async def _follow(response: web.StreamResponse, job: Job, after: int) -> None:
         for event in pending:
             await response.write(encode_event(event, event["event"], event_id=str(event["id"])))
             after = event["id"]
-        if pending and pending[-1]["event"] == "state" and pending[-1]["state"] in ("completed", "failed", "cancelled", "paused"):  # fmt: skip
+        if (
+            pending
+            and pending[-1]["event"] == "state"
+            and pending[-1]["state"] in ("completed", "failed", "cancelled", "paused")
+        ):
             return
         try:
             await asyncio.wait_for(changed.wait(), SSE_HEARTBEAT)
@@ -176,7 +205,9 @@ async def downloads_context(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     folder = settings.downloads.dir or _data_dir(app) / "downloads"
-    async with downloads_service(settings.downloads, folder, app[STORE], settings.cluster.node_id) as service:  # fmt: skip
+    async with downloads_service(
+        settings.downloads, folder, app[STORE], settings.cluster.node_id
+    ) as service:
         app[DOWNLOADS] = service
         yield
 

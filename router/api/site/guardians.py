@@ -41,9 +41,12 @@ def candidates(request: web.Request) -> list[dict[str, Any]]:
             for replica in public.replicas:
                 if not replica.local and replica.model.multimodal:
                     found.append(
-                        {"node_id": replica.node_id, "model_id": replica.local_id,
-                         "filename": replica.model.filename}
-                    )  # fmt: skip
+                        {
+                            "node_id": replica.node_id,
+                            "model_id": replica.local_id,
+                            "filename": replica.model.filename,
+                        }
+                    )
     return found
 
 
@@ -64,8 +67,13 @@ async def guardian_models(request: web.Request) -> web.StreamResponse:
             "multimodal model (a configuration with mmproj, or vLLM with router_vision: true)",
             param="guardian",
         )
-    row = (assignment.scope, assignment.node_id, assignment.model_id,
-           assignment.guardian_node_id, assignment.guardian_model_id)  # fmt: skip
+    row = (
+        assignment.scope,
+        assignment.node_id,
+        assignment.model_id,
+        assignment.guardian_node_id,
+        assignment.guardian_model_id,
+    )
     await request.app[STORE].guardians.save(row)
     await _reload(request)
     return web.json_response({"ok": True, "assignment": assignment.to_dict()})

@@ -37,8 +37,9 @@ async def _batch(request: web.Request) -> Any:
     refuse_addresses(request, body)
     extra = sorted(set(body) - {"settings"})
     if extra:
-        raise BadRequest(f"unknown field {extra[0][:64]!r}; send {{\"settings\": {{...}}}}",
-                         param=extra[0][:64])  # fmt: skip
+        raise BadRequest(
+            f'unknown field {extra[0][:64]!r}; send {{"settings": {{...}}}}', param=extra[0][:64]
+        )
     if "settings" not in body:
         raise BadRequest('"settings" is required', param="settings")
     return body["settings"]

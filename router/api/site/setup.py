@@ -151,9 +151,12 @@ async def backends_init_events(request: web.Request) -> web.StreamResponse:
     if job is None and stored is None:
         raise _no_job(job_id)
     response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                 "X-Accel-Buffering": "no"}
-    )  # fmt: skip
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
     await response.prepare(request)
     if job is None:  # a job of an earlier router run: its final state, once
         await response.write(
