@@ -394,6 +394,8 @@ _TABLE: tuple[Route, ...] = (
     _inf("/system_stats", "GET", CF, _I, fam={_K}),
     _inf("/interrupt", "POST", CF, _I, sel=IMAGE_SELECTOR, fam={_K}),
     _inf("/upload/image", "POST", CF, _I, handler="comfy.upload", sel=IMAGE_SELECTOR, body=_M, fam={_K}),
+    # Sub-paths are the same upload (docs/decisions.md, "ComfyUI upload sub-paths").
+    _inf("/upload/image/{tail:.*}", "POST", CF, _I, handler="comfy.upload", sel=IMAGE_SELECTOR, body=_M, fam={_K}),
     # -- music
     _inf("/musicui", "GET", Surface.MUSIC, _MU, fam={_K}),
     _inf("/musicui/{tail:.+}", "GET POST", Surface.MUSIC, _MU, fam={_K}),

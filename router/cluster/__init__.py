@@ -30,7 +30,13 @@ from router.cluster.protocol import (
     protocol_problem,
 )
 from router.cluster.registry import NodeEntry, Registry, RemoteNode
-from router.cluster.replicas import SttNode, choose_replica, choose_stt_node
+from router.cluster.replicas import (
+    EmbeddingRuntime,
+    SttNode,
+    choose_embedding_runtime,
+    choose_replica,
+    choose_stt_node,
+)
 from router.cluster.service import ClusterService, Target
 from router.cluster.urls import AllowList, listener_url, normalize_base_url
 
@@ -39,6 +45,7 @@ __all__ = [
     "MIN_PROTOCOL_VERSION",
     "PROTOCOL_VERSION",
     "AllowList",
+    "EmbeddingRuntime",
     "Assignment",
     "ClusterService",
     "GuardianTable",
@@ -56,6 +63,7 @@ __all__ = [
     "SttNode",
     "Target",
     "carries_images",
+    "choose_embedding_runtime",
     "choose_replica",
     "choose_stt_node",
     "has_vision",

@@ -1,4 +1,4 @@
-"""Which replica serves a request, and which node takes selectorless speech-to-text.
+"""Which replica serves a request, and which node takes selectorless speech-to-text or embeddings.
 
 Pure: the caller passes what the registry and the local runtimes say right now and a rotation
 counter it owns; nothing here reads a clock or a socket.
@@ -68,3 +68,22 @@ def _least_queued(nodes: list[SttNode]) -> list[SttNode]:
         return []
     best = min(n.queued for n in nodes)
     return [n for n in nodes if n.queued == best]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EmbeddingRuntime:
+    """A ready runtime with an embedding component: the node and its configuration's local
+    ID there (one runtime, however many public aliases the cluster lists it under)."""
+
+    node_id: str
+    local_id: str
+    local: bool = False
+
+
+def choose_embedding_runtime(
+    runtimes: Sequence[EmbeddingRuntime], turn: int
+) -> EmbeddingRuntime | None:
+    """Selectorless embeddings: round-robin over the loaded embedding runtimes, each once
+    (duplicates, such as aliases of one runtime, collapse); None when none is loaded."""
+    unique = sorted(set(runtimes))
+    return unique[turn % len(unique)] if unique else None

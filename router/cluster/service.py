@@ -63,6 +63,7 @@ class ClusterService:
         self._turns: dict[str, int] = {}
         self._view: _View | None = None
         self._stt_turn = 0
+        self._embeddings_turn = 0
         self._pins: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.pending: dict[str, int] = {}
         self._generation = 0
@@ -220,6 +221,11 @@ class ClusterService:
     def stt_turn(self) -> int:
         self._stt_turn += 1
         return self._stt_turn
+
+    def embeddings_turn(self) -> int:
+        """The rotation counter of selectorless embeddings (`choose_embedding_runtime`)."""
+        self._embeddings_turn += 1
+        return self._embeddings_turn
 
     @contextlib.contextmanager
     def reserved(self, node_id: str) -> Iterator[None]:

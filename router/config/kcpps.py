@@ -108,7 +108,7 @@ class ModelConfig:
             Lane.TEXT: ("model_param",),
             Lane.EMBEDDINGS: ("embeddingsmodel", "model_param"),
             Lane.IMAGE: ("sdmodel", "sddiffusionmodel"),
-            Lane.VOICE: ("whispermodel",),
+            Lane.VOICE: ("whispermodel", "ttsmodel"),
             Lane.MUSIC: ("musicllm",),
         }[lane]
         for key in keys:
@@ -512,8 +512,8 @@ def _lanes(
     for key, lane in MAIN_COMPONENTS.items():
         if key not in components:
             continue
-        if key == "ttsmodel" and mode is not BackendMode.KOBOLD:
-            warnings.append("ttsmodel is ignored: text-to-speech is served only in kobold mode")
+        if key == "ttsmodel" and mode is BackendMode.LLAMA_SDCPP:  # valid under kobold and vllm
+            warnings.append("ttsmodel is ignored: llama_sdcpp mode has no text-to-speech")
         elif family_for(mode, lane) is None:
             warnings.append(
                 f"{key} is ignored: {mode.value} mode does not serve the {lane.value} lane"

@@ -230,10 +230,10 @@ def _check_mix(plan: CookPlan, mode: BackendMode, cpu_count: int) -> None:
                 f"{mode.value} mode does not serve {kind} models",
                 f"components[{index}].kind",
             )
-    if "ttsmodel" in plan.options and mode is not BackendMode.KOBOLD:
+    if "ttsmodel" in plan.options and mode is BackendMode.LLAMA_SDCPP:
         plan.error(
             "mode_cannot_serve",
-            "text-to-speech (ttsmodel) is served only in kobold mode",
+            "text-to-speech (ttsmodel) is served only in kobold and vllm modes",
             "options.backend_mode",
         )
     if mode is BackendMode.KOBOLD and {"image", "embeddings"} <= set(plan.kinds):

@@ -18,7 +18,7 @@ from backends.registry import adapter_for
 from router.api.inference import announce_wait
 from router.api.inference.guardian import answering
 from router.api.inference.pins import pinned_target, pinning
-from router.api.node import relay, remote_target
+from router.api.node import embeddings_target, relay, remote_target
 from router.appkeys import CATALOG, PROXY, RECORDER, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.cluster import Target, carries_images, has_vision
@@ -239,6 +239,14 @@ async def _forward(
     selection = override.selection
     lane = route.lane or Lane.TEXT
     lending = request.app[LENDING]
+    if (
+        facts is None
+        and selection.model is None
+        and lane is Lane.EMBEDDINGS
+        and override.relayable
+        and request.get(BORROWED) is None
+    ):
+        facts = await _embeddings_facts(request)
     facts = facts or relay_facts(request, override)
     local = None
     config, public_id = None, ""
@@ -299,6 +307,13 @@ def relay_facts(request: web.Request, override: Override) -> Facts:
     if chosen is not None and override.plain:
         held = tuple(request.app[LENDING].owner.lendable_remote(request, selection, chosen, lane))
     return RelayFacts(pinned, chosen, relayable, held, override.remember)
+
+
+async def _embeddings_facts(request: web.Request) -> Facts | None:
+    """Selectorless embeddings on a master: another node's loaded runtime in the rotation
+    (router/api/node/embeddings_relay.py); None when this node serves it."""
+    target = await embeddings_target(request)
+    return None if target is None else RelayFacts(chosen=target, relayable=True)
 
 
 def relay_target(request: web.Request, override: Override) -> Target | None:

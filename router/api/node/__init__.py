@@ -17,6 +17,7 @@ from router.api.node.cluster_models import (
     remote_only,
     router_entry,
 )
+from router.api.node.embeddings_relay import embeddings_target
 from router.api.node.inference_relay import relay, remote_target, stt_target, target_on
 from router.api.node.site_fanout import FANOUT
 from router.api.node.site_relay import relayable
@@ -28,6 +29,7 @@ __all__ = [
     "FANOUT",
     "HANDLERS",
     "TEXT_SIDE",
+    "embeddings_target",
     "find_remote",
     "loaded",
     "ollama_tag",
