@@ -143,7 +143,11 @@ async def _not_on_a_slave(request: web.Request) -> web.StreamResponse:
     raise RouteNotFound(request.path)
 
 
-def dispatcher(table: dict[str, Handler]) -> Handler:
+def dispatcher(table: dict[str, Handler], *, names: str = "local") -> Handler:
+    """`names`: what a `names_node` route's node id does before its handler runs (issue 22):
+    "relay" (a master's clients: another registered node's id is relayed there), "local" (only
+    this node's id or none; another is a 404), "skip" (a slave's clients: no site routes)."""
+
     async def dispatch(request: web.Request) -> web.StreamResponse:
         route = route_of(request)
         handler = table.get(route.handler)
@@ -151,9 +155,17 @@ def dispatcher(table: dict[str, Handler]) -> Handler:
             raise NotImplementedRoute(
                 f"{route.template} is recognised but not available in this version of tensor-router"
             )
+        if route.names_node and names != "skip":
+            relayed = await node.relay_named(request, relay=names == "relay")
+            if relayed is not None:
+                return relayed
         return await handler(request)
 
     return dispatch
+
+
+def _names(settings: Settings) -> str:
+    return {"master": "relay", "slave": "skip"}.get(settings.cluster.role, "local")
 
 
 def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.Application:
@@ -214,7 +226,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     )
     app.on_shutdown.append(_begin_drain)
     app.on_response_prepare.append(queue_wait.on_prepare)
-    app[DISPATCH] = dispatcher(handler_table(settings))
+    app[DISPATCH] = dispatcher(handler_table(settings), names=_names(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", CATCH_ALL, app[DISPATCH])
     return app

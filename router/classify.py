@@ -99,6 +99,9 @@ class Route:
     vllm: bool = False  # usable on a vLLM runtime (its strict allowlist, or the router's handler)
     # Native families that implement the path; empty = the router answers without a backend.
     served_by: frozenset[Family] = frozenset()
+    # The site call names a target node in the query's `node_id`: the dispatcher resolves it
+    # before the handler runs (router/app.py), and a master relays a remote id to that node.
+    names_node: bool = False
     # True when any declared method is unsafe; Match.state_changing decides per request.
     state_changing: bool = field(init=False)
 
@@ -172,6 +175,11 @@ def _admin(template: str, methods: str, handler: str, surface: Surface = Surface
               body=body, **kw)  # type: ignore[arg-type]
 
 
+def _addressed(template: str, methods: str, handler: str, surface: Surface = Surface.SITE) -> Route:
+    """A management read whose query `node_id` names the node that answers it."""
+    return replace(_admin(template, methods, handler, surface), names_node=True)
+
+
 def _node(template: str, methods: str, handler: str, body: BodyMode | None = None) -> Route:
     body = body or (_N if frozenset(methods.split()) <= READ_METHODS else _C)
     return _r(template, methods, Surface.NODE, None, Role.CLUSTER, handler, sel=NO_SELECTOR,
@@ -209,7 +217,7 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/shutdown", "POST", "control.shutdown", Surface.CONTROL),
     _admin("/router/v1/events", "GET", "control.events", Surface.CONTROL),
     _admin("/router/v1/status", "GET", "control.status", Surface.CONTROL),
-    _admin("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
+    _addressed("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
     _admin("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
     # -- the admin WebUI's sign-in: public (a browser without a credential asks here)
     _r("/router/v1/ui/session", "GET", Surface.CONTROL, None, Role.PUBLIC, "ui.session", sel=NO_SELECTOR),
@@ -221,26 +229,26 @@ _TABLE: tuple[Route, ...] = (
     _vllm_op("load_lora_adapter", "POST"), _vllm_op("unload_lora_adapter", "POST"),
     _vllm_op("scale_elastic_ep", "POST"), _vllm_op("is_scaling_elastic_ep", "POST"),
     # -- site management (admin)
-    _admin("/router/v1/site/inventory", "GET", "site.inventory"),
-    _admin("/router/v1/site/nodes/state", "GET", "site.nodes_state"),
+    _addressed("/router/v1/site/inventory", "GET", "site.inventory"),
+    _addressed("/router/v1/site/nodes/state", "GET", "site.nodes_state"),
     _admin("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
     _admin("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
     _admin("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
-    _admin("/router/v1/site/nodes/backends/init", "GET", "site.backends_init_status"),
-    _admin("/router/v1/site/nodes/backends/init/{job_id}", "GET", "site.backends_init_job"),
-    _admin("/router/v1/site/nodes/backends/init/{job_id}/output", "GET", "site.backends_init_output"),
-    _admin("/router/v1/site/nodes/backends/init/{job_id}/events", "GET", "site.backends_init_events"),
-    _admin("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
+    _addressed("/router/v1/site/nodes/backends/init", "GET", "site.backends_init_status"),
+    _addressed("/router/v1/site/nodes/backends/init/{job_id}", "GET", "site.backends_init_job"),
+    _addressed("/router/v1/site/nodes/backends/init/{job_id}/output", "GET", "site.backends_init_output"),
+    _addressed("/router/v1/site/nodes/backends/init/{job_id}/events", "GET", "site.backends_init_events"),
+    _addressed("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
     _admin("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
     # downloads (docs/downloads.md)
-    _admin("/router/v1/site/download", "GET", "site.download_capabilities"),
-    _admin("/router/v1/site/download/capabilities", "GET", "site.download_capabilities"),
+    _addressed("/router/v1/site/download", "GET", "site.download_capabilities"),
+    _addressed("/router/v1/site/download/capabilities", "GET", "site.download_capabilities"),
     _admin("/router/v1/site/download/search", "POST", "site.download_search"),
     _admin("/router/v1/site/download/search-page", "POST", "site.download_search"),
     _admin("/router/v1/site/download/repository", "POST", "site.download_repository"),
     _admin("/router/v1/site/download/plan", "POST", "site.download_plan"),
     _admin("/router/v1/site/download/rescan", "POST", "site.download_rescan"),
-    _admin("/router/v1/site/download/library", "GET", "site.download_library"),
+    _addressed("/router/v1/site/download/library", "GET", "site.download_library"),
     _admin("/router/v1/site/download/jobs", "POST", "site.download_start"),
     _admin("/router/v1/site/download/jobs/{job_id}", "GET", "site.download_job"),
     _admin("/router/v1/site/download/jobs/{job_id}/events", "GET", "site.download_events"),
@@ -248,7 +256,7 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/site/download/jobs/{job_id}/resume", "POST", "site.download_resume"),
     _admin("/router/v1/site/download/jobs/{job_id}/cancel", "POST", "site.download_cancel"),
     # backend WebUIs (docs/webuis.md)
-    _admin("/router/v1/site/webuis", "GET", "site.webuis_list"),
+    _addressed("/router/v1/site/webuis", "GET", "site.webuis_list"),
     _admin("/router/v1/site/webuis/session", "POST", "site.webuis_session"),
     _admin("/router/v1/site/webuis/load", "POST", "site.webuis_load"),
     _admin("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
@@ -256,7 +264,7 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/site/offload/summary", "GET", "site.offload_summary"),
     _admin("/router/v1/site/guardian-models", "GET POST DELETE", "site.guardian_models"),
     _admin("/router/v1/site/offload/settings", "GET POST DELETE", "site.offload_settings"),
-    _admin("/router/v1/site/offload/decisions", "GET", "site.offload_decisions"),
+    _addressed("/router/v1/site/offload/decisions", "GET", "site.offload_decisions"),
     _admin("/router/v1/site/analytics", "GET", "site.analytics"),
     _admin("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
     _admin("/router/v1/site/store/download", "GET", "site.store_download"),
@@ -274,7 +282,7 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/site/config-file", "DELETE", "site.config_file_delete"),
     _admin("/router/v1/site/config-file/preview", "POST", "site.config_file_preview"),
     _admin("/router/v1/site/config-file/apply", "POST", "site.config_file_apply"),
-    _admin("/router/v1/site/config-file/{config_id}", "GET", "site.config_file_read"),
+    _addressed("/router/v1/site/config-file/{config_id}", "GET", "site.config_file_read"),
     # model files and portable assets (docs/site.md, "Model assets")
     _admin("/router/v1/site/model-files/hash", "POST", "site.model_file_hash"),
     _admin("/router/v1/site/model-assets/export", "POST", "site.assets_export"),
@@ -285,8 +293,8 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/site/model-assets/bind", "POST", "site.assets_bind"),
     _admin("/router/v1/site/model-assets/substitute", "POST", "site.assets_substitute"),
     _admin("/router/v1/site/model-assets/jobs", "POST", "site.assets_job_start"),
-    _admin("/router/v1/site/model-assets/jobs/{job_id}", "GET", "site.assets_job"),
-    _admin("/router/v1/site/model-assets/{sha256}", "GET", "site.assets_hash"),
+    _addressed("/router/v1/site/model-assets/jobs/{job_id}", "GET", "site.assets_job"),
+    _addressed("/router/v1/site/model-assets/{sha256}", "GET", "site.assets_hash"),
     # -- backend WebUIs: an admin's navigation, answered with a ticket redirect (docs/webuis.md)
     _admin("/router/webuis/{kind}", "GET", "webuis.open"),
     _admin("/router/webuis/{kind}/{tail:.+}", "GET", "webuis.open"),
@@ -443,7 +451,12 @@ def management_path(path: str) -> str:
 
 def _on_node(route: Route, template: str) -> Route:
     return replace(
-        route, template=template, surface=Surface.NODE, role=Role.CLUSTER, handler="node.site"
+        route,
+        template=template,
+        surface=Surface.NODE,
+        role=Role.CLUSTER,
+        handler="node.site",
+        names_node=False,  # `node.site` dispatches the management row, which names the node
     )
 
 
@@ -557,6 +570,7 @@ def routes_markdown() -> str:
                 ("origin-strict", r.origin_strict),
                 ("vllm", r.vllm),
                 ("state-changing", r.state_changing),
+                ("names-node", r.names_node),
             )
             if on
         ]

@@ -25,7 +25,9 @@ from router.edge.headers import (
     upstream_request_headers,
 )
 from router.edge.params import (
+    ADDRESSED,
     NODES,
+    addressed_node,
     node_filter,
     node_named,
     node_of,
@@ -54,6 +56,8 @@ __all__ = [
     "matched_route",
     "node_filter",
     "node_named",
+    "ADDRESSED",
+    "addressed_node",
     "node_of",
     "parse_json_object",
     "query_int",

@@ -18,6 +18,9 @@ from router.errors import BadRequest, NotFound
 # A named node id ("" = none named) -> this node's id; raises for any other node.
 NodeResolver = Callable[[str], str]
 NODES: web.AppKey[NodeResolver] = web.AppKey("nodes")
+# This node's id, set by the dispatcher on a route that declares `names_node` (router/classify.py)
+# once it found the call names this node (or none): such a handler never meets another node.
+ADDRESSED: web.RequestKey[str] = web.RequestKey("addressed_node", str)
 _NODE_FILTERS = ("node", "node_id")
 
 
@@ -87,3 +90,8 @@ def resolve_node(request: web.Request, node_id: str) -> str:
 def node_of(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
     """The node a site call names: this node's id, or the resolver's error for another."""
     return resolve_node(request, node_named(request, body))
+
+
+def addressed_node(request: web.Request) -> str:
+    """This node's id, for a `names_node` route the dispatcher resolved before the handler."""
+    return request[ADDRESSED]

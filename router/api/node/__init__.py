@@ -20,7 +20,7 @@ from router.api.node.cluster_models import (
 from router.api.node.embeddings_relay import embeddings_target
 from router.api.node.inference_relay import relay, remote_target, stt_target, target_on
 from router.api.node.site_fanout import FANOUT
-from router.api.node.site_relay import relayable
+from router.api.node.site_relay import relay_named, relayable
 from router.edge import Handler
 
 HANDLERS: dict[str, Handler] = {**node.HANDLERS}
@@ -35,6 +35,7 @@ __all__ = [
     "ollama_tag",
     "openai_entry",
     "relay",
+    "relay_named",
     "relayable",
     "remote_only",
     "remote_target",

@@ -22,7 +22,7 @@ from aiohttp import web
 from router.appkeys import DOWNLOADS, SITE_FILES, STORE
 from router.downloads import Downloads, State, UnsafeName
 from router.downloads.assets import hf_uri, pinned_origin
-from router.edge import node_of
+from router.edge import addressed_node, node_of
 from router.errors import NotFound, RouterError, ServiceUnavailable
 from router.site import SiteFiles
 
@@ -143,7 +143,7 @@ def _view(service: Downloads, job: dict[str, Any]) -> dict[str, Any]:
 
 
 async def status(request: web.Request, job_id: str) -> web.Response:
-    node_of(request)
+    addressed_node(request)
     service = _service(request)
     job = service.asset_jobs.get(job_id)
     if job is None:

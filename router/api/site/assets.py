@@ -20,7 +20,7 @@ from router.api.site import asset_jobs, asset_substitute, assets_hub
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
 from router.config.kcpps import ID_PATTERN, MAX_KCPPS_BYTES, KcppsError, parse_kcpps
-from router.edge import Handler, match_of, node_of, read_json
+from router.edge import Handler, addressed_node, match_of, node_of, read_json
 from router.errors import (
     BadRequest,
     Conflict,
@@ -206,7 +206,7 @@ def _label(result: Mapping[str, Any]) -> str:
 
 
 async def asset(request: web.Request, sha256: str) -> web.Response:
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     if not SHA256.match(sha256):
         raise BadRequest("the hash must be 64 lowercase hex digits", param="sha256")
     holders = await request.app[SITE_FILES].holders(sha256)

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from router.appkeys import BENCHMARKS, CATALOG, EVENTS, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import benchmarks_service, listing, parse_run_request
-from router.edge import Handler, node_of, read_json
+from router.edge import Handler, addressed_node, node_of, read_json
 from router.errors import BadRequest, ModelNotFound
 
 DEFAULT_HISTORY = 20
@@ -36,7 +36,7 @@ def _history_limit(request: web.Request) -> int:
 
 
 async def list_runs(request: web.Request) -> web.StreamResponse:
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     model_id = request.query.get("model_id") or request.query.get("model")
     if not model_id:
         raise BadRequest(

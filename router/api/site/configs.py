@@ -25,7 +25,7 @@ from router import site
 from router.appkeys import CATALOG, SETTINGS
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, match_of, node_of, read_json
+from router.edge import Handler, addressed_node, match_of, node_of, read_json
 from router.errors import BadRequest, Conflict, NotFound
 from router.site import Finding
 from router.store.captures import sanitize_kcpps
@@ -297,7 +297,7 @@ async def _config_file_route(request: web.Request) -> web.Response:
 async def _config_file_read(request: web.Request, name: str) -> web.Response:
     """GET config-file/{id}: the file's options as the routes would write them back (refused
     and router-owned keys screened out, each reported), plus a sanitized copy for display."""
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     config_id, filename = site.config_name({"id": name.removesuffix(site.SUFFIX)})
     path = request.app[SETTINGS].models.config_dir / filename
     data = await _current(path)

@@ -22,7 +22,7 @@ from router.downloads import (
     repository_of,
     search_query,
 )
-from router.edge import Handler, match_of, node_of, read_json
+from router.edge import Handler, addressed_node, match_of, node_of, read_json
 from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import encode_event
@@ -41,7 +41,7 @@ def _service(request: web.Request) -> Downloads:
 
 
 async def capabilities(request: web.Request) -> web.StreamResponse:
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     settings = request.app[SETTINGS]
     service = request.app.get(DOWNLOADS)
     capability: dict[str, Any] = {
@@ -123,7 +123,7 @@ def _posted(action: Action) -> Handler:
 
 
 async def library_route(request: web.Request) -> web.StreamResponse:
-    node_of(request)
+    addressed_node(request)
     return await library(request, _service(request), {})
 
 

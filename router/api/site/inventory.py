@@ -16,7 +16,7 @@ from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STO
 from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, node_of, read_json
+from router.edge import Handler, addressed_node, node_of, read_json
 from router.errors import BadRequest, Conflict, ModelNotFound, NotFound
 from router.site import SiteFiles, file_records, model_record, runtime_record
 from router.site.hardware import hardware
@@ -80,7 +80,7 @@ def _registered_nodes(request: web.Request) -> list[dict[str, Any]]:
 
 
 async def inventory(request: web.Request) -> web.Response:
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     include_files = _flag(request, "include_files")
     catalog, site = request.app[CATALOG], request.app[SITE_FILES]
     configs = catalog.all_configs()
@@ -122,7 +122,7 @@ async def inventory(request: web.Request) -> web.Response:
 
 
 async def nodes_state(request: web.Request) -> web.Response:
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     manager = request.app[RUNTIMES]
     runtimes = [runtime_record(v) for v in manager.views()]
     return web.json_response(

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from router.appkeys import STORE
-from router.edge import Handler, node_of, query_int
+from router.edge import Handler, addressed_node, query_int
 from router.errors import BadRequest
 from router.store.lending import DecisionFilter
 
@@ -46,7 +46,7 @@ def parse_filter(query: Any) -> DecisionFilter:
 
 
 async def offload_decisions(request: web.Request) -> web.StreamResponse:
-    node_of(request)  # another node's id: relayed there by the master (RemoteNode), else 404
+    addressed_node(request)  # names_node: the dispatcher relayed another node's id (or 404)
     filters = parse_filter(request.query)
     page = await request.app[STORE].lending.decision_page(filters)
     return web.Response(text=json.dumps(page), content_type="application/json")

@@ -19,7 +19,7 @@ from backends.recipes import Recipe
 from backends.registry import adapter_for
 from router.appkeys import BACKEND_SETUP, INFLIGHT, LAUNCH_OPTIONS, RUNTIMES, SETTINGS
 from router.domain import Family, Lane
-from router.edge import Handler, match_of, node_of, query_int, read_json
+from router.edge import Handler, addressed_node, match_of, node_of, query_int, read_json
 from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, NotFound
 from router.forwarding import encode_event
@@ -96,7 +96,7 @@ async def backends_init_cancel(request: web.Request) -> web.Response:
 
 
 async def backends_init_status(request: web.Request) -> web.Response:
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     service = request.app[BACKEND_SETUP]
     wanted = request.query.get("backend_id")
     recipes = [service.recipe(wanted)] if wanted else list(service.recipes.values())
@@ -106,7 +106,7 @@ async def backends_init_status(request: web.Request) -> web.Response:
 
 
 def _job_id(request: web.Request) -> str:
-    node_of(request)
+    addressed_node(request)
     return match_of(request).params["job_id"]
 
 
@@ -185,7 +185,7 @@ async def _follow(response: web.StreamResponse, job: SetupJob) -> None:
 
 
 async def launch_options(request: web.Request) -> web.Response:
-    node_id = node_of(request)
+    node_id = addressed_node(request)
     backend_id = check_backend(request.query.get("backend_id"))
     options = request.app[LAUNCH_OPTIONS]
     return web.json_response(

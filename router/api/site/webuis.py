@@ -20,7 +20,7 @@ from yarl import URL
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, WEBUIS
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, match_of, node_of, read_json, split_host
+from router.edge import Handler, addressed_node, match_of, node_of, read_json, split_host
 from router.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from router.webuis import (
     BY_ID,
@@ -48,7 +48,7 @@ def _node(request: web.Request) -> Node:
 
 
 async def _list(request: web.Request) -> web.Response:
-    node_of(request)
+    addressed_node(request)
     data = catalog(
         request.app[CATALOG].configs(),
         request.app[RUNTIMES].views(),
