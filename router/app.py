@@ -74,7 +74,14 @@ from router.appkeys import (
     UI_LOGINS,
 )
 from router.classify import ROUTES, Route, match
-from router.cluster import AllowList, ClusterService, NodeClient, NodeModel, node_models
+from router.cluster import (
+    AllowList,
+    ClusterService,
+    NodeClient,
+    NodeModel,
+    listener_url,
+    node_models,
+)
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, queue_wait, secrets_of
 from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
@@ -426,8 +433,11 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
         log.error("stopping: %s", reason)
         app[SHUTDOWN]()
 
+    # Its own listener allowed from the start: the master lending to its own model calls its
+    # own node route (docs/lending.md); no request can name another address.
+    own = AllowList([listener_url(settings.server.host, settings.server.port)])
     client = NodeClient(
-        app[SESSION], settings.cluster.token or "", AllowList(), settings.cluster.control_timeout
+        app[SESSION], settings.cluster.token or "", own, settings.cluster.control_timeout
     )
     app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
     app[NODES] = service.resolve_node  # router/edge/params.py: the node a site call names

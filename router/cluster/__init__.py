@@ -9,7 +9,7 @@ polls and the slave's registration (`service`). The node routes and the master's
 handlers (router/api/node); lending between nodes is router/lending.
 """
 
-from router.cluster.client import NodeClient, PeerError
+from router.cluster.client import NodeClient, PeerError, PeerUnreachable
 from router.cluster.guardians import (
     Assignment,
     GuardianTable,
@@ -38,9 +38,10 @@ from router.cluster.replicas import (
     choose_stt_node,
 )
 from router.cluster.service import ClusterService, Target
-from router.cluster.urls import AllowList, normalize_base_url
+from router.cluster.urls import AllowList, listener_url, normalize_base_url
 
 __all__ = [
+    "listener_url",
     "MIN_PROTOCOL_VERSION",
     "PROTOCOL_VERSION",
     "AllowList",
@@ -52,6 +53,7 @@ __all__ = [
     "NodeEntry",
     "NodeModel",
     "PeerError",
+    "PeerUnreachable",
     "PublicModel",
     "Registry",
     "RemoteNode",

@@ -8,7 +8,8 @@ outside the allow-list. Two modes:
   together (`cluster.control_timeout` unless the caller names another); the whole answer is read,
   however many pieces the network cuts it into, up to a cap.
 - streamed (`stream`): a connect deadline, then an idle deadline between the bytes (the answer's
-  head included); the caller gets the open response and relays its body as it comes.
+  head included); the caller gets the open response and relays its body as it comes. A lost
+  connection is `PeerUnreachable` (a BadGateway), told apart from a timeout or a bad answer.
 - a websocket (`websocket`, the realtime relay), open as long as the session.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from router.cluster.urls import AllowList
 from router.edge import read_capped_stream
@@ -40,6 +41,12 @@ class PeerError(RouterError):
     def __init__(self, status: int, type_: str, code: str | None, message: str) -> None:
         super().__init__(message, code=code)
         self.status, self.type = status, type_
+
+
+class PeerUnreachable(BadGateway):
+    """The streamed mode lost the connection itself (refused, reset, closed mid-answer), as
+    opposed to a malformed answer (a plain BadGateway) or a deadline (GatewayTimeout): a
+    caller that tracks a node's health (the lending owner) tells them apart."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,8 @@ class PeerStream:
                 yield chunk
         except TimeoutError:
             raise GatewayTimeout(f"{self._label} stopped sending mid-answer") from None
+        except aiohttp.ClientConnectionError as err:
+            raise PeerUnreachable(f"{self._label} failed mid-answer: {err}") from None
         except aiohttp.ClientError as err:
             raise BadGateway(f"{self._label} failed mid-answer: {err}") from None
 
@@ -98,14 +107,16 @@ class NodeClient:
         params: Params,
         timeout: aiohttp.ClientTimeout,
     ) -> Any:
-        """The one place a peer is called: the token added, redirects never followed."""
-        headers = self.headers() | dict(headers or {})
+        """The one place a peer is called: the token added, redirects never followed. A
+        caller's repeated header (two `Accept` lines) is kept as it came."""
+        merged = CIMultiDict(headers or {})
+        merged.setdefault("Authorization", self.headers()["Authorization"])
         return self._session.request(
             method,
             target,
             params=params,
             data=data,
-            headers=headers,
+            headers=merged,
             timeout=timeout,
             allow_redirects=False,
         )
@@ -172,6 +183,8 @@ class NodeClient:
             response = await self._request(method, target, data, headers, params, deadlines)
         except TimeoutError:
             raise GatewayTimeout(f"{name} did not answer in time") from None
+        except aiohttp.ClientConnectionError as err:
+            raise PeerUnreachable(f"{name} is unreachable: {err}") from None
         except aiohttp.ClientError as err:
             raise BadGateway(f"{name} is unreachable: {err}") from None
         return PeerStream(response, name)

@@ -42,6 +42,17 @@ def normalize_base_url(url: str) -> str:
     return f"{scheme}://{netloc}{parts.path.rstrip('/')}"
 
 
+def listener_url(host: str, port: int) -> str:
+    """This router's own listener as a loopback base URL (a wildcard bind is reached on the
+    loopback address of its family): the one address outside the cluster's configured URLs
+    the node client may call (the master lending to its own model, docs/lending.md)."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 class AllowList:
     """The node base URLs this router may call; every other target is refused before connect."""
 

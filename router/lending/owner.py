@@ -21,13 +21,13 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.cluster import NodeEntry, Target, node_headers, node_path_qs
+from router.cluster import NodeEntry, PeerUnreachable, Target, node_headers, node_path_qs
 from router.config import ModelConfig
 from router.domain import Lane
+from router.errors import BadGateway, GatewayTimeout
 from router.forwarding import ModelRewriter, ProxyResult, Selection
 from router.forwarding.selector import SELECTOR_HEADER
 from router.lending.keys import BORROWED
@@ -282,7 +282,8 @@ class Owner:
             return None, "helper_not_registered"
         rewriter = ModelRewriter(selection.model or link.owner_model_id, link.helper_model_id)
         body = rewriter.request_body(selection.prefix) if selection.prefix else b""
-        url = self._helper_url(entry, node_path_qs(request, selection, link.helper_model_id))
+        base = self._helper_base(entry)
+        path_qs = node_path_qs(request, selection, link.helper_model_id)
         headers = node_headers(
             request, self.lending.settings.cluster.token or "", selection, link.helper_model_id
         )
@@ -300,16 +301,18 @@ class Owner:
         with contextlib.nullcontext() if itself else service.reserved(link.helper_node_id):
             try:
                 status, content_type, raw = await self._exchange(
-                    request.method, url, body, headers, cut
+                    request.method, (base, path_qs), body, headers, cut
                 )
             except _NotStarted:
                 return None, f"helper_not_started within {cut or 0:g}s"
-            except aiohttp.ClientConnectionError as err:
+            except (PeerUnreachable, GatewayTimeout) as err:
+                # A connection refused or lost, or silent past the connect or idle deadline
+                # (aiohttp's socket timeouts are connection errors): the helper is down.
                 if entry is not None:
                     service.node_failed(entry.node_url, f"a lent request failed: {err}")
                 return None, "helper_unreachable"
-            except (aiohttp.ClientError, TimeoutError):
-                return None, "forward_failed"
+            except (BadGateway, TimeoutError):
+                return None, "forward_failed"  # a malformed or cut-short answer
         returned = _returned(raw) if status == 409 else None
         if returned is not None or status >= 500:
             return (
@@ -323,39 +326,40 @@ class Owner:
             out.headers["Content-Type"] = content_type
         return out, ""
 
-    def _helper_url(self, entry: NodeEntry | None, path_qs: str) -> str:
-        """The helper node's URL for `path_qs`; `entry` None: the master's own model is the
-        helper, reached by one loopback hop to its own node inference route, so the lent
-        request takes the helper's path (mark, gate, hand back, records) as on any slave."""
-        if entry is None:
-            return self.lending.loopback_url() + path_qs
-        return self.lending.cluster.client.url(entry.node_url, path_qs)
+    def _helper_base(self, entry: NodeEntry | None) -> str:
+        """The helper node's base URL; `entry` None: the master's own model is the helper,
+        reached by one loopback hop to its own node inference route (the node client allows
+        its own listener), so the lent request takes the helper's path (mark, gate, hand
+        back, records) as on any slave."""
+        return self.lending.loopback_url() if entry is None else entry.node_url
 
     async def _exchange(
-        self, method: str, url: str, body: bytes, headers: CIMultiDict[str], cut: float | None
+        self,
+        method: str,
+        target: tuple[str, str],
+        body: bytes,
+        headers: CIMultiDict[str],
+        cut: float | None,
     ) -> tuple[int, str | None, bytes]:
-        """Send a lent request buffered; its status, content type and body. The answer's head
-        must come within `cut` seconds (when priced); then the body streams under the idle
+        """Send a lent request through the node client's streamed mode and read the answer
+        whole; its status, content type and body. The answer's head must come within `cut`
+        seconds (when priced); the connection within 5 s; then the body under the idle
         timeout."""
+        client, (base, path_qs) = self.lending.cluster.client, target
         idle = self.lending.settings.runtime.stream_idle_timeout
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=idle)
         deadline = asyncio.timeout(cut)
         try:
             async with deadline:
-                upstream = await self.lending.session.request(
-                    method,
-                    url,
-                    data=body or None,
-                    headers=headers,
-                    timeout=timeout,
-                    allow_redirects=False,
+                upstream = await client.stream(
+                    method, base, path_qs, data=body or None, headers=headers, connect=5, idle=idle
                 )
         except TimeoutError:
+            # Only `cut` ends here: the client's own deadlines (connect, idle) are GatewayTimeout.
             if deadline.expired():
                 raise _NotStarted from None
-            raise  # the socket's own idle timeout: a failed forward
+            raise
         async with upstream:
-            raw = await upstream.read()
+            raw = b"".join([chunk async for chunk in upstream.chunks()])
             return upstream.status, upstream.headers.get("Content-Type"), raw
 
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import aiohttp
 
-from router.cluster import ClusterService, NodeModel, RuntimeStatus
+from router.cluster import ClusterService, NodeModel, RuntimeStatus, listener_url
 from router.config import LendingSettings, ModelConfig, Settings
-from router.config.schema import split_bind
 from router.domain import Lane
 from router.lending.decisions import DecisionLog
 from router.lending.gate import Gates
@@ -111,12 +110,7 @@ class LendingState:
     def loopback_url(self) -> str:
         """This router's own listener over loopback (a lent request to the master's own model
         goes there: the node inference route, like any helper's)."""
-        host, port = split_bind(self.settings.server.bind)
-        if host in ("", "0.0.0.0"):
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1"
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        return listener_url(self.settings.server.host, self.settings.server.port)
 
     def restore_pending(self, lane: Lane) -> str | None:
         """The model `lane` goes back to after borrowed work, if a restore is pending."""
