@@ -39,6 +39,9 @@ async def run_probe(call: Call, base_url: str, key: str) -> dict[str, Any]:
         "id_slot": 0,
         "cache_prompt": True,
     }
+    # A backend without slot actions fails here, before the probe spends a generation (which a
+    # fragile backend may not survive) on a model whose cache could never be saved anyway.
+    await call("POST", base_url + "/slots/0?action=erase", None)
     first = await call("POST", base_url + "/completion", body)
     name = f"probe-{key}.bin"
     await call("POST", base_url + "/slots/0?action=save", {"filename": name})
