@@ -172,8 +172,9 @@ class Proxy:
         """The backend's stream into an answer already started: its status line is sent, so
         a refusal becomes an error (the edge writes it as an in-stream error event)."""
         if resp.status != 200 or not reply.streaming:
-            raw = await resp.content.read(4096)
-            detail = raw.decode("utf-8", "replace").strip() or resp.reason or ""
+            # The whole (capped) body: read(n) returns only what is buffered, and may be empty.
+            raw = await _read_capped(resp)
+            detail = raw.decode("utf-8", "replace").strip()[:4096] or resp.reason or ""
             raise BadGateway(f"the backend answered {resp.status}: {detail}")
         result.status = 200
         await self._pump(request, resp, out, reply, result)
