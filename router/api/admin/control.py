@@ -12,7 +12,7 @@ from router.appkeys import CATALOG, RUNTIMES, SETTINGS, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
-from router.memory.status import Held, machine_devices, memory_status
+from router.memory.now import memory_now
 from router.runtime import primary_lane
 
 TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
@@ -58,20 +58,16 @@ async def shutdown(request: web.Request) -> web.StreamResponse:
 async def status(request: web.Request) -> web.StreamResponse:
     runtimes = request.app[RUNTIMES]
     snapshot = runtimes.snapshot()
-    held = [Held(v.key, v.config, v.lane, v.family, v.state.value) for v in runtimes.views()]
-    settings = request.app[SETTINGS]
-    # Discovery (once) and estimates read NVML and model headers (cached): off the event loop.
-    memory, devices = await asyncio.to_thread(
-        lambda: memory_status(held, settings, machine_devices())
-    )
+    # The same picture /metrics and the cluster snapshot read (router/memory/now.py).
+    memory = await memory_now(runtimes.views(), request.app[SETTINGS])
     for entry in snapshot:
-        entry["memory"] = memory.get(entry["runtime"])
+        entry["memory"] = memory.runtimes.get(entry["runtime"])
     return web.json_response(
         {
             "runtimes": snapshot,
             "queued": {lane.value: runtimes.queue_length(lane) for lane in Lane},
             "queue": runtimes.queue_status(),
-            "devices": devices,
+            "devices": memory.devices,
         }
     )
 
