@@ -15,6 +15,7 @@ from tests.ui import data_router
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.data_router import DataRouter
 from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster
+from tests.ui.memory_router import CHAT, EMBED, bars_router, bars_ui
 from tests.ui.test_lending_leases import BACKLOG, backlog
 from tests.ui.test_lending_live import SETTINGS, seed_decisions
 
@@ -23,6 +24,7 @@ EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4
 THEMES = ("light", "dark")
 data_ui_router = data_router.data_ui_router
 data_ui = data_router.data_ui
+__all__ = ["bars_router", "bars_ui"]  # fixtures
 
 
 def nav_pages(page: Page) -> list[str]:
@@ -154,3 +156,17 @@ def shoot_a_lease(ui: GuardedPage, lending: LendingCluster, path: Path) -> None:
         expect(leases.locator("tbody tr td.num").first).to_be_visible(timeout=60_000)
         ui.page.screenshot(path=str(path), full_page=True)
         assert all(f.result() == 200 for f in sent)
+
+
+# The Overview's memory bars with two resident runtimes of different lanes, over real demo
+# GGUFs (tests/ui/memory_router.py); the seeded router above has empty model files.
+def test_memory_screenshots(bars_ui: GuardedPage) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for model in (CHAT, EMBED):
+        bars_ui.router.post("/router/v1/load", {"model": model})
+    for theme in THEMES:
+        bars_ui.page.emulate_media(color_scheme=theme)
+        bars_ui.goto("/router/ui/overview")
+        settle(bars_ui)
+        expect(bars_ui.page.locator("g.mem-seg")).to_have_count(2)
+        bars_ui.page.screenshot(path=str(OUT / f"overview-memory-{theme}.png"), full_page=True)

@@ -1,6 +1,8 @@
 // Overview: every lane with its runtime, live from /router/v1/events; load progress; failures
-// with exit code and output tail; Unload per lane and Unload all behind a confirm dialog.
+// with exit code and output tail; Unload per lane and Unload all behind a confirm dialog;
+// the memory of each device as a bar split by runtime (lib/memory.js).
 import { h, replace } from '../lib/dom.js';
+import { memoryBars, memoryPlan } from '../lib/memory.js';
 import { RESYNC, liveState } from '../lib/sse.js';
 import {
   actionButton, badge, confirmDialog, errorBox, formatSeconds, formatTime, pageHeader,
@@ -21,7 +23,7 @@ function exitCodeOf(reason) {
 export function fromStatus(status) {
   const runtimes = new Map();
   for (const rt of status.runtimes || []) runtimes.set(rt.runtime, rt);
-  return { runtimes, queued: status.queued || {}, queue: status.queue || {} };
+  return { runtimes, queued: status.queued || {}, queue: status.queue || {}, devices: status.devices || [] };
 }
 
 function loadingRecord(event) {
@@ -232,13 +234,20 @@ export default {
     const announcer = h('p', { class: 'visually-hidden', role: 'status', 'aria-live': 'polite' });
     const lanesSlot = h('div', {}, h('p', { class: 'muted' }, 'Reading the runtimes…'));
     const failuresSlot = h('div');
+    const memorySlot = h('div', {}, h('p', { class: 'muted' }, 'Reading the devices…'));
     const view = {
       usual: {}, failures: new Map(), errors: [], announce: throttled(announcer, ANNOUNCE_MS),
       unloadButton: (lane, rt) => confirmedUnload(ctx, errorSlot, {
         title: `Unload ${rt.model}?`, label: 'Unload', target: lane,
         message: `The ${lane} lane stops ${rt.model} once its running requests finish.`,
       }),
-      rerender: () => live.state && replace(lanesSlot, lanesTable(live.state, view)),
+      rerender: () => live.state && render(live.state),
+    };
+    // The bars follow the same state as the lanes: an `unloaded` event takes a runtime's
+    // bytes off at once; a snapshot (after `loading` and `ready`) brings new figures.
+    const render = (state) => {
+      replace(lanesSlot, lanesTable(state, view));
+      replace(memorySlot, memoryBars(memoryPlan(state.devices, state.runtimes.values())));
     };
     const unloadAll = confirmedUnload(ctx, errorSlot, {
       title: 'Unload every model?', label: 'Unload all', target: 'all',
@@ -247,6 +256,7 @@ export default {
     root.append(
       pageHeader('Overview', h('div', { class: 'actions' }, unloadAll)), errorSlot, announcer,
       h('section', { 'aria-labelledby': 'lanes-h' }, h('h2', { id: 'lanes-h' }, 'Lanes'), lanesSlot),
+      h('section', { 'aria-labelledby': 'memory-h' }, h('h2', { id: 'memory-h' }, 'Memory'), memorySlot),
       h('section', { 'aria-labelledby': 'failures-h' },
         h('h2', { id: 'failures-h' }, 'Recent load failures'), failuresSlot));
 
@@ -261,11 +271,16 @@ export default {
     const live = liveState(ctx.events, {
       load: async () => fromStatus(await ctx.api.get('/status')),
       reduce,
-      render: (state) => replace(lanesSlot, lanesTable(state, view)),
+      render,
       onerror: (exc) => showError(errorSlot, exc, { title: 'The runtimes could not be read' }),
     });
     const offEvents = ctx.events.subscribe((event) => {
-      if (event.event === 'loading') for (const lane of event.lanes || []) view.failures.delete(lane);
+      if (event.event === 'loading') {
+        for (const lane of event.lanes || []) view.failures.delete(lane);
+        // The snapshot has no usual time: keep the event's for the progress line.
+        if (event.usual_load_seconds && !view.usual[event.model]) view.usual[event.model] = event.usual_load_seconds;
+        live.resync(); // the loading runtime's estimate is in the snapshot, not the event
+      }
       else if (event.event === 'ready' && event.load_seconds) view.usual[event.model] = event.load_seconds;
       else if (event.event === 'failed') onFailed(event, view, refreshErrors);
       else if (event.event === 'activity') view.liveCounts = true;
