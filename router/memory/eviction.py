@@ -87,7 +87,7 @@ def plan_load(ledger: Ledger, model: str, key: str, estimate: Estimate) -> Plan:
     current = ledger.get(key)
     if current is not None and current.state != "stopping":
         return Plan(model, True, rows, (), "none")
-    _refuse_if_too_large(ledger, model, need)
+    refuse_if_too_large(ledger.budgets, model, need, estimate.source)
     short = {d: need[d] - ledger.free(d) for d in need}
     if all(s <= 0 for s in short.values()):
         return Plan(model, True, rows, (), "none")
@@ -109,13 +109,16 @@ def _evictable(r: Resident) -> bool:
     return r.state == "ready" and not r.pinned
 
 
-def _refuse_if_too_large(ledger: Ledger, model: str, need: Mapping[str, int]) -> None:
+def refuse_if_too_large(
+    budgets: Mapping[str, int], model: str, need: Mapping[str, int], source: str = "estimate"
+) -> None:
+    """Raise `MemoryRefusal` when `need` exceeds a device's whole budget (before any queueing)."""
     for device, amount in need.items():
-        budget = ledger.budgets.get(device, 0)
+        budget = budgets.get(device, 0)
         if amount > budget:
             raise MemoryRefusal(
                 f"model {model!r} needs about {format_size(amount)} of {device} memory "
-                f"(estimate) but the {device} budget is {format_size(budget)}: it cannot fit "
+                f"({source}) but the {device} budget is {format_size(budget)}: it cannot fit "
                 "even with nothing else loaded; lower its context size or raise "
                 f"memory.{'host' if device == 'host' else 'gpu'}_budget",
                 param="model",
@@ -186,4 +189,12 @@ def _reason(r: Resident) -> str:
     return f"idle; reload cost {reload_cost(r):.1f} (load {how} x {r.recent_uses:g} recent uses)"
 
 
-__all__ = ["EXACT_LIMIT", "MemoryRefusal", "Plan", "Victim", "plan_load", "reload_cost"]
+__all__ = [
+    "EXACT_LIMIT",
+    "MemoryRefusal",
+    "Plan",
+    "Victim",
+    "plan_load",
+    "refuse_if_too_large",
+    "reload_cost",
+]

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
+from router.memory.figures import Figures
 from router.records import EventBus
 from router.records.request_times import RequestTimes
 from router.runtime import scheduler
@@ -23,6 +24,7 @@ from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
 from router.runtime.progress import LoadProgress
 from router.runtime.queues import Entry, Queues
+from router.runtime.residency import Book
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ class RuntimeCore:
         clock: Callable[[], float] = time.monotonic,
         usual_load: Callable[[str], float | None] = lambda _model: None,
         kv: KvHooks | None = None,
+        figures: Figures | None = None,
     ) -> None:
         self._settings = settings
         self._loader = loader
@@ -56,6 +59,10 @@ class RuntimeCore:
         self._observer = observer
         self._clock = clock
         self._kv = kv
+        # The live memory ledger's source (router/runtime/residency.py, docs/residency.md),
+        # and the lanes each pending load's plan stops (planning.py).
+        self._book = Book(settings, figures)
+        self._evicting: dict[str, frozenset[Lane]] = {}
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -198,6 +205,7 @@ class RuntimeCore:
                 }
             )
         self._queues.fail(runtime.key, error)
+        self._evicting.pop(runtime.key, None)
         self._vacate(runtime)
 
     async def _watch_exit(self, runtime: Runtime) -> None:

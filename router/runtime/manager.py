@@ -24,12 +24,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from router.config import ModelConfig, evicts
-from router.config.availability import missing_files, missing_message
+from router.config import ModelConfig
 from router.domain import Family, Lane
-from router.errors import Conflict, ServiceUnavailable
+from router.errors import ServiceUnavailable
 from router.runtime import eta, scheduler
-from router.runtime.lifecycle import RuntimeCore
+from router.runtime.planning import Planning, shutting_down
 from router.runtime.queues import Claim, Entry, Ticket, Waiter
 from router.runtime.state import (
     Lease,
@@ -44,7 +43,7 @@ from router.runtime.state import (
 log = logging.getLogger(__name__)
 
 
-class RuntimeManager(RuntimeCore):
+class RuntimeManager(Planning):
     """Admission, queueing and the pump over the state `RuntimeCore` owns."""
 
     # ---- public API -------------------------------------------------------------------
@@ -77,7 +76,7 @@ class RuntimeManager(RuntimeCore):
         ):
             lease = self._grant(runtime, arrived)
         else:
-            _refuse_missing(spec)
+            await self._admit(spec)
             timeout = self._settings.runtime.queue_timeout
             lease = await self._enqueue(
                 spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
@@ -105,7 +104,7 @@ class RuntimeManager(RuntimeCore):
         lane = lane or primary_lane(config)
         spec = spec_for(config, lane)
         self._check_open()
-        _refuse_missing(spec)
+        await self._admit(spec)
         rt = self._settings.runtime
         bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
         setting = "runtime.max_batch_wait + stop_grace + load_timeout"
@@ -223,7 +222,7 @@ class RuntimeManager(RuntimeCore):
     def refuse_new_work(self) -> None:
         """Shutdown, phase one: new and queued requests get 503; running work goes on."""
         self._closing = True
-        self._queues.refuse_all(_SHUTTING_DOWN())
+        self._queues.refuse_all(shutting_down())
 
     async def shutdown(self, drain_timeout: float) -> None:
         """Refuse new work, fail queued requests, let running work finish, stop every backend."""
@@ -246,10 +245,6 @@ class RuntimeManager(RuntimeCore):
         )
 
     # ---- queueing ---------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closing:
-            raise _SHUTTING_DOWN()
 
     def _view(self, runtime: Runtime) -> RuntimeView:
         idle_unload = self._settings.runtime.idle_unload
@@ -311,6 +306,7 @@ class RuntimeManager(RuntimeCore):
 
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
+        self._book.uses.note(runtime.key)
         self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
@@ -433,6 +429,11 @@ class RuntimeManager(RuntimeCore):
             return False
         added = False
         requires = spec.requires | self._evicted_lanes(spec)
+        if self._book.acts:
+            memory = self._memory_lanes(spec)
+            if memory is None:
+                return added
+            requires |= memory
         for lane in requires:
             holder = self._slots[lane]
             if holder is not None and holder.key != spec.key:
@@ -440,6 +441,7 @@ class RuntimeManager(RuntimeCore):
         if any(self._slots[lane] is not None for lane in requires):
             return added
         self._queues.drop_claims(spec.key)
+        self._evicting.pop(spec.key, None)
         runtime = Runtime(spec)
         for lane in spec.occupies:
             self._slots[lane] = runtime
@@ -447,16 +449,6 @@ class RuntimeManager(RuntimeCore):
         self.spawn_count += 1
         self._spawn(self._load(runtime))
         return True
-
-    def _evicted_lanes(self, spec: RuntimeSpec) -> frozenset[Lane]:
-        """Lanes of running runtimes that `family:`/`config:` policy entries name."""
-        triggers = spec.config.unload_triggers
-        return frozenset(
-            lane
-            for rt in self._runtimes.values()
-            if rt.key != spec.key and evicts(triggers, rt.config.id, rt.config.backend_mode)
-            for lane in rt.spec.occupies
-        )
 
     def _arm_deadline(self) -> None:
         if self._deadline:
@@ -480,10 +472,6 @@ class RuntimeManager(RuntimeCore):
 _MAX_PASSES = 64
 
 
-def _SHUTTING_DOWN() -> ServiceUnavailable:
-    return ServiceUnavailable("the router is shutting down", retry_after=5)
-
-
 def _phase(runtime: Runtime | None) -> scheduler.Phase:
     if runtime is None:
         return scheduler.Phase.EMPTY
@@ -495,12 +483,3 @@ def _phase(runtime: Runtime | None) -> scheduler.Phase:
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]
-
-
-def _refuse_missing(spec: RuntimeSpec) -> None:
-    """A load whose model file is absent fails at once, before any queue or eviction."""
-    missing = missing_files(spec.config, spec.occupies)
-    if missing:
-        config = spec.config
-        name = config.image_id if spec.lane is Lane.IMAGE and config.image_id else config.id
-        raise Conflict(missing_message(name, missing), code="model_files_missing")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
-from router.appkeys import METRICS, RUNTIMES, SETTINGS
+from router.appkeys import METRICS, RUNTIMES
 from router.edge import Handler
-from router.memory.now import MemoryNow, memory_now
 from router.openapi import document
 from router.records.metrics import MemoryFigures, RuntimeBytes
 
@@ -18,28 +19,28 @@ async def health(request: web.Request) -> web.StreamResponse:
 async def metrics(request: web.Request) -> web.StreamResponse:
     registry = request.app[METRICS]
     runtimes = request.app.get(RUNTIMES)
-    # Read at scrape time from the function GET /router/v1/status calls (one computation path).
+    # Read at scrape time from the live ledger GET /router/v1/status shows (one source).
     memory = None
     if runtimes is not None:
-        memory = figures(await memory_now(runtimes.views(), request.app[SETTINGS]))
+        memory = figures(*await runtimes.memory_status())
     return web.Response(
         body=registry.render(memory), headers={"Content-Type": registry.content_type}
     )
 
 
-def figures(now: MemoryNow) -> MemoryFigures:
+def figures(per_runtime: dict[str, dict[str, Any]], devices: list[dict[str, Any]]) -> MemoryFigures:
     """The status's memory picture as the metric series' rows."""
     runtimes = [
         RuntimeBytes(
-            model=now.held[key].config.id,
-            lane=now.held[key].lane.value,
+            model=str(usage["model"]),
+            lane=str(usage["lane"]),
             device=str(usage["device"]),
             source=str(usage["source"]),
             bytes=int(usage["bytes"]),
         )
-        for key, usage in now.runtimes.items()
+        for usage in per_runtime.values()
     ]
-    return MemoryFigures(tuple(now.devices), tuple(runtimes))
+    return MemoryFigures(tuple(devices), tuple(runtimes))
 
 
 async def openapi(request: web.Request) -> web.StreamResponse:

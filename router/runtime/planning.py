@@ -1,0 +1,133 @@
+"""The manager's memory side (issue 25; docs/residency.md): the live ledger, the one load
+decision `plan()` shared by the dry run and the real load, and the memory status.
+
+`RuntimeManager` builds on this class; it adds nothing to `RuntimeCore`'s state but the
+`Book` and the evictions a pending load has decided on (`_evicting`: kept from its first
+decision until it starts, so the runtimes a load stops are the ones its plan named).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.config import ModelConfig, evicts
+from router.config.availability import missing_files, missing_message
+from router.domain import Lane
+from router.errors import Conflict, ServiceUnavailable
+from router.memory.eviction import MemoryRefusal, Plan, refuse_if_too_large
+from router.memory.ledger import Ledger
+from router.runtime.lifecycle import RuntimeCore
+from router.runtime.state import RuntimeSpec, primary_lane, spec_for
+
+
+class Planning(RuntimeCore):
+    def _check_open(self) -> None:
+        if self._closing:
+            raise shutting_down()
+
+    # ---- the live ledger --------------------------------------------------------------
+
+    def live_ledger(self) -> Ledger:
+        """Every runtime that holds memory now: loading, ready, stopping, failed and not yet
+        exited (the manager drops a runtime only once its process is gone)."""
+        return self._book.ledger(
+            self._book.resident(rt, self._queues.waiting_for(rt.key))
+            for rt in self._runtimes.values()
+        )
+
+    async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """({runtime key: {"device", "bytes", "source", "by_device"}}, the `devices` rows)."""
+        await self._book.prepare([rt.spec for rt in self._runtimes.values()])
+        return self._book.status(self.live_ledger())
+
+    # ---- the one decision -------------------------------------------------------------
+
+    async def plan(self, config: ModelConfig, lane: Lane | None = None) -> Plan:
+        """What loading `config` on `lane` would do now: the dry run (`POST /router/v1/load
+        {"dry_run": true}`). Loads, stops and queues nothing."""
+        spec = spec_for(config, lane or primary_lane(config))
+        self._check_open()
+        refuse_missing(spec)
+        await self._book.prepare([spec, *(rt.spec for rt in self._runtimes.values())])
+        return self._plan(spec)
+
+    def _plan(self, spec: RuntimeSpec) -> Plan:
+        return self._book.plan(self.live_ledger(), spec, self._forced(spec))
+
+    def _forced(self, spec: RuntimeSpec) -> dict[str, str]:
+        """Runtimes a load of `spec` stops whatever memory says, with the reason."""
+        out: dict[str, str] = {}
+        for lane in sorted(spec.requires, key=lambda lane: lane.value):
+            holder = self._slots[lane]
+            if holder is None or holder.key == spec.key or holder.key in out:
+                continue
+            if lane in spec.occupies:
+                out[holder.key] = f"the {lane} lane holds one runtime at a time"
+            else:
+                out[holder.key] = f"router_unload_policy of {spec.config.id} names {lane}"
+        for rt in self._runtimes.values():
+            if rt.key != spec.key and rt.key not in out and self._named_by_policy(spec, rt.config):
+                out[rt.key] = f"router_unload_policy of {spec.config.id} names it"
+        return out
+
+    @staticmethod
+    def _named_by_policy(spec: RuntimeSpec, config: ModelConfig) -> bool:
+        return evicts(spec.config.unload_triggers, config.id, config.backend_mode)
+
+    def _evicted_lanes(self, spec: RuntimeSpec) -> frozenset[Lane]:
+        """Lanes of running runtimes that `family:`/`config:` policy entries name."""
+        return frozenset(
+            lane
+            for rt in self._runtimes.values()
+            if rt.key != spec.key and self._named_by_policy(spec, rt.config)
+            for lane in rt.spec.occupies
+        )
+
+    # ---- acting on it -----------------------------------------------------------------
+
+    async def _admit(self, spec: RuntimeSpec) -> None:
+        """Before any queueing: estimate (off the loop) and refuse what can never fit."""
+        refuse_missing(spec)
+        await self._book.prepare([spec])
+        if self._book.acts and spec.key not in self._runtimes:
+            need, _ = self._book.need(spec)
+            refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
+
+    def _memory_lanes(self, spec: RuntimeSpec) -> frozenset[Lane] | None:
+        """The lanes of the runtimes memory makes a load of `spec` stop (their claims drain
+        them as a swap does); None: it cannot fit yet (pinned or loading runtimes hold the
+        rest) or was refused, and waits."""
+        decided = self._evicting.get(spec.key)
+        if decided is not None:
+            return decided
+        try:
+            plan = self._plan(spec)
+        except MemoryRefusal as exc:  # the budget shrank under a waiting load
+            self._queues.fail(spec.key, exc)
+            return None
+        if not plan.fits:
+            return None
+        lanes = frozenset(
+            lane
+            for victim in plan.evict
+            if (rt := self._runtimes.get(victim.key)) is not None
+            for lane in rt.spec.occupies
+        )
+        self._evicting[spec.key] = lanes
+        return lanes
+
+
+def shutting_down() -> ServiceUnavailable:
+    return ServiceUnavailable("the router is shutting down", retry_after=5)
+
+
+def refuse_missing(spec: RuntimeSpec) -> None:
+    """A load whose model file is absent fails at once, before any queue or eviction."""
+    missing = missing_files(spec.config, spec.occupies)
+    if missing:
+        config = spec.config
+        name = config.image_id if spec.lane is Lane.IMAGE and config.image_id else config.id
+        raise Conflict(missing_message(name, missing), code="model_files_missing")
+
+
+__all__ = ["Planning", "refuse_missing", "shutting_down"]
