@@ -18,16 +18,18 @@ from tests.support.harness import RouterHarness
 from tests.support.router_process import RouterProcess
 from tests.ui.conftest import GuardedPage, UiRouter, guarded, serving
 
-CHAT, CHAT_B, EMBED = "chat-a", "chat-b", "embed"
+CHAT, CHAT_B, EMBED, PINNED = "chat-a", "chat-b", "embed", "embed-pin"
 
 
 def seed_demo_models(h: RouterHarness) -> None:
     h.model(CHAT, gpulayers=0)
     h.model(CHAT_B, gpulayers=0)
     h.model(EMBED, embeddingsmodel="embed.gguf", gpulayers=0)
+    h.model(PINNED, embeddingsmodel=f"{PINNED}.gguf", gpulayers=0, router_pin=True)
     write_llama_gguf(h.models_dir / f"{CHAT}.gguf", seed=1, name="chat a")
     write_llama_gguf(h.models_dir / f"{CHAT_B}.gguf", seed=2, name="chat b")
     write_bert_gguf(h.models_dir / "embed.gguf", seed=3)
+    write_bert_gguf(h.models_dir / f"{PINNED}.gguf", seed=4)
 
 
 def memory_router(tmp: Path, memory: dict[str, Any], **runtime: object) -> Iterator[UiRouter]:
@@ -47,3 +49,17 @@ def bars_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
 @pytest.fixture
 def bars_ui(page: Page, bars_router: UiRouter, tmp_path: Path) -> Iterator[GuardedPage]:
     yield from guarded(page, bars_router, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tight_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
+    """A 48 MiB host budget under `runtime.residency: memory`: the ~30 MiB chat model and the
+    ~26 MiB embedding model fit one at a time, so loading one evicts the other (different
+    lanes: a memory eviction, not the lane's own swap)."""
+    tmp = tmp_path_factory.mktemp("ui-evict")
+    yield from memory_router(tmp, {"host_budget": "48MiB"}, residency="memory")
+
+
+@pytest.fixture
+def tight_ui(page: Page, tight_router: UiRouter, tmp_path: Path) -> Iterator[GuardedPage]:
+    yield from guarded(page, tight_router, tmp_path)

@@ -15,7 +15,7 @@ from tests.ui import data_router
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.data_router import DataRouter
 from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster
-from tests.ui.memory_router import CHAT, EMBED, bars_router, bars_ui
+from tests.ui.memory_router import CHAT, EMBED, bars_router, bars_ui, tight_router, tight_ui
 from tests.ui.test_lending_leases import BACKLOG, backlog
 from tests.ui.test_lending_live import SETTINGS, seed_decisions
 
@@ -24,7 +24,7 @@ EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4
 THEMES = ("light", "dark")
 data_ui_router = data_router.data_ui_router
 data_ui = data_router.data_ui
-__all__ = ["bars_router", "bars_ui"]  # fixtures
+__all__ = ["bars_router", "bars_ui", "tight_router", "tight_ui"]  # fixtures
 
 
 def nav_pages(page: Page) -> list[str]:
@@ -170,3 +170,20 @@ def test_memory_screenshots(bars_ui: GuardedPage) -> None:
         settle(bars_ui)
         expect(bars_ui.page.locator("g.mem-seg")).to_have_count(2)
         bars_ui.page.screenshot(path=str(OUT / f"overview-memory-{theme}.png"), full_page=True)
+
+
+# The eviction confirmation: loading the embedding model would stop the chat model (48 MiB).
+def test_eviction_screenshots(tight_ui: GuardedPage) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    tight_ui.router.post("/router/v1/load", {"model": CHAT})
+    for theme in THEMES:
+        tight_ui.page.emulate_media(color_scheme=theme)
+        tight_ui.goto(f"/router/ui/models?q={EMBED}")
+        settle(tight_ui)
+        row = tight_ui.page.locator(f'table tbody tr[data-key="{EMBED}"]')
+        row.get_by_role("button", name="Load").click()
+        dialog = tight_ui.page.get_by_role("dialog", name=f"Load {EMBED}?")
+        expect(dialog).to_be_visible()
+        tight_ui.page.screenshot(path=str(OUT / f"load-eviction-{theme}.png"))
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(dialog).to_have_count(0)

@@ -39,7 +39,7 @@ export async function askedLoad(api, model, body = {}) {
         h('ul', { class: 'evict-list', 'aria-label': 'Runtimes the load stops' },
           ...text.victims.map((v) => h('li', {}, v))),
         text.wait ? h('p', {}, text.wait) : null),
-      confirmLabel: 'Stop them and load',
+      confirmLabel: text.victims.length === 1 ? 'Stop it and load' : 'Stop them and load',
     });
     if (!ok) return false;
   }
