@@ -25,10 +25,11 @@ def choose_replica(
     """An idle available local replica first; else the available remote replicas in rotation
     (`turn` picks which); else the busy local one (it queues there); else None (a 502).
 
-    `fit` (router/cluster/fit.py) ranks by memory first: an idle local replica that fits (or
-    is resident); else the remote ones where the model is resident, then those where it fits
-    without eviction; only then the idle local and remote replicas whose load would evict.
-    Without `fit` every replica fits, which is the order above.
+    `fit` (router/cluster/fit.py) puts memory first: an idle local replica where the model is
+    resident or fits without eviction; else the remote ones where it is resident or fits, in
+    rotation (replicas that need no eviction share the work, as before); only then the idle
+    local and the remote replicas whose load would evict. Without `fit` every replica fits,
+    which is the order above.
 
     `local` is this node's replica when it is available, `remote` the available replicas on
     other nodes: the split is made once per registry change, so a request's choice is O(1)
@@ -38,10 +39,9 @@ def choose_replica(
     idle = local if local is not None and not local_busy else None
     if idle is not None and rank(idle) < Fit.EVICTS:
         return idle
-    for tier in (Fit.RESIDENT, Fit.FITS):
-        here = [r for r in remote if rank(r) == tier]
-        if here:
-            return here[turn % len(here)]
+    spare = [r for r in remote if rank(r) < Fit.EVICTS]
+    if spare:
+        return spare[turn % len(spare)]
     if idle is not None:
         return idle
     if remote:
