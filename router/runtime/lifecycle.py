@@ -24,7 +24,7 @@ from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
 from router.runtime.progress import LoadProgress
 from router.runtime.queues import Entry, Queues
-from router.runtime.residency import Book
+from router.runtime.residency import Book, Pending
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,9 @@ class RuntimeCore:
         self._clock = clock
         self._kv = kv
         # The live memory ledger's source (router/runtime/residency.py, docs/residency.md),
-        # and the lanes each pending load's plan stops (planning.py).
+        # and with several runtimes per lane the plan each pending load acts on (many.py).
         self._book = Book(settings, figures)
-        self._evicting: dict[str, frozenset[Lane]] = {}
+        self._evicting_many: dict[str, Pending] = {}
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -205,7 +205,6 @@ class RuntimeCore:
                 }
             )
         self._queues.fail(runtime.key, error)
-        self._evicting.pop(runtime.key, None)
         self._vacate(runtime)
 
     async def _watch_exit(self, runtime: Runtime) -> None:

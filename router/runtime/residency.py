@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from router.config import ModelConfig, Settings
@@ -46,6 +47,15 @@ def fingerprint(config: ModelConfig) -> str:
     and its model files' hashes (when the catalog has them)."""
     assets = ",".join(f"{k}={v}" for k, v in sorted(config.asset_sha256.items()))
     return f"{config.config_sha256}|{assets}"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A load waiting for the runtimes its plan stops (`victims`: runtime keys); `since`: its
+    oldest request's arrival, which opens the victims' batch window."""
+
+    victims: frozenset[str]
+    since: float
 
 
 class Uses:
@@ -168,4 +178,4 @@ class Book:
         return per_runtime, rows
 
 
-__all__ = ["RECENT_WINDOW", "Book", "Uses", "fingerprint"]
+__all__ = ["RECENT_WINDOW", "Book", "Pending", "Uses", "fingerprint"]

@@ -76,7 +76,7 @@ async def test_gpu_budget_drives_an_eviction(
     harness.model("emb-g", embeddingsgpu=True, embeddingsmodel="emb-g.gguf")
     for name in ("chat-g.gguf", "emb-g.gguf"):
         os.truncate(harness.models_dir / name, 64 * MIB)
-    base = harness.settings()
+    base = harness.settings(residency="memory")
     memory = base.memory.model_copy(update={"gpu_budget": 100 * MIB})  # one 64 MiB model + margin
     client = await harness.start(base.model_copy(update={"memory": memory}))
     assert (await client.post("/router/v1/load", json={"model": "chat-g"})).status_code == 200

@@ -37,7 +37,7 @@ def _host_need(harness: RouterHarness, model_id: str, lane: Lane) -> int:
 
 
 async def _budgeted(harness: RouterHarness, budget: int, **runtime: Any) -> Any:
-    base = harness.settings(**runtime)
+    base = harness.settings(**({"residency": "memory"} | runtime))
     memory = base.memory.model_copy(update={"host_budget": budget, "reserve": 0})
     return await harness.start(base.model_copy(update={"memory": memory}))
 
