@@ -136,6 +136,11 @@ class Book:
         if state is None:
             return None
         need, load_seconds = self.need(runtime.spec)
+        # keep_alive's idle deadline (docs/residency.md): one past it costs nothing to evict;
+        # one a client asked to keep (a positive keep_alive) is chosen only after the others.
+        deadline = runtime.idle_deadline
+        expired = deadline is not None and deadline <= time.time()
+        kept = runtime.keep_alive is not None and runtime.keep_alive > 0
         return Resident(
             runtime.key,
             runtime.config.id,
@@ -146,9 +151,10 @@ class Book:
             busy=runtime.leases > 0 or waiting > 0,
             pinned=runtime.config.pinned,
             load_seconds=load_seconds,
-            recent_uses=float(self.uses.recent(runtime.key)),
+            recent_uses=0.0 if expired else float(self.uses.recent(runtime.key)),
             last_used=self.uses.last(runtime.key),
             in_flight=runtime.leases,
+            kept=kept and not expired,
         )
 
     def ledger(self, residents: Iterable[Resident | None]) -> Ledger:
