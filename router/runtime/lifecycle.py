@@ -63,6 +63,7 @@ class RuntimeCore:
         # and with several runtimes per lane the plan each pending load acts on (many.py).
         self._book = Book(settings, figures)
         self._evicting_many: dict[str, Pending] = {}
+        self._oom_retried: set[str] = set()  # loads retried once after running out of memory
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -138,7 +139,10 @@ class RuntimeCore:
                 seen.launched if seen else None,
             )
         except RouterError as exc:
-            self._load_failed(runtime, exc, seen)
+            # Out of memory with several runtimes per lane: recorded, then retried once after
+            # a further eviction (planning.py); else the waiters get the error.
+            retry = self._oom_retry(runtime, exc)
+            self._load_failed(runtime, exc, seen, fail_waiters=not retry)
             return
         except asyncio.CancelledError:
             error = ServiceUnavailable("load cancelled: the router is stopping")
@@ -157,6 +161,7 @@ class RuntimeCore:
         runtime.attach(launched)
         if self._kv is not None:  # bounded by its own deadline; never fails the load
             await self._kv.restore(runtime)
+        self._oom_retried.discard(runtime.key)
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
         self._spawn(self._watch_exit(runtime))
@@ -171,8 +176,16 @@ class RuntimeCore:
                 self._grant_waiters(runtime, loaded_for)
         self._pump()
 
+    def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
+        return False
+
     def _load_failed(
-        self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
+        self,
+        runtime: Runtime,
+        error: RouterError,
+        seen: LoadObserver | None = None,
+        *,
+        fail_waiters: bool = True,
     ) -> None:
         exit_code, tail = (
             (error.exit_code, list(error.output_tail))
@@ -204,7 +217,8 @@ class RuntimeCore:
                     "attempt_id": attempt_id,
                 }
             )
-        self._queues.fail(runtime.key, error)
+        if fail_waiters:
+            self._queues.fail(runtime.key, error)
         self._vacate(runtime)
 
     async def _watch_exit(self, runtime: Runtime) -> None:

@@ -7,17 +7,21 @@ decision `plan()` shared by the dry run and the real load, and the memory status
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from router.config import ModelConfig, evicts
 from router.config.availability import missing_files, missing_message
 from router.domain import Lane
-from router.errors import Conflict, ServiceUnavailable
+from router.errors import Conflict, LoadFailed, RouterError, ServiceUnavailable
 from router.memory.eviction import Plan, refuse_if_too_large
 from router.memory.ledger import Ledger
 from router.runtime.lifecycle import RuntimeCore
 from router.runtime.residency import Pending
 from router.runtime.state import Runtime, RuntimeSpec, primary_lane, spec_for
+
+log = logging.getLogger(__name__)
 
 
 class Planning(RuntimeCore):
@@ -95,6 +99,24 @@ class Planning(RuntimeCore):
             need, _ = self._book.need(spec)
             refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
 
+    def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
+        """A load that failed for lack of memory (`runtime.residency: memory`): its figure is
+        raised and it is retried once, after whatever further eviction the raised figure
+        needs; its waiters stay queued. The failure is recorded as usual, with the reason."""
+        if not self._book.acts or not isinstance(error, LoadFailed):
+            return False
+        why = oom_reason((error.message, *error.output_tail))
+        if why is None or runtime.key in self._oom_retried:
+            return False
+        self._oom_retried.add(runtime.key)
+        self._book.raise_figure(runtime.spec)
+        error.message = (
+            f"{error.message} (out of memory: {why!r}; its memory figure is raised and the "
+            "load retried once after a further eviction)"
+        )
+        log.warning("%s ran out of memory (%s): retrying once", runtime.key, why)
+        return True
+
     def _free(self, runtime: Runtime | None) -> int | None:
         cap = self._settings.runtime.max_in_flight
         if not cap or runtime is None:
@@ -104,6 +126,17 @@ class Planning(RuntimeCore):
     def _has_room(self, runtime: Runtime) -> bool:
         free = self._free(runtime)
         return free is None or free > 0
+
+
+_OOM = ("out of memory", "failed to allocate", "cudamalloc failed", "bad_alloc")
+
+
+def oom_reason(lines: Iterable[str]) -> str | None:
+    """The first line of a backend's output that says it ran out of memory, if any."""
+    for line in lines:
+        if any(marker in line.lower() for marker in _OOM):
+            return line.strip()[:200]
+    return None
 
 
 def shutting_down() -> ServiceUnavailable:
@@ -119,4 +152,4 @@ def refuse_missing(spec: RuntimeSpec) -> None:
         raise Conflict(missing_message(name, missing), code="model_files_missing")
 
 
-__all__ = ["Pending", "Planning", "refuse_missing", "shutting_down"]
+__all__ = ["Pending", "Planning", "oom_reason", "refuse_missing", "shutting_down"]

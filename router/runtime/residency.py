@@ -32,6 +32,8 @@ from router.runtime.state import Runtime, RuntimeSpec, RuntimeState
 
 # A use older than this no longer counts as recent (the eviction rule's reload cost).
 RECENT_WINDOW = 1800.0
+# A load that ran out of memory is counted this much larger afterwards.
+OOM_FACTOR = 1.5
 
 _STATES: Mapping[RuntimeState, State] = {
     RuntimeState.LOADING: "loading",
@@ -96,6 +98,7 @@ class Book:
         self.figures: Figures = figures or NoFigures()
         self.uses = Uses()
         self._estimates: dict[tuple[str, str, str], Estimate] = {}
+        self._raised: dict[tuple[str, str, str], float] = {}
 
     @property
     def acts(self) -> bool:
@@ -128,8 +131,20 @@ class Book:
         """(bytes per device and their source, measured load seconds)."""
         measured = self.figures.lookup(spec.config.id, fingerprint(spec.config))
         if measured is not None and measured.devices:
-            return Estimate(dict(measured.devices), "measured"), measured.load_seconds
-        return self.estimate(spec), None
+            found, seconds = Estimate(dict(measured.devices), "measured"), measured.load_seconds
+        else:
+            found, seconds = self.estimate(spec), None
+        factor = self._raised.get(self._key(spec), 1.0)
+        if factor == 1.0:
+            return found, seconds
+        raised = {d: round(b * factor) for d, b in found.devices.items()}
+        return Estimate(raised, found.source, found.detail), seconds
+
+    def raise_figure(self, spec: RuntimeSpec) -> None:
+        """Its load ran out of memory: count it `OOM_FACTOR` larger from now on (again on
+        each such failure), so the retry's plan frees more."""
+        key = self._key(spec)
+        self._raised[key] = self._raised.get(key, 1.0) * OOM_FACTOR
 
     def resident(self, runtime: Runtime, waiting: int) -> Resident | None:
         state = _STATES.get(runtime.state)
