@@ -132,7 +132,7 @@ def test_llamacpp_auto_values_pass_nothing() -> None:
     argv = LLAMA.argv(config, Lane.TEXT, 5, make_settings())
     assert argv == [
         "prog", "-m", "/models/hermes.gguf", "--host", "127.0.0.1", "--port", "5",
-        "--alias", "hermes-8k",
+        "--alias", "hermes-8k", "-lv", "4",
     ]  # fmt: skip
 
 
