@@ -90,10 +90,10 @@ from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
+from router.memory.book import FigureBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
-from router.memory.book import FigureBook
 from router.runtime.kvcache import KvCaches
 from router.runtime.measuring import Measuring
 from router.setup import BackendSetup, LaunchOptions

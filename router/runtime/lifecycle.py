@@ -16,11 +16,11 @@ from typing import Any, Protocol
 from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
+from router.memory.measure import ReportLines
 from router.records import EventBus
 from router.records.request_times import RequestTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
-from router.memory.measure import ReportLines
 from router.runtime.loader import Launched, Loader
 from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.progress import LoadProgress

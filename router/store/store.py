@@ -40,8 +40,8 @@ from router.store.file_watch import FileWatch
 from router.store.guardians import GuardianAssignments
 from router.store.health import SETTING, cause, within
 from router.store.lending import LendingRows
-from router.store.memory_figures import MemoryFigureRows
 from router.store.links import RoutingLinks
+from router.store.memory_figures import MemoryFigureRows
 from router.store.rows import Raw, rows_from_raws
 from router.store.summary import summarize
 from router.store.writer import Op, Writer, WriterStats
