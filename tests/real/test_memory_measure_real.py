@@ -57,6 +57,10 @@ async def test_a_load_is_measured_from_llama_servers_report(
     assert rss / 2 <= measured <= rss * 2, f"process RSS {rss}"
     assert entry.measured.load_seconds is not None and entry.measured.load_seconds > 0
 
+    # The status shows the measured figure in the estimate's place.
+    (shown,) = (await client.get("/router/v1/status")).json()["runtimes"]
+    assert shown["memory"] == {"device": "host", "bytes": measured, "source": "measured"}
+
     twin = catalog.resolve("chat-twin")
     assert twin is not None and measuring.book.latest("chat-twin") is None
     twin_estimate = estimate_config(twin, Lane.TEXT, Family.LLAMACPP, devices).total
