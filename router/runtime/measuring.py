@@ -117,6 +117,8 @@ class Measuring:
             if done is not None:
                 fingerprint, measured, method = done
                 await self.book.record(spec.config.id, fingerprint, measured, method)
+        except RouterError as exc:  # the store refused the write (disk full, read-only)
+            log.warning("measured memory of %s not kept: %s", spec.key, exc.message)
         except Exception:  # a measurement must never disturb serving
             log.exception("measuring the memory of %s failed", spec.key)
 
@@ -137,6 +139,8 @@ class Measuring:
             measured = Measured(raised, None, oom=True)
             await self.book.record(spec.config.id, fingerprint, measured, "raised")
             log.warning("%s ran out of memory while loading: figure raised to %s", spec.key, raised)
+        except RouterError as exc:
+            log.warning("raised memory figure of %s not kept: %s", spec.key, exc.message)
         except Exception:
             log.exception("raising the memory figure of %s failed", spec.key)
 
