@@ -23,7 +23,8 @@ Resources live in `cleanup_ctx`, started in dependency order and closed in rever
 client session -> store -> catalog -> backend setup -> memory figures -> runtimes (-> startup
 model) -> image lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service
 (built, not yet run) -> lending (one service: links, settings, planner, gates, push) ->
-downloads -> cluster (run) -> backend WebUIs. Each lifetime but the core ones here lives in the package whose resource it starts (the API faces, router.lending).
+downloads -> cluster (run) -> backend WebUIs. Each lifetime but the core ones here lives in the
+package whose resource it starts (the API faces, router.lending).
 """
 
 from __future__ import annotations
