@@ -90,6 +90,12 @@ async def test_a_ready_runtime_without_a_report_is_measured_by_its_process(
         rows = db.execute("SELECT config_id, method, oom FROM memory_figures").fetchall()
     assert rows == [("chat-a", "process", 0)]
 
+    # A restarted router knows the figure before any load: the next estimate is replaced.
+    fingerprint = _fingerprint(harness, "chat-a")
+    await harness.close()
+    await harness.start()
+    assert _measuring(harness).lookup("chat-a", fingerprint) == entry.measured
+
 
 async def test_an_out_of_memory_load_records_a_raised_figure(harness: RouterHarness) -> None:
     harness.model("big", gpulayers=0)
