@@ -23,7 +23,7 @@ from router.memory.book import FigureBook
 from router.memory.devices import Device, load_nvml
 from router.memory.figures import Figures, Measured, NoFigures
 from router.memory.fingerprint import launch_fingerprint
-from router.memory.measure import measure_process, out_of_memory, raised_figure
+from router.memory.measure import Method, measure_process, out_of_memory, raised_figure
 from router.memory.sizing import estimate_config
 from router.memory.status import machine_devices
 from router.runtime.loader import Launched, LaunchSpec
@@ -124,7 +124,7 @@ class Measuring:
 
     def _measure_now(
         self, spec: LaunchSpec, pid: int, lines: list[str], load_seconds: float
-    ) -> tuple[str, Measured, Any] | None:
+    ) -> tuple[str, Measured, Method] | None:
         devices = self._devices()
         nvml = self._nvml_loader() if any(d.is_gpu for d in devices) else None
         found = measure_process(pid, lines, spec.family.value, nvml, load_seconds)
