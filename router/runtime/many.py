@@ -97,7 +97,7 @@ class ManyLanes(Planning):
 
     def _load_alongside(self, spec: RuntimeSpec) -> bool:
         """Start `spec` once its plan's victims have exited; True when something changed."""
-        if spec.key in self._runtimes or self._closing:
+        if spec.key in self._runtimes or self._closing or spec.key in self._oom_held:
             return False
         pending = self._evicting_many.get(spec.key)
         decided = pending is None

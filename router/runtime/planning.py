@@ -8,13 +8,12 @@ decision `plan()` shared by the dry run and the real load, and the memory status
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from router.config import ModelConfig, evicts
 from router.config.availability import missing_files, missing_message
 from router.domain import Lane
-from router.errors import Conflict, LoadFailed, RouterError, ServiceUnavailable
+from router.errors import Conflict, RouterError, ServiceUnavailable
 from router.memory.eviction import Plan, refuse_if_too_large
 from router.memory.ledger import Ledger
 from router.runtime.lifecycle import RuntimeCore
@@ -100,22 +99,28 @@ class Planning(RuntimeCore):
             refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
 
     def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
-        """A load that failed for lack of memory (`runtime.residency: memory`): its figure is
-        raised and it is retried once, after whatever further eviction the raised figure
-        needs; its waiters stay queued. The failure is recorded as usual, with the reason."""
-        if not self._book.acts or not isinstance(error, LoadFailed):
-            return False
-        why = oom_reason((error.message, *error.output_tail))
-        if why is None or runtime.key in self._oom_retried:
+        """A load that ran out of memory (`figures.failed` said so and records a raised
+        figure): with several runtimes per lane it is retried once, its requests still
+        queued, once the raised figure is in the book, so its new plan evicts what that
+        figure needs. The failure is recorded as usual, the message saying so."""
+        if not self._book.acts or runtime.key in self._oom_retried:
             return False
         self._oom_retried.add(runtime.key)
-        self._book.raise_figure(runtime.spec)
+        self._oom_held.add(runtime.key)
         error.message = (
-            f"{error.message} (out of memory: {why!r}; its memory figure is raised and the "
-            "load retried once after a further eviction)"
+            f"{error.message} (out of memory: its memory figure is raised and the load "
+            "retried once after a further eviction)"
         )
-        log.warning("%s ran out of memory (%s): retrying once", runtime.key, why)
+        log.warning("%s ran out of memory while loading: retrying once", runtime.key)
+        self._spawn(self._retry_when_settled(runtime.key))
         return True
+
+    async def _retry_when_settled(self, key: str) -> None:
+        try:
+            await self.figures.settled()
+        finally:
+            self._oom_held.discard(key)
+            self._pump()
 
     def _free(self, runtime: Runtime | None) -> int | None:
         cap = self._settings.runtime.max_in_flight
@@ -126,17 +131,6 @@ class Planning(RuntimeCore):
     def _has_room(self, runtime: Runtime) -> bool:
         free = self._free(runtime)
         return free is None or free > 0
-
-
-_OOM = ("out of memory", "failed to allocate", "cudamalloc failed", "bad_alloc")
-
-
-def oom_reason(lines: Iterable[str]) -> str | None:
-    """The first line of a backend's output that says it ran out of memory, if any."""
-    for line in lines:
-        if any(marker in line.lower() for marker in _OOM):
-            return line.strip()[:200]
-    return None
 
 
 def shutting_down() -> ServiceUnavailable:
@@ -152,4 +146,4 @@ def refuse_missing(spec: RuntimeSpec) -> None:
         raise Conflict(missing_message(name, missing), code="model_files_missing")
 
 
-__all__ = ["Pending", "Planning", "oom_reason", "refuse_missing", "shutting_down"]
+__all__ = ["Pending", "Planning", "refuse_missing", "shutting_down"]

@@ -1,7 +1,8 @@
 """The live memory ledger the runtime manager owns (issue 25; docs/residency.md).
 
 `Book` turns the manager's live runtimes into the pure core's `Ledger`: each runtime holds the
-measured figure when `Figures.lookup` has one (source "measured"), else its estimate, which is
+measured figure when `Figures.lookup(config id, launch_fingerprint(...))` has one (source
+"measured"; router/runtime/measuring.py records them), else its estimate, which is
 computed once per configuration version off the event loop (`prepare`) and cached. A stopping
 runtime (and a failed one whose process is being stopped) keeps its bytes until the manager
 drops it, which happens only once its process has exited.
@@ -18,12 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from router.config import ModelConfig, Settings
+from router.config import Settings
 from router.config.schema import PROGRAM_SECTIONS, ProgramSection
 from router.memory.devices import Device, budgets
 from router.memory.estimate import Estimate
 from router.memory.eviction import Plan
 from router.memory.figures import Figures, NoFigures
+from router.memory.fingerprint import launch_fingerprint
 from router.memory.forced import plan_with_forced
 from router.memory.ledger import Ledger, Resident, State, Usage
 from router.memory.sizing import estimate_config
@@ -32,8 +34,6 @@ from router.runtime.state import Runtime, RuntimeSpec, RuntimeState
 
 # A use older than this no longer counts as recent (the eviction rule's reload cost).
 RECENT_WINDOW = 1800.0
-# A load that ran out of memory is counted this much larger afterwards.
-OOM_FACTOR = 1.5
 
 _STATES: Mapping[RuntimeState, State] = {
     RuntimeState.LOADING: "loading",
@@ -42,13 +42,6 @@ _STATES: Mapping[RuntimeState, State] = {
     # A failed runtime is being stopped (TERM, grace, KILL): its memory is not free yet.
     RuntimeState.FAILED: "stopping",
 }
-
-
-def fingerprint(config: ModelConfig) -> str:
-    """What decides a configuration's memory, for `Figures.lookup`: its .kcpps file's hash
-    and its model files' hashes (when the catalog has them)."""
-    assets = ",".join(f"{k}={v}" for k, v in sorted(config.asset_sha256.items()))
-    return f"{config.config_sha256}|{assets}"
 
 
 @dataclass(frozen=True)
@@ -98,7 +91,7 @@ class Book:
         self.figures: Figures = figures or NoFigures()
         self.uses = Uses()
         self._estimates: dict[tuple[str, str, str], Estimate] = {}
-        self._raised: dict[tuple[str, str, str], float] = {}
+        self._fingerprints: dict[tuple[Any, ...], str] = {}
 
     @property
     def acts(self) -> bool:
@@ -128,23 +121,22 @@ class Book:
             await asyncio.to_thread(self.estimate, spec)
 
     def need(self, spec: RuntimeSpec) -> tuple[Estimate, float | None]:
-        """(bytes per device and their source, measured load seconds)."""
-        measured = self.figures.lookup(spec.config.id, fingerprint(spec.config))
+        """(bytes per device and their source, measured load seconds): the measured (or, after
+        an out-of-memory load, raised) figure when the store has one for this launch's
+        fingerprint, else the estimate."""
+        measured = self.figures.lookup(spec.config.id, self._fingerprint(spec))
         if measured is not None and measured.devices:
-            found, seconds = Estimate(dict(measured.devices), "measured"), measured.load_seconds
-        else:
-            found, seconds = self.estimate(spec), None
-        factor = self._raised.get(self._key(spec), 1.0)
-        if factor == 1.0:
-            return found, seconds
-        raised = {d: round(b * factor) for d, b in found.devices.items()}
-        return Estimate(raised, found.source, found.detail), seconds
+            return Estimate(dict(measured.devices), "measured"), measured.load_seconds
+        return self.estimate(spec), None
 
-    def raise_figure(self, spec: RuntimeSpec) -> None:
-        """Its load ran out of memory: count it `OOM_FACTOR` larger from now on (again on
-        each such failure), so the retry's plan frees more."""
-        key = self._key(spec)
-        self._raised[key] = self._raised.get(key, 1.0) * OOM_FACTOR
+    def _fingerprint(self, spec: RuntimeSpec) -> str:
+        config = spec.config
+        key = (*self._key(spec), tuple(sorted(config.asset_sha256.items())))
+        found = self._fingerprints.get(key)
+        if found is None:
+            found = launch_fingerprint(config, spec.lane, spec.family, self._settings, self.devices)
+            self._fingerprints[key] = found
+        return found
 
     def resident(self, runtime: Runtime, waiting: int) -> Resident | None:
         state = _STATES.get(runtime.state)
@@ -199,4 +191,4 @@ class Book:
         return per_runtime, rows
 
 
-__all__ = ["RECENT_WINDOW", "Book", "Pending", "Uses", "fingerprint"]
+__all__ = ["RECENT_WINDOW", "Book", "Pending", "Uses"]

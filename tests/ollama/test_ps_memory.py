@@ -14,6 +14,9 @@ from router.memory.devices import discover
 from router.runtime import residency
 from tests.memory.test_memory_devices import FakeNvml
 from tests.support.harness import RouterHarness
+from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.usefixtures("no_measurement")
 
 MIB, GIB = 1 << 20, 1 << 30
 

@@ -6,7 +6,8 @@ victim finishes intact before it stops; `keep_alive: 0` still unloads after the 
 the whole budget gets a clear 400 with nothing launched.
 
 The budget is computed from the router's own estimates for the demo models, so the arithmetic
-holds on any machine (each is about 29 MiB: docs/residency.md's worked example)."""
+holds on any machine (each is about 29 MiB: docs/residency.md's worked example); after a load
+the ledger holds llama-server's measured figure, a little below the estimate."""
 
 from __future__ import annotations
 
@@ -49,6 +50,12 @@ def _need(h: RouterHarness, model_id: str) -> int:
     return h.runtimes._book.estimate(spec).devices["host"]
 
 
+def _held(h: RouterHarness, model_id: str) -> int:
+    assert h.app is not None
+    spec = spec_for(h.app[CATALOG].require(model_id), Lane.TEXT)
+    return h.runtimes._book.need(spec)[0].total
+
+
 def _resident(h: RouterHarness) -> set[str]:
     return {v.config.id for v in h.runtimes.views() if v.state.value in ("loading", "ready")}
 
@@ -85,13 +92,16 @@ async def test_two_that_fit_stay_resident_and_a_third_evicts_the_cheaper(
     assert _resident(real_harness) == {"chat-a", "chat-c"}  # exactly the dry run's victim
     assert real_harness.runtimes.spawn_count == 3
 
-    # /api/ps: size and size_vram as the ledger says (host only here: size_vram 0).
+    # /api/ps: size and size_vram as the ledger says (host only here: size_vram 0); the
+    # figures are the measured ones once the measurements after the loads are in.
+    await real_harness.runtimes.figures.settled()
     status = (await real_harness.client.get("/router/v1/status")).json()
     held = {r["model"]: r["memory"] for r in status["runtimes"] if r["state"] == "ready"}
     running = {m.model: m for m in (await client.ps()).models}
     assert set(running) == {"chat-a", "chat-c"}
     for model, entry in running.items():
-        assert entry.size == held[model]["bytes"] == _need(real_harness, model)
+        assert held[model]["source"] == "measured"  # llama-server's own report (-lv 4)
+        assert entry.size == held[model]["bytes"] == _held(real_harness, model)
         assert entry.size_vram == 0
 
 

@@ -12,11 +12,15 @@ import os
 from typing import Any
 
 import httpx
+import pytest
 
 from router.appkeys import CATALOG
 from router.domain import Lane
 from router.runtime.state import spec_for
 from tests.support.harness import RouterHarness, chat, stream_chat
+from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.usefixtures("no_measurement")
 
 MIB = 1 << 20
 

@@ -13,6 +13,7 @@ import asyncio
 import os
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from router.appkeys import CATALOG
@@ -20,6 +21,9 @@ from router.cli import main
 from router.domain import Lane
 from router.runtime.state import spec_for
 from tests.support.harness import RouterHarness
+from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.usefixtures("no_measurement")
 
 MIB = 1 << 20
 
