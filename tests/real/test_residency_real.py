@@ -21,6 +21,7 @@ import pytest
 from router.appkeys import CATALOG
 from router.demo_models import write_kcpps
 from router.domain import Lane
+from router.memory.eviction import reload_cost
 from router.runtime.state import spec_for
 from tests.real.router_fixtures import write_demo_text_kcpps
 from tests.support.harness import RouterHarness, wait_for
@@ -77,7 +78,11 @@ async def test_two_that_fit_stay_resident_and_a_third_evicts_the_cheaper(
         assert (await _say(client, "chat-a" if i % 2 == 0 else "chat-b")).done
     assert real_harness.runtimes.spawn_count == 2  # two loads in all, no swap
     assert _resident(real_harness) == {"chat-a", "chat-b"}
-    await _say(client, "chat-a")  # chat-a: 11 recent uses, chat-b: 10, so chat-b is cheaper
+    await real_harness.runtimes.figures.settled()  # measured load times: the reload cost
+    # The cheaper to reload (measured load time x recent uses), as the live ledger prices it.
+    ledger = real_harness.runtimes.live_ledger()
+    cheaper = min(ledger.residents, key=lambda r: (reload_cost(r), r.last_used)).model
+    keeper = ({"chat-a", "chat-b"} - {cheaper}).pop()
 
     assert real_harness.client is not None
     dry = await real_harness.client.post(
@@ -85,11 +90,11 @@ async def test_two_that_fit_stay_resident_and_a_third_evicts_the_cheaper(
     )
     plan = dry.json()
     assert plan["fits"] is True and plan["wait"] == "none"
-    assert [v["model"] for v in plan["evict"]] == ["chat-b"]
+    assert [v["model"] for v in plan["evict"]] == [cheaper]
     assert real_harness.runtimes.spawn_count == 2  # the dry run loaded nothing
 
     assert (await _say(client, "chat-c")).done
-    assert _resident(real_harness) == {"chat-a", "chat-c"}  # exactly the dry run's victim
+    assert _resident(real_harness) == {keeper, "chat-c"}  # exactly the dry run's victim
     assert real_harness.runtimes.spawn_count == 3
 
     # /api/ps: size and size_vram as the ledger says (host only here: size_vram 0); the
@@ -98,7 +103,7 @@ async def test_two_that_fit_stay_resident_and_a_third_evicts_the_cheaper(
     status = (await real_harness.client.get("/router/v1/status")).json()
     held = {r["model"]: r["memory"] for r in status["runtimes"] if r["state"] == "ready"}
     running = {m.model: m for m in (await client.ps()).models}
-    assert set(running) == {"chat-a", "chat-c"}
+    assert set(running) == {keeper, "chat-c"}
     for model, entry in running.items():
         assert held[model]["source"] == "measured"  # llama-server's own report (-lv 4)
         assert entry.size == held[model]["bytes"] == _held(real_harness, model)
