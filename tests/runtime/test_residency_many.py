@@ -147,3 +147,20 @@ async def test_unload_a_lane_stops_every_runtime_in_it(harness: RouterHarness) -
     r = await client.post("/router/v1/unload", json={"target": "text"})
     assert r.status_code == 200 and len(r.json()["unloaded"]) == 2
     assert _resident(harness) == set()
+
+
+async def test_a_stopping_victim_keeps_its_bytes_until_it_exited(harness: RouterHarness) -> None:
+    harness.faults_for_model["chat-b"] = "--sigterm-delay 1.5"  # a slow exit
+    _models(harness, {"chat-a": 4 * MIB, "chat-b": 4 * MIB})
+    client = await _start(harness, fit=["chat-a"])
+    assert (await client.post("/router/v1/load", json={"model": "chat-b"})).status_code == 200
+    ask = asyncio.create_task(_ask(client, "chat-a"))  # chat-b must go first
+    assert await _until(lambda: harness.runtimes.views()[0].state.value == "stopping")
+    status = (await client.get("/router/v1/status")).json()
+    (stopping,) = status["runtimes"]
+    assert stopping["model"] == "chat-b" and stopping["memory"]["bytes"] > 0
+    (host,) = [d for d in status["devices"] if d["device"] == "host"]
+    assert host["used"] == stopping["memory"]["bytes"]  # still counted
+    assert harness.runtimes.spawn_count == 1 and not ask.done()  # chat-a waits for the exit
+    await ask
+    assert _resident(harness) == {"chat-a"} and harness.runtimes.spawn_count == 2
