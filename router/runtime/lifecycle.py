@@ -16,15 +16,16 @@ from typing import Any, Protocol
 from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
-from router.memory.figures import Figures
+from router.memory.measure import ReportLines
 from router.records import EventBus
 from router.records.request_times import RequestTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
+from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.progress import LoadProgress
 from router.runtime.queues import Entry, Queues
-from router.runtime.residency import Book
+from router.runtime.residency import Book, Pending
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class RuntimeCore:
         clock: Callable[[], float] = time.monotonic,
         usual_load: Callable[[str], float | None] = lambda _model: None,
         kv: KvHooks | None = None,
-        figures: Figures | None = None,
+        figures: FigureHooks | None = None,
     ) -> None:
         self._settings = settings
         self._loader = loader
@@ -59,10 +60,13 @@ class RuntimeCore:
         self._observer = observer
         self._clock = clock
         self._kv = kv
-        # The live memory ledger's source (router/runtime/residency.py, docs/residency.md),
-        # and the lanes each pending load's plan stops (planning.py).
-        self._book = Book(settings, figures)
-        self._evicting: dict[str, frozenset[Lane]] = {}
+        self.figures: FigureHooks = figures or NoFigureHooks()  # measured memory (issue 25)
+        # The live memory ledger (router/runtime/residency.py, docs/residency.md), and with
+        # several runtimes per lane the plan each pending load acts on (many.py).
+        self._book = Book(settings, self.figures)
+        self._evicting_many: dict[str, Pending] = {}
+        self._oom_retried: set[str] = set()  # loads retried once after running out of memory
+        self._oom_held: set[str] = set()  # ... and held until their raised figure is recorded
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -131,10 +135,11 @@ class RuntimeCore:
         self._events.publish("loading", **runtime.identity())  # created in LOADING
         seen = self._observer(runtime) if self._observer else None
         progress = LoadProgress(self._events.publish, runtime.identity())
+        report = ReportLines()  # the backend's memory report, for the measurement
         try:
             launched: Launched = await self._loader.launch(
                 runtime.spec,
-                progress.tee(seen.output if seen else None),
+                report.tee(progress.tee(seen.output if seen else None)),
                 seen.launched if seen else None,
             )
         except RouterError as exc:
@@ -157,8 +162,10 @@ class RuntimeCore:
         runtime.attach(launched)
         if self._kv is not None:  # bounded by its own deadline; never fails the load
             await self._kv.restore(runtime)
+        self._oom_retried.discard(runtime.key)
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
+        self.figures.loaded(runtime, launched, report.lines)  # measured off the event loop
         self._spawn(self._watch_exit(runtime))
         # First serve the requests this runtime was loaded for (scheduler.loaded_for: without
         # this, a livelock found by R18).
@@ -171,9 +178,15 @@ class RuntimeCore:
                 self._grant_waiters(runtime, loaded_for)
         self._pump()
 
+    def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
+        return False
+
     def _load_failed(
         self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
     ) -> None:
+        # Out of memory: its figure is raised (measuring.py) and, with several runtimes per
+        # lane, the load retried once after a further eviction, its requests still queued.
+        retry = self.figures.failed(runtime, error) and self._oom_retry(runtime, error)
         exit_code, tail = (
             (error.exit_code, list(error.output_tail))
             if isinstance(error, LoadFailed)
@@ -204,8 +217,8 @@ class RuntimeCore:
                     "attempt_id": attempt_id,
                 }
             )
-        self._queues.fail(runtime.key, error)
-        self._evicting.pop(runtime.key, None)
+        if not retry:
+            self._queues.fail(runtime.key, error)
         self._vacate(runtime)
 
     async def _watch_exit(self, runtime: Runtime) -> None:

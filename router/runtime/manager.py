@@ -28,7 +28,8 @@ from router.config import ModelConfig
 from router.domain import Family, Lane
 from router.errors import ServiceUnavailable
 from router.runtime import eta, scheduler
-from router.runtime.planning import Planning, shutting_down
+from router.runtime.many import ManyLanes
+from router.runtime.planning import shutting_down
 from router.runtime.queues import Claim, Entry, Ticket, Waiter
 from router.runtime.state import (
     Lease,
@@ -43,7 +44,7 @@ from router.runtime.state import (
 log = logging.getLogger(__name__)
 
 
-class RuntimeManager(Planning):
+class RuntimeManager(ManyLanes):
     """Admission, queueing and the pump over the state `RuntimeCore` owns."""
 
     # ---- public API -------------------------------------------------------------------
@@ -65,13 +66,17 @@ class RuntimeManager(Planning):
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
-        runtime = self._slots[lane]
+        if self._book.acts:  # several per lane: nobody queued for it, and not being evicted
+            runtime = self._runtimes.get(spec.key)
+            calm = not self._queues.wants(spec.key) and spec.key not in self._victim_since()
+        else:
+            runtime, calm = self._slots[lane], self._queues.is_empty(lane)
         if (
             runtime is not None
             and runtime.key == spec.key
             and runtime.state is RuntimeState.READY
             and not runtime.draining
-            and self._queues.is_empty(lane)
+            and calm
             and self._has_room(runtime)
         ):
             lease = self._grant(runtime, arrived)
@@ -122,8 +127,8 @@ class RuntimeManager(Planning):
         one step, so a swap cannot slip in between choosing a runtime and marking it."""
         targets = {
             rt
-            for lane in lanes
-            if (rt := self._slots[lane]) is not None
+            for rt in self._runtimes.values()
+            if rt.spec.occupies & lanes
             and model in (None, rt.config.id)
             and family in (None, rt.spec.family)
         }
@@ -193,7 +198,7 @@ class RuntimeManager(Planning):
     def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        runtime = self._slots[lane]
+        runtime = self._slots[lane] if not self._book.acts else self._loading_in(lane)
         loading = runtime is not None and runtime.state is RuntimeState.LOADING
         lane_now = eta.LaneNow(
             self._lane_view(lane, runtime),
@@ -248,7 +253,8 @@ class RuntimeManager(Planning):
 
     def _view(self, runtime: Runtime) -> RuntimeView:
         idle_unload = self._settings.runtime.idle_unload
-        return runtime.view(self._queues.waiting_for(runtime.key), idle_unload)
+        last_used = self._book.uses.last(runtime.key)
+        return runtime.view(self._queues.waiting_for(runtime.key), idle_unload, last_used)
 
     async def _enqueue(
         self,
@@ -293,16 +299,6 @@ class RuntimeManager(Planning):
         elif not future.cancelled() and future.exception() is None:
             future.result().release()
         self._pump()
-
-    def _free(self, runtime: Runtime | None) -> int | None:
-        cap = self._settings.runtime.max_in_flight
-        if not cap or runtime is None:
-            return None
-        return max(0, cap - runtime.leases)
-
-    def _has_room(self, runtime: Runtime) -> bool:
-        free = self._free(runtime)
-        return free is None or free > 0
 
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
@@ -372,6 +368,8 @@ class RuntimeManager(Planning):
         )
 
     def _pump_lane(self, lane: Lane) -> bool:
+        if self._book.acts:
+            return self._pump_many(lane)
         runtime = self._slots[lane]
         if runtime is not None and runtime.unload_requested:
             return runtime.leases == 0 and self._begin_stop(runtime)
@@ -429,11 +427,6 @@ class RuntimeManager(Planning):
             return False
         added = False
         requires = spec.requires | self._evicted_lanes(spec)
-        if self._book.acts:
-            memory = self._memory_lanes(spec)
-            if memory is None:
-                return added
-            requires |= memory
         for lane in requires:
             holder = self._slots[lane]
             if holder is not None and holder.key != spec.key:
@@ -441,13 +434,7 @@ class RuntimeManager(Planning):
         if any(self._slots[lane] is not None for lane in requires):
             return added
         self._queues.drop_claims(spec.key)
-        self._evicting.pop(spec.key, None)
-        runtime = Runtime(spec)
-        for lane in spec.occupies:
-            self._slots[lane] = runtime
-        self._runtimes[spec.key] = runtime
-        self.spawn_count += 1
-        self._spawn(self._load(runtime))
+        self._start(spec)
         return True
 
     def _arm_deadline(self) -> None:
@@ -463,6 +450,8 @@ class RuntimeManager(Planning):
             and (d := scheduler.next_deadline(self._queues.scheduler_view(lane), rt.key, wait))
             is not None
         ]
+        if self._book.acts:
+            deadlines += self._many_deadlines()
         if deadlines and not self._closing:
             loop = asyncio.get_running_loop()
             delay = max(0.0, min(deadlines) - self._clock()) + 0.001

@@ -2,22 +2,25 @@
 decision `plan()` shared by the dry run and the real load, and the memory status.
 
 `RuntimeManager` builds on this class; it adds nothing to `RuntimeCore`'s state but the
-`Book` and the evictions a pending load has decided on (`_evicting`: kept from its first
-decision until it starts, so the runtimes a load stops are the ones its plan named).
+`Book` (and, for several runtimes per lane, the plans of pending loads: many.py).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from router.config import ModelConfig, evicts
 from router.config.availability import missing_files, missing_message
 from router.domain import Lane
-from router.errors import Conflict, ServiceUnavailable
-from router.memory.eviction import MemoryRefusal, Plan, refuse_if_too_large
+from router.errors import Conflict, RouterError, ServiceUnavailable
+from router.memory.eviction import Plan, refuse_if_too_large
 from router.memory.ledger import Ledger
 from router.runtime.lifecycle import RuntimeCore
-from router.runtime.state import RuntimeSpec, primary_lane, spec_for
+from router.runtime.residency import Pending
+from router.runtime.state import Runtime, RuntimeSpec, primary_lane, spec_for
+
+log = logging.getLogger(__name__)
 
 
 class Planning(RuntimeCore):
@@ -57,14 +60,16 @@ class Planning(RuntimeCore):
     def _forced(self, spec: RuntimeSpec) -> dict[str, str]:
         """Runtimes a load of `spec` stops whatever memory says, with the reason."""
         out: dict[str, str] = {}
-        for lane in sorted(spec.requires, key=lambda lane: lane.value):
-            holder = self._slots[lane]
-            if holder is None or holder.key == spec.key or holder.key in out:
-                continue
-            if lane in spec.occupies:
-                out[holder.key] = f"the {lane} lane holds one runtime at a time"
-            else:
-                out[holder.key] = f"router_unload_policy of {spec.config.id} names {lane}"
+        # With several runtimes per lane only the policy's lanes are emptied.
+        lanes = spec.requires if not self._book.acts else spec.requires - spec.occupies
+        for lane in sorted(lanes, key=lambda lane: lane.value):
+            for holder in self._runtimes.values():
+                if lane not in holder.spec.occupies or holder.key in (spec.key, *out):
+                    continue
+                if lane in spec.occupies:
+                    out[holder.key] = f"the {lane} lane holds one runtime at a time"
+                else:
+                    out[holder.key] = f"router_unload_policy of {spec.config.id} names {lane}"
         for rt in self._runtimes.values():
             if rt.key != spec.key and rt.key not in out and self._named_by_policy(spec, rt.config):
                 out[rt.key] = f"router_unload_policy of {spec.config.id} names it"
@@ -93,28 +98,39 @@ class Planning(RuntimeCore):
             need, _ = self._book.need(spec)
             refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
 
-    def _memory_lanes(self, spec: RuntimeSpec) -> frozenset[Lane] | None:
-        """The lanes of the runtimes memory makes a load of `spec` stop (their claims drain
-        them as a swap does); None: it cannot fit yet (pinned or loading runtimes hold the
-        rest) or was refused, and waits."""
-        decided = self._evicting.get(spec.key)
-        if decided is not None:
-            return decided
-        try:
-            plan = self._plan(spec)
-        except MemoryRefusal as exc:  # the budget shrank under a waiting load
-            self._queues.fail(spec.key, exc)
-            return None
-        if not plan.fits:
-            return None
-        lanes = frozenset(
-            lane
-            for victim in plan.evict
-            if (rt := self._runtimes.get(victim.key)) is not None
-            for lane in rt.spec.occupies
+    def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
+        """A load that ran out of memory (`figures.failed` said so and records a raised
+        figure): with several runtimes per lane it is retried once, its requests still
+        queued, once the raised figure is in the book, so its new plan evicts what that
+        figure needs. The failure is recorded as usual, the message saying so."""
+        if not self._book.acts or runtime.key in self._oom_retried:
+            return False
+        self._oom_retried.add(runtime.key)
+        self._oom_held.add(runtime.key)
+        error.message = (
+            f"{error.message} (out of memory: its memory figure is raised and the load "
+            "retried once after a further eviction)"
         )
-        self._evicting[spec.key] = lanes
-        return lanes
+        log.warning("%s ran out of memory while loading: retrying once", runtime.key)
+        self._spawn(self._retry_when_settled(runtime.key))
+        return True
+
+    async def _retry_when_settled(self, key: str) -> None:
+        try:
+            await self.figures.settled()
+        finally:
+            self._oom_held.discard(key)
+            self._pump()
+
+    def _free(self, runtime: Runtime | None) -> int | None:
+        cap = self._settings.runtime.max_in_flight
+        if not cap or runtime is None:
+            return None
+        return max(0, cap - runtime.leases)
+
+    def _has_room(self, runtime: Runtime) -> bool:
+        free = self._free(runtime)
+        return free is None or free > 0
 
 
 def shutting_down() -> ServiceUnavailable:
@@ -130,4 +146,4 @@ def refuse_missing(spec: RuntimeSpec) -> None:
         raise Conflict(missing_message(name, missing), code="model_files_missing")
 
 
-__all__ = ["Planning", "refuse_missing", "shutting_down"]
+__all__ = ["Pending", "Planning", "refuse_missing", "shutting_down"]

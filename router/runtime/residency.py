@@ -1,7 +1,8 @@
 """The live memory ledger the runtime manager owns (issue 25; docs/residency.md).
 
 `Book` turns the manager's live runtimes into the pure core's `Ledger`: each runtime holds the
-measured figure when `Figures.lookup` has one (source "measured"), else its estimate, which is
+measured figure when `Figures.lookup(config id, launch_fingerprint(...))` has one (source
+"measured"; router/runtime/measuring.py records them), else its estimate, which is
 computed once per configuration version off the event loop (`prepare`) and cached. A stopping
 runtime (and a failed one whose process is being stopped) keeps its bytes until the manager
 drops it, which happens only once its process has exited.
@@ -15,14 +16,16 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from router.config import ModelConfig, Settings
+from router.config import Settings
 from router.config.schema import PROGRAM_SECTIONS, ProgramSection
 from router.memory.devices import Device, budgets
 from router.memory.estimate import Estimate
 from router.memory.eviction import Plan
 from router.memory.figures import Figures, NoFigures
+from router.memory.fingerprint import launch_fingerprint
 from router.memory.forced import plan_with_forced
 from router.memory.ledger import Ledger, Resident, State, Usage
 from router.memory.sizing import estimate_config
@@ -41,11 +44,13 @@ _STATES: Mapping[RuntimeState, State] = {
 }
 
 
-def fingerprint(config: ModelConfig) -> str:
-    """What decides a configuration's memory, for `Figures.lookup`: its .kcpps file's hash
-    and its model files' hashes (when the catalog has them)."""
-    assets = ",".join(f"{k}={v}" for k, v in sorted(config.asset_sha256.items()))
-    return f"{config.config_sha256}|{assets}"
+@dataclass(frozen=True)
+class Pending:
+    """A load waiting for the runtimes its plan stops (`victims`: runtime keys); `since`: its
+    oldest request's arrival, which opens the victims' batch window."""
+
+    victims: frozenset[str]
+    since: float
 
 
 class Uses:
@@ -86,6 +91,7 @@ class Book:
         self.figures: Figures = figures or NoFigures()
         self.uses = Uses()
         self._estimates: dict[tuple[str, str, str], Estimate] = {}
+        self._fingerprints: dict[tuple[Any, ...], str] = {}
 
     @property
     def acts(self) -> bool:
@@ -115,17 +121,33 @@ class Book:
             await asyncio.to_thread(self.estimate, spec)
 
     def need(self, spec: RuntimeSpec) -> tuple[Estimate, float | None]:
-        """(bytes per device and their source, measured load seconds)."""
-        measured = self.figures.lookup(spec.config.id, fingerprint(spec.config))
+        """(bytes per device and their source, measured load seconds): the measured (or, after
+        an out-of-memory load, raised) figure when the store has one for this launch's
+        fingerprint, else the estimate."""
+        measured = self.figures.lookup(spec.config.id, self._fingerprint(spec))
         if measured is not None and measured.devices:
             return Estimate(dict(measured.devices), "measured"), measured.load_seconds
         return self.estimate(spec), None
+
+    def _fingerprint(self, spec: RuntimeSpec) -> str:
+        config = spec.config
+        key = (*self._key(spec), tuple(sorted(config.asset_sha256.items())))
+        found = self._fingerprints.get(key)
+        if found is None:
+            found = launch_fingerprint(config, spec.lane, spec.family, self._settings, self.devices)
+            self._fingerprints[key] = found
+        return found
 
     def resident(self, runtime: Runtime, waiting: int) -> Resident | None:
         state = _STATES.get(runtime.state)
         if state is None:
             return None
         need, load_seconds = self.need(runtime.spec)
+        # keep_alive's idle deadline (docs/residency.md): one past it costs nothing to evict;
+        # one a client asked to keep (a positive keep_alive) is chosen only after the others.
+        deadline = runtime.idle_deadline
+        expired = deadline is not None and deadline <= time.time()
+        kept = runtime.keep_alive is not None and runtime.keep_alive > 0
         return Resident(
             runtime.key,
             runtime.config.id,
@@ -136,9 +158,10 @@ class Book:
             busy=runtime.leases > 0 or waiting > 0,
             pinned=runtime.config.pinned,
             load_seconds=load_seconds,
-            recent_uses=float(self.uses.recent(runtime.key)),
+            recent_uses=0.0 if expired else float(self.uses.recent(runtime.key)),
             last_used=self.uses.last(runtime.key),
             in_flight=runtime.leases,
+            kept=kept and not expired,
         )
 
     def ledger(self, residents: Iterable[Resident | None]) -> Ledger:
@@ -171,4 +194,4 @@ class Book:
         return per_runtime, rows
 
 
-__all__ = ["RECENT_WINDOW", "Book", "Uses", "fingerprint"]
+__all__ = ["RECENT_WINDOW", "Book", "Pending", "Uses"]

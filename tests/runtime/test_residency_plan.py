@@ -13,6 +13,7 @@ import asyncio
 import os
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from router.appkeys import CATALOG
@@ -20,6 +21,9 @@ from router.cli import main
 from router.domain import Lane
 from router.runtime.state import spec_for
 from tests.support.harness import RouterHarness
+from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.usefixtures("no_measurement")
 
 MIB = 1 << 20
 
@@ -37,7 +41,7 @@ def _host_need(harness: RouterHarness, model_id: str, lane: Lane) -> int:
 
 
 async def _budgeted(harness: RouterHarness, budget: int, **runtime: Any) -> Any:
-    base = harness.settings(**runtime)
+    base = harness.settings(**({"residency": "memory"} | runtime))
     memory = base.memory.model_copy(update={"host_budget": budget, "reserve": 0})
     return await harness.start(base.model_copy(update={"memory": memory}))
 
