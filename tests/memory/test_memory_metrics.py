@@ -9,7 +9,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.demo_models import write_bert_gguf, write_llama_gguf
-from tests.support.harness import RouterHarness
+from tests.support.harness import RouterHarness, until
 
 GIB = 1 << 30
 
@@ -45,6 +45,13 @@ async def test_metrics_carry_the_status_memory(harness: RouterHarness) -> None:
     for model in ("chat-a", "embed"):
         r = await client.post("/router/v1/load", json={"model": model})
         assert r.status_code == 200, r.text
+
+    async def sources() -> list[str]:
+        runtimes = (await client.get("/router/v1/status")).json()["runtimes"]
+        return [rt["memory"]["source"] for rt in runtimes]
+
+    # Each backend process is measured just after its load: compare once both figures are in.
+    assert await until(sources, ["measured", "measured"])
     status = (await client.get("/router/v1/status")).json()
     text = (await client.get("/metrics")).text
 

@@ -26,6 +26,8 @@ def seed_demo_models(h: RouterHarness) -> None:
     h.model(CHAT_B, gpulayers=0)
     h.model(EMBED, embeddingsmodel="embed.gguf", gpulayers=0)
     h.model(PINNED, embeddingsmodel=f"{PINNED}.gguf", gpulayers=0, router_pin=True)
+    # The embedding model loads for 3 s: long enough to see its estimate while it loads.
+    h.faults_for_model[EMBED] = "--startup-delay 3"
     write_llama_gguf(h.models_dir / f"{CHAT}.gguf", seed=1, name="chat a")
     write_llama_gguf(h.models_dir / f"{CHAT_B}.gguf", seed=2, name="chat b")
     write_bert_gguf(h.models_dir / "embed.gguf", seed=3)

@@ -20,6 +20,11 @@ def model_row(ui: GuardedPage, model: str) -> Locator:
     return ui.page.locator(f'table tbody tr[data-key="{model}"]')
 
 
+def measured(ui: GuardedPage, model: str) -> bool:
+    runtimes = ui.router.get("/router/v1/status")["runtimes"]
+    return any(rt["model"] == model and rt["memory"]["source"] == "measured" for rt in runtimes)
+
+
 def load_bodies(ui: GuardedPage) -> list[dict[str, Any]]:
     bodies: list[dict[str, Any]] = []
 
@@ -34,6 +39,9 @@ def load_bodies(ui: GuardedPage) -> list[dict[str, Any]]:
 def test_a_load_that_evicts_asks_first_naming_the_victims(tight_ui: GuardedPage) -> None:
     ui = tight_ui
     ui.router.post("/router/v1/load", {"model": CHAT})
+    # Measured just after its load (its reason then names the measured load time): wait, so
+    # the page's dry run and this one see the same ledger.
+    wait_until(lambda: measured(ui, CHAT), f"{CHAT} measured")
     plan = ui.router.post("/router/v1/load", {"model": EMBED, "dry_run": True})
     assert plan["fits"] and [v["model"] for v in plan["evict"]] == [CHAT], plan
     bodies = load_bodies(ui)
@@ -74,6 +82,7 @@ def test_a_load_that_fits_goes_ahead_without_asking(tight_ui: GuardedPage) -> No
 def test_a_load_that_cannot_fit_says_why_and_loads_nothing(tight_ui: GuardedPage) -> None:
     ui = tight_ui
     ui.router.post("/router/v1/load", {"model": PINNED})  # router_pin: never evicted
+    wait_until(lambda: measured(ui, PINNED), f"{PINNED} measured")
     plan = ui.router.post("/router/v1/load", {"model": CHAT, "dry_run": True})
     assert plan["fits"] is False, plan
     bodies = load_bodies(ui)

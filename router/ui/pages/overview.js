@@ -12,6 +12,9 @@ import { pageHref } from '../lib/url.js';
 
 export const LANES = ['text', 'image', 'voice', 'embeddings', 'music'];
 const REFRESH_MS = 5000; // in-flight and queue counts, reread while no `activity` event came
+// A load's memory is measured just after `ready`, off the event loop, and no event says when
+// it is in: the status is reread once this long after each `ready` (docs/residency.md).
+const MEASURED_MS = 3000;
 const ANNOUNCE_MS = 1000; // screen readers hear at most one progress update a second
 
 function exitCodeOf(reason) {
@@ -274,6 +277,7 @@ export default {
       render,
       onerror: (exc) => showError(errorSlot, exc, { title: 'The runtimes could not be read' }),
     });
+    const measuredTimers = new Set();
     const offEvents = ctx.events.subscribe((event) => {
       if (event.event === 'loading') {
         for (const lane of event.lanes || []) view.failures.delete(lane);
@@ -281,7 +285,10 @@ export default {
         if (event.usual_load_seconds && !view.usual[event.model]) view.usual[event.model] = event.usual_load_seconds;
         live.resync(); // the loading runtime's estimate is in the snapshot, not the event
       }
-      else if (event.event === 'ready' && event.load_seconds) view.usual[event.model] = event.load_seconds;
+      else if (event.event === 'ready') {
+        if (event.load_seconds) view.usual[event.model] = event.load_seconds;
+        measuredTimers.add(setTimeout(() => live.resync(), MEASURED_MS));
+      }
       else if (event.event === 'failed') onFailed(event, view, refreshErrors);
       else if (event.event === 'activity') view.liveCounts = true;
     });
@@ -289,6 +296,7 @@ export default {
     await Promise.all([refreshErrors(), readUsualTimes(ctx, view)]);
     return () => {
       timers.forEach(clearInterval);
+      measuredTimers.forEach(clearTimeout);
       offEvents();
       live.close();
     };
