@@ -93,8 +93,10 @@ class Planning(RuntimeCore):
     async def _admit(self, spec: RuntimeSpec) -> None:
         """Before any queueing: estimate (off the loop) and refuse what can never fit."""
         refuse_missing(spec)
+        if not self._book.acts:
+            return  # one runtime per lane: memory decides nothing (no await: arrival order kept)
         await self._book.prepare([spec])
-        if self._book.acts and spec.key not in self._runtimes:
+        if spec.key not in self._runtimes:
             need, _ = self._book.need(spec)
             refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
 
