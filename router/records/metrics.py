@@ -105,6 +105,13 @@ class Metrics:
             ["action", "result"],
             registry=r,
         )
+        self.readahead = Counter(
+            "tensor_router_readahead",
+            "Read-aheads of an incoming model's files during a drain (docs/swaps.md), by result"
+            " (started, done, stopped, cancelled, skipped, failed).",
+            ["result"],
+            registry=r,
+        )
         self.store_replaced = Counter(
             "tensor_router_store_file_replaced",
             "Times the store file was found deleted or replaced and a fresh one opened.",
@@ -162,6 +169,8 @@ class Metrics:
             self.loads.labels(family, "failed").inc()
         elif kind == "kv_cache":
             self.kv_cache.labels(event.get("action", ""), event.get("result", "")).inc()
+        elif kind == "readahead":
+            self.readahead.labels(event.get("result", "")).inc()
         if runtime and kind in ("loading", "ready", "failed", "unloading", "unloaded"):
             for state in ("loading", "ready", "failed", "unloading", "unloaded"):
                 self.runtime_state.labels(runtime, state).set(1 if state == kind else 0)
