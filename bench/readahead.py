@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = c.Opts.parse(argv, __doc__ or "")
     llama = c.llama_server_path()
     if not llama:
-        data = {"skipped": {"all": c.skip("readahead", "llama-server")}}
+        data: dict[str, Any] = {"skipped": {"all": c.skip("readahead", "llama-server")}}
         c.save(opts, "readahead", data)
         return data
     drain_tokens = 60 if opts.quick else 12

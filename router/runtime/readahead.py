@@ -131,7 +131,8 @@ def read_chunk(fd: int, offset: int, buffer: bytearray, length: int, end: int) -
     to the kernel first (POSIX_FADV_WILLNEED), so the disk reads ahead while this copy runs."""
     following = min(length, end - offset - length)
     if following > 0 and hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(fd, offset + length, following, os.POSIX_FADV_WILLNEED)
+        with contextlib.suppress(OSError):  # only a hint: a file system may refuse it
+            os.posix_fadvise(fd, offset + length, following, os.POSIX_FADV_WILLNEED)
     return os.preadv(fd, [memoryview(buffer)[:length]], offset)
 
 
@@ -227,9 +228,8 @@ class ReadAhead:
             job.result = job.stop or "done"
             self._event(job, job.result)
         finally:
+            # Kept (until its load or `_prune`), so a later load's capture says how it ended.
             job.seconds = time.monotonic() - job.started
-            if job.result in ("cancelled", "failed"):
-                self._jobs.pop(job.key, None)
 
     async def _read(self, job: Job) -> None:
         buffer = bytearray(min(CHUNK, max(n for _, n in job.plan.reads)))

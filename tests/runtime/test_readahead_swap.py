@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ CHUNK = 64 << 10
 B_SIZE = 3 * CHUNK + 123  # four chunks, the last one short
 
 
-def _setup(h: RouterHarness, **memory: Any) -> tuple[Path, list[dict[str, Any]]]:
+def _setup(h: RouterHarness) -> tuple[Path, list[dict[str, Any]]]:
     """chat-a (held by a gate) and chat-b (a file of B_SIZE bytes); the events it publishes."""
     gate = h.tmp / "gate-a"
     h.model("chat-a")
@@ -60,6 +61,30 @@ async def _hold_a(h: RouterHarness, client: httpx.AsyncClient) -> asyncio.Task[h
     return task
 
 
+@dataclass
+class Swap:
+    """chat-a held in flight, chat-b asked for: the lane drains until `finish()`."""
+
+    gate: Path
+    events: list[dict[str, Any]]
+    client: httpx.AsyncClient
+    a: asyncio.Task[httpx.Response]
+    b: asyncio.Task[httpx.Response]
+
+    async def finish(self) -> None:
+        self.gate.touch()
+        assert (await self.a).status_code == 200
+        assert (await self.b).status_code == 200
+
+
+async def _swap(h: RouterHarness, readahead_on: bool = True, **memory: Any) -> Swap:
+    gate, events = _setup(h)  # first: the settings carry chat-a's gate
+    client = await _start(h, _settings(h, readahead_on, **memory), events)
+    a = await _hold_a(h, client)
+    b = asyncio.create_task(client.post(CHAT, json=chat("chat-b", max_tokens=1)))
+    return Swap(gate, events, client, a, b)
+
+
 def _readahead(events: list[dict[str, Any]], result: str | None = None) -> list[dict[str, Any]]:
     return [
         e for e in events if e["event"] == "readahead" and (result is None or e["result"] == result)
@@ -75,10 +100,8 @@ async def test_a_drain_reads_the_incoming_files_ahead_and_the_capture_says_so(
     harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(readahead, "CHUNK", CHUNK)
-    gate, events = _setup(harness)
-    client = await _start(harness, _settings(harness), events)
-    a = await _hold_a(harness, client)
-    b = asyncio.create_task(client.post(CHAT, json=chat("chat-b", max_tokens=1)))
+    swap = await _swap(harness)
+    events = swap.events
     # chat-b waits for the drain of chat-a: its file is read ahead meanwhile, to the end.
     assert await wait_for(lambda: _readahead(events, "done"), 20), _readahead(events)
     started, done = _readahead(events)
@@ -86,9 +109,7 @@ async def test_a_drain_reads_the_incoming_files_ahead_and_the_capture_says_so(
     assert started["files"] == ["chat-b.gguf"] and started["planned"] == B_SIZE
     assert done["bytes"] == B_SIZE == done["total"]
     assert harness.runtimes.spawn_count == 1  # chat-b is not loading yet: the lane drains
-    gate.touch()
-    assert (await a).status_code == 200
-    assert (await b).status_code == 200
+    await swap.finish()
     captures = await _captures(harness)
     assert captures["chat-a"]["readahead"] is None  # loaded into an empty lane: no drain
     ahead = captures["chat-b"]["readahead"]
@@ -98,7 +119,7 @@ async def test_a_drain_reads_the_incoming_files_ahead_and_the_capture_says_so(
     assert captures["chat-b"]["duration_ms"] is not None  # the load time beside it
     # The same figures on the capture's detail route, as the WebUI reads them.
     attempt = captures["chat-b"]["id"]
-    detail = (await client.get(f"/router/v1/site/load-captures/{attempt}")).json()
+    detail = (await swap.client.get(f"/router/v1/site/load-captures/{attempt}")).json()
     assert detail["readahead"] == ahead
 
 
@@ -154,16 +175,12 @@ async def test_the_host_budget_caps_or_skips_it_and_the_setting_turns_it_off(
     results: list[str],
     planned: int | None,
 ) -> None:
-    gate, events = _setup(harness)
-    client = await _start(harness, _settings(harness, readahead_on, **memory), events)
-    a = await _hold_a(harness, client)
-    b = asyncio.create_task(client.post(CHAT, json=chat("chat-b", max_tokens=1)))
+    swap = await _swap(harness, readahead_on, **memory)
+    events = swap.events
     assert await wait_for(lambda: any(rt.draining for rt in harness.runtimes.runtimes()), 20)
     if planned is not None:  # finished before the load begins, so the capture says "done"
         assert await wait_for(lambda: _readahead(events, "done"), 20), _readahead(events)
-    gate.touch()
-    assert (await a).status_code == 200
-    assert (await b).status_code == 200
+    await swap.finish()
     assert [e["result"] for e in _readahead(events)] == results
     ahead = (await _captures(harness))["chat-b"]["readahead"]
     if not results:
@@ -175,3 +192,22 @@ async def test_the_host_budget_caps_or_skips_it_and_the_setting_turns_it_off(
     else:
         assert ahead["capped"] is True and ahead["done"] is True
         assert ahead["bytes"] == ahead["planned"] == planned < ahead["total"] == B_SIZE
+
+
+async def test_a_failing_read_ahead_is_logged_counted_and_the_swap_goes_on(
+    harness: RouterHarness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_disk(fd: int, offset: int, buffer: bytearray, length: int, end: int) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(readahead, "read_chunk", broken_disk)
+    swap = await _swap(harness)
+    events = swap.events
+    assert await wait_for(lambda: _readahead(events, "failed"), 20), _readahead(events)
+    await swap.finish()  # the swap and both requests went on without it
+    assert "Input/output error" in _readahead(events, "failed")[0]["reason"]
+    assert any("read-ahead of chat-b failed" in r.getMessage() for r in caplog.records)
+    metrics = (await swap.client.get("/metrics")).text
+    assert 'tensor_router_readahead_total{result="failed"} 1.0' in metrics
+    ahead = (await _captures(harness))["chat-b"]["readahead"]
+    assert ahead["result"] == "failed" and ahead["done"] is False and ahead["bytes"] == 0
