@@ -126,14 +126,20 @@ class Job:
         }
 
 
-def read_chunk(fd: int, offset: int, buffer: bytearray, length: int, end: int) -> int:
+def read_chunk(path: Path, offset: int, buffer: bytearray, length: int, end: int) -> int:
     """One chunk into `buffer` (in a worker thread). The next chunk, up to `end`, is announced
-    to the kernel first (POSIX_FADV_WILLNEED), so the disk reads ahead while this copy runs."""
-    following = min(length, end - offset - length)
-    if following > 0 and hasattr(os, "posix_fadvise"):
-        with contextlib.suppress(OSError):  # only a hint: a file system may refuse it
-            os.posix_fadvise(fd, offset + length, following, os.POSIX_FADV_WILLNEED)
-    return os.preadv(fd, [memoryview(buffer)[:length]], offset)
+    to the kernel first (POSIX_FADV_WILLNEED), so the disk reads ahead while this copy runs.
+    The file is opened and closed here, in the thread: a job cancelled while a chunk is in
+    flight never closes a descriptor under it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        following = min(length, end - offset - length)
+        if following > 0 and hasattr(os, "posix_fadvise"):
+            with contextlib.suppress(OSError):  # only a hint: a file system may refuse it
+                os.posix_fadvise(fd, offset + length, following, os.POSIX_FADV_WILLNEED)
+        return os.preadv(fd, [memoryview(buffer)[:length]], offset)
+    finally:
+        os.close(fd)
 
 
 class ReadAhead:
@@ -234,22 +240,18 @@ class ReadAhead:
     async def _read(self, job: Job) -> None:
         buffer = bytearray(min(CHUNK, max(n for _, n in job.plan.reads)))
         for path, length in job.plan.reads:
-            fd = await asyncio.to_thread(os.open, path, os.O_RDONLY)
-            try:
-                offset = 0
-                while offset < length:
-                    if job.stop is None and not job.wanted():
-                        job.stop = "cancelled"  # every request for it gave up: no swap
-                    if job.stop is not None:
-                        return
-                    n = min(len(buffer), length - offset)
-                    got = await asyncio.to_thread(read_chunk, fd, offset, buffer, n, length)
-                    if got <= 0:
-                        break  # the file shrank meanwhile
-                    offset += got
-                    job.bytes += got
-            finally:
-                os.close(fd)
+            offset = 0
+            while offset < length:
+                if job.stop is None and not job.wanted():
+                    job.stop = "cancelled"  # every request for it gave up: no swap
+                if job.stop is not None:
+                    return
+                n = min(len(buffer), length - offset)
+                got = await asyncio.to_thread(read_chunk, path, offset, buffer, n, length)
+                if got <= 0:
+                    break  # the file shrank meanwhile
+                offset += got
+                job.bytes += got
 
     def _event(self, job: Job, result: str, **fields: Any) -> None:
         job.seconds = time.monotonic() - job.started

@@ -130,10 +130,10 @@ async def test_an_abandoned_swap_cancels_its_read_ahead(
     entered, release = threading.Event(), threading.Event()
     real = readahead.read_chunk
 
-    def held_chunk(fd: int, offset: int, buffer: bytearray, length: int, end: int) -> int:
+    def held_chunk(path: Path, offset: int, buffer: bytearray, length: int, end: int) -> int:
         entered.set()
         release.wait(30)  # the first chunk is in flight until the test lets it finish
-        return real(fd, offset, buffer, length, end)
+        return real(path, offset, buffer, length, end)
 
     monkeypatch.setattr(readahead, "read_chunk", held_chunk)
     gate, events = _setup(harness)
@@ -197,7 +197,7 @@ async def test_the_host_budget_caps_or_skips_it_and_the_setting_turns_it_off(
 async def test_a_failing_read_ahead_is_logged_counted_and_the_swap_goes_on(
     harness: RouterHarness, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken_disk(fd: int, offset: int, buffer: bytearray, length: int, end: int) -> int:
+    def broken_disk(path: Path, offset: int, buffer: bytearray, length: int, end: int) -> int:
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(readahead, "read_chunk", broken_disk)
