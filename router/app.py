@@ -55,6 +55,7 @@ from router.appkeys import (
     DISPATCH,
     EVENTS,
     INFLIGHT,
+    KV_CACHES,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -367,6 +368,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    app[KV_CACHES] = kv
     loader = Loader(
         settings,
         app[SESSION],
