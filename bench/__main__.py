@@ -15,7 +15,7 @@ from bench import common as c
 
 SCRIPTS = [
     "rss", "latency", "rps", "analytics", "streams", "cold_start", "real_backend", "cluster",
-    "ui_render", "lending", "swaps",
+    "ui_render", "lending", "swaps", "kv_return",
 ]  # fmt: skip
 
 

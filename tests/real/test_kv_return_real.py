@@ -1,0 +1,83 @@
+"""Issue 26's returning conversation with the real llama-server (docs/swaps.md).
+
+A ~1,500-token conversation on `chat-a` (`router_kv_persist: on`), a forced swap to `chat-b`
+and back (one runtime per lane), then the next turn on chat-a. Asserted here are the facts the
+events and the backend report: the next turn's `usage.prompt_tokens_details.cached_tokens`
+covers at least 90 % of the history, the slot was saved at the swap and restored at the
+return, and the answer is the same greedy answer as the same turn without any swap
+(`chat-ref`: the same model file with persistence off, answering both turns in one process).
+The time-to-first-token ratio is a benchmark figure (bench/kv_return.py), never a timed test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from router.appkeys import EVENTS
+from tests.real.router_fixtures import write_config
+from tests.support.harness import RouterHarness
+
+pytestmark = [pytest.mark.real, pytest.mark.timeout(180)]
+
+# ~1,500 tokens with the demo tokenizer, under the 2,048-token training context.
+HISTORY = " ".join(f"line {i} of the story about the river and the mill." for i in range(65))
+GEN = {"max_tokens": 6, "temperature": 0, "seed": 42}
+
+
+async def _chat(h: RouterHarness, model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+    body = {"model": model, "messages": messages, **GEN}
+    response = await h.client.post("/v1/chat/completions", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    reply: dict[str, Any] = response.json()
+    return reply
+
+
+def _cached(reply: dict[str, Any]) -> int:
+    details = reply.get("usage", {}).get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens")
+    return cached if isinstance(cached, int) else int(reply.get("timings", {}).get("cache_n", 0))
+
+
+def _follow(first: list[dict[str, str]], reply: dict[str, Any]) -> list[dict[str, str]]:
+    answer = reply["choices"][0]["message"]["content"]
+    return [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "go on"}]
+
+
+async def test_the_next_turn_after_a_swap_reuses_the_restored_history(
+    real_harness: RouterHarness, demo_text: dict[str, Path]
+) -> None:
+    h = real_harness
+    write_config(h, "chat-a", model_param=demo_text["chat-a"], router_kv_persist="on",
+                 contextsize=2048)  # fmt: skip
+    write_config(h, "chat-ref", model_param=demo_text["chat-a"], router_kv_persist="off",
+                 contextsize=2048)  # fmt: skip
+    write_config(h, "chat-b", model_param=demo_text["chat-b"], router_kv_persist="off")
+    await h.start(h.settings())
+    events: list[dict[str, Any]] = []
+    h.app[EVENTS].subscribe_callback(
+        lambda e: events.append(e) if e["event"] == "kv_cache" and e["model"] == "chat-a" else None
+    )
+    first = [{"role": "user", "content": HISTORY}]
+
+    # The reference: both turns in one process, no swap between them.
+    ref_first = await _chat(h, "chat-ref", first)
+    reference = await _chat(h, "chat-ref", _follow(first, ref_first))
+
+    reply = await _chat(h, "chat-a", first)
+    history = int(reply["usage"]["prompt_tokens"])
+    assert 1300 < history < 1900, history  # ~1,500, under the training context
+    assert reply["choices"][0]["message"] == ref_first["choices"][0]["message"]
+    await _chat(h, "chat-b", [{"role": "user", "content": "hello"}])  # the forced swap
+    assert h.runtimes.status_of("chat-a") == "unloaded"
+    returned = await _chat(h, "chat-a", _follow(first, reply))
+
+    assert _cached(returned) >= 0.9 * history, (_cached(returned), history, events)
+    outcomes = [(e["action"], e["result"]) for e in events]
+    assert outcomes == [("restore", "none"), ("save", "ok"), ("restore", "ok")], events
+    saved, restored = events[1], events[2]
+    assert restored["tokens"] == saved["tokens"] >= history, events
+    assert returned["choices"][0]["message"] == reference["choices"][0]["message"]
+    assert _cached(reference) >= 0.9 * history  # the reference reused its in-process cache
