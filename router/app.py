@@ -94,6 +94,7 @@ from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.kvcache import KvCaches
+from router.runtime.sleep import VllmSleep
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
@@ -385,6 +386,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         observer=observer_factory(store),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
+        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
     )
     app[RUNTIMES] = manager
     app[METRICS].watch(manager)

@@ -92,6 +92,7 @@ _BOOL = {
     "--cancel-crashes": "cancel_crashes",
     "--slot-actions": "slot_actions",
     "--enable-sleep-mode": "sleep_mode",
+    "--wake-fails": "wake_fails",
 }
 _MODEL_EXT = (".gguf", ".bin", ".safetensors", ".kcpps", ".kcppt", ".ggml")
 
@@ -144,6 +145,7 @@ class Opts:
     slot_actions: bool = False
     slot_save_path: str = ""
     sleep_mode: bool = False  # vLLM --enable-sleep-mode: /sleep, /wake_up, /is_sleeping
+    wake_fails: bool = False  # vLLM: /wake_up answers 500 (the router must load afresh)
     positional: list[str] = field(default_factory=list)
 
 
@@ -1175,7 +1177,7 @@ def vllm_routes(st: State) -> web.RouteTableDef:
 
     async def generate(request: web.Request, chat: bool) -> Any:
         body = await json_body(request)
-        error = unknown_model(body)
+        error = asleep() or unknown_model(body)
         if error is not None:
             return error
         return await openai_generate(request, st, str(body.get("model") or names[0]), chat)
@@ -1186,7 +1188,8 @@ def vllm_routes(st: State) -> web.RouteTableDef:
     @r.post("/v1/embeddings")
     async def embeddings(request: web.Request) -> web.Response:
         body = await json_body(request)
-        return unknown_model(body) or openai_embeddings(body, str(body.get("model") or names[0]))
+        error = asleep() or unknown_model(body)
+        return error or openai_embeddings(body, str(body.get("model") or names[0]))
 
     @r.post("/tokenize")
     async def tokenize(request: web.Request) -> web.Response:
@@ -1199,9 +1202,45 @@ def vllm_routes(st: State) -> web.RouteTableDef:
         tokens = (await json_body(request)).get("tokens", [])
         return web.json_response({"prompt": "".join(chr(int(t)) for t in tokens)})
 
+    def asleep() -> web.Response | None:
+        """vLLM's answer to a request that needs the weights while the engine sleeps."""
+        if not st.sleeping:
+            return None
+        message = (
+            "Model is currently in sleep mode. Please wake it up first with a POST request "
+            "to /wake_up"
+        )
+        body = {"error": {"message": message, "type": "ModelSleepingError", "code": 503}}
+        return web.json_response(body, status=503)
+
+    # Sleep mode: --enable-sleep-mode, and the routes only with VLLM_SERVER_DEV_MODE=1.
+    if o.sleep_mode and os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+        vllm_sleep_routes(r, st)
     vllm_responses(r, st, names)
     r.get("/v1/realtime")(lambda req: realtime_echo(req, st))
     return r
+
+
+def vllm_sleep_routes(r: web.RouteTableDef, st: State) -> None:
+    """POST /sleep?level=N, POST /wake_up, GET /is_sleeping, as vLLM answers them."""
+
+    @r.post("/sleep")
+    async def sleep(request: web.Request) -> web.Response:
+        st.sleeping = int(request.query.get("level", "1"))
+        st.record(event="sleep", level=st.sleeping)
+        return web.Response(status=200)
+
+    @r.post("/wake_up")
+    async def wake_up(_: web.Request) -> web.Response:
+        st.record(event="wake_up")
+        if st.o.wake_fails:
+            return web.json_response({"error": "wake_up failed (--wake-fails)"}, status=500)
+        st.sleeping = 0
+        return web.Response(status=200)
+
+    @r.get("/is_sleeping")
+    async def is_sleeping(_: web.Request) -> web.Response:
+        return web.json_response({"is_sleeping": st.sleeping > 0})
 
 
 def vllm_responses(r: web.RouteTableDef, st: State, names: list[str]) -> None:
