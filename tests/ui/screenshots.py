@@ -68,6 +68,7 @@ def test_overview_queue_screenshots(ui: GuardedPage) -> None:
     """The Overview while two requests wait behind a load: the lane's queue with positions and
     ETAs next to the load progress (issue 26)."""
     OUT.mkdir(parents=True, exist_ok=True)
+    ui.router.post("/router/v1/load", {"model": "slowpoke"})  # a measured load: ETAs in both
     for theme in THEMES:
         ui.router.reset()
         ui.page.emulate_media(color_scheme=theme)
