@@ -114,8 +114,8 @@ class KvCaches:
         if mode == "auto":
             try:
                 argv = adapter_for(spec.family).argv(config, Lane.TEXT, 0, self._settings)
-            except BackendError:
-                argv = None  # no binary: nothing launches, nothing was probed for it
+            except (BackendError, OSError):
+                argv = None  # no binary, or it cannot launch: nothing was probed for it
             if argv is not None:
                 probe = self._probes.get(self._key_for(config, argv))
         passed = bool(probe["passed"]) if probe is not None else None
