@@ -105,8 +105,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         kcpps: dict[str, dict[str, Any]] = {k: {"contextsize": 2048} for k in models}
         kcpps["a-on"]["router_kv_persist"] = "on"
         kcpps["a-off"]["router_kv_persist"] = "off"
-        router = c.Router(wd / "router", models, Path(llama), extra_kcpps=kcpps,
-                          runtime="max_queue: 64, stop_grace: 5s")  # fmt: skip
+        router = c.Router(
+            wd / "router",
+            models,
+            Path(llama),
+            extra_kcpps=kcpps,
+            runtime="max_queue: 64, stop_grace: 5s",
+        )
         router.start()
         try:
             runs = c.interleave(

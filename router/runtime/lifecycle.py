@@ -295,8 +295,16 @@ class RuntimeCore:
         if runtime.state is not RuntimeState.LOADING:
             return  # its process died meanwhile (_fail_running vacated it)
         if not awake:  # stopped, not failed: its waiters stay queued for a fresh load
-            self._move(runtime, RuntimeState.FAILED, "failed", reason="vLLM wake_up failed",
-                       during="wake", exit_code=None, output_tail=[], attempt_id=None)  # fmt: skip
+            self._move(
+                runtime,
+                RuntimeState.FAILED,
+                "failed",
+                reason="vLLM wake_up failed",
+                during="wake",
+                exit_code=None,
+                output_tail=[],
+                attempt_id=None,
+            )
             await self._stop_now(runtime)
             self._vacate(runtime)
             return

@@ -50,10 +50,12 @@ async def test_the_next_turn_after_a_swap_reuses_the_restored_history(
     real_harness: RouterHarness, demo_text: dict[str, Path]
 ) -> None:
     h = real_harness
-    write_config(h, "chat-a", model_param=demo_text["chat-a"], router_kv_persist="on",
-                 contextsize=2048)  # fmt: skip
-    write_config(h, "chat-ref", model_param=demo_text["chat-a"], router_kv_persist="off",
-                 contextsize=2048)  # fmt: skip
+    write_config(
+        h, "chat-a", model_param=demo_text["chat-a"], router_kv_persist="on", contextsize=2048
+    )
+    write_config(
+        h, "chat-ref", model_param=demo_text["chat-a"], router_kv_persist="off", contextsize=2048
+    )
     write_config(h, "chat-b", model_param=demo_text["chat-b"], router_kv_persist="off")
     await h.start(h.settings())
     events: list[dict[str, Any]] = []
