@@ -4,8 +4,9 @@ A ~1,500-token conversation on `chat-a` (`router_kv_persist: on`), a forced swap
 and back (one runtime per lane), then the next turn on chat-a. Asserted here are the facts the
 events and the backend report: the next turn's `usage.prompt_tokens_details.cached_tokens`
 covers at least 90 % of the history, the slot was saved at the swap and restored at the
-return, and the answer is the same greedy answer as the same turn without any swap
-(`chat-ref`: the same model file with persistence off, answering both turns in one process).
+return, and the answer is the same greedy answer (and top log-probabilities) as the same turn
+without any swap (`chat-ref`: the same model file with persistence off, answering both turns
+in one process).
 The time-to-first-token ratio is a benchmark figure (bench/kv_return.py), never a timed test.
 """
 
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(180)]
 
 # ~1,500 tokens with the demo tokenizer, under the 2,048-token training context.
 HISTORY = " ".join(f"line {i} of the story about the river and the mill." for i in range(65))
-GEN = {"max_tokens": 6, "temperature": 0, "seed": 42}
+GEN = {"max_tokens": 6, "temperature": 0, "seed": 42, "logprobs": True, "top_logprobs": 3}
 
 
 async def _chat(h: RouterHarness, model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
@@ -39,6 +40,12 @@ def _cached(reply: dict[str, Any]) -> int:
     details = reply.get("usage", {}).get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens")
     return cached if isinstance(cached, int) else int(reply.get("timings", {}).get("cache_n", 0))
+
+
+def _top(reply: dict[str, Any]) -> list[tuple[int, float]]:
+    """(token id, logprob) of the top candidates at every generated step."""
+    steps = reply["choices"][0]["logprobs"]["content"]
+    return [(c["id"], c["logprob"]) for step in steps for c in step["top_logprobs"]]
 
 
 def _follow(first: list[dict[str, str]], reply: dict[str, Any]) -> list[dict[str, str]]:
@@ -82,4 +89,9 @@ async def test_the_next_turn_after_a_swap_reuses_the_restored_history(
     saved, restored = events[1], events[2]
     assert restored["tokens"] == saved["tokens"] >= history, events
     assert returned["choices"][0]["message"] == reference["choices"][0]["message"]
+    # The demo model's weights are noise, so its greedy text is nearly constant; the top
+    # candidates' log-probabilities at each step show the restored state is the same state.
+    got, want = _top(returned), _top(reference)
+    assert [t for t, _ in got] == [t for t, _ in want]
+    assert [p for _, p in got] == pytest.approx([p for _, p in want], abs=1e-4)
     assert _cached(reference) >= 0.9 * history  # the reference reused its in-process cache
