@@ -63,11 +63,15 @@ async def test_a_swap_puts_a_sleeper_to_sleep_and_a_return_wakes_it(harness: Rou
         assert refused.status_code == 503  # what vLLM answers while asleep
         assert refused.json()["error"]["type"] == "ModelSleepingError"
     assert h.runtimes.spawn_count == spawned + 1  # v-b only
+    metrics = (await client.get("/metrics")).text
+    assert 'tensor_router_runtime_state{runtime="v-a@text",state="sleeping"} 1.0' in metrics
 
     await _ok(client, "v-a")  # v-b stops (no router_sleep); v-a is woken, not loaded
     assert _runtime(h, "v-a") is a and a.state is RuntimeState.READY and a.process.pid == pid
     assert h.runtimes.status_of("v-b") == "unloaded"
     assert h.runtimes.spawn_count == spawned + 1
+    metrics = (await client.get("/metrics")).text
+    assert 'tensor_router_loads_total{family="vllm",result="ok"} 2.0' in metrics  # a wake is none
     flow = [(e["event"], e.get("action"), e.get("result"), e.get("woken")) for e in events]
     assert flow == [
         ("loading", None, None, None),
