@@ -95,3 +95,25 @@ async def test_the_next_turn_after_a_swap_reuses_the_restored_history(
     assert [t for t, _ in got] == [t for t, _ in want]
     assert [p for _, p in got] == pytest.approx([p for _, p in want], abs=1e-4)
     assert _cached(reference) >= 0.9 * history  # the reference reused its in-process cache
+
+
+async def test_the_probe_verdict_reaches_the_inventory(
+    real_harness: RouterHarness, demo_text: dict[str, Path]
+) -> None:
+    """`auto`: the probe at the first load is stored under the key the inventory computes for
+    the configuration as it would launch now (the model detail page reads it there)."""
+    h = real_harness
+    write_config(h, "chat-a", model_param=demo_text["chat-a"], contextsize=2048)
+    await h.start(h.settings())
+
+    async def kv_persist() -> dict[str, Any]:
+        answer = (await h.client.get("/router/v1/site/inventory")).json()
+        [record] = [m for m in answer["models"] if m["id"] == "chat-a"]
+        found: dict[str, Any] = record["kv_persist"]
+        return found
+
+    assert await kv_persist() == {"mode": "auto", "enabled": False, "probe": None}
+    assert (await h.client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
+    status = await kv_persist()
+    assert status["enabled"] is True and status["probe"]["passed"] is True, status
+    assert status["probe"]["same_answer"] is True
