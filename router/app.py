@@ -20,11 +20,11 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> image
-lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service (built, not
-yet run) -> lending (one service: links, settings, planner, gates, push) -> downloads -> cluster
-(run) -> backend WebUIs. Each lifetime but the core
-ones here lives in the package whose resource it starts (the API faces, router.lending).
+client session -> store -> catalog -> backend setup -> memory figures -> runtimes (-> startup
+model) -> image lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service
+(built, not yet run) -> lending (one service: links, settings, planner, gates, push) ->
+downloads -> cluster (run) -> backend WebUIs. Each lifetime but the core ones here lives in the
+package whose resource it starts (the API faces, router.lending).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from router.appkeys import (
     CLUSTER,
     DISPATCH,
     EVENTS,
+    FIGURES,
     INFLIGHT,
     KV_CACHES,
     LAUNCH_OPTIONS,
@@ -90,10 +91,12 @@ from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
+from router.memory.book import FigureBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.kvcache import KvCaches
+from router.runtime.measuring import Measuring
 from router.runtime.sleep import VllmSleep
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
@@ -211,6 +214,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _store,
             _catalog,
             _backend_setup,
+            _figures,
             _runtimes,
             inference.ollama_context,
             inference.responses_context,  # after the runtimes its table points at
@@ -361,6 +365,16 @@ async def _backend_setup(app: web.Application) -> AsyncIterator[None]:
     await service.close()
 
 
+async def _figures(app: web.Application) -> AsyncIterator[None]:
+    """Measured memory (docs/residency.md): the store's figures cached, before the runtimes
+    that measure into it; pending measurements finish (bounded) after the runtimes stop."""
+    book = FigureBook(app[STORE].memory)
+    await book.load()
+    app[FIGURES] = measuring = Measuring(book, app[SETTINGS])
+    yield
+    await measuring.close()
+
+
 async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pid_dir = state_dir(settings) / "pids"
@@ -387,6 +401,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
         sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
+        figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
     app[METRICS].watch(manager)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
     from router.runtime.kvcache import KvCaches
+    from router.runtime.measuring import Measuring
     from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
     from router.site.gguf_headers import GgufHeaders
@@ -80,6 +81,9 @@ NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]
 WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 # The backend-UI listener's app: the management app it serves for (its resources are shared).
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
+# Measured memory per configuration (router/runtime/measuring.py, docs/residency.md): the
+# manager's `figures`, the ledger's `Figures.lookup`, the store download's `memory_figures`.
+FIGURES: web.AppKey[Measuring] = web.AppKey("memory_figures")
 # Guardian assignments in force (router/api/site/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).

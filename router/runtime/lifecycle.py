@@ -16,11 +16,13 @@ from typing import Any, Protocol
 from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
+from router.memory.measure import ReportLines
 from router.records import EventBus
 from router.records.request_times import RequestTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
+from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.progress import LoadProgress
 from router.runtime.queues import Entry, Queues
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
@@ -57,6 +59,7 @@ class RuntimeCore:
         usual_load: Callable[[str], float | None] = lambda _model: None,
         kv: KvHooks | None = None,
         sleep: SleepHooks | None = None,
+        figures: FigureHooks | None = None,
     ) -> None:
         self._settings = settings
         self._loader = loader
@@ -66,6 +69,7 @@ class RuntimeCore:
         self._clock = clock
         self._kv = kv
         self._sleep = sleep
+        self.figures: FigureHooks = figures or NoFigureHooks()  # measured memory (issue 25)
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -134,10 +138,11 @@ class RuntimeCore:
         self._events.publish("loading", **runtime.identity())  # created in LOADING
         seen = self._observer(runtime) if self._observer else None
         progress = LoadProgress(self._events.publish, runtime.identity())
+        report = ReportLines()  # the backend's memory report, for the measurement
         try:
             launched: Launched = await self._loader.launch(
                 runtime.spec,
-                progress.tee(seen.output if seen else None),
+                report.tee(progress.tee(seen.output if seen else None)),
                 seen.launched if seen else None,
             )
         except RouterError as exc:
@@ -162,6 +167,7 @@ class RuntimeCore:
             await self._kv.restore(runtime)
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
+        self.figures.loaded(runtime, launched, report.lines)  # measured off the event loop
         self._spawn(self._watch_exit(runtime))
         self._serve_loaded_for(runtime)
 
@@ -197,6 +203,7 @@ class RuntimeCore:
             attempt_id=attempt_id,
         )
         runtime.error = error.message
+        self.figures.failed(runtime, error)  # out of memory: its figure raised
         if seen:
             seen.finished("failed", exit_code, error.message)
         if self._on_load_error:

@@ -1,6 +1,6 @@
 """`Store`: the node's SQLite file (analytics, load captures, load errors, model state), and
-its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`, `lending` (each a
-small class handed an `Access`: the writer, the reader and the settle-before-read).
+its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`, `lending`, `memory`
+(each a small class handed an `Access`: the writer, the reader and the settle-before-read).
 
 All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
 are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
@@ -41,6 +41,7 @@ from router.store.guardians import GuardianAssignments
 from router.store.health import SETTING, cause, within
 from router.store.lending import LendingRows
 from router.store.links import RoutingLinks
+from router.store.memory_figures import MemoryFigureRows
 from router.store.rows import Raw, rows_from_raws
 from router.store.summary import summarize
 from router.store.writer import Op, Writer, WriterStats
@@ -75,6 +76,7 @@ class Store(FileWatch):
         self.guardians = GuardianAssignments(access)
         self.links = RoutingLinks(access)
         self.lending = LendingRows(access)
+        self.memory = MemoryFigureRows(access)
         self._events: EventChannel | None = None  # the writer process, when analytics is on
         self._live: dict[str, cap.LiveCapture] = {}
         self._cap_bytes = int(settings.load_capture_max_output_mb * 1024 * 1024)
