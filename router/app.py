@@ -56,6 +56,7 @@ from router.appkeys import (
     EVENTS,
     FIGURES,
     INFLIGHT,
+    KV_CACHES,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -96,6 +97,7 @@ from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.kvcache import KvCaches
 from router.runtime.measuring import Measuring
+from router.runtime.sleep import VllmSleep
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
@@ -381,6 +383,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    app[KV_CACHES] = kv
     loader = Loader(
         settings,
         app[SESSION],
@@ -397,6 +400,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         observer=observer_factory(store),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
+        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
         figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
