@@ -25,6 +25,7 @@ SCRIPTS = [
     "ui_render",
     "lending",
     "swaps",
+    "kv_return",
     "readahead",
 ]
 

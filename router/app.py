@@ -56,6 +56,7 @@ from router.appkeys import (
     EVENTS,
     FIGURES,
     INFLIGHT,
+    KV_CACHES,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -97,6 +98,7 @@ from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.kvcache import KvCaches
 from router.runtime.measuring import Measuring
 from router.runtime.readahead import ReadAhead
+from router.runtime.sleep import VllmSleep
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
@@ -382,6 +384,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    app[KV_CACHES] = kv
     readahead = ReadAhead(settings, app[EVENTS].publish)
     loader = Loader(
         settings,
@@ -400,6 +403,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
+        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
         figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
