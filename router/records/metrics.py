@@ -107,6 +107,13 @@ class Metrics:
             ["action", "result"],
             registry=r,
         )
+        self.readahead = Counter(
+            "tensor_router_readahead",
+            "Read-aheads of an incoming model's files during a drain (docs/swaps.md), by result"
+            " (started, done, stopped, cancelled, skipped, failed).",
+            ["result"],
+            registry=r,
+        )
         self.store_replaced = Counter(
             "tensor_router_store_file_replaced",
             "Times the store file was found deleted or replaced and a fresh one opened.",
@@ -164,6 +171,8 @@ class Metrics:
             self.loads.labels(family, "failed").inc()
         elif kind == "kv_cache":
             self.kv_cache.labels(event.get("action", ""), event.get("result", "")).inc()
+        elif kind == "readahead":
+            self.readahead.labels(event.get("result", "")).inc()
         if runtime and kind in _STATE_EVENTS:
             for state in _STATE_EVENTS:
                 self.runtime_state.labels(runtime, state).set(1 if state == kind else 0)

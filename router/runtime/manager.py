@@ -423,6 +423,12 @@ class RuntimeManager(RuntimeCore):
             if decision.drain and lane not in runtime.drain_requests:
                 runtime.drain_requests.add(lane)
                 changed = True
+                # The load waits for this drain: read the incoming files ahead meanwhile.
+                self._loader.read_ahead(
+                    [e.spec for e in entries if e.spec.key != runtime.key],
+                    [rt.spec for rt in self._runtimes.values()],
+                    self._queues.wants,
+                )
             if decision.grant and not runtime.draining:
                 changed |= self._grant_waiters(runtime, [entries[i] for i in decision.grant])
             if decision.stop and runtime.leases == 0:
