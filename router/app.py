@@ -56,6 +56,7 @@ from router.appkeys import (
     EVENTS,
     FIGURES,
     INFLIGHT,
+    KV_CACHES,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -98,6 +99,8 @@ from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.kvcache import KvCaches
 from router.runtime.measuring import Measuring
+from router.runtime.readahead import ReadAhead
+from router.runtime.sleep import VllmSleep
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
@@ -383,12 +386,15 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    app[KV_CACHES] = kv
+    readahead = ReadAhead(settings, app[EVENTS].publish)
     loader = Loader(
         settings,
         app[SESSION],
         pid_dir,
         env_overlay=app[LAUNCH_OPTIONS].env_for,
         extra_args=kv.launch_args,
+        prefetch=readahead,
     )
     store = app[STORE]
     manager = RuntimeManager(
@@ -396,9 +402,10 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         loader,
         app[EVENTS],
         on_load_error=store.record_load_error,
-        observer=observer_factory(store),
+        observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
+        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
         figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
@@ -412,6 +419,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
             startup.cancel()  # a load still running is stopped by the shutdown below
             await asyncio.gather(startup, return_exceptions=True)
         await manager.shutdown(0)
+        await readahead.close()
         app[METRICS].unwatch()
         release_watchdog()
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from router.records import EventBus, Metrics, Recorder
     from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
+    from router.runtime.kvcache import KvCaches
     from router.runtime.measuring import Measuring
     from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
@@ -61,6 +62,8 @@ SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 INFLIGHT: web.AppKey[InFlight] = web.AppKey("inflight")
 # Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
 LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
+# KV persistence: its probe verdicts per configuration (docs/swaps.md, the model detail page).
+KV_CACHES: web.AppKey[KvCaches] = web.AppKey("kv_caches")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")

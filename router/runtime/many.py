@@ -28,7 +28,12 @@ _PHASES = {
 
 class ManyLanes(Planning):
     def _in_lane(self, lane: Lane) -> list[Runtime]:
-        return [rt for rt in self._runtimes.values() if lane in rt.spec.occupies]
+        """The lane's runtimes; an asleep vLLM is in no lane (woken, not loaded, when wanted)."""
+        return [
+            rt
+            for rt in self._runtimes.values()
+            if lane in rt.spec.occupies and rt.state is not RuntimeState.SLEEPING
+        ]
 
     def _loading_in(self, lane: Lane) -> Runtime | None:
         return next((rt for rt in self._in_lane(lane) if rt.state is RuntimeState.LOADING), None)
@@ -89,7 +94,9 @@ class ManyLanes(Planning):
             if mine and runtime.state is RuntimeState.READY and not runtime.draining:
                 changed |= self._grant_waiters(runtime, mine)
             if runtime.key in decision.stop and runtime.leases == 0:
-                changed |= self._begin_stop(runtime)
+                # An unload stops; a victim stops or, a `router_sleep` vLLM, sleeps (sleep.py).
+                evict = self._begin_stop if runtime.unload_requested else self._begin_evict
+                changed |= evict(runtime)
         if decision.load is not None:
             spec = next(e.spec for e in entries if e.spec.key == decision.load)
             changed |= self._load_alongside(spec)
@@ -97,7 +104,10 @@ class ManyLanes(Planning):
 
     def _load_alongside(self, spec: RuntimeSpec) -> bool:
         """Start `spec` once its plan's victims have exited; True when something changed."""
-        if spec.key in self._runtimes or self._closing or spec.key in self._oom_held:
+        asleep = self._runtimes.get(spec.key)
+        if asleep is not None and asleep.state is not RuntimeState.SLEEPING:
+            return False  # loading, ready or leaving: nothing to start
+        if self._closing or spec.key in self._oom_held:
             return False
         pending = self._evicting_many.get(spec.key)
         decided = pending is None
@@ -118,6 +128,8 @@ class ManyLanes(Planning):
         if any(key in self._runtimes for key in pending.victims):
             return decided  # victims drain and stop; their exit pumps again
         del self._evicting_many[spec.key]
+        if asleep is not None:  # woken instead of loaded (router/runtime/sleep.py)
+            return self._wake(asleep)
         self._start(spec)
         return True
 

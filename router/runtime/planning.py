@@ -18,7 +18,7 @@ from router.memory.eviction import Plan, refuse_if_too_large
 from router.memory.ledger import Ledger
 from router.runtime.lifecycle import RuntimeCore
 from router.runtime.residency import Pending
-from router.runtime.state import Runtime, RuntimeSpec, primary_lane, spec_for
+from router.runtime.state import Runtime, RuntimeSpec, RuntimeState, primary_lane, spec_for
 
 log = logging.getLogger(__name__)
 
@@ -66,25 +66,29 @@ class Planning(RuntimeCore):
             for holder in self._runtimes.values():
                 if lane not in holder.spec.occupies or holder.key in (spec.key, *out):
                     continue
+                if holder.state is RuntimeState.SLEEPING:  # in no lane, holds no device memory
+                    continue
                 if lane in spec.occupies:
                     out[holder.key] = f"the {lane} lane holds one runtime at a time"
                 else:
                     out[holder.key] = f"router_unload_policy of {spec.config.id} names {lane}"
         for rt in self._runtimes.values():
-            if rt.key != spec.key and rt.key not in out and self._named_by_policy(spec, rt.config):
+            if rt.key != spec.key and rt.key not in out and self._named_by_policy(spec, rt):
                 out[rt.key] = f"router_unload_policy of {spec.config.id} names it"
         return out
 
     @staticmethod
-    def _named_by_policy(spec: RuntimeSpec, config: ModelConfig) -> bool:
-        return evicts(spec.config.unload_triggers, config.id, config.backend_mode)
+    def _named_by_policy(spec: RuntimeSpec, rt: Runtime) -> bool:
+        if rt.state is RuntimeState.SLEEPING:  # asleep: holds no device memory
+            return False
+        return evicts(spec.config.unload_triggers, rt.config.id, rt.config.backend_mode)
 
     def _evicted_lanes(self, spec: RuntimeSpec) -> frozenset[Lane]:
         """Lanes of running runtimes that `family:`/`config:` policy entries name."""
         return frozenset(
             lane
             for rt in self._runtimes.values()
-            if rt.key != spec.key and self._named_by_policy(spec, rt.config)
+            if rt.key != spec.key and self._named_by_policy(spec, rt)
             for lane in rt.spec.occupies
         )
 
@@ -93,8 +97,10 @@ class Planning(RuntimeCore):
     async def _admit(self, spec: RuntimeSpec) -> None:
         """Before any queueing: estimate (off the loop) and refuse what can never fit."""
         refuse_missing(spec)
+        if not self._book.acts:
+            return  # one runtime per lane: memory decides nothing (no await: arrival order kept)
         await self._book.prepare([spec])
-        if self._book.acts and spec.key not in self._runtimes:
+        if spec.key not in self._runtimes:
             need, _ = self._book.need(spec)
             refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
 

@@ -242,8 +242,11 @@ class Store(FileWatch):
         argv: Iterable[str] = (),
         home_dirs: Iterable[str] = (),
         started_at: float | None = None,
+        readahead: Mapping[str, Any] | None = None,
     ) -> str:
-        """Open an attempt record; returns its id. With capture off, the id is inert."""
+        """Open an attempt record; returns its id. With capture off, the id is inert.
+        `readahead`: what the read-ahead of the model's files had done when the load began
+        (docs/swaps.md); None when none ran for this load."""
         attempt_id = uuid.uuid4().hex
         if not self.capture_enabled:
             return attempt_id
@@ -264,6 +267,7 @@ class Store(FileWatch):
             json.dumps(hashes),
             json.dumps(cap.argv_without_secrets(argv, homes)),
             started_at or time.time(),
+            json.dumps(dict(readahead)) if readahead is not None else None,
         )
         self._writer.add_op(Op(_INSERT_ATTEMPT, row))
         self._live[attempt_id] = cap.LiveCapture(self._cap_bytes)
@@ -478,7 +482,8 @@ def _prepare(path: Path) -> Path:
 
 _INSERT_ATTEMPT = (
     "INSERT INTO load_attempts (id, node_id, kind, status, model, backend, lane, kcpps_json,"
-    " asset_hashes_json, argv_json, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " asset_hashes_json, argv_json, started_at, readahead_json)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CHUNK = (
     "INSERT INTO load_output_chunks (attempt_id, sequence, stream, time, data, truncated)"
