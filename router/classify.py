@@ -33,6 +33,22 @@ _PARAM = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
 _BAD_ENCODED = re.compile(r"%(?:2f|5c|00|2e)", re.IGNORECASE)
 
 
+class NamesNode(StrEnum):
+    """Where a management call names a node, and what the name does (docs/architecture.md,
+    "A call that names a node"). The dispatcher acts on it before the handler runs
+    (router/api/node/site_relay.py); a handler of such a row never meets another node."""
+
+    NO = ""  # names no node (falsy)
+    QUERY = "query"  # the query's `node_id` is the node that answers
+    BODY = "body"  # the JSON body's `node_id` (else the query's): the body is read once first
+    # Repeated `node` / `node_id` query filters over the nodes' records: one other node named is
+    # relayed there; none or several reach the handler (a master's FANOUT merges the nodes).
+    FILTER = "filter"
+    # The query's `node_id` is data: a model's node in this router's own tables (routing
+    # groups); never resolved nor relayed, the handler reads it (`node_named`).
+    KEY = "key"
+
+
 class BodyMode(StrEnum):
     """What the request body is, for size caps and for whether the selector reads it."""
 
@@ -99,9 +115,9 @@ class Route:
     vllm: bool = False  # usable on a vLLM runtime (its strict allowlist, or the router's handler)
     # Native families that implement the path; empty = the router answers without a backend.
     served_by: frozenset[Family] = frozenset()
-    # The site call names a target node in the query's `node_id`: the dispatcher resolves it
-    # before the handler runs (router/app.py), and a master relays a remote id to that node.
-    names_node: bool = False
+    # Whether and where the call names a node: the dispatcher resolves it before the handler
+    # runs (router/app.py), and a master relays a call for another node to that node.
+    names_node: NamesNode = NamesNode.NO
     # True when any declared method is unsafe; Match.state_changing decides per request.
     state_changing: bool = field(init=False)
 
@@ -175,9 +191,27 @@ def _admin(template: str, methods: str, handler: str, surface: Surface = Surface
               body=body, **kw)  # type: ignore[arg-type]
 
 
-def _addressed(template: str, methods: str, handler: str, surface: Surface = Surface.SITE) -> Route:
-    """A management read whose query `node_id` names the node that answers it."""
-    return replace(_admin(template, methods, handler, surface), names_node=True)
+def _addressed(
+    template: str, methods: str, handler: str, surface: Surface = Surface.SITE,
+    names: NamesNode = NamesNode.QUERY,
+) -> Route:
+    """A management call that names a node (`names`, the query's `node_id` by default)."""
+    return replace(_admin(template, methods, handler, surface), names_node=names)
+
+
+def _posted(template: str, methods: str, handler: str, surface: Surface = Surface.SITE) -> Route:
+    """A management write whose JSON body's `node_id` (else the query's) names its node."""
+    return _addressed(template, methods, handler, surface, NamesNode.BODY)
+
+
+def _filtered(template: str, methods: str, handler: str) -> Route:
+    """A management read over the nodes' records, filtered by repeated `node` / `node_id`."""
+    return _addressed(template, methods, handler, names=NamesNode.FILTER)
+
+
+def _keyed(template: str, methods: str, handler: str) -> Route:
+    """A management call whose `node_id` is data for this router's own tables, never relayed."""
+    return _addressed(template, methods, handler, names=NamesNode.KEY)
 
 
 def _node(template: str, methods: str, handler: str, body: BodyMode | None = None) -> Route:
@@ -218,7 +252,7 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/events", "GET", "control.events", Surface.CONTROL),
     _admin("/router/v1/status", "GET", "control.status", Surface.CONTROL),
     _addressed("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
-    _admin("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
+    _posted("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
     # -- the admin WebUI's sign-in: public (a browser without a credential asks here)
     _r("/router/v1/ui/session", "GET", Surface.CONTROL, None, Role.PUBLIC, "ui.session", sel=NO_SELECTOR),
     _r("/router/v1/ui/session", "POST", Surface.CONTROL, None, Role.PUBLIC, "ui.login", sel=NO_SELECTOR, body=_C),
@@ -231,68 +265,68 @@ _TABLE: tuple[Route, ...] = (
     # -- site management (admin)
     _addressed("/router/v1/site/inventory", "GET", "site.inventory"),
     _addressed("/router/v1/site/nodes/state", "GET", "site.nodes_state"),
-    _admin("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
-    _admin("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
-    _admin("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
+    _posted("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
+    _posted("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
+    _posted("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
     _addressed("/router/v1/site/nodes/backends/init", "GET", "site.backends_init_status"),
     _addressed("/router/v1/site/nodes/backends/init/{job_id}", "GET", "site.backends_init_job"),
     _addressed("/router/v1/site/nodes/backends/init/{job_id}/output", "GET", "site.backends_init_output"),
     _addressed("/router/v1/site/nodes/backends/init/{job_id}/events", "GET", "site.backends_init_events"),
     _addressed("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
-    _admin("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
+    _posted("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
     # downloads (docs/downloads.md)
     _addressed("/router/v1/site/download", "GET", "site.download_capabilities"),
     _addressed("/router/v1/site/download/capabilities", "GET", "site.download_capabilities"),
-    _admin("/router/v1/site/download/search", "POST", "site.download_search"),
-    _admin("/router/v1/site/download/search-page", "POST", "site.download_search"),
-    _admin("/router/v1/site/download/repository", "POST", "site.download_repository"),
-    _admin("/router/v1/site/download/plan", "POST", "site.download_plan"),
-    _admin("/router/v1/site/download/rescan", "POST", "site.download_rescan"),
+    _posted("/router/v1/site/download/search", "POST", "site.download_search"),
+    _posted("/router/v1/site/download/search-page", "POST", "site.download_search"),
+    _posted("/router/v1/site/download/repository", "POST", "site.download_repository"),
+    _posted("/router/v1/site/download/plan", "POST", "site.download_plan"),
+    _posted("/router/v1/site/download/rescan", "POST", "site.download_rescan"),
     _addressed("/router/v1/site/download/library", "GET", "site.download_library"),
-    _admin("/router/v1/site/download/jobs", "POST", "site.download_start"),
-    _admin("/router/v1/site/download/jobs/{job_id}", "GET", "site.download_job"),
-    _admin("/router/v1/site/download/jobs/{job_id}/events", "GET", "site.download_events"),
-    _admin("/router/v1/site/download/jobs/{job_id}/pause", "POST", "site.download_pause"),
-    _admin("/router/v1/site/download/jobs/{job_id}/resume", "POST", "site.download_resume"),
-    _admin("/router/v1/site/download/jobs/{job_id}/cancel", "POST", "site.download_cancel"),
+    _posted("/router/v1/site/download/jobs", "POST", "site.download_start"),
+    _addressed("/router/v1/site/download/jobs/{job_id}", "GET", "site.download_job"),
+    _addressed("/router/v1/site/download/jobs/{job_id}/events", "GET", "site.download_events"),
+    _posted("/router/v1/site/download/jobs/{job_id}/pause", "POST", "site.download_pause"),
+    _posted("/router/v1/site/download/jobs/{job_id}/resume", "POST", "site.download_resume"),
+    _posted("/router/v1/site/download/jobs/{job_id}/cancel", "POST", "site.download_cancel"),
     # backend WebUIs (docs/webuis.md)
     _addressed("/router/v1/site/webuis", "GET", "site.webuis_list"),
-    _admin("/router/v1/site/webuis/session", "POST", "site.webuis_session"),
-    _admin("/router/v1/site/webuis/load", "POST", "site.webuis_load"),
-    _admin("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
-    _admin("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
+    _posted("/router/v1/site/webuis/session", "POST", "site.webuis_session"),
+    _posted("/router/v1/site/webuis/load", "POST", "site.webuis_load"),
+    _keyed("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
+    _keyed("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
     _admin("/router/v1/site/offload/summary", "GET", "site.offload_summary"),
     _admin("/router/v1/site/guardian-models", "GET POST DELETE", "site.guardian_models"),
     _admin("/router/v1/site/offload/settings", "GET POST DELETE", "site.offload_settings"),
     _addressed("/router/v1/site/offload/decisions", "GET", "site.offload_decisions"),
-    _admin("/router/v1/site/analytics", "GET", "site.analytics"),
+    _filtered("/router/v1/site/analytics", "GET", "site.analytics"),
     _admin("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
-    _admin("/router/v1/site/store/download", "GET", "site.store_download"),
-    _admin("/router/v1/site/load-captures", "GET", "site.load_captures"),
-    _admin("/router/v1/site/load-captures/{attempt_id}", "GET", "site.load_capture"),
-    _admin("/router/v1/site/load-captures/{attempt_id}/output", "GET", "site.load_capture_output"),
-    _admin("/router/v1/site/load-errors", "GET", "site.load_errors"),
-    _admin("/router/v1/site/load-errors", "DELETE", "site.load_errors_clear"),
+    _addressed("/router/v1/site/store/download", "GET", "site.store_download"),
+    _filtered("/router/v1/site/load-captures", "GET", "site.load_captures"),
+    _filtered("/router/v1/site/load-captures/{attempt_id}", "GET", "site.load_capture"),
+    _filtered("/router/v1/site/load-captures/{attempt_id}/output", "GET", "site.load_capture_output"),
+    _filtered("/router/v1/site/load-errors", "GET", "site.load_errors"),
+    _filtered("/router/v1/site/load-errors", "DELETE", "site.load_errors_clear"),
     _admin("/router/v1/site/models/state", "GET", "site.models_state"),
-    _admin("/router/v1/site/models/state", "POST", "site.models_state_set"),
+    _posted("/router/v1/site/models/state", "POST", "site.models_state_set"),
     # `.kcpps` writers (docs/site.md)
-    _admin("/router/v1/site/cook/preview", "POST", "site.cook_preview"),
-    _admin("/router/v1/site/cook/apply", "POST", "site.cook_apply"),
-    _admin("/router/v1/site/cook/{cook_id}", "DELETE", "site.cook_delete"),
-    _admin("/router/v1/site/config-file", "DELETE", "site.config_file_delete"),
-    _admin("/router/v1/site/config-file/preview", "POST", "site.config_file_preview"),
-    _admin("/router/v1/site/config-file/apply", "POST", "site.config_file_apply"),
+    _posted("/router/v1/site/cook/preview", "POST", "site.cook_preview"),
+    _posted("/router/v1/site/cook/apply", "POST", "site.cook_apply"),
+    _posted("/router/v1/site/cook/{cook_id}", "DELETE", "site.cook_delete"),
+    _posted("/router/v1/site/config-file", "DELETE", "site.config_file_delete"),
+    _posted("/router/v1/site/config-file/preview", "POST", "site.config_file_preview"),
+    _posted("/router/v1/site/config-file/apply", "POST", "site.config_file_apply"),
     _addressed("/router/v1/site/config-file/{config_id}", "GET", "site.config_file_read"),
     # model files and portable assets (docs/site.md, "Model assets")
-    _admin("/router/v1/site/model-files/hash", "POST", "site.model_file_hash"),
-    _admin("/router/v1/site/model-assets/export", "POST", "site.assets_export"),
-    _admin("/router/v1/site/model-assets/resolve", "POST", "site.assets_resolve"),
-    _admin("/router/v1/site/model-assets/resolve-batch", "POST", "site.assets_resolve_batch"),
-    _admin("/router/v1/site/model-assets/import", "POST", "site.assets_import"),
-    _admin("/router/v1/site/model-assets/candidates", "POST", "site.assets_candidates"),
-    _admin("/router/v1/site/model-assets/bind", "POST", "site.assets_bind"),
-    _admin("/router/v1/site/model-assets/substitute", "POST", "site.assets_substitute"),
-    _admin("/router/v1/site/model-assets/jobs", "POST", "site.assets_job_start"),
+    _posted("/router/v1/site/model-files/hash", "POST", "site.model_file_hash"),
+    _posted("/router/v1/site/model-assets/export", "POST", "site.assets_export"),
+    _posted("/router/v1/site/model-assets/resolve", "POST", "site.assets_resolve"),
+    _posted("/router/v1/site/model-assets/resolve-batch", "POST", "site.assets_resolve_batch"),
+    _posted("/router/v1/site/model-assets/import", "POST", "site.assets_import"),
+    _posted("/router/v1/site/model-assets/candidates", "POST", "site.assets_candidates"),
+    _posted("/router/v1/site/model-assets/bind", "POST", "site.assets_bind"),
+    _posted("/router/v1/site/model-assets/substitute", "POST", "site.assets_substitute"),
+    _posted("/router/v1/site/model-assets/jobs", "POST", "site.assets_job_start"),
     _addressed("/router/v1/site/model-assets/jobs/{job_id}", "GET", "site.assets_job"),
     _addressed("/router/v1/site/model-assets/{sha256}", "GET", "site.assets_hash"),
     # -- backend WebUIs: an admin's navigation, answered with a ticket redirect (docs/webuis.md)
@@ -456,7 +490,7 @@ def _on_node(route: Route, template: str) -> Route:
         surface=Surface.NODE,
         role=Role.CLUSTER,
         handler="node.site",
-        names_node=False,  # `node.site` dispatches the management row, which names the node
+        names_node=NamesNode.NO,  # `node.site` dispatches the management row, which names it
     )
 
 
@@ -570,7 +604,7 @@ def routes_markdown() -> str:
                 ("origin-strict", r.origin_strict),
                 ("vllm", r.vllm),
                 ("state-changing", r.state_changing),
-                ("names-node", r.names_node),
+                (f"names-node:{r.names_node}", bool(r.names_node)),
             )
             if on
         ]
