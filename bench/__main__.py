@@ -14,9 +14,18 @@ import traceback
 from bench import common as c
 
 SCRIPTS = [
-    "rss", "latency", "rps", "analytics", "streams", "cold_start", "real_backend", "cluster",
-    "ui_render", "lending", "swaps",
-]  # fmt: skip
+    "rss",
+    "latency",
+    "rps",
+    "analytics",
+    "streams",
+    "cold_start",
+    "real_backend",
+    "cluster",
+    "ui_render",
+    "lending",
+    "swaps",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

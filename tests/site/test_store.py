@@ -61,9 +61,14 @@ async def client(store: Store, aiohttp_client: ClientFactory) -> TestClient:
 
 def test_handler_table_names_every_store_route() -> None:
     assert set(HANDLERS) >= {
-        "site.analytics", "site.analytics_flush", "site.load_captures", "site.load_capture",
-        "site.load_capture_output", "site.load_errors", "site.store_download",
-    }  # fmt: skip
+        "site.analytics",
+        "site.analytics_flush",
+        "site.load_captures",
+        "site.load_capture",
+        "site.load_capture_output",
+        "site.load_errors",
+        "site.store_download",
+    }
 
 
 def test_times_are_unix_seconds_or_iso() -> None:

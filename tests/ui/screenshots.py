@@ -66,10 +66,19 @@ def shoot_login(ui: GuardedPage, theme: str) -> None:
     """The sign-in view as a secure router shows it (the session answer says so)."""
 
     def secure(route: Route) -> None:
-        body = {"authenticated": False, "login_required": True, "profile": "secure",
-                "csrf_token": None, "expires_at": None,
-                "node": {"node_id": "local", "version": "0.1.0", "bind": "0.0.0.0:8080",
-                         "profile": "secure"}}  # fmt: skip
+        body = {
+            "authenticated": False,
+            "login_required": True,
+            "profile": "secure",
+            "csrf_token": None,
+            "expires_at": None,
+            "node": {
+                "node_id": "local",
+                "version": "0.1.0",
+                "bind": "0.0.0.0:8080",
+                "profile": "secure",
+            },
+        }
         route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
 
     ui.page.route("**/router/v1/ui/session", secure)
@@ -119,8 +128,10 @@ LENDING_SECTIONS = {
 def test_lending_screenshots(lending: LendingCluster, page: Page, tmp_path: Path) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     lending.reset()
-    link = {"anchor": {"node_id": "m", "model_id": "slow"},
-            "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
+    link = {
+        "anchor": {"node_id": "m", "model_id": "slow"},
+        "lends_to": [{"node_id": "s1", "model_id": "fast"}],
+    }
     assert lending.http.post(TEXT_LINKS, json=link).status_code == 200
     guardian = {
         "scope": "model",
