@@ -300,7 +300,7 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/site/offload/settings", "GET POST DELETE", "site.offload_settings"),
     _addressed("/router/v1/site/offload/decisions", "GET", "site.offload_decisions"),
     _filtered("/router/v1/site/analytics", "GET", "site.analytics"),
-    _admin("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
+    _filtered("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
     _addressed("/router/v1/site/store/download", "GET", "site.store_download"),
     _filtered("/router/v1/site/load-captures", "GET", "site.load_captures"),
     _filtered("/router/v1/site/load-captures/{attempt_id}", "GET", "site.load_capture"),

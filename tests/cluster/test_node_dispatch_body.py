@@ -31,6 +31,7 @@ pytestmark = pytest.mark.timeout(300)
 
 UNLOAD = "/router/v1/site/nodes/unload"
 LOAD_ERRORS = "/router/v1/site/load-errors"
+FLUSH = "/router/v1/site/analytics/flush"
 STORE_DOWNLOAD = "/router/v1/site/store/download"
 CAP_MB = 1  # the master's limits.max_control_body_mb
 LARGE = 400_000  # bytes of padding: a large body, well under the cap
@@ -165,6 +166,11 @@ async def test_a_filter_naming_one_node_is_relayed_and_none_merges_every_node(
     assert unknown.status_code == 404
     several = await client.get(LOAD_ERRORS, params=[("node", "m"), ("node", "s1")])
     assert several.status_code == 400 and "one node at a time" in several.text
+    # A write over the nodes' records: the filter picks the one node that flushes.
+    flushed = await client.post(FLUSH, params={"node": "s1"})
+    assert flushed.status_code == 200 and flushed.json()["persisted"] == ["s1"], flushed.text
+    everyone = await client.post(FLUSH)
+    assert sorted(everyone.json()["persisted"]) == ["m", "s1"], everyone.text
 
 
 async def test_a_query_naming_the_slave_streams_its_store(master: Master) -> None:

@@ -122,6 +122,7 @@ async def _analytics_range(request: web.Request, store: Store, nodes: list[str])
 
 async def analytics_flush(request: web.Request) -> web.Response:
     store = _store(request)
+    _nodes(request, store)  # a filter naming another node was relayed there
     try:
         written = await store.flush()
     except sqlite3.Error as exc:
