@@ -101,7 +101,7 @@ log = logging.getLogger(__name__)
 # A poll, not inotify: it also sees network mounts and editors that replace the file.
 CATALOG_POLL_SECONDS = 2.0
 
-# Every path reaches the dispatcher, which classifies it (router/classify.py). `[\s\S]`, not
+# Every path reaches the dispatcher, which classifies it (router/classify/table.py). `[\s\S]`, not
 # `.`: a decoded path may hold a line feed, and aiohttp's own plain-text 404 would answer it.
 CATCH_ALL = r"/{tail:[\s\S]*}"
 

@@ -2,7 +2,7 @@
 site call names (`node_id` in the body or the query, or the repeated `node` filter).
 
 Which node answers is decided before the handler runs: a route's row declares where its call
-names a node (`names_node`, router/classify.py) and the dispatcher resolves it
+names a node (`names_node`, router/classify/table.py) and the dispatcher resolves it
 (router/api/node/site_relay.py), so a handler reads `addressed_node` (this node's id) and never
 meets another node. `node_named` and `node_filter` are the dispatcher's readers (and those of
 a handler that keeps a node id as data: routing groups, the fan-out's filters).
@@ -17,8 +17,9 @@ from aiohttp import web
 
 from router.errors import BadRequest
 
-# This node's id, set by the dispatcher on a route that declares `names_node` (router/classify.py)
-# once it found the call names this node (or none): such a handler never meets another node.
+# This node's id, set by the dispatcher on a route that declares `names_node`
+# (router/classify/table.py) once it found the call names this node (or none): such a handler
+# never meets another node.
 ADDRESSED: web.RequestKey[str] = web.RequestKey("addressed_node", str)
 _NODE_FILTERS = ("node", "node_id")
 

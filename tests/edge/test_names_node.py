@@ -86,7 +86,7 @@ def test_a_handler_reads_a_node_id_only_as_its_row_declares(route: Route) -> Non
     others = (_ALL_READERS - wanted) & reached
     assert not others, (
         f"{route.handler} reads a node id by {sorted(f.__name__ for f in others)}: declare "
-        "where its call names the node (names_node on its row, router/classify.py)"
+        "where its call names the node (names_node on its row, router/classify/table.py)"
     )
 
 

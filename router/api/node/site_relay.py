@@ -1,7 +1,7 @@
 """The master's site APIs for another node: the request goes to that node, by id.
 
 A route's row declares whether and where its call names a node (`names_node`,
-router/classify.py); the dispatcher resolves it here before any handler runs (`relay_named`):
+router/classify/table.py); the dispatcher resolves it here before any handler runs (`relay_named`):
 the query's `node_id`, the JSON body's (read once, capped, and kept for the handler and the
 relay), or the repeated `node` filters of a read over the nodes' records. A registered slave's
 id is relayed there; this node's id (or none) runs the handler, which reads it back with

@@ -286,7 +286,7 @@ def _read_mark(marks: Path, cook_id: str) -> dict[str, Any] | None:
     return mark if isinstance(mark, dict) else None
 
 
-# ---- the route table's handlers (router/classify.py: one row each) ---------------------------
+# ---- the route table's handlers (router/classify/table.py: one row each) ---------------------
 
 
 async def _config_file_route(request: web.Request) -> web.Response:

@@ -1,6 +1,6 @@
 """`/router/v1/site/download/...` (admin): Hugging Face search, repository, plan, jobs
 with server-sent progress, the library (docs/downloads.md). One route-table row per action
-(router/classify.py); every action takes `node_id` (default this node).
+(router/classify/table.py); every action takes `node_id` (default this node).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Site routes backed by the node's store: analytics, load captures, load errors, download.
 
 The node a call names is resolved before these handlers run (their rows declare `names_node`,
-router/classify.py): one other node named is relayed there by a master's dispatcher and a 404
+router/classify/table.py): one other node named is relayed there by a master's dispatcher and a 404
 elsewhere (never an address to contact), so a handler here answers for this node only. A
 master's merge over every node belongs to the cluster layer (router/api/node FANOUT); the
 response shapes here already carry the per-node `persisted` / `cleared` / `failed` lists.
@@ -224,6 +224,6 @@ HANDLERS = {
     "site.load_capture": load_capture,
     "site.load_capture_output": load_capture_output,
     "site.load_errors": load_errors,
-    "site.load_errors_clear": load_errors,  # classify.py names the DELETE route apart
+    "site.load_errors_clear": load_errors,  # the route table names the DELETE route apart
     "site.store_download": store_download,
 }

@@ -1,147 +1,25 @@
-"""The route table: (method, path) -> the Route that says how the router treats a request.
-
-`ROUTES` is data, read top to bottom. Exact templates are looked up in a dict first; templates
-with parameters are tried in table order, so a family catch-all such as `/v1/{tail:.+}` sits
-after every more specific `/v1/...` template (a test instantiates each template to prove no
-earlier one shadows it). Several records may share one template when methods need different
-handlers or flags. The first template that matches a path decides 404 vs 405, so a wrong method
-on a known path is a 405 and never falls through to a catch-all.
-
-`match(method, path) -> Match` is the interface: the Route, the path parameters
-(`{"prompt_id": ...}`, `{"tail": ...}`) and the method; pure, raising RouteNotFound (404) or
-MethodNotAllowed (405).
-`python -m router.classify` prints the markdown table embedded in docs/routes.md.
-"""
+"""The route table as data: one row per (template, methods), read top to bottom (the face,
+router/classify/__init__.py, says how a request is matched against it). The row builders
+below give each kind of route its defaults; `TABLE` is every row a client may reach, and
+router/classify/nodes.py adds the node copies of the management rows."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from types import MappingProxyType
+from dataclasses import replace
 
+from router.classify.model import (
+    FORM_SELECTOR,
+    IMAGE_SELECTOR,
+    NO_SELECTOR,
+    QUERY_SELECTOR,
+    READ_METHODS,
+    TEXT_SELECTOR,
+    BodyMode,
+    NamesNode,
+    Route,
+    SelectorRule,
+)
 from router.domain import Family, Lane, Role, Surface
-from router.errors import MethodNotAllowed, RouteNotFound
-
-# The methods a route declares that change nothing. Not the edge's SAFE_METHODS, which also
-# lets OPTIONS (a browser's preflight, never a declared route method) past the Origin rule.
-READ_METHODS = frozenset({"GET", "HEAD"})
-_PARAM = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
-# Percent-encoded '/', '\', NUL and '.' have no business in a decoded path: they mean a client
-# double-encoded a separator or traversal that a backend might decode a second time.
-_BAD_ENCODED = re.compile(r"%(?:2f|5c|00|2e)", re.IGNORECASE)
-
-
-class NamesNode(StrEnum):
-    """Where a management call names a node, and what the name does (docs/architecture.md,
-    "A call that names a node"). The dispatcher acts on it before the handler runs
-    (router/api/node/site_relay.py); a handler of such a row never meets another node."""
-
-    NO = ""  # names no node (falsy)
-    QUERY = "query"  # the query's `node_id` is the node that answers
-    BODY = "body"  # the JSON body's `node_id` (else the query's): the body is read once first
-    # Repeated `node` / `node_id` query filters over the nodes' records: one other node named is
-    # relayed there; none or several reach the handler (a master's FANOUT merges the nodes).
-    FILTER = "filter"
-    # The query's `node_id` is data: a model's node in this router's own tables (routing
-    # groups); never resolved nor relayed, the handler reads it (`node_named`).
-    KEY = "key"
-
-
-class BodyMode(StrEnum):
-    """What the request body is, for size caps and for whether the selector reads it."""
-
-    NONE = "none"  # no body expected; the selector never reads one
-    JSON = "json"  # JSON (or multipart, by Content-Type) scanned for the selector, then replayed
-    MULTIPART = "multipart"  # multipart/form-data uploads (audio, reference images)
-    STREAM = "stream"  # opaque bytes or a WebSocket, forwarded as they come
-    CONTROL = "control"  # small JSON the router's own handler parses (max_control_body_mb)
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorRule:
-    """Where a model selector may be found; earlier entries win within each source.
-
-    Sources are consulted body first (JSON keys or the multipart field, chosen by Content-Type),
-    then the query, then the `X-Tensors-Model` header (router/forwarding/selector.py).
-    """
-
-    json_keys: tuple[str, ...] = ()  # dotted paths into the top-level JSON object
-    query: tuple[str, ...] = ()
-    header: bool = False
-    multipart_field: str | None = None
-
-    @property
-    def reads_body(self) -> bool:
-        return bool(self.json_keys or self.multipart_field)
-
-    def describe(self) -> str:
-        parts = [f"json `{k}`" for k in self.json_keys]
-        parts += [f"form `{self.multipart_field}`"] if self.multipart_field else []
-        parts += [f"query `{q}`" for q in self.query]
-        parts += ["header"] if self.header else []
-        return ", ".join(parts) or "-"
-
-
-NO_SELECTOR = SelectorRule()
-QUERY_SELECTOR = SelectorRule(query=("model",), header=True)
-TEXT_SELECTOR = SelectorRule(json_keys=("model",), query=("model",), header=True)
-FORM_SELECTOR = SelectorRule(
-    json_keys=("model",), query=("model",), header=True, multipart_field="model"
-)
-IMAGE_SELECTOR = SelectorRule(
-    json_keys=("model", "sd_model_checkpoint", "override_settings.sd_model_checkpoint"),
-    query=("model", "sd_model_checkpoint"),
-    header=True,
-    multipart_field="model",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One row of the table. `handler` is "proxy" or the dotted name of a router-local handler."""
-
-    template: str
-    methods: frozenset[str]
-    surface: Surface
-    lane: Lane | None
-    role: Role
-    handler: str = "proxy"
-    selector: SelectorRule = NO_SELECTOR
-    body: BodyMode = BodyMode.NONE
-    model_required: bool = False
-    origin_strict: bool = False  # Ollama / llama-server style: Origin checked on every method
-    vllm: bool = False  # usable on a vLLM runtime (its strict allowlist, or the router's handler)
-    # Native families that implement the path; empty = the router answers without a backend.
-    served_by: frozenset[Family] = frozenset()
-    # Whether and where the call names a node: the dispatcher resolves it before the handler
-    # runs (router/app.py), and a master relays a call for another node to that node.
-    names_node: NamesNode = NamesNode.NO
-    # True when any declared method is unsafe; Match.state_changing decides per request.
-    state_changing: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state_changing", not self.methods <= READ_METHODS)
-
-    @property
-    def allowed(self) -> frozenset[str]:
-        """Declared methods plus HEAD wherever GET is allowed."""
-        return self.methods | {"HEAD"} if "GET" in self.methods else self.methods
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """A classified request: its Route, the template's path parameters, and the method."""
-
-    route: Route
-    params: Mapping[str, str]
-    method: str
-
-    @property
-    def state_changing(self) -> bool:
-        return self.method not in READ_METHODS
-
 
 # fmt: off
 # ---- the table -------------------------------------------------------------------------------
@@ -229,7 +107,7 @@ def _vllm_op(op: str, methods: str) -> Route:
 OAI, A, KB, OL, LC = Surface.OPENAI, Surface.ANTHROPIC, Surface.KOBOLD, Surface.OLLAMA, Surface.LLAMACPP
 EM, VL, VC, CF = Surface.EMBEDDINGS, Surface.VLLM, Surface.VOICE, Surface.COMFY
 
-_TABLE: tuple[Route, ...] = (
+TABLE: tuple[Route, ...] = (
     # -- meta and discovery
     _r("/health", "GET", Surface.META, None, Role.PUBLIC, "meta.health", sel=NO_SELECTOR),
     _admin("/metrics", "GET", "meta.metrics", Surface.META),
@@ -447,174 +325,3 @@ _TABLE: tuple[Route, ...] = (
     _inf("/v1/{tail:.+}", _ANY, OAI, _T, fam={_K, _L}),
 )
 # fmt: on
-
-
-# ---- the node's copy of the management routes ------------------------------------------------
-# A master sends a site or benchmark call that names another node to that node's
-# `/router/v1/node/<path>` (router/api/site_relay.py). The contract names five of these paths
-# without `site/` (right column); their `/router/v1/node/site/...` spelling stays an alias for
-# one release (docs/cluster.md).
-NODE_CONTRACT_PATHS: tuple[tuple[str, str], ...] = (
-    ("site/nodes/backends/launch-options", "backends/launch-options"),
-    ("site/analytics/flush", "analytics/flush"),
-    ("site/store/download", "store/download"),
-    ("site/load-errors", "load-errors"),
-    ("site/load-captures", "load-captures"),
-)
-_V1, _NODE_V1 = "/router/v1/", "/router/v1/node/"
-_MANAGED = ("/router/v1/site/", "/router/v1/benchmarks")
-
-
-def _renamed(rest: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    for old, new in pairs:
-        if rest == old or rest.startswith(old + "/"):
-            return new + rest[len(old) :]
-    return rest
-
-
-def node_path(path: str) -> str:
-    """The node path a master calls for management `path` (or template) `/router/v1/...`."""
-    return _NODE_V1 + _renamed(path.removeprefix(_V1), NODE_CONTRACT_PATHS)
-
-
-def management_path(path: str) -> str:
-    """The management path a node serves for `/router/v1/node/<path>` (either spelling)."""
-    back = tuple((new, old) for old, new in NODE_CONTRACT_PATHS)
-    return _V1 + _renamed(path.removeprefix(_NODE_V1), back)
-
-
-def _on_node(route: Route, template: str) -> Route:
-    return replace(
-        route,
-        template=template,
-        surface=Surface.NODE,
-        role=Role.CLUSTER,
-        handler="node.site",
-        names_node=NamesNode.NO,  # `node.site` dispatches the management row, which names it
-    )
-
-
-def _node_copies(table: tuple[Route, ...]) -> tuple[Route, ...]:
-    """Each management row again under /router/v1/node/ (the cluster token's), served by
-    `node.site` with the same methods; at the contract's path and at the `site/` alias."""
-    rows: list[Route] = []
-    for route in table:
-        if route.template.startswith(_MANAGED):
-            alias = _NODE_V1 + route.template.removeprefix(_V1)
-            contract = node_path(route.template)
-            rows += [_on_node(route, contract)] + (
-                [_on_node(route, alias)] if alias != contract else []
-            )
-    return tuple(rows)
-
-
-ROUTES: tuple[Route, ...] = _TABLE + _node_copies(_TABLE)
-
-
-# ---- matching --------------------------------------------------------------------------------
-
-
-def _compile(template: str) -> re.Pattern[str]:
-    out, pos = [], 0
-    for m in _PARAM.finditer(template):
-        out.append(re.escape(template[pos : m.start()]))
-        out.append(f"(?P<{m.group(1)}>{m.group(2) or '[^/]+'})")
-        pos = m.end()
-    out.append(re.escape(template[pos:]))
-    return re.compile("".join(out))
-
-
-def _index(
-    routes: tuple[Route, ...],
-) -> tuple[dict[str, tuple[Route, ...]], tuple[tuple[re.Pattern[str], tuple[Route, ...]], ...]]:
-    exact: dict[str, list[Route]] = {}
-    patterned: dict[str, list[Route]] = {}
-    for route in routes:
-        bucket = patterned if _PARAM.search(route.template) else exact
-        bucket.setdefault(route.template, []).append(route)
-    for group in (*exact.values(), *patterned.values()):
-        seen: set[str] = set()
-        for route in group:
-            if seen & route.methods:
-                raise ValueError(f"route table: {route.template} declares a method twice")
-            seen |= route.methods
-    return (
-        {t: tuple(rs) for t, rs in exact.items()},
-        tuple((_compile(t), tuple(rs)) for t, rs in patterned.items()),
-    )
-
-
-_EXACT, _PATTERNED = _index(ROUTES)
-_NO_PARAMS: Mapping[str, str] = MappingProxyType({})
-
-
-def _unsafe(path: str) -> bool:
-    if not path.startswith("/") or "\x00" in path or "\\" in path or "//" in path:
-        return True
-    if _BAD_ENCODED.search(path):
-        return True
-    return any(seg in (".", "..") for seg in path.split("/"))
-
-
-def _candidates(path: str) -> tuple[tuple[Route, ...], Mapping[str, str]] | None:
-    exact = _EXACT.get(path)
-    if exact is not None:
-        return exact, _NO_PARAMS
-    for pattern, routes in _PATTERNED:
-        m = pattern.fullmatch(path)
-        if m is not None:
-            return routes, MappingProxyType(m.groupdict())
-    return None
-
-
-def match(method: str, path: str) -> Match:
-    """Classify and return the path parameters. A single trailing '/' is ignored.
-
-    Raises RouteNotFound for unknown or unsafe paths ('..', '.', NUL, backslash, '//',
-    percent-encoded separators) and MethodNotAllowed(method, allow) for a known path whose
-    template has no row for `method`; `allow` is the union over that template, HEAD included
-    wherever GET is.
-    """
-    if _unsafe(path):
-        raise RouteNotFound(path[:200])
-    key = path[:-1] if len(path) > 1 and path.endswith("/") else path
-    found = _candidates(key)
-    if found is None:
-        raise RouteNotFound(path[:200])
-    routes, params = found
-    for route in routes:
-        if method in route.allowed:
-            return Match(route, params, method)
-    surfaces = {r.surface for r in routes}
-    surface = surfaces.pop() if len(surfaces) == 1 else None
-    raise MethodNotAllowed(method[:32], set().union(*(r.allowed for r in routes)), surface)
-
-
-def routes_markdown() -> str:
-    """The table for docs/routes.md, one row per Route, in matching order."""
-    rows = [
-        "| Template | Methods | Surface | Lane | Role | Handler | Selector | Body | Flags | Served by |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in ROUTES:
-        flags = [
-            n
-            for n, on in (
-                ("model-required", r.model_required),
-                ("origin-strict", r.origin_strict),
-                ("vllm", r.vllm),
-                ("state-changing", r.state_changing),
-                (f"names-node:{r.names_node}", bool(r.names_node)),
-            )
-            if on
-        ]
-        rows.append(
-            f"| `{r.template}` | {' '.join(sorted(r.allowed))} | {r.surface} | {r.lane or '-'} "
-            f"| {r.role} | `{r.handler}` | {r.selector.describe()} | {r.body} "
-            f"| {', '.join(flags) or '-'} | {', '.join(sorted(r.served_by)) or 'router'} |"
-        )
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":
-    print(routes_markdown(), end="")
