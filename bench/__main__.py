@@ -25,6 +25,8 @@ SCRIPTS = [
     "ui_render",
     "lending",
     "swaps",
+    "kv_return",
+    "readahead",
 ]
 
 

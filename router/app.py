@@ -20,11 +20,11 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> image
-lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service (built, not
-yet run) -> lending (one service: links, settings, planner, gates, push) -> downloads -> cluster
-(run) -> backend WebUIs. Each lifetime but the core
-ones here lives in the package whose resource it starts (the API faces, router.lending).
+client session -> store -> catalog -> backend setup -> memory figures -> runtimes (-> startup
+model) -> image lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service
+(built, not yet run) -> lending (one service: links, settings, planner, gates, push) ->
+downloads -> cluster (run) -> backend WebUIs. Each lifetime but the core ones here lives in the
+package whose resource it starts (the API faces, router.lending).
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ from router.appkeys import (
     CLUSTER,
     DISPATCH,
     EVENTS,
+    FIGURES,
     INFLIGHT,
+    KV_CACHES,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -88,10 +90,14 @@ from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
+from router.memory.book import FigureBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.kvcache import KvCaches
+from router.runtime.measuring import Measuring
+from router.runtime.readahead import ReadAhead
+from router.runtime.sleep import VllmSleep
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
@@ -208,6 +214,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _store,
             _catalog,
             _backend_setup,
+            _figures,
             _runtimes,
             inference.ollama_context,
             inference.responses_context,  # after the runtimes its table points at
@@ -358,6 +365,16 @@ async def _backend_setup(app: web.Application) -> AsyncIterator[None]:
     await service.close()
 
 
+async def _figures(app: web.Application) -> AsyncIterator[None]:
+    """Measured memory (docs/residency.md): the store's figures cached, before the runtimes
+    that measure into it; pending measurements finish (bounded) after the runtimes stop."""
+    book = FigureBook(app[STORE].memory)
+    await book.load()
+    app[FIGURES] = measuring = Measuring(book, app[SETTINGS])
+    yield
+    await measuring.close()
+
+
 async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pid_dir = state_dir(settings) / "pids"
@@ -366,12 +383,15 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    app[KV_CACHES] = kv
+    readahead = ReadAhead(settings, app[EVENTS].publish)
     loader = Loader(
         settings,
         app[SESSION],
         pid_dir,
         env_overlay=app[LAUNCH_OPTIONS].env_for,
         extra_args=kv.launch_args,
+        prefetch=readahead,
     )
     store = app[STORE]
     manager = RuntimeManager(
@@ -379,9 +399,11 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         loader,
         app[EVENTS],
         on_load_error=store.record_load_error,
-        observer=observer_factory(store),
+        observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
+        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
+        figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
     app[METRICS].watch(manager)
@@ -394,6 +416,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
             startup.cancel()  # a load still running is stopped by the shutdown below
             await asyncio.gather(startup, return_exceptions=True)
         await manager.shutdown(0)
+        await readahead.close()
         app[METRICS].unwatch()
         release_watchdog()
 

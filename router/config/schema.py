@@ -274,11 +274,14 @@ class RuntimeSection(_Section):
     kv_cache_dir_budget: Size = 4 << 30
     kv_save_timeout: PositiveDuration = 10.0
     kv_restore_timeout: PositiveDuration = 10.0
+    # While a lane drains for a swap, read the incoming model's files into the page cache,
+    # capped by the host memory budget (docs/swaps.md, "Overlapping the swap"); false: never.
+    readahead: bool = True
 
 
 class MemorySection(_Section):
     """The memory ledger's budgets per device (docs/residency.md). Read by router/memory; the
-    runtime manager does not act on them yet, so these keys change no behaviour today."""
+    runtime manager does not act on them yet. `host_budget` caps the swap's read-ahead."""
 
     # `auto`: total RAM minus `reserve`; or a size such as 600MiB.
     host_budget: SizeOrAuto = "auto"

@@ -128,8 +128,19 @@ class RuntimeManager(RuntimeCore):
             and model in (None, rt.config.id)
             and family in (None, rt.spec.family)
         }
+        sleepers = {  # asleep, so in no lane's slot (router/runtime/sleep.py)
+            rt
+            for rt in self._runtimes.values()
+            if rt.state is RuntimeState.SLEEPING
+            and rt.spec.occupies & lanes
+            and model in (None, rt.config.id)
+            and family in (None, rt.spec.family)
+        }
         for runtime in targets:
             runtime.unload_requested = True
+        for runtime in sleepers:
+            self._begin_stop(runtime)
+        targets |= sleepers
         self._pump()
         await asyncio.gather(*(rt.gone.wait() for rt in targets))
         return sorted(rt.key for rt in targets)
@@ -143,6 +154,8 @@ class RuntimeManager(RuntimeCore):
             return False
         runtime.keep_alive = 0.0
         runtime.unload_requested = True
+        if runtime.state is RuntimeState.SLEEPING:  # in no slot: the pump would not see it
+            self._begin_stop(runtime)
         self._pump()
         await runtime.gone.wait()
         return True
@@ -410,10 +423,16 @@ class RuntimeManager(RuntimeCore):
             if decision.drain and lane not in runtime.drain_requests:
                 runtime.drain_requests.add(lane)
                 changed = True
+                # The load waits for this drain: read the incoming files ahead meanwhile.
+                self._loader.read_ahead(
+                    [e.spec for e in entries if e.spec.key != runtime.key],
+                    [rt.spec for rt in self._runtimes.values()],
+                    self._queues.wants,
+                )
             if decision.grant and not runtime.draining:
                 changed |= self._grant_waiters(runtime, [entries[i] for i in decision.grant])
             if decision.stop and runtime.leases == 0:
-                changed |= self._begin_stop(runtime)
+                changed |= self._begin_evict(runtime)  # a stop, or a vLLM sleep (sleep.py)
         if decision.load is not None:
             changed |= self._request_load(
                 next(e.spec for e in entries if e.spec.key == decision.load)
@@ -429,7 +448,10 @@ class RuntimeManager(RuntimeCore):
         return bool(entries)
 
     def _request_load(self, spec: RuntimeSpec) -> bool:
-        if spec.key in self._runtimes or self._closing:
+        asleep = self._runtimes.get(spec.key)
+        if asleep is not None and asleep.state is not RuntimeState.SLEEPING:
+            asleep = None
+        if (spec.key in self._runtimes and asleep is None) or self._closing:
             return False
         added = False
         requires = spec.requires | self._evicted_lanes(spec)
@@ -440,6 +462,8 @@ class RuntimeManager(RuntimeCore):
         if any(self._slots[lane] is not None for lane in requires):
             return added
         self._queues.drop_claims(spec.key)
+        if asleep is not None:  # woken instead of loaded (router/runtime/sleep.py)
+            return self._wake(asleep)
         runtime = Runtime(spec)
         for lane in spec.occupies:
             self._slots[lane] = runtime
@@ -454,7 +478,9 @@ class RuntimeManager(RuntimeCore):
         return frozenset(
             lane
             for rt in self._runtimes.values()
-            if rt.key != spec.key and evicts(triggers, rt.config.id, rt.config.backend_mode)
+            if rt.key != spec.key
+            and rt.state is not RuntimeState.SLEEPING  # asleep: holds no device memory
+            and evicts(triggers, rt.config.id, rt.config.backend_mode)
             for lane in rt.spec.occupies
         )
 
@@ -491,6 +517,7 @@ def _phase(runtime: Runtime | None) -> scheduler.Phase:
         RuntimeState.LOADING: scheduler.Phase.LOADING,
         RuntimeState.READY: scheduler.Phase.READY,
         RuntimeState.STOPPING: scheduler.Phase.STOPPING,
+        RuntimeState.SLEEPING: scheduler.Phase.STOPPING,  # going to sleep: leaving the lane
     }.get(runtime.state, scheduler.Phase.EMPTY)
 
 

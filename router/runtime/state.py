@@ -33,13 +33,20 @@ class RuntimeState(StrEnum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
+    SLEEPING = "sleeping"  # vLLM `router_sleep`: process alive, weights in host RAM
 
 
 # A loading runtime is never stopped (it fails or becomes ready), and a stopping one is
-# never marked failed: its process exiting is the stop itself, not a crash.
+# never marked failed: its process exiting is the stop itself, not a crash. A sleeping one
+# (router/runtime/sleep.py) is woken through LOADING, or stopped; its process may still die.
 _ALLOWED: dict[RuntimeState, frozenset[RuntimeState]] = {
     RuntimeState.LOADING: frozenset({RuntimeState.READY, RuntimeState.FAILED}),
-    RuntimeState.READY: frozenset({RuntimeState.STOPPING, RuntimeState.FAILED}),
+    RuntimeState.READY: frozenset(
+        {RuntimeState.STOPPING, RuntimeState.FAILED, RuntimeState.SLEEPING}
+    ),
+    RuntimeState.SLEEPING: frozenset(
+        {RuntimeState.LOADING, RuntimeState.STOPPING, RuntimeState.FAILED}
+    ),
     RuntimeState.STOPPING: frozenset({RuntimeState.STOPPED}),
     RuntimeState.STOPPED: frozenset(),
     RuntimeState.FAILED: frozenset(),

@@ -148,6 +148,8 @@ def test_llamacpp_auto_values_pass_nothing() -> None:
         "5",
         "--alias",
         "hermes-8k",
+        "-lv",
+        "4",
     ]
 
 

@@ -106,6 +106,7 @@ async def _capture(
     exit_code: int | None,
     lines: list[tuple[str, bytes]],
     error: str | None = None,
+    readahead: dict[str, Any] | None = None,
 ) -> str:
     attempt = store.start_capture(
         model=model,
@@ -120,6 +121,7 @@ async def _capture(
         },
         asset_hashes={f"/home/op/models/{model}.gguf": "ab" * 32},
         argv=["llama-server", "-m", f"/home/op/models/{model}.gguf", "--api-key", "sk-secret"],
+        readahead=readahead,
     )
     for stream, line in lines:
         store.capture_output(attempt, stream, line + b"\n")
@@ -161,6 +163,18 @@ def run_async(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+# What the read-ahead had done when the "paged" capture's load began (docs/swaps.md).
+READAHEAD = {
+    "bytes": 270999680,
+    "seconds": 0.461,
+    "done": True,
+    "result": "done",
+    "planned": 270999680,
+    "total": 270999680,
+    "capped": False,
+}
+
+
 def seed(path: Path, now: float) -> dict[str, Any]:
     """Every row the data-page tests know about; returns the ids they look for."""
 
@@ -181,6 +195,7 @@ def seed(path: Path, now: float) -> dict[str, Any]:
             status="ok",
             exit_code=None,
             lines=console_lines(),
+            readahead=READAHEAD,
         )
         store.record_load_error(
             {

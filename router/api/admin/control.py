@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import CATALOG, RUNTIMES, SETTINGS, SHUTDOWN
+from router.appkeys import CATALOG, FIGURES, RUNTIMES, SETTINGS, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
@@ -60,9 +60,10 @@ async def status(request: web.Request) -> web.StreamResponse:
     snapshot = runtimes.snapshot()
     held = [Held(v.key, v.config, v.lane, v.family, v.state.value) for v in runtimes.views()]
     settings = request.app[SETTINGS]
+    figures = request.app.get(FIGURES)  # measured figures, where a load was measured
     # Discovery (once) and estimates read NVML and model headers (cached): off the event loop.
     memory, devices = await asyncio.to_thread(
-        lambda: memory_status(held, settings, machine_devices())
+        lambda: memory_status(held, settings, machine_devices(), figures)
     )
     for entry in snapshot:
         entry["memory"] = memory.get(entry["runtime"])

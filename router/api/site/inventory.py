@@ -6,13 +6,14 @@ cluster layer will route those; until then this node answers only for itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
 from router.api.site.setup import backends_state
-from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
+from router.appkeys import CATALOG, CLUSTER, KV_CACHES, RUNTIMES, SETTINGS, SITE_FILES, STORE
 from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
@@ -104,6 +105,10 @@ async def inventory(request: web.Request) -> web.Response:
     for record in models:  # the newest benchmark run of each model, as /router/v1/models has
         row = benchmarks.get(record["id"])
         record["benchmark"] = None if row is None else Summary.from_row(row).to_dict()
+    kv = request.app[KV_CACHES]  # stats files and finds the binary: off the event loop
+    kv_status = await asyncio.to_thread(lambda: {c.id: kv.status(c) for c in configs})
+    for record in models:
+        record["kv_persist"] = kv_status.get(record["id"])
     files = file_records(scanned, digests, configs, component_stats) if include_files else None
     settings = request.app[SETTINGS]
     summary = _node_summary(request, [m["id"] for m in models], len(scanned) if files else None)
