@@ -27,6 +27,7 @@ SCRIPTS = [
     "swaps",
     "kv_return",
     "readahead",
+    "residency",
 ]
 
 

@@ -71,7 +71,8 @@ def _config(work: Path, port: int) -> Path:
                 "server": {"bind": f"127.0.0.1:{port}"},
                 "models": {"config_dir": str(kcpps)},
                 "llama": {"binary_path": str(fake)},
-                "runtime": {"max_batch_wait": "1s", "stop_grace": "2s"},
+                # One runtime per lane: the two models keep swapping (the churn it soaks).
+                "runtime": {"max_batch_wait": "1s", "stop_grace": "2s", "residency": "lane"},
                 "analytics": {"database_path": str(work / "router.sqlite")},
             }
         )

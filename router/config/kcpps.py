@@ -95,6 +95,7 @@ class ModelConfig:
     warnings: tuple[str, ...] = ()  # components present that this backend mode cannot serve
     aliases: tuple[str, ...] = ()  # `router_aliases`: more public names (whisper-1, gpt-4o-mini)
     kv_persist: Literal["on", "off", "auto"] = "auto"  # `router_kv_persist` (docs/swaps.md)
+    pinned: bool = False  # `router_pin`: never evicted for memory (docs/residency.md)
     sleep: bool = False  # `router_sleep`: vLLM sleeps instead of stopping (docs/swaps.md)
 
     @property
@@ -165,6 +166,7 @@ def parse_kcpps(
         run_embed_separate=_flag("run_embed_separate", raw.get("run_embed_separate")),
         aliases=_aliases(raw.get("router_aliases"), config_id, components, lanes),
         kv_persist=_kv_persist(raw.get("router_kv_persist")),
+        pinned=_flag("router_pin", raw.get("router_pin")),
         sleep=_sleep(raw.get("router_sleep")),
         config_sha256=hashlib.sha256(data).hexdigest(),
         ignored_keys=ignored,

@@ -25,6 +25,7 @@ from router.runtime.loader import Launched, Loader
 from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.progress import LoadProgress
 from router.runtime.queues import Entry, Queues
+from router.runtime.residency import Book, Pending
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,12 @@ class RuntimeCore:
         self._kv = kv
         self._sleep = sleep
         self.figures: FigureHooks = figures or NoFigureHooks()  # measured memory (issue 25)
+        # The live memory ledger (router/runtime/residency.py, docs/residency.md), and with
+        # several runtimes per lane the plan each pending load acts on (many.py).
+        self._book = Book(settings, self.figures)
+        self._evicting_many: dict[str, Pending] = {}
+        self._oom_retried: set[str] = set()  # loads retried once after running out of memory
+        self._oom_held: set[str] = set()  # ... and held until their raised figure is recorded
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -165,6 +172,7 @@ class RuntimeCore:
         runtime.attach(launched)
         if self._kv is not None:  # bounded by its own deadline; never fails the load
             await self._kv.restore(runtime)
+        self._oom_retried.discard(runtime.key)
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
         self.figures.loaded(runtime, launched, report.lines)  # measured off the event loop
@@ -183,9 +191,15 @@ class RuntimeCore:
                 self._grant_waiters(runtime, loaded_for)
         self._pump()
 
+    def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
+        return False
+
     def _load_failed(
         self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
     ) -> None:
+        # Out of memory: its figure is raised (measuring.py) and, with several runtimes per
+        # lane, the load retried once after a further eviction, its requests still queued.
+        retry = self.figures.failed(runtime, error) and self._oom_retry(runtime, error)
         exit_code, tail = (
             (error.exit_code, list(error.output_tail))
             if isinstance(error, LoadFailed)
@@ -203,7 +217,6 @@ class RuntimeCore:
             attempt_id=attempt_id,
         )
         runtime.error = error.message
-        self.figures.failed(runtime, error)  # out of memory: its figure raised
         if seen:
             seen.finished("failed", exit_code, error.message)
         if self._on_load_error:
@@ -217,7 +230,8 @@ class RuntimeCore:
                     "attempt_id": attempt_id,
                 }
             )
-        self._queues.fail(runtime.key, error)
+        if not retry:
+            self._queues.fail(runtime.key, error)
         self._vacate(runtime)
 
     async def _watch_exit(self, runtime: Runtime) -> None:

@@ -24,12 +24,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from router.config import ModelConfig, evicts
-from router.config.availability import missing_files, missing_message
+from router.config import ModelConfig
 from router.domain import Family, Lane
-from router.errors import Conflict, ServiceUnavailable
+from router.errors import ServiceUnavailable
 from router.runtime import eta, scheduler
-from router.runtime.lifecycle import RuntimeCore
+from router.runtime.many import ManyLanes
+from router.runtime.planning import shutting_down
 from router.runtime.queues import Claim, Entry, Ticket, Waiter
 from router.runtime.state import (
     Lease,
@@ -44,7 +44,7 @@ from router.runtime.state import (
 log = logging.getLogger(__name__)
 
 
-class RuntimeManager(RuntimeCore):
+class RuntimeManager(ManyLanes):
     """Admission, queueing and the pump over the state `RuntimeCore` owns."""
 
     # ---- public API -------------------------------------------------------------------
@@ -66,18 +66,22 @@ class RuntimeManager(RuntimeCore):
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
-        runtime = self._slots[lane]
+        if self._book.acts:  # several per lane: nobody queued for it, and not being evicted
+            runtime = self._runtimes.get(spec.key)
+            calm = not self._queues.wants(spec.key) and spec.key not in self._victim_since()
+        else:
+            runtime, calm = self._slots[lane], self._queues.is_empty(lane)
         if (
             runtime is not None
             and runtime.key == spec.key
             and runtime.state is RuntimeState.READY
             and not runtime.draining
-            and self._queues.is_empty(lane)
+            and calm
             and self._has_room(runtime)
         ):
             lease = self._grant(runtime, arrived)
         else:
-            _refuse_missing(spec)
+            await self._admit(spec)
             timeout = self._settings.runtime.queue_timeout
             lease = await self._enqueue(
                 spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
@@ -105,7 +109,7 @@ class RuntimeManager(RuntimeCore):
         lane = lane or primary_lane(config)
         spec = spec_for(config, lane)
         self._check_open()
-        _refuse_missing(spec)
+        await self._admit(spec)
         rt = self._settings.runtime
         bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
         setting = "runtime.max_batch_wait + stop_grace + load_timeout"
@@ -123,8 +127,9 @@ class RuntimeManager(RuntimeCore):
         one step, so a swap cannot slip in between choosing a runtime and marking it."""
         targets = {
             rt
-            for lane in lanes
-            if (rt := self._slots[lane]) is not None
+            for rt in self._runtimes.values()
+            if rt.spec.occupies & lanes
+            and rt.state is not RuntimeState.SLEEPING
             and model in (None, rt.config.id)
             and family in (None, rt.spec.family)
         }
@@ -207,7 +212,7 @@ class RuntimeManager(RuntimeCore):
     def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        runtime = self._slots[lane]
+        runtime = self._slots[lane] if not self._book.acts else self._loading_in(lane)
         loading = runtime is not None and runtime.state is RuntimeState.LOADING
         lane_now = eta.LaneNow(
             self._lane_view(lane, runtime),
@@ -236,7 +241,7 @@ class RuntimeManager(RuntimeCore):
     def refuse_new_work(self) -> None:
         """Shutdown, phase one: new and queued requests get 503; running work goes on."""
         self._closing = True
-        self._queues.refuse_all(_SHUTTING_DOWN())
+        self._queues.refuse_all(shutting_down())
 
     async def shutdown(self, drain_timeout: float) -> None:
         """Refuse new work, fail queued requests, let running work finish, stop every backend."""
@@ -260,13 +265,10 @@ class RuntimeManager(RuntimeCore):
 
     # ---- queueing ---------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closing:
-            raise _SHUTTING_DOWN()
-
     def _view(self, runtime: Runtime) -> RuntimeView:
         idle_unload = self._settings.runtime.idle_unload
-        return runtime.view(self._queues.waiting_for(runtime.key), idle_unload)
+        last_used = self._book.uses.last(runtime.key)
+        return runtime.view(self._queues.waiting_for(runtime.key), idle_unload, last_used)
 
     async def _enqueue(
         self,
@@ -312,18 +314,9 @@ class RuntimeManager(RuntimeCore):
             future.result().release()
         self._pump()
 
-    def _free(self, runtime: Runtime | None) -> int | None:
-        cap = self._settings.runtime.max_in_flight
-        if not cap or runtime is None:
-            return None
-        return max(0, cap - runtime.leases)
-
-    def _has_room(self, runtime: Runtime) -> bool:
-        free = self._free(runtime)
-        return free is None or free > 0
-
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
+        self._book.uses.note(runtime.key)
         self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
@@ -389,6 +382,8 @@ class RuntimeManager(RuntimeCore):
         )
 
     def _pump_lane(self, lane: Lane) -> bool:
+        if self._book.acts:
+            return self._pump_many(lane)
         runtime = self._slots[lane]
         if runtime is not None and runtime.unload_requested:
             return runtime.leases == 0 and self._begin_stop(runtime)
@@ -464,25 +459,8 @@ class RuntimeManager(RuntimeCore):
         self._queues.drop_claims(spec.key)
         if asleep is not None:  # woken instead of loaded (router/runtime/sleep.py)
             return self._wake(asleep)
-        runtime = Runtime(spec)
-        for lane in spec.occupies:
-            self._slots[lane] = runtime
-        self._runtimes[spec.key] = runtime
-        self.spawn_count += 1
-        self._spawn(self._load(runtime))
+        self._start(spec)
         return True
-
-    def _evicted_lanes(self, spec: RuntimeSpec) -> frozenset[Lane]:
-        """Lanes of running runtimes that `family:`/`config:` policy entries name."""
-        triggers = spec.config.unload_triggers
-        return frozenset(
-            lane
-            for rt in self._runtimes.values()
-            if rt.key != spec.key
-            and rt.state is not RuntimeState.SLEEPING  # asleep: holds no device memory
-            and evicts(triggers, rt.config.id, rt.config.backend_mode)
-            for lane in rt.spec.occupies
-        )
 
     def _arm_deadline(self) -> None:
         if self._deadline:
@@ -497,6 +475,8 @@ class RuntimeManager(RuntimeCore):
             and (d := scheduler.next_deadline(self._queues.scheduler_view(lane), rt.key, wait))
             is not None
         ]
+        if self._book.acts:
+            deadlines += self._many_deadlines()
         if deadlines and not self._closing:
             loop = asyncio.get_running_loop()
             delay = max(0.0, min(deadlines) - self._clock()) + 0.001
@@ -504,10 +484,6 @@ class RuntimeManager(RuntimeCore):
 
 
 _MAX_PASSES = 64
-
-
-def _SHUTTING_DOWN() -> ServiceUnavailable:
-    return ServiceUnavailable("the router is shutting down", retry_after=5)
 
 
 def _phase(runtime: Runtime | None) -> scheduler.Phase:
@@ -522,12 +498,3 @@ def _phase(runtime: Runtime | None) -> scheduler.Phase:
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]
-
-
-def _refuse_missing(spec: RuntimeSpec) -> None:
-    """A load whose model file is absent fails at once, before any queue or eviction."""
-    missing = missing_files(spec.config, spec.occupies)
-    if missing:
-        config = spec.config
-        name = config.image_id if spec.lane is Lane.IMAGE and config.image_id else config.id
-        raise Conflict(missing_message(name, missing), code="model_files_missing")

@@ -154,7 +154,7 @@ class Runtime:
             "since": self.since,
         }
 
-    def view(self, queued: int, idle_unload: float = 0.0) -> RuntimeView:
+    def view(self, queued: int, idle_unload: float = 0.0, last_used: float = 0.0) -> RuntimeView:
         return RuntimeView(
             key=self.key,
             config=self.config,
@@ -171,6 +171,7 @@ class Runtime:
             queued=queued,
             keep_alive=self.effective_keep_alive(idle_unload),
             idle_deadline=self.idle_deadline,
+            last_used=last_used,
         )
 
 
@@ -200,6 +201,7 @@ class RuntimeView:
     queued: int
     keep_alive: float = math.inf
     idle_deadline: float | None = None
+    last_used: float = 0.0  # the manager's clock at its last lease grant (0: never)
 
     @property
     def ready(self) -> bool:

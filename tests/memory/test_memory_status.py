@@ -8,8 +8,9 @@ from __future__ import annotations
 from router.appkeys import FIGURES, SETTINGS
 from router.demo_models import write_llama_gguf
 from router.memory.estimate import PROCESS_OVERHEAD, LlamaOptions, llama_footprint
+from router.memory.figures import NoFigures
 from router.memory.shape import read_shape
-from router.memory.status import Held, machine_devices, memory_status
+from router.runtime.residency import Book
 from tests.support.harness import RouterHarness
 
 GIB = 1 << 30
@@ -31,17 +32,18 @@ async def test_status_carries_memory_and_devices(harness: RouterHarness) -> None
 
     assert (await client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
     assert harness.app is not None
-    settings, devices = harness.app[SETTINGS], machine_devices()
-    held = [
-        Held(v.key, v.config, v.lane, v.family, v.state.value) for v in harness.runtimes.views()
-    ]
+    # The live ledger as it is before any measurement (a Book without figures).
+    book = Book(harness.app[SETTINGS], NoFigures())
+    ledger = book.ledger(book.resident(rt, 0) for rt in harness.runtimes.runtimes())
     shape = read_shape(str(model))
     assert shape is not None
     expected = llama_footprint(shape, LlamaOptions(gpu_layers=0)).total
     assert expected > PROCESS_OVERHEAD["llamacpp"]
     # Before any measurement (no figures): the estimate docs/residency.md works through.
-    estimated, rows = memory_status(held, settings, devices)
-    assert list(estimated.values()) == [{"device": "host", "bytes": expected, "source": "estimate"}]
+    estimated, rows = book.status(ledger)
+    assert [{k: v[k] for k in ("device", "bytes", "source")} for v in estimated.values()] == [
+        {"device": "host", "bytes": expected, "source": "estimate"}
+    ]
     (host,) = [d for d in rows if d["device"] == "host"]
     assert (host["used"], host["free"]) == (expected, 2 * GIB - expected)
 

@@ -92,6 +92,9 @@ class RouterHarness:
                 "models": {"config_dir": self.kcpps_dir},
                 "analytics": {"database_path": self.tmp / "data" / "router.sqlite"},
                 "runtime": {
+                    # The tests written for one runtime per lane keep testing exactly that;
+                    # tests of several per lane ask for `residency="memory"` (the default).
+                    "residency": "lane",
                     "stop_grace": 3,
                     "load_timeout": 20,
                     "no_progress_timeout": 10,
