@@ -63,7 +63,6 @@ from router.appkeys import (
     MATCH,
     METRICS,
     NODE_DISPATCH,
-    NODES,
     PROXY,
     RECORDER,
     ROUTE,
@@ -110,7 +109,7 @@ log = logging.getLogger(__name__)
 # A poll, not inotify: it also sees network mounts and editors that replace the file.
 CATALOG_POLL_SECONDS = 2.0
 
-# Every path reaches the dispatcher, which classifies it (router/classify.py). `[\s\S]`, not
+# Every path reaches the dispatcher, which classifies it (router/classify/table.py). `[\s\S]`, not
 # `.`: a decoded path may hold a line feed, and aiohttp's own plain-text 404 would answer it.
 CATCH_ALL = r"/{tail:[\s\S]*}"
 
@@ -134,16 +133,15 @@ def _route_for(method: str, path: str) -> Route:
 
 
 def handler_table(settings: Settings) -> dict[str, Handler]:
-    """The route table's handler names -> handlers for this node's role: a master relays the
-    site APIs that name another node; a slave serves none (404) to clients."""
+    """The route table's handler names -> handlers for this node's role: a master merges the
+    site reads that cover every node (FANOUT; the dispatcher relays a call naming another
+    node); a slave serves no management route (404) to clients."""
     role = settings.cluster.role
     if role == "standalone":
         return HANDLERS
-    management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     if role == "master":
-        wrapped = {n: node.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
-        merged = {n: fan(wrapped[n]) for n, fan in node.FANOUT.items() if n in wrapped}
-        return HANDLERS | wrapped | merged
+        return HANDLERS | {n: fan(HANDLERS[n]) for n, fan in node.FANOUT.items()}
+    management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
 
 
@@ -152,9 +150,10 @@ async def _not_on_a_slave(request: web.Request) -> web.StreamResponse:
 
 
 def dispatcher(table: dict[str, Handler], *, names: str = "local") -> Handler:
-    """`names`: what a `names_node` route's node id does before its handler runs (issue 22):
-    "relay" (a master's clients: another registered node's id is relayed there), "local" (only
-    this node's id or none; another is a 404), "skip" (a slave's clients: no site routes)."""
+    """`names`: what the node a `names_node` route's call names does before its handler runs
+    (issue 22): "relay" (a master's clients: another registered node's id is relayed there),
+    "local" (only this node's id or none; another is a 404), "skip" (a slave's clients: no
+    site routes, so no body is read for them)."""
 
     async def dispatch(request: web.Request) -> web.StreamResponse:
         route = route_of(request)
@@ -164,7 +163,7 @@ def dispatcher(table: dict[str, Handler], *, names: str = "local") -> Handler:
                 f"{route.template} is recognised but not available in this version of tensor-router"
             )
         if route.names_node and names != "skip":
-            relayed = await node.relay_named(request, relay=names == "relay")
+            relayed = await node.relay_named(request, route.names_node, relay=names == "relay")
             if relayed is not None:
                 return relayed
         return await handler(request)
@@ -473,7 +472,6 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     app[CLUSTER] = service = ClusterService(
         settings.cluster, client, local_models, fatal, read_memory
     )
-    app[NODES] = service.resolve_node  # router/edge/params.py: the node a site call names
     yield
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
-from router.edge import bodies, params, request
+from router.edge import bodies, request
 
 # Stamped by the outermost middleware (router/edge/errors.py), which sits below this module.
 from router.edge.errors import ARRIVED as ARRIVED
@@ -89,8 +89,7 @@ GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
-# Per-request storage (set by the edge and the classifier, read by handlers), and who answers
-# for a node id a site call names: defined where they are set (router/edge), re-exported here.
+# Per-request storage (set by the edge and the classifier, read by handlers): defined where
+# they are set (router/edge), re-exported here.
 MATCH, ROUTE = request.MATCH, request.ROUTE
 RAW_BODY = bodies.RAW_BODY  # the body a handler read, kept for a relay to the node it names
-NODES = params.NODES

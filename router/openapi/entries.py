@@ -1,4 +1,4 @@
-"""One description entry per handler name of the route table (router/classify.py ROUTES).
+"""One description entry per handler name of the route table (router/classify ROUTES).
 
 `ENTRIES[handler]` says what the operations of every row with that handler take and answer; the
 builder (router/openapi/build.py) walks ROUTES, so a new row with a known handler is described at

@@ -17,7 +17,7 @@ from router.appkeys import CATALOG, CLUSTER, KV_CACHES, RUNTIMES, SETTINGS, SITE
 from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, addressed_node, node_of, read_json
+from router.edge import Handler, addressed_node, read_json
 from router.errors import BadRequest, Conflict, ModelNotFound, NotFound
 from router.site import SiteFiles, file_records, model_record, runtime_record
 from router.site.hardware import hardware
@@ -160,7 +160,7 @@ def _config_named(request: web.Request, model: Any) -> ModelConfig:
 
 async def nodes_unload(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     lane, model = body.get("lane"), body.get("model")
     if lane is None and model is None:
         raise BadRequest("give lane (a lane name or all) or model", param="lane")
@@ -176,7 +176,7 @@ async def nodes_unload(request: web.Request) -> web.Response:
 
 async def model_file_hash(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     path = body.get("path")
     if not isinstance(path, str) or not path:
         raise BadRequest("path must be a non-empty string", param="path")
