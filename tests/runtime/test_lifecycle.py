@@ -21,7 +21,7 @@ import pytest
 
 from backends.process import SupervisedProcess
 from router.runtime import loader
-from tests.fakes.wrappers import fake_argv
+from tests.fakes.wrappers import fake_argv, write_chatty_wrapper
 from tests.support.harness import RouterHarness, chat, free_port, wait_for, wait_http
 from tests.support.signal_spy import spy_on_signals
 
@@ -344,7 +344,13 @@ async def test_r7_missing_binary_is_an_immediate_error(
 
 
 async def test_r8_slow_start_with_progress_loads(harness: RouterHarness) -> None:
+    """Output every 0.3 s keeps a 2 s start alive under a 1 s no-progress deadline. The
+    wrapper prints from the first instant: the fake's own interpreter start is silent for
+    longer than that deadline on a busy machine, which a native backend's start is not."""
     harness.model("chat-a")
+    harness.programs["llamacpp"] = write_chatty_wrapper(
+        harness.bin_dir, [str(harness.binary("llamacpp"))], every=0.3
+    )
     harness.faults["llamacpp"] = "--startup-delay 2 --progress-every 0.3"
     client = await harness.start(harness.settings(no_progress_timeout=1, load_timeout=10))
     started = time.monotonic()
