@@ -44,7 +44,7 @@ REFUSED_KEYS = frozenset(
 )  # fmt: skip
 ROUTER_KEYS = frozenset(
     {"backend_mode", "router_unload_policy", "router_jinja_kwargs_precedence", "serve_args",
-     "run_embed_separate", "router_aliases", "router_kv_persist"}
+     "run_embed_separate", "router_aliases", "router_kv_persist", "router_pin", "router_sleep"}
 )  # fmt: skip
 # Keys that load a model for some lane; used to split a run_embed_separate config.
 MODEL_KEYS = frozenset(

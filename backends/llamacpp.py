@@ -35,6 +35,11 @@ from router.domain import Family, Lane
 _KV_TYPES = {"f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "f32", "iq4_nl"}
 _KV_LEGACY = {0: "f16", 1: "q8_0", 2: "q4_0"}
 _POOLING = {"none", "mean", "cls", "last", "rank"}
+# Verbosity 4 makes llama-server print its memory breakdown at load (router/memory/report.py;
+# the default 3 prints none of it). It adds ~25 lines per request (slot choice, sampler
+# settings; no prompt text, not per token), read coalesced into the process's bounded ring.
+# Before `extra_args`, so an operator's own `-lv` wins (and the RSS fallback measures).
+MEMORY_REPORT_ARGS = ("-lv", "4")
 
 ROUTES = RouteTable(
     [
@@ -185,9 +190,8 @@ class LlamaCppBackend(Backend):
         args = ["-m", str(model), "--host", LOOPBACK, "--port", str(port)]
         if "," not in config.id:
             args += ["--alias", config.id]
-        if lane is Lane.EMBEDDINGS:
-            return args + _embedding_args(config)
-        return args + _text_args(config)
+        mapped = _embedding_args(config) if lane is Lane.EMBEDDINGS else _text_args(config)
+        return [*args, *mapped, *MEMORY_REPORT_ARGS]
 
     async def verify(
         self, session: aiohttp.ClientSession, base_url: str, config: ModelConfig, lane: Lane

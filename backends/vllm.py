@@ -72,7 +72,7 @@ _MANAGED = frozenset(
     {
         "--model", "--host", "--port", "--uds", "--api-key", "--served-model-name",
         "--config", "--root-path", "--middleware", "--headless", "--kv-transfer-config",
-        "--kv-events-config", "--grpc",
+        "--kv-events-config", "--grpc", "--enable-sleep-mode",
     }
 )  # fmt: skip
 
@@ -161,6 +161,9 @@ class VllmBackend(Backend):
             "HF_DATASETS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            # `router_sleep`: vLLM serves /sleep, /wake_up and /is_sleeping only in dev mode.
+            # They are on the backend's loopback port; clients never reach them (ROUTES).
+            **({"VLLM_SERVER_DEV_MODE": "1"} if config.sleep else {}),
         }
 
     def model_path(self, config: ModelConfig, lane: Lane) -> Path:
@@ -202,6 +205,8 @@ class VllmBackend(Backend):
         names = {option_name(t) for t in serve_args}
         if context and "--max-model-len" not in names:
             args += ["--max-model-len", str(context)]
+        if config.sleep:  # `router_sleep`: put to sleep instead of stopped (docs/swaps.md)
+            args.append("--enable-sleep-mode")
         return args + serve_args
 
     async def verify(

@@ -14,9 +14,21 @@ import traceback
 from bench import common as c
 
 SCRIPTS = [
-    "rss", "latency", "rps", "analytics", "streams", "cold_start", "real_backend", "cluster",
-    "ui_render", "lending", "swaps",
-]  # fmt: skip
+    "rss",
+    "latency",
+    "rps",
+    "analytics",
+    "streams",
+    "cold_start",
+    "real_backend",
+    "cluster",
+    "ui_render",
+    "lending",
+    "swaps",
+    "kv_return",
+    "readahead",
+    "residency",
+]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,8 +35,10 @@ DAYS = 30
 # (model, its lane, share of the traffic): a model serves one lane, as configurations do.
 MODELS = [
     *((f"text-{i}", "text", 0.14) for i in range(5)),
-    ("embed-0", "embeddings", 0.15), ("image-0", "image", 0.1), ("voice-0", "voice", 0.05),
-]  # fmt: skip
+    ("embed-0", "embeddings", 0.15),
+    ("image-0", "image", 0.1),
+    ("voice-0", "voice", 0.05),
+]
 BATCH = 5000
 
 
@@ -46,11 +48,26 @@ def fake_row(rng: random.Random, at: float) -> tuple[Any, ...]:
     status, aborted = (500, 0) if roll < 0.02 else (499, 1) if roll < 0.03 else (200, 0)
     prompt, completion = rng.randint(10, 2000), rng.randint(1, 500)
     return (
-        at, "/v1/chat/completions", "openai", lane, model, "local", "llamacpp",
-        status, status, None, round(rng.expovariate(1 / 3.0), 3), 12.0,
-        round(rng.lognormvariate(6.5, 1.0), 3), 800, 2400, aborted,
-        prompt, completion, prompt + completion,
-    )  # fmt: skip
+        at,
+        "/v1/chat/completions",
+        "openai",
+        lane,
+        model,
+        "local",
+        "llamacpp",
+        status,
+        status,
+        None,
+        round(rng.expovariate(1 / 3.0), 3),
+        12.0,
+        round(rng.lognormvariate(6.5, 1.0), 3),
+        800,
+        2400,
+        aborted,
+        prompt,
+        completion,
+        prompt + completion,
+    )
 
 
 async def prepare(path: Path) -> None:
@@ -140,12 +157,20 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(prepare(bare))
         sample = min(events, 200_000)
         bare_s = seed(bare, sample, now, trigger=False)
-    c.save(opts, "analytics_range", {
-        "events": events, "seed_seconds": round(seed_s, 1),
-        "seed_us_per_event": round(seed_s / events * 1e6, 1),
-        "seed_us_per_event_without_rollups": round(bare_s / sample * 1e6, 1),
-        "tables": sizes, "reps": reps, "ranges": ranges, "target_ms": 300,
-    })  # fmt: skip
+    c.save(
+        opts,
+        "analytics_range",
+        {
+            "events": events,
+            "seed_seconds": round(seed_s, 1),
+            "seed_us_per_event": round(seed_s / events * 1e6, 1),
+            "seed_us_per_event_without_rollups": round(bare_s / sample * 1e6, 1),
+            "tables": sizes,
+            "reps": reps,
+            "ranges": ranges,
+            "target_ms": 300,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -37,14 +37,18 @@ def start_cluster(stack: c.Stack, wd: Path, mode: str) -> dict[str, str]:
     master_url, slave_url = f"http://127.0.0.1:{master_port}", f"http://127.0.0.1:{slave_port}"
     slave = c.Router(wd / "slave", {"fast": model}, wrapper, port=slave_port, max_per_peer=1024)
     slave.extra_yaml = _yaml(
-        {"role": "slave", "node_id": "slave", "public_url": slave_url,
-         "master_url": master_url, "sync_interval": "1s"}
-    )  # fmt: skip
+        {
+            "role": "slave",
+            "node_id": "slave",
+            "public_url": slave_url,
+            "master_url": master_url,
+            "sync_interval": "1s",
+        }
+    )
     master = c.Router(wd / "master", {}, wrapper, port=master_port, max_per_peer=1024)
     master.extra_yaml = _yaml(
-        {"role": "master", "node_id": "master", "slave_urls": [slave_url],
-         "health_interval": "1s"}
-    )  # fmt: skip
+        {"role": "master", "node_id": "master", "slave_urls": [slave_url], "health_interval": "1s"}
+    )
     for router in (master, slave):
         stack.callback(router.stop)
         router.start()
@@ -109,10 +113,14 @@ def _registry(nodes: int, models: int) -> Any:
     rng = random.Random(7)
     for i, url in enumerate(urls):
         records = tuple(
-            NodeModel(local_id=f"model-{m}", model_hash=f"h{m % 50}", config_hash="c",
-                      loaded=rng.random() < 0.1)
+            NodeModel(
+                local_id=f"model-{m}",
+                model_hash=f"h{m % 50}",
+                config_hash="c",
+                loaded=rng.random() < 0.1,
+            )
             for m in rng.sample(range(models * 2), models)
-        )  # fmt: skip
+        )
         snap = Snapshot(protocol=PROTOCOL_VERSION, node_id=f"n{i}", node_url=url, models=records)
         registry.register(snap, time.time())
     return registry
@@ -142,9 +150,14 @@ def choice_cost(n: int = 20000) -> dict[str, Any]:
         service.target(public, local_busy=False)
     per_choice_us = (time.perf_counter_ns() - started) / n / 1000
     replicas = sum(len(m.replicas) for m in merged) / len(merged)
-    return {"nodes": NODES, "models_per_node": MODELS, "public_models": len(merged),
-            "mean_replicas": round(replicas, 1), "merge_ms": round(merge_ms, 1),
-            "choice_us": round(per_choice_us, 2)}  # fmt: skip
+    return {
+        "nodes": NODES,
+        "models_per_node": MODELS,
+        "public_models": len(merged),
+        "mean_replicas": round(replicas, 1),
+        "merge_ms": round(merge_ms, 1),
+        "choice_us": round(per_choice_us, 2),
+    }
 
 
 async def poll_round(nodes: int = NODES) -> dict[str, Any]:
@@ -162,8 +175,14 @@ async def poll_round(nodes: int = NODES) -> dict[str, Any]:
 
     async def snapshot(request: web.Request) -> web.Response:
         port = request.url.port
-        return web.json_response({"protocol": 1, "node_id": f"n{port}",
-                                  "node_url": f"http://127.0.0.1:{port}", "models": models})  # fmt: skip
+        return web.json_response(
+            {
+                "protocol": 1,
+                "node_id": f"n{port}",
+                "node_url": f"http://127.0.0.1:{port}",
+                "models": models,
+            }
+        )
 
     app = web.Application()
     app.router.add_get("/router/v1/node/models", snapshot)
@@ -184,9 +203,13 @@ async def poll_round(nodes: int = NODES) -> dict[str, Any]:
             rounds.append((time.perf_counter() - started) * 1000)
         healthy = sum(e.healthy for e in service.registry.nodes())
     await runner.cleanup()
-    return {"nodes": nodes, "round_ms": c.med(rounds), "healthy": healthy,
-            "health_interval_ms": settings.health_interval * 1000,
-            "sync_concurrency": settings.sync_concurrency}  # fmt: skip
+    return {
+        "nodes": nodes,
+        "round_ms": c.med(rounds),
+        "healthy": healthy,
+        "health_interval_ms": settings.health_interval * 1000,
+        "sync_concurrency": settings.sync_concurrency,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

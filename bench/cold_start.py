@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             models,
             Path(llama),
             extra_kcpps={k: {"contextsize": 2048} for k in models},
+            runtime="max_queue: 1024, residency: lane",  # the swap arm stops chat-a first
         )
         stack.callback(router.stop)
         router.start()

@@ -229,6 +229,7 @@ class Router:
     # count the cluster's own connections against the bench client's (bench/cluster.py).
     max_per_peer: int = 64
     runtime: str = "max_queue: 1024"  # the `runtime:` section's keys, YAML flow style
+    analytics_keys: str = ""  # more `analytics:` keys, YAML flow style (load_capture_enabled)
     proc: Proc | None = None
 
     def start(self) -> Router:
@@ -246,7 +247,8 @@ class Router:
             f" max_connections_per_peer: {self.max_per_peer}}}\n"
             "models: {config_dir: ./kcpps}\n"
             f"llama: {{binary_path: {json.dumps(str(self.llama_binary))}}}\n"
-            f"analytics: {{enabled: {'true' if self.analytics else 'false'}}}\n"
+            f"analytics: {{enabled: {'true' if self.analytics else 'false'}"
+            f"{', ' + self.analytics_keys if self.analytics_keys else ''}}}\n"
             f"runtime: {{{self.runtime}}}\n" + self.extra_yaml
         )
         tr = VENV_BIN / "tensor-router"

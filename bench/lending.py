@@ -31,8 +31,11 @@ TOKEN = "bench-lending-token-0123456789abcdef"
 FAKE = c.ROOT / "tests" / "fakes" / "fake_backend.py"
 TOKENS = 8
 SLOW_RATE, FAST_RATE = 80, 160  # tokens/s: 0.1 s and 0.05 s a request
-LINK = {"anchor": {"node_id": "m", "model_id": "slow"},
-        "lends_to": [{"node_id": "s1", "model_id": "fast"}], "borrows_from": []}  # fmt: skip
+LINK = {
+    "anchor": {"node_id": "m", "model_id": "slow"},
+    "lends_to": [{"node_id": "s1", "model_id": "fast"}],
+    "borrows_from": [],
+}
 PLAIN_BODY = json.dumps(
     {"model": "plain", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 )
@@ -68,14 +71,40 @@ def start(stack: c.Stack, wd: Path) -> tuple[c.Router, c.Router]:
     mport, sport = c.free_port(), c.free_port()
     murl, surl = f"http://127.0.0.1:{mport}", f"http://127.0.0.1:{sport}"
     ctx = {"contextsize": 4096}
-    slave = c.Router(wd / "slave", {"fast": files["fast"]}, wrapper, port=sport,
-                     max_per_peer=1024, extra_kcpps={"fast": ctx})  # fmt: skip
-    slave.extra_yaml = _yaml({"role": "slave", "node_id": "s1", "public_url": surl,
-                              "master_url": murl, "sync_interval": "1s"})  # fmt: skip
-    master = c.Router(wd / "master", {"slow": files["slow"], "plain": files["plain"]}, wrapper,
-                      port=mport, max_per_peer=1024, extra_kcpps={"slow": ctx})  # fmt: skip
-    master.extra_yaml = _yaml({"role": "master", "node_id": "m", "slave_urls": [surl],
-                               "public_url": murl, "health_interval": "1s"})  # fmt: skip
+    slave = c.Router(
+        wd / "slave",
+        {"fast": files["fast"]},
+        wrapper,
+        port=sport,
+        max_per_peer=1024,
+        extra_kcpps={"fast": ctx},
+    )
+    slave.extra_yaml = _yaml(
+        {
+            "role": "slave",
+            "node_id": "s1",
+            "public_url": surl,
+            "master_url": murl,
+            "sync_interval": "1s",
+        }
+    )
+    master = c.Router(
+        wd / "master",
+        {"slow": files["slow"], "plain": files["plain"]},
+        wrapper,
+        port=mport,
+        max_per_peer=1024,
+        extra_kcpps={"slow": ctx},
+    )
+    master.extra_yaml = _yaml(
+        {
+            "role": "master",
+            "node_id": "m",
+            "slave_urls": [surl],
+            "public_url": murl,
+            "health_interval": "1s",
+        }
+    )
     for router in (master, slave):
         stack.callback(router.stop)
         router.start()
@@ -130,8 +159,10 @@ def drain_arms(opts: c.Opts, master: c.Router, slave: c.Router, n: int) -> dict[
     def run(arm: str, rep: int) -> dict[str, Any]:
         set_link(master, arm == "link")
         res = asyncio.run(drain(master.url, n))
-        c.log(f"  rep {rep} {arm}: drain {res['drain_s']:.1f} s, owner served "
-              f"{res['served_by_owner']}/{n}, errors {res['errors']}")  # fmt: skip
+        c.log(
+            f"  rep {rep} {arm}: drain {res['drain_s']:.1f} s, owner served "
+            f"{res['served_by_owner']}/{n}, errors {res['errors']}"
+        )
         return res
 
     results = c.interleave(["no_link", "link"], max(1, opts.reps - 1), run)
@@ -168,8 +199,9 @@ def latency_arms(opts: c.Opts, master: c.Router) -> dict[str, Any]:
     results = c.interleave(arms, opts.reps * 2, run)
     added = {a: c.per_rep(results, a, "direct", "p50_ms", c.diff) for a in arms[1:]}
     vals = []
-    for p, a, d in zip(*(results[x] for x in ("links_present", "links_absent", "direct")),
-                       strict=False):  # fmt: skip
+    for p, a, d in zip(
+        *(results[x] for x in ("links_present", "links_absent", "direct")), strict=False
+    ):
         if a["p50_ms"] - d["p50_ms"] > 0:
             vals.append((p["p50_ms"] - d["p50_ms"]) / (a["p50_ms"] - d["p50_ms"]))
     return {
@@ -232,11 +264,25 @@ def target_rows(d: dict[str, Any]) -> list[tuple[str, str, Any, float, bool, str
     drain = d.get("drain") or {}
     latency = d.get("latency") or {}
     return [
-        ("Lending: drain 200 queued, link / none (issue 16)", "<= 0.6",
-         drain.get("ratio_link_over_no_link"), 0.6, False, "", 2),
-        ("Lending: unlinked model added p50, links / none", "<= 1.02",
-         latency.get("added_ratio_present_over_absent"), 1.02, False, "", 2),
-    ]  # fmt: skip
+        (
+            "Lending: drain 200 queued, link / none (issue 16)",
+            "<= 0.6",
+            drain.get("ratio_link_over_no_link"),
+            0.6,
+            False,
+            "",
+            2,
+        ),
+        (
+            "Lending: unlinked model added p50, links / none",
+            "<= 1.02",
+            latency.get("added_ratio_present_over_absent"),
+            1.02,
+            False,
+            "",
+            2,
+        ),
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -71,7 +71,8 @@ def _config(work: Path, port: int) -> Path:
                 "server": {"bind": f"127.0.0.1:{port}"},
                 "models": {"config_dir": str(kcpps)},
                 "llama": {"binary_path": str(fake)},
-                "runtime": {"max_batch_wait": "1s", "stop_grace": "2s"},
+                # One runtime per lane: the two models keep swapping (the churn it soaks).
+                "runtime": {"max_batch_wait": "1s", "stop_grace": "2s", "residency": "lane"},
                 "analytics": {"database_path": str(work / "router.sqlite")},
             }
         )
@@ -80,8 +81,12 @@ def _config(work: Path, port: int) -> Path:
 
 
 def _body(turn: int, rng: random.Random) -> dict[str, Any]:
-    return {"model": MODELS[turn % 2], "messages": [{"role": "user", "content": "x"}],
-            "max_tokens": rng.randint(1, 12), "stream": rng.random() < 0.5}  # fmt: skip
+    return {
+        "model": MODELS[turn % 2],
+        "messages": [{"role": "user", "content": "x"}],
+        "max_tokens": rng.randint(1, 12),
+        "stream": rng.random() < 0.5,
+    }
 
 
 async def _client(base: str, stop: float, tally: Counter[str], rng: random.Random) -> None:
@@ -251,19 +256,34 @@ def verdict(result: dict[str, Any]) -> list[tuple[str, bool, str]]:
         ("requests answered", tally.get("ok", 0) > 0, f"{tally.get('ok', 0)} answered 200"),
         ("no failure beyond the injected ones", not failures, str(failures or "none")),
         ("no lasting zombie", not lasting, f"pids {lasting}" if lasting else "none"),
-        ("no backend left after the final unload", quiet["backends"] == 0,
-         f"{quiet['backends']} left after {quiet['after_s']} s"),
-        ("nothing outlives the router", not result["left_after_exit"],
-         f"left: {result['left_after_exit'] or 'none'}"),
+        (
+            "no backend left after the final unload",
+            quiet["backends"] == 0,
+            f"{quiet['backends']} left after {quiet['after_s']} s",
+        ),
+        (
+            "nothing outlives the router",
+            not result["left_after_exit"],
+            f"left: {result['left_after_exit'] or 'none'}",
+        ),
         ("clean exit on SIGTERM", result["exit_code"] == 0, f"exit code {result['exit_code']}"),
-        ("/health after the soak", result.get("health_after") == 200,
-         str(result.get("health_after"))),
-        ("no leaked fd", quiet["fds"] <= fd_base + FD_SLACK,
-         f"{quiet['fds']} when quiet, at most {fd_base} at warm-up (+{FD_SLACK} allowed)"),
-        (f"RSS growth under {MAX_RSS_GROWTH:.0%}", growth < MAX_RSS_GROWTH,
-         f"{base_rss:.1f} -> {end_rss:.1f} MiB ({growth:+.1%}) after a "
-         f"{warm_up(result['seconds']):g} s warm-up"),
-    ]  # fmt: skip
+        (
+            "/health after the soak",
+            result.get("health_after") == 200,
+            str(result.get("health_after")),
+        ),
+        (
+            "no leaked fd",
+            quiet["fds"] <= fd_base + FD_SLACK,
+            f"{quiet['fds']} when quiet, at most {fd_base} at warm-up (+{FD_SLACK} allowed)",
+        ),
+        (
+            f"RSS growth under {MAX_RSS_GROWTH:.0%}",
+            growth < MAX_RSS_GROWTH,
+            f"{base_rss:.1f} -> {end_rss:.1f} MiB ({growth:+.1%}) after a "
+            f"{warm_up(result['seconds']):g} s warm-up",
+        ),
+    ]
 
 
 def report(result: dict[str, Any], checks: list[tuple[str, bool, str]]) -> str:

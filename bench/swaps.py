@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     models,
                     Path(llama),
                     extra_kcpps={k: {"contextsize": 2048} for k in models},
-                    runtime=f"max_queue: 1024, queue_order: {order}, stop_grace: 5s",
+                    # One model per lane: the swap path this benchmark measures.
+                    runtime=f"max_queue: 1024, queue_order: {order}, residency: lane, stop_grace: 5s",
                 )
                 router.start()
                 try:

@@ -126,9 +126,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     ratios = [
         (t["p50_ms"] - d["p50_ms"]) / (r["p50_ms"] - d["p50_ms"])
-        for d, r, t in zip(results["direct"], results["router"], results["router_10_tabs"], strict=False)
+        for d, r, t in zip(
+            results["direct"], results["router"], results["router_10_tabs"], strict=False
+        )
         if r["p50_ms"] - d["p50_ms"] > 0
-    ]  # fmt: skip
+    ]
     cpu = {
         arm: c.med([r["router_cpu_us_per_request"] for r in results[arm]])
         for arm in ("router", "router_10_tabs")

@@ -20,11 +20,11 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> runtimes (-> startup model) -> image
-lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service (built, not
-yet run) -> lending (one service: links, settings, planner, gates, push) -> downloads -> cluster
-(run) -> backend WebUIs. Each lifetime but the core
-ones here lives in the package whose resource it starts (the API faces, router.lending).
+client session -> store -> catalog -> backend setup -> memory figures -> runtimes (-> startup
+model) -> image lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service
+(built, not yet run) -> lending (one service: links, settings, planner, gates, push) ->
+downloads -> cluster (run) -> backend WebUIs. Each lifetime but the core ones here lives in the
+package whose resource it starts (the API faces, router.lending).
 """
 
 from __future__ import annotations
@@ -54,14 +54,15 @@ from router.appkeys import (
     CLUSTER,
     DISPATCH,
     EVENTS,
+    FIGURES,
     INFLIGHT,
+    KV_CACHES,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
     MATCH,
     METRICS,
     NODE_DISPATCH,
-    NODES,
     PROXY,
     RECORDER,
     ROUTE,
@@ -89,10 +90,14 @@ from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
+from router.memory.book import FigureBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.kvcache import KvCaches
+from router.runtime.measuring import Measuring
+from router.runtime.readahead import ReadAhead
+from router.runtime.sleep import VllmSleep
 from router.setup import BackendSetup, LaunchOptions
 from router.store import Store
 
@@ -102,7 +107,7 @@ log = logging.getLogger(__name__)
 # A poll, not inotify: it also sees network mounts and editors that replace the file.
 CATALOG_POLL_SECONDS = 2.0
 
-# Every path reaches the dispatcher, which classifies it (router/classify.py). `[\s\S]`, not
+# Every path reaches the dispatcher, which classifies it (router/classify/table.py). `[\s\S]`, not
 # `.`: a decoded path may hold a line feed, and aiohttp's own plain-text 404 would answer it.
 CATCH_ALL = r"/{tail:[\s\S]*}"
 
@@ -126,16 +131,15 @@ def _route_for(method: str, path: str) -> Route:
 
 
 def handler_table(settings: Settings) -> dict[str, Handler]:
-    """The route table's handler names -> handlers for this node's role: a master relays the
-    site APIs that name another node; a slave serves none (404) to clients."""
+    """The route table's handler names -> handlers for this node's role: a master merges the
+    site reads that cover every node (FANOUT; the dispatcher relays a call naming another
+    node); a slave serves no management route (404) to clients."""
     role = settings.cluster.role
     if role == "standalone":
         return HANDLERS
-    management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     if role == "master":
-        wrapped = {n: node.relayable(HANDLERS[n]) for n in management if n in HANDLERS}
-        merged = {n: fan(wrapped[n]) for n, fan in node.FANOUT.items() if n in wrapped}
-        return HANDLERS | wrapped | merged
+        return HANDLERS | {n: fan(HANDLERS[n]) for n, fan in node.FANOUT.items()}
+    management = {r.handler for r in ROUTES if r.template.startswith(MANAGEMENT_PREFIXES)}
     return HANDLERS | dict.fromkeys(management, _not_on_a_slave)
 
 
@@ -144,9 +148,10 @@ async def _not_on_a_slave(request: web.Request) -> web.StreamResponse:
 
 
 def dispatcher(table: dict[str, Handler], *, names: str = "local") -> Handler:
-    """`names`: what a `names_node` route's node id does before its handler runs (issue 22):
-    "relay" (a master's clients: another registered node's id is relayed there), "local" (only
-    this node's id or none; another is a 404), "skip" (a slave's clients: no site routes)."""
+    """`names`: what the node a `names_node` route's call names does before its handler runs
+    (issue 22): "relay" (a master's clients: another registered node's id is relayed there),
+    "local" (only this node's id or none; another is a 404), "skip" (a slave's clients: no
+    site routes, so no body is read for them)."""
 
     async def dispatch(request: web.Request) -> web.StreamResponse:
         route = route_of(request)
@@ -156,7 +161,7 @@ def dispatcher(table: dict[str, Handler], *, names: str = "local") -> Handler:
                 f"{route.template} is recognised but not available in this version of tensor-router"
             )
         if route.names_node and names != "skip":
-            relayed = await node.relay_named(request, relay=names == "relay")
+            relayed = await node.relay_named(request, route.names_node, relay=names == "relay")
             if relayed is not None:
                 return relayed
         return await handler(request)
@@ -209,6 +214,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
             _store,
             _catalog,
             _backend_setup,
+            _figures,
             _runtimes,
             inference.ollama_context,
             inference.responses_context,  # after the runtimes its table points at
@@ -359,6 +365,16 @@ async def _backend_setup(app: web.Application) -> AsyncIterator[None]:
     await service.close()
 
 
+async def _figures(app: web.Application) -> AsyncIterator[None]:
+    """Measured memory (docs/residency.md): the store's figures cached, before the runtimes
+    that measure into it; pending measurements finish (bounded) after the runtimes stop."""
+    book = FigureBook(app[STORE].memory)
+    await book.load()
+    app[FIGURES] = measuring = Measuring(book, app[SETTINGS])
+    yield
+    await measuring.close()
+
+
 async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pid_dir = state_dir(settings) / "pids"
@@ -367,12 +383,15 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    app[KV_CACHES] = kv
+    readahead = ReadAhead(settings, app[EVENTS].publish)
     loader = Loader(
         settings,
         app[SESSION],
         pid_dir,
         env_overlay=app[LAUNCH_OPTIONS].env_for,
         extra_args=kv.launch_args,
+        prefetch=readahead,
     )
     store = app[STORE]
     manager = RuntimeManager(
@@ -380,9 +399,11 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         loader,
         app[EVENTS],
         on_load_error=store.record_load_error,
-        observer=observer_factory(store),
+        observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
+        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
+        figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
     app[METRICS].watch(manager)
@@ -395,6 +416,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
             startup.cancel()  # a load still running is stopped by the shutdown below
             await asyncio.gather(startup, return_exceptions=True)
         await manager.shutdown(0)
+        await readahead.close()
         app[METRICS].unwatch()
         release_watchdog()
 
@@ -439,8 +461,7 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     client = NodeClient(
         app[SESSION], settings.cluster.token or "", own, settings.cluster.control_timeout
     )
-    app[CLUSTER] = service = ClusterService(settings.cluster, client, local_models, fatal)
-    app[NODES] = service.resolve_node  # router/edge/params.py: the node a site call names
+    app[CLUSTER] = ClusterService(settings.cluster, client, local_models, fatal)
     yield
 
 

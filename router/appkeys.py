@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
-from router.edge import bodies, params, request
+from router.edge import bodies, request
 
 # Stamped by the outermost middleware (router/edge/errors.py), which sits below this module.
 from router.edge.errors import ARRIVED as ARRIVED
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from router.records import EventBus, Metrics, Recorder
     from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
+    from router.runtime.kvcache import KvCaches
+    from router.runtime.measuring import Measuring
     from router.setup import BackendSetup, LaunchOptions
     from router.site import SiteFiles
     from router.site.gguf_headers import GgufHeaders
@@ -60,6 +62,8 @@ SESSIONS: web.AppKey[Sessions] = web.AppKey("realtime_sessions")
 INFLIGHT: web.AppKey[InFlight] = web.AppKey("inflight")
 # Past load durations per model: `usual_load_seconds` on `loading` events (docs/events.md).
 LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
+# KV persistence: its probe verdicts per configuration (docs/swaps.md, the model detail page).
+KV_CACHES: web.AppKey[KvCaches] = web.AppKey("kv_caches")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
@@ -77,13 +81,15 @@ NODE_DISPATCH: web.AppKey[Callable[[web.Request], Awaitable[web.StreamResponse]]
 WEBUIS: web.AppKey[WebUIs] = web.AppKey("webuis")
 # The backend-UI listener's app: the management app it serves for (its resources are shared).
 MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
+# Measured memory per configuration (router/runtime/measuring.py, docs/residency.md): the
+# manager's `figures`, the ledger's `Figures.lookup`, the store download's `memory_figures`.
+FIGURES: web.AppKey[Measuring] = web.AppKey("memory_figures")
 # Guardian assignments in force (router/api/site/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 
-# Per-request storage (set by the edge and the classifier, read by handlers), and who answers
-# for a node id a site call names: defined where they are set (router/edge), re-exported here.
+# Per-request storage (set by the edge and the classifier, read by handlers): defined where
+# they are set (router/edge), re-exported here.
 MATCH, ROUTE = request.MATCH, request.ROUTE
 RAW_BODY = bodies.RAW_BODY  # the body a handler read, kept for a relay to the node it names
-NODES = params.NODES

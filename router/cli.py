@@ -184,9 +184,15 @@ def status(config: str | None, url: str | None) -> None:
 @_cfg
 @_url
 @click.argument("model")
-def load(config: str | None, url: str | None, model: str) -> None:
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="say what the load would evict and whether it fits; load nothing",
+)
+def load(config: str | None, url: str | None, model: str, dry_run: bool) -> None:
     """Load MODEL now (waits until it is ready)."""
-    click.echo(json.dumps(_call(config, url, "POST", "/router/v1/load", {"model": model})))
+    body: dict[str, Any] = {"model": model} | ({"dry_run": True} if dry_run else {})
+    click.echo(json.dumps(_call(config, url, "POST", "/router/v1/load", body)))
 
 
 @main.command()

@@ -22,10 +22,22 @@ SECONDS = 120
 def test_r12_two_minute_soak_passes(tmp_path: Path) -> None:
     out, md = tmp_path / "soak.json", tmp_path / "SOAK.md"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.soak", "--seconds", str(SECONDS),
-         "--json", str(out), "--report", str(md)],
-        cwd=ROOT, capture_output=True, text=True, timeout=SECONDS + 300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.soak",
+            "--seconds",
+            str(SECONDS),
+            "--json",
+            str(out),
+            "--report",
+            str(md),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=SECONDS + 300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert {c["check"] for c in result["checks"]} == {name for name, _, _ in soak.verdict(result)}

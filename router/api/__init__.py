@@ -7,10 +7,10 @@
   listener).
 
 Each face exports `HANDLERS` (handler name -> coroutine; the names are the `handler` field
-of router/classify.py's route table), merged here. The subpackages import each other only
+of router/classify/table.py's route table), merged here. The subpackages import each other only
 through their faces, in one direction: `admin` and `site` above `inference` above `node`
 (import-linter contracts in pyproject.toml). The request chores they share are
-router.edge's (`read_json`, `query_int`, `node_of`, `match_of`).
+router.edge's (`read_json`, `query_int`, `addressed_node`, `match_of`).
 """
 
 from router.api import admin, inference, node, site

@@ -29,7 +29,7 @@ from router.cluster.protocol import (
     Snapshot,
     protocol_problem,
 )
-from router.cluster.registry import NodeEntry, Registry, RemoteNode
+from router.cluster.registry import NodeEntry, Registry
 from router.cluster.replicas import (
     EmbeddingRuntime,
     SttNode,
@@ -56,7 +56,6 @@ __all__ = [
     "PeerUnreachable",
     "PublicModel",
     "Registry",
-    "RemoteNode",
     "Replica",
     "RuntimeStatus",
     "Snapshot",

@@ -84,6 +84,8 @@ class RuntimeStatus(_Wire):
     loaded_stt_model: str | None = None
     lanes: dict[str, LaneLoad] = Field(default_factory=dict)
     loaded_models: tuple[str, ...] = ()  # configurations with a ready runtime
+    # The lanes each of those holds (selectorless embeddings); None from an older peer.
+    ready_lanes: dict[str, tuple[str, ...]] | None = None
     models: dict[str, ModelLoad] = Field(default_factory=dict)
     costs: tuple[CostWire, ...] = ()
 

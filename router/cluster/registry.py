@@ -37,14 +37,6 @@ class NodeEntry:
         }
 
 
-class RemoteNode(Exception):
-    """Raised where a request names another node's id: the site relay sends it there."""
-
-    def __init__(self, entry: NodeEntry) -> None:
-        super().__init__(entry.node_id)
-        self.entry = entry
-
-
 @dataclass(slots=True)
 class Registry:
     """What the master knows of its slaves (a slave's registry holds only itself)."""

@@ -22,7 +22,7 @@ from router.cluster.client import NodeClient, PeerError
 from router.cluster.identity import PublicModel, Replica, merge
 from router.cluster.local import snapshot
 from router.cluster.protocol import NodeModel, RuntimeStatus, Snapshot
-from router.cluster.registry import NodeEntry, Registry, RemoteNode
+from router.cluster.registry import NodeEntry, Registry
 from router.cluster.replicas import choose_replica
 from router.config.schema import ClusterSection
 from router.errors import NotFound, RouterError
@@ -79,17 +79,10 @@ class ClusterService:
     def role(self) -> str:
         return self.settings.role
 
-    def resolve_node(self, node_id: str) -> str:
-        """The node a site call names ("" = none): this node's id; on a master, RemoteNode for a
-        registered node (its site relay sends the call there); NotFound for any other id."""
-        entry = self.named_node(node_id)
-        if entry is None:
-            return self.settings.node_id
-        raise RemoteNode(entry)
-
     def named_node(self, node_id: str) -> NodeEntry | None:
         """The node a site call names: None for this node ("" = none named); on a master the
-        registered node's entry; NotFound for any other id (the dispatcher's question)."""
+        registered node's entry; NotFound for any other id (the dispatcher's question, before
+        the handler runs: router/api/node/site_relay.py)."""
         if not node_id or node_id == self.settings.node_id:
             return None
         entry = self.registry.node(node_id) if self.role == "master" else None

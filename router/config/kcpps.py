@@ -95,6 +95,8 @@ class ModelConfig:
     warnings: tuple[str, ...] = ()  # components present that this backend mode cannot serve
     aliases: tuple[str, ...] = ()  # `router_aliases`: more public names (whisper-1, gpt-4o-mini)
     kv_persist: Literal["on", "off", "auto"] = "auto"  # `router_kv_persist` (docs/swaps.md)
+    pinned: bool = False  # `router_pin`: never evicted for memory (docs/residency.md)
+    sleep: bool = False  # `router_sleep`: vLLM sleeps instead of stopping (docs/swaps.md)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -164,6 +166,8 @@ def parse_kcpps(
         run_embed_separate=_flag("run_embed_separate", raw.get("run_embed_separate")),
         aliases=_aliases(raw.get("router_aliases"), config_id, components, lanes),
         kv_persist=_kv_persist(raw.get("router_kv_persist")),
+        pinned=_flag("router_pin", raw.get("router_pin")),
+        sleep=_sleep(raw.get("router_sleep")),
         config_sha256=hashlib.sha256(data).hexdigest(),
         ignored_keys=ignored,
         warnings=warnings,
@@ -433,6 +437,15 @@ def _kv_persist(value: Any) -> Literal["on", "off", "auto"]:
     if value in ("on", "off"):
         return "on" if value == "on" else "off"
     raise KcppsError("router_kv_persist must be on, off or auto")
+
+
+def _sleep(value: Any) -> bool:
+    """`router_sleep`: 1 or true turns it on; absent, 0 or false leave it off."""
+    if value is None or value is False or (type(value) is int and value == 0):
+        return False
+    if value is True or (type(value) is int and value == 1):
+        return True
+    raise KcppsError("router_sleep must be 0 or 1")
 
 
 def _serve_args(value: Any) -> tuple[str, ...]:

@@ -274,11 +274,18 @@ class RuntimeSection(_Section):
     kv_cache_dir_budget: Size = 4 << 30
     kv_save_timeout: PositiveDuration = 10.0
     kv_restore_timeout: PositiveDuration = 10.0
+    # While a lane drains for a swap, read the incoming model's files into the page cache,
+    # capped by the host memory budget (docs/swaps.md, "Overlapping the swap"); false: never.
+    readahead: bool = True
+    # Issue 25 (docs/residency.md): `memory` prices loads against the memory ledger (a load
+    # that does not fit stops the cheapest idle runtimes; one larger than a whole budget is
+    # refused); `lane` keeps one runtime per lane and never acts on memory.
+    residency: Literal["memory", "lane"] = "memory"
 
 
 class MemorySection(_Section):
-    """The memory ledger's budgets per device (docs/residency.md). Read by router/memory; the
-    runtime manager does not act on them yet, so these keys change no behaviour today."""
+    """The memory ledger's budgets per device (docs/residency.md); the runtime manager acts on
+    them when `runtime.residency` is `memory`. `host_budget` also caps the swap's read-ahead."""
 
     # `auto`: total RAM minus `reserve`; or a size such as 600MiB.
     host_budget: SizeOrAuto = "auto"

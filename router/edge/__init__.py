@@ -2,7 +2,7 @@
 request guards (CIDR, Host, size, Origin), authentication, the hop-by-hop header rules both
 legs share, the registry of long-lived sessions shutdown tells to go away, and what every
 handler reads from a request the same way: its body (`read_json`, `read_body`), its parameters
-(`query_int`, `node_of`) and the route table's match (`match_of`).
+(`query_int`, `addressed_node`) and the route table's match (`match_of`).
 """
 
 from __future__ import annotations
@@ -26,21 +26,17 @@ from router.edge.headers import (
 )
 from router.edge.params import (
     ADDRESSED,
-    NODES,
     addressed_node,
     node_filter,
     node_named,
-    node_of,
     query_int,
     refuse_addresses,
-    resolve_node,
 )
 from router.edge.request import arrived, match_of, matched_route
 from router.edge.sessions import Sessions
 
 __all__ = [
     "ARRIVED",
-    "NODES",
     "RAW_BODY",
     "Handler",
     "Middleware",
@@ -58,14 +54,12 @@ __all__ = [
     "node_named",
     "ADDRESSED",
     "addressed_node",
-    "node_of",
     "parse_json_object",
     "query_int",
     "read_body",
     "read_capped_stream",
     "read_json",
     "refuse_addresses",
-    "resolve_node",
     "secrets_of",
     "split_host",
     "surface_of",

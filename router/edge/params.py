@@ -1,25 +1,25 @@
 """Request parameters every handler reads one way: integers from the query, and the node a
 site call names (`node_id` in the body or the query, or the repeated `node` filter).
 
-Which node answers is the cluster's decision, handed in under NODES (router/app.py wires
-`ClusterService.resolve_node`): this node's id, or an error to raise (NotFound, or the
-cluster's RemoteNode that a master's site relay catches to send the call there).
+Which node answers is decided before the handler runs: a route's row declares where its call
+names a node (`names_node`, router/classify/table.py) and the dispatcher resolves it
+(router/api/node/site_relay.py), so a handler reads `addressed_node` (this node's id) and never
+meets another node. `node_named` and `node_filter` are the dispatcher's readers (and those of
+a handler that keeps a node id as data: routing groups, the fan-out's filters).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, overload
 
 from aiohttp import web
 
-from router.errors import BadRequest, NotFound
+from router.errors import BadRequest
 
-# A named node id ("" = none named) -> this node's id; raises for any other node.
-NodeResolver = Callable[[str], str]
-NODES: web.AppKey[NodeResolver] = web.AppKey("nodes")
-# This node's id, set by the dispatcher on a route that declares `names_node` (router/classify.py)
-# once it found the call names this node (or none): such a handler never meets another node.
+# This node's id, set by the dispatcher on a route that declares `names_node`
+# (router/classify/table.py) once it found the call names this node (or none): such a handler
+# never meets another node.
 ADDRESSED: web.RequestKey[str] = web.RequestKey("addressed_node", str)
 _NODE_FILTERS = ("node", "node_id")
 
@@ -75,21 +75,6 @@ def node_filter(request: web.Request) -> list[str]:
     """The repeated `node` / `node_id` query filters of a listing, in order (maybe none)."""
     refuse_addresses(request)
     return [value for name in _NODE_FILTERS for value in request.query.getall(name, [])]
-
-
-def resolve_node(request: web.Request, node_id: str) -> str:
-    """This node's id when `node_id` is "" or this node; raises for another node."""
-    resolver = request.app.get(NODES)
-    if resolver is None:  # an app without the cluster wired knows no other node
-        if node_id:
-            raise NotFound(f"unknown node {node_id[:64]!r}", param="node_id")
-        raise RuntimeError("no node resolver (create_app wires NODES)")
-    return resolver(node_id)
-
-
-def node_of(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
-    """The node a site call names: this node's id, or the resolver's error for another."""
-    return resolve_node(request, node_named(request, body))
 
 
 def addressed_node(request: web.Request) -> str:

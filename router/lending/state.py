@@ -95,6 +95,7 @@ class LendingState:
             "loaded_stt_model": stt,
             "lanes": lanes,
             "loaded_models": sorted({v.config.id for v in views if v.ready}),
+            "ready_lanes": ready_lanes(views),
             "models": model_loads(views),
             "costs": [fit.to_dict() for fit in self.book.costs],
         }
@@ -149,3 +150,13 @@ def model_loads(views: Sequence[RuntimeView]) -> dict[str, dict[str, int]]:
         load["active"] += view.leases
         load["queued"] += view.queued
     return out
+
+
+def ready_lanes(views: Sequence[RuntimeView]) -> dict[str, list[str]]:
+    """Per configuration with a ready runtime taking new work: the lanes those runtimes hold
+    (a master places selectorless embeddings by them, docs/cluster.md)."""
+    out: dict[str, set[str]] = {}
+    for view in views:
+        if view.ready and view.active:
+            out.setdefault(view.config.id, set()).update(lane.value for lane in view.occupies)
+    return {config_id: sorted(lanes) for config_id, lanes in out.items()}

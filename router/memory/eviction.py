@@ -3,7 +3,8 @@ function, so a dry run names exactly what the load right after it would evict.
 
 The rule (docs/residency.md): a load that fits its devices' free budget evicts nothing. Else it
 evicts the set of idle, unpinned, ready runtimes with the lowest expected reload cost (measured
-load time x recent use) that makes it fit; ties go to fewer victims, then the least recently
+load time x recent use) that makes it fit; a runtime a client's `keep_alive` still holds is
+chosen only when no set without one fits; ties go to fewer victims, then the least recently
 used. A busy runtime is never evicted while idle ones suffice; when only busy ones (or ones
 already stopping) can free enough, the load waits for them to drain (`wait: "drain"`). A
 pinned runtime is never chosen. A load larger than a device's whole budget is refused.
@@ -87,7 +88,7 @@ def plan_load(ledger: Ledger, model: str, key: str, estimate: Estimate) -> Plan:
     current = ledger.get(key)
     if current is not None and current.state != "stopping":
         return Plan(model, True, rows, (), "none")
-    _refuse_if_too_large(ledger, model, need)
+    refuse_if_too_large(ledger.budgets, model, need, estimate.source)
     short = {d: need[d] - ledger.free(d) for d in need}
     if all(s <= 0 for s in short.values()):
         return Plan(model, True, rows, (), "none")
@@ -109,13 +110,16 @@ def _evictable(r: Resident) -> bool:
     return r.state == "ready" and not r.pinned
 
 
-def _refuse_if_too_large(ledger: Ledger, model: str, need: Mapping[str, int]) -> None:
+def refuse_if_too_large(
+    budgets: Mapping[str, int], model: str, need: Mapping[str, int], source: str = "estimate"
+) -> None:
+    """Raise `MemoryRefusal` when `need` exceeds a device's whole budget (before any queueing)."""
     for device, amount in need.items():
-        budget = ledger.budgets.get(device, 0)
+        budget = budgets.get(device, 0)
         if amount > budget:
             raise MemoryRefusal(
                 f"model {model!r} needs about {format_size(amount)} of {device} memory "
-                f"(estimate) but the {device} budget is {format_size(budget)}: it cannot fit "
+                f"({source}) but the {device} budget is {format_size(budget)}: it cannot fit "
                 "even with nothing else loaded; lower its context size or raise "
                 f"memory.{'host' if device == 'host' else 'gpu'}_budget",
                 param="model",
@@ -138,9 +142,9 @@ def _cheapest(
 
 
 def _greedy(pool: Sequence[Resident], short: Mapping[str, int]) -> tuple[Resident, ...] | None:
-    def per_byte(r: Resident) -> tuple[int, float, float, str]:
+    def per_byte(r: Resident) -> tuple[int, int, float, float, str]:
         freed = sum(r.devices.get(d, 0) for d, s in short.items() if s > 0)
-        return (r.busy, reload_cost(r) / max(1, freed), r.last_used, r.key)
+        return (r.busy, r.kept, reload_cost(r) / max(1, freed), r.last_used, r.key)
 
     picked: list[Resident] = []
     for r in sorted(pool, key=per_byte):
@@ -165,6 +169,7 @@ def _covers(chosen: Iterable[Resident], short: Mapping[str, int]) -> bool:
 def _rank(chosen: tuple[Resident, ...]) -> tuple[Any, ...]:
     return (
         sum(r.busy for r in chosen),
+        sum(r.kept for r in chosen),
         sum(reload_cost(r) for r in chosen),
         len(chosen),
         sorted(r.last_used for r in chosen),
@@ -174,7 +179,7 @@ def _rank(chosen: tuple[Resident, ...]) -> tuple[Any, ...]:
 
 def _victims(chosen: Iterable[Resident]) -> tuple[Victim, ...]:
     # Stopped in this order: idle before busy, cheapest first, then least recently used.
-    ordered = sorted(chosen, key=lambda r: (r.busy, reload_cost(r), r.last_used, r.key))
+    ordered = sorted(chosen, key=lambda r: (r.busy, r.kept, reload_cost(r), r.last_used, r.key))
     return tuple(Victim(r.key, r.model, r.lane, _reason(r), r.busy) for r in ordered)
 
 
@@ -183,7 +188,17 @@ def _reason(r: Resident) -> str:
         return f"busy: stops after its {r.in_flight or 'queued'} request(s) drain"
     seconds = r.load_seconds
     how = f"{seconds:.1f} s measured" if seconds is not None else "not measured yet"
+    if r.kept:
+        return f"idle, kept by keep_alive but nothing else frees enough; reload cost {reload_cost(r):.1f}"
     return f"idle; reload cost {reload_cost(r):.1f} (load {how} x {r.recent_uses:g} recent uses)"
 
 
-__all__ = ["EXACT_LIMIT", "MemoryRefusal", "Plan", "Victim", "plan_load", "reload_cost"]
+__all__ = [
+    "EXACT_LIMIT",
+    "MemoryRefusal",
+    "Plan",
+    "Victim",
+    "plan_load",
+    "refuse_if_too_large",
+    "reload_cost",
+]

@@ -22,7 +22,8 @@ class Resident:
 
     `busy`: requests in flight (or queued for it); `pinned`: its .kcpps sets `router_pin`.
     `load_seconds`: its measured load time (None: never measured); `recent_uses`: how often it
-    served lately (the caller picks the window); `last_used`: a clock reading, for tie-breaks.
+    served lately (the caller picks the window; 0 once its idle deadline has passed, so it goes
+    first); `last_used`: a clock reading, for tie-breaks.
     """
 
     key: str
@@ -37,6 +38,9 @@ class Resident:
     recent_uses: float = 0.0
     last_used: float = 0.0
     in_flight: int = 0
+    # A client asked to keep it loaded (`keep_alive`) and that time has not run out: chosen
+    # only when no set without it frees enough.
+    kept: bool = False
 
     @property
     def total(self) -> int:

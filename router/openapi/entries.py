@@ -1,4 +1,4 @@
-"""One description entry per handler name of the route table (router/classify.py ROUTES).
+"""One description entry per handler name of the route table (router/classify ROUTES).
 
 `ENTRIES[handler]` says what the operations of every row with that handler take and answer; the
 builder (router/openapi/build.py) walks ROUTES, so a new row with a known handler is described at
@@ -108,7 +108,11 @@ ENTRIES: Mapping[str, Entry] = {
     ),
     "models.router_list": Entry("Every configuration, with state", _ok(json_of(s.RouterModelList))),
     # -- explicit control
-    "control.load": Entry("Load a model", _ok(json_of(s.Loaded)), request=json_of(s.LoadRequest)),
+    "control.load": Entry(
+        "Load a model, or say what a load would do (dry run)",
+        _ok(json_of(s.LoadAnswer)),
+        request=json_of(s.LoadRequest),
+    ),
     "control.unload": Entry(
         "Unload a lane, or all", _ok(json_of(s.Unloaded)), request=json_of(s.UnloadRequest)
     ),

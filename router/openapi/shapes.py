@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, RootModel
 
 from router.domain import Lane
 
@@ -140,12 +140,41 @@ class OllamaShow(Shape):
 class LoadRequest(Shape):
     model: str
     lane: str | None = None
+    dry_run: bool = False
 
 
 class Loaded(Shape):
     model: str
     status: str
     runtime: str
+
+
+class PlanDevice(Shape):
+    device: str
+    budget: int
+    used: int
+    estimate: int
+    source: Literal["estimate", "measured"]
+
+
+class PlanVictim(Shape):
+    model: str
+    lane: str
+    reason: str
+
+
+class LoadPlan(Shape):
+    """The dry run (`"dry_run": true`): what a load would do; nothing is loaded."""
+
+    model: str
+    fits: bool
+    devices: list[PlanDevice]
+    evict: list[PlanVictim]
+    wait: Literal["none", "drain"]
+
+
+class LoadAnswer(RootModel[Loaded | LoadPlan]):
+    """The loaded runtime, or with `"dry_run": true` the plan (docs/residency.md)."""
 
 
 class UnloadRequest(Shape):

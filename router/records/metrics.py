@@ -58,6 +58,8 @@ class RuntimeGauges(Collector):
         yield in_flight
 
 
+# The runtime-state series, one per state event (`sleeping`: vLLM put to sleep, docs/swaps.md).
+_STATE_EVENTS = ("loading", "ready", "failed", "unloading", "unloaded", "sleeping")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 
@@ -103,6 +105,13 @@ class Metrics:
             "KV cache saves and restores (docs/swaps.md), by action and result"
             " (ok, none, passed, rejected, failed, timeout).",
             ["action", "result"],
+            registry=r,
+        )
+        self.readahead = Counter(
+            "tensor_router_readahead",
+            "Read-aheads of an incoming model's files during a drain (docs/swaps.md), by result"
+            " (started, done, stopped, cancelled, skipped, failed).",
+            ["result"],
             registry=r,
         )
         self.store_replaced = Counter(
@@ -155,15 +164,17 @@ class Metrics:
         """Runtime events from the bus keep the load and state series current."""
         kind = event.get("event")
         runtime, family = event.get("runtime"), event.get("family", "")
-        if kind == "ready":
+        if kind == "ready" and not event.get("woken"):  # a vLLM wake is not a load
             self.loads.labels(family, "ok").inc()
             self.load_duration.labels(family).observe(event.get("load_seconds", 0.0))
         elif kind == "failed":
             self.loads.labels(family, "failed").inc()
         elif kind == "kv_cache":
             self.kv_cache.labels(event.get("action", ""), event.get("result", "")).inc()
-        if runtime and kind in ("loading", "ready", "failed", "unloading", "unloaded"):
-            for state in ("loading", "ready", "failed", "unloading", "unloaded"):
+        elif kind == "readahead":
+            self.readahead.labels(event.get("result", "")).inc()
+        if runtime and kind in _STATE_EVENTS:
+            for state in _STATE_EVENTS:
                 self.runtime_state.labels(runtime, state).set(1 if state == kind else 0)
 
     def render(self) -> bytes:

@@ -1,23 +1,34 @@
 """Load captures: what one load attempt did, fed from the runtime into the store.
 
 Opt-in per node (`analytics.load_capture_enabled`): the sanitized .kcpps snapshot, asset hashes,
-argv without secrets, and the backend's stdout/stderr as ordered chunks (the store caps them).
+argv without secrets, the backend's stdout/stderr as ordered chunks (the store caps them), and
+what the read-ahead of its files had done when it began (`readahead`, docs/swaps.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from router.runtime.state import Runtime
 from router.store import Store
 
+ReadAheadFigures = Callable[[str], dict[str, Any] | None]
+
 
 class CaptureObserver:
-    def __init__(self, store: Store, runtime: Runtime, kind: str = "load") -> None:
+    def __init__(
+        self,
+        store: Store,
+        runtime: Runtime,
+        kind: str = "load",
+        readahead: ReadAheadFigures | None = None,
+    ) -> None:
         self._store = store
         self._runtime = runtime
         self._kind = kind
+        self._readahead = readahead
         self.attempt_id: str | None = None
 
     def launched(self, argv: list[str]) -> None:
@@ -31,6 +42,8 @@ class CaptureObserver:
             asset_hashes=dict(config.asset_sha256),
             argv=argv,
             home_dirs=(str(Path.home()),),
+            # Called just before the spawn: the loader has frozen the figures at this load's start.
+            readahead=self._readahead(self._runtime.key) if self._readahead else None,
         )
 
     def output(self, stream: str, line: bytes) -> None:
@@ -42,10 +55,15 @@ class CaptureObserver:
             self._store.finish_capture(self.attempt_id, status, exit_code, error)
 
 
-def observer_factory(store: Store) -> Callable[[Runtime], CaptureObserver | None]:
-    """The runtime's observer factory: a capture per load when the node has captures on."""
+def observer_factory(
+    store: Store, readahead: ReadAheadFigures | None = None
+) -> Callable[[Runtime], CaptureObserver | None]:
+    """The runtime's observer factory: a capture per load when the node has captures on;
+    `readahead(key)`: what the read-ahead had done when that load began (ReadAhead.at_load)."""
 
     def make(runtime: Runtime) -> CaptureObserver | None:
-        return CaptureObserver(store, runtime) if store.capture_enabled else None
+        if not store.capture_enabled:
+            return None
+        return CaptureObserver(store, runtime, readahead=readahead)
 
     return make

@@ -20,8 +20,11 @@ _SINGULAR = {"embeddings": "embedding"}
 
 
 def active_view(lane: Lane, views: Iterable[RuntimeView]) -> RuntimeView | None:
-    """The runtime loading or serving `lane` for new work (a lane has at most one)."""
-    return next((v for v in views if lane in v.occupies and v.active), None)
+    """The runtime loading or serving `lane` for new work. With several per lane
+    (`runtime.residency: memory`): the most recently used ready one, else a loading one
+    (docs/decisions.md, "A request without a model, several runtimes per lane")."""
+    active = [v for v in views if lane in v.occupies and v.active]
+    return max(active, key=lambda v: (v.ready, v.last_used), default=None)
 
 
 def public_id(config: ModelConfig, lane: Lane) -> str:

@@ -23,13 +23,16 @@ from typing import Any
 
 import aiohttp
 
-from router.config import Settings
+from backends.base import BackendError
+from backends.registry import adapter_for
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
+from router.errors import BadRequest
 from router.records import EventBus
 from router.runtime import kvkeys
 from router.runtime.kvprobe import ProbeResults, run_probe
 from router.runtime.loader import LaunchSpec
-from router.runtime.state import Runtime
+from router.runtime.state import Runtime, spec_for
 
 log = logging.getLogger(__name__)
 _Work = Callable[[Runtime], Awaitable[tuple[str, dict[str, Any]]]]
@@ -92,6 +95,31 @@ class KvCaches:
     def probe_result(self, runtime: Runtime) -> dict[str, Any] | None:
         """The stored probe verdict for this runtime's cache key, if any."""
         return self._probes.get(self._key(runtime))
+
+    def status(self, config: ModelConfig) -> dict[str, Any] | None:
+        """What the model's detail page shows (blocking: stats files; call off the loop).
+
+        None for a configuration persistence never applies to. `probe` is the stored verdict
+        for the key the configuration would launch with now (its argv with any port, so a
+        changed model, context or binary shows no verdict until the next load probes it).
+        """
+        try:
+            spec = spec_for(config, Lane.TEXT)
+        except BadRequest:
+            return None
+        if spec.family is not Family.LLAMACPP:
+            return None
+        mode = config.kv_persist
+        probe = None
+        if mode == "auto":
+            try:
+                argv = adapter_for(spec.family).argv(config, Lane.TEXT, 0, self._settings)
+            except (BackendError, OSError):
+                argv = None  # no binary, or it cannot launch: nothing was probed for it
+            if argv is not None:
+                probe = self._probes.get(self._key_for(config, argv))
+        passed = bool(probe["passed"]) if probe is not None else None
+        return {"mode": mode, "enabled": kvkeys.persist_enabled(mode, passed), "probe": probe}
 
     async def _bounded(self, action: str, runtime: Runtime, work: _Work, deadline: float) -> None:
         started = time.monotonic()
@@ -204,12 +232,15 @@ class KvCaches:
     # ---- helpers ------------------------------------------------------------------------
 
     def _key(self, runtime: Runtime) -> str:
-        config = runtime.config
+        return self._key_for(runtime.config, runtime.argv)
+
+    @staticmethod
+    def _key_for(config: ModelConfig, argv: list[str]) -> str:
         paths = [str(p) for p in config.components.values()]
-        if runtime.argv:
-            paths.append(runtime.argv[0])
+        if argv:
+            paths.append(argv[0])
         files = {p: _identity(Path(p)) for p in paths}
-        return kvkeys.cache_key(config.config_sha256, runtime.argv, files)
+        return kvkeys.cache_key(config.config_sha256, argv, files)
 
     async def _call(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
         async with self._session.request(method, url, json=body) as response:

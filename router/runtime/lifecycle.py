@@ -16,13 +16,16 @@ from typing import Any, Protocol
 from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
+from router.memory.measure import ReportLines
 from router.records import EventBus
 from router.records.request_times import RequestTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
 from router.runtime.loader import Launched, Loader
+from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.progress import LoadProgress
 from router.runtime.queues import Entry, Queues
+from router.runtime.residency import Book, Pending
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,14 @@ class KvHooks(Protocol):
 
     async def restore(self, runtime: Runtime) -> None: ...
     async def save(self, runtime: Runtime) -> None: ...
+
+
+class SleepHooks(Protocol):
+    """vLLM sleep instead of stop (router/runtime/sleep.py); the calls are bounded, never raise."""
+
+    def wanted(self, runtime: Runtime) -> bool: ...
+    async def sleep(self, runtime: Runtime) -> bool: ...
+    async def wake(self, runtime: Runtime) -> bool: ...
 
 
 class RuntimeCore:
@@ -48,6 +59,8 @@ class RuntimeCore:
         clock: Callable[[], float] = time.monotonic,
         usual_load: Callable[[str], float | None] = lambda _model: None,
         kv: KvHooks | None = None,
+        sleep: SleepHooks | None = None,
+        figures: FigureHooks | None = None,
     ) -> None:
         self._settings = settings
         self._loader = loader
@@ -56,6 +69,14 @@ class RuntimeCore:
         self._observer = observer
         self._clock = clock
         self._kv = kv
+        self._sleep = sleep
+        self.figures: FigureHooks = figures or NoFigureHooks()  # measured memory (issue 25)
+        # The live memory ledger (router/runtime/residency.py, docs/residency.md), and with
+        # several runtimes per lane the plan each pending load acts on (many.py).
+        self._book = Book(settings, self.figures)
+        self._evicting_many: dict[str, Pending] = {}
+        self._oom_retried: set[str] = set()  # loads retried once after running out of memory
+        self._oom_held: set[str] = set()  # ... and held until their raised figure is recorded
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -124,10 +145,11 @@ class RuntimeCore:
         self._events.publish("loading", **runtime.identity())  # created in LOADING
         seen = self._observer(runtime) if self._observer else None
         progress = LoadProgress(self._events.publish, runtime.identity())
+        report = ReportLines()  # the backend's memory report, for the measurement
         try:
             launched: Launched = await self._loader.launch(
                 runtime.spec,
-                progress.tee(seen.output if seen else None),
+                report.tee(progress.tee(seen.output if seen else None)),
                 seen.launched if seen else None,
             )
         except RouterError as exc:
@@ -150,9 +172,14 @@ class RuntimeCore:
         runtime.attach(launched)
         if self._kv is not None:  # bounded by its own deadline; never fails the load
             await self._kv.restore(runtime)
+        self._oom_retried.discard(runtime.key)
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
+        self.figures.loaded(runtime, launched, report.lines)  # measured off the event loop
         self._spawn(self._watch_exit(runtime))
+        self._serve_loaded_for(runtime)
+
+    def _serve_loaded_for(self, runtime: Runtime) -> None:
         # First serve the requests this runtime was loaded for (scheduler.loaded_for: without
         # this, a livelock found by R18).
         order = self._settings.runtime.queue_order
@@ -164,9 +191,15 @@ class RuntimeCore:
                 self._grant_waiters(runtime, loaded_for)
         self._pump()
 
+    def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
+        return False
+
     def _load_failed(
         self, runtime: Runtime, error: RouterError, seen: LoadObserver | None = None
     ) -> None:
+        # Out of memory: its figure is raised (measuring.py) and, with several runtimes per
+        # lane, the load retried once after a further eviction, its requests still queued.
+        retry = self.figures.failed(runtime, error) and self._oom_retry(runtime, error)
         exit_code, tail = (
             (error.exit_code, list(error.output_tail))
             if isinstance(error, LoadFailed)
@@ -197,7 +230,8 @@ class RuntimeCore:
                     "attempt_id": attempt_id,
                 }
             )
-        self._queues.fail(runtime.key, error)
+        if not retry:
+            self._queues.fail(runtime.key, error)
         self._vacate(runtime)
 
     async def _watch_exit(self, runtime: Runtime) -> None:
@@ -239,6 +273,65 @@ class RuntimeCore:
         except Exception:  # a bug must not leave the lane taken forever
             log.exception("stopping the failed runtime %s crashed", runtime.key)
         self._vacate(runtime)
+
+    # ---- vLLM sleep instead of stop (router/runtime/sleep.py) ---------------------------
+
+    def _begin_evict(self, runtime: Runtime) -> bool:
+        """A swap stops the lane's drained runtime; a `router_sleep` one sleeps instead when
+        host memory allows (its process stays, the lane is freed once it is asleep)."""
+        if self._sleep is not None and self._sleep.wanted(runtime):
+            if self._move(runtime, RuntimeState.SLEEPING, "sleeping"):
+                runtime.cancel_idle_timer()
+                self._spawn(self._finish_sleep(runtime))
+                return True
+        return self._begin_stop(runtime)
+
+    async def _finish_sleep(self, runtime: Runtime) -> None:
+        assert self._sleep is not None
+        asleep = await self._sleep.sleep(runtime)
+        if runtime.state is not RuntimeState.SLEEPING:
+            return  # unloaded or dead meanwhile: that path owns it now
+        if not asleep:  # refused or too slow: stopped as the swap would have
+            self._begin_stop(runtime)
+            return
+        runtime.drain_requests.clear()  # served again only once woken
+        for lane, holder in self._slots.items():
+            if holder is runtime:
+                self._slots[lane] = None
+        self._pump()
+
+    def _wake(self, runtime: Runtime) -> bool:
+        """A sleeping runtime is wanted and its lanes are free: woken instead of loaded."""
+        if not self._move(runtime, RuntimeState.LOADING, "loading", woken=True):
+            return False
+        for lane in runtime.spec.occupies:
+            self._slots[lane] = runtime
+        self._spawn(self._finish_wake(runtime))
+        return True
+
+    async def _finish_wake(self, runtime: Runtime) -> None:
+        assert self._sleep is not None
+        started = time.monotonic()
+        awake = await self._sleep.wake(runtime)
+        if runtime.state is not RuntimeState.LOADING:
+            return  # its process died meanwhile (_fail_running vacated it)
+        if not awake:  # stopped, not failed: its waiters stay queued for a fresh load
+            self._move(
+                runtime,
+                RuntimeState.FAILED,
+                "failed",
+                reason="vLLM wake_up failed",
+                during="wake",
+                exit_code=None,
+                output_tail=[],
+                attempt_id=None,
+            )
+            await self._stop_now(runtime)
+            self._vacate(runtime)
+            return
+        seconds = time.monotonic() - started
+        self._move(runtime, RuntimeState.READY, "ready", load_seconds=seconds, woken=True)
+        self._serve_loaded_for(runtime)
 
     def _begin_stop(self, runtime: Runtime) -> bool:
         if not self._move(runtime, RuntimeState.STOPPING, "unloading"):

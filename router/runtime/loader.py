@@ -14,10 +14,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -48,6 +48,18 @@ class Launched:
     local_model_id: str
     argv: list[str]
     load_seconds: float
+
+
+class Prefetch(Protocol):
+    """Reading the next model's files ahead while a lane drains (router/runtime/readahead.py)."""
+
+    def start(
+        self,
+        incoming: Sequence[LaunchSpec],
+        resident: Iterable[LaunchSpec],
+        wants: Callable[[str], bool],
+    ) -> None: ...
+    def loading(self, key: str) -> None: ...
 
 
 PORT_ATTEMPTS = 3
@@ -83,6 +95,7 @@ class Loader:
         pidfile_dir: Path,
         env_overlay: Callable[[Family], Mapping[str, str]] | None = None,
         extra_args: Callable[[LaunchSpec], list[str]] | None = None,
+        prefetch: Prefetch | None = None,
     ) -> None:
         self._settings = settings
         self._session = session
@@ -91,6 +104,18 @@ class Loader:
         self._env_overlay = env_overlay
         # Arguments the router adds for its own features (KV persistence's --slot-save-path).
         self._extra_args = extra_args
+        self._prefetch = prefetch
+
+    def read_ahead(
+        self,
+        incoming: Sequence[LaunchSpec],
+        resident: Iterable[LaunchSpec],
+        wants: Callable[[str], bool],
+    ) -> None:
+        """A lane began to drain so that `incoming[0]` can load: read its files ahead meanwhile
+        (`resident`: the runtimes still loaded; `wants(key)`: is that load still wanted)."""
+        if self._prefetch is not None:
+            self._prefetch.start(incoming, resident, wants)
 
     async def launch(
         self,
@@ -105,6 +130,8 @@ class Loader:
         spawn is skipped at the cost of a bind check, and a child that exits early because its
         port was taken under it is retried on a new port.
         """
+        if self._prefetch is not None:
+            self._prefetch.loading(spec.key)  # its own reads take over; the figures are kept
         taken: LoadFailed | None = None
         for attempt in range(1, PORT_ATTEMPTS + 1):
             port = free_port()

@@ -24,12 +24,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from router.config import ModelConfig, evicts
-from router.config.availability import missing_files, missing_message
+from router.config import ModelConfig
 from router.domain import Family, Lane
-from router.errors import Conflict, ServiceUnavailable
+from router.errors import ServiceUnavailable
 from router.runtime import eta, scheduler
-from router.runtime.lifecycle import RuntimeCore
+from router.runtime.many import ManyLanes
+from router.runtime.planning import shutting_down
 from router.runtime.queues import Claim, Entry, Ticket, Waiter
 from router.runtime.state import (
     Lease,
@@ -44,7 +44,7 @@ from router.runtime.state import (
 log = logging.getLogger(__name__)
 
 
-class RuntimeManager(RuntimeCore):
+class RuntimeManager(ManyLanes):
     """Admission, queueing and the pump over the state `RuntimeCore` owns."""
 
     # ---- public API -------------------------------------------------------------------
@@ -66,18 +66,22 @@ class RuntimeManager(RuntimeCore):
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
-        runtime = self._slots[lane]
+        if self._book.acts:  # several per lane: nobody queued for it, and not being evicted
+            runtime = self._runtimes.get(spec.key)
+            calm = not self._queues.wants(spec.key) and spec.key not in self._victim_since()
+        else:
+            runtime, calm = self._slots[lane], self._queues.is_empty(lane)
         if (
             runtime is not None
             and runtime.key == spec.key
             and runtime.state is RuntimeState.READY
             and not runtime.draining
-            and self._queues.is_empty(lane)
+            and calm
             and self._has_room(runtime)
         ):
             lease = self._grant(runtime, arrived)
         else:
-            _refuse_missing(spec)
+            await self._admit(spec)
             timeout = self._settings.runtime.queue_timeout
             lease = await self._enqueue(
                 spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
@@ -105,7 +109,7 @@ class RuntimeManager(RuntimeCore):
         lane = lane or primary_lane(config)
         spec = spec_for(config, lane)
         self._check_open()
-        _refuse_missing(spec)
+        await self._admit(spec)
         rt = self._settings.runtime
         bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
         setting = "runtime.max_batch_wait + stop_grace + load_timeout"
@@ -123,13 +127,25 @@ class RuntimeManager(RuntimeCore):
         one step, so a swap cannot slip in between choosing a runtime and marking it."""
         targets = {
             rt
-            for lane in lanes
-            if (rt := self._slots[lane]) is not None
+            for rt in self._runtimes.values()
+            if rt.spec.occupies & lanes
+            and rt.state is not RuntimeState.SLEEPING
+            and model in (None, rt.config.id)
+            and family in (None, rt.spec.family)
+        }
+        sleepers = {  # asleep, so in no lane's slot (router/runtime/sleep.py)
+            rt
+            for rt in self._runtimes.values()
+            if rt.state is RuntimeState.SLEEPING
+            and rt.spec.occupies & lanes
             and model in (None, rt.config.id)
             and family in (None, rt.spec.family)
         }
         for runtime in targets:
             runtime.unload_requested = True
+        for runtime in sleepers:
+            self._begin_stop(runtime)
+        targets |= sleepers
         self._pump()
         await asyncio.gather(*(rt.gone.wait() for rt in targets))
         return sorted(rt.key for rt in targets)
@@ -143,6 +159,8 @@ class RuntimeManager(RuntimeCore):
             return False
         runtime.keep_alive = 0.0
         runtime.unload_requested = True
+        if runtime.state is RuntimeState.SLEEPING:  # in no slot: the pump would not see it
+            self._begin_stop(runtime)
         self._pump()
         await runtime.gone.wait()
         return True
@@ -194,7 +212,7 @@ class RuntimeManager(RuntimeCore):
     def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        runtime = self._slots[lane]
+        runtime = self._slots[lane] if not self._book.acts else self._loading_in(lane)
         loading = runtime is not None and runtime.state is RuntimeState.LOADING
         lane_now = eta.LaneNow(
             self._lane_view(lane, runtime),
@@ -223,7 +241,7 @@ class RuntimeManager(RuntimeCore):
     def refuse_new_work(self) -> None:
         """Shutdown, phase one: new and queued requests get 503; running work goes on."""
         self._closing = True
-        self._queues.refuse_all(_SHUTTING_DOWN())
+        self._queues.refuse_all(shutting_down())
 
     async def shutdown(self, drain_timeout: float) -> None:
         """Refuse new work, fail queued requests, let running work finish, stop every backend."""
@@ -247,13 +265,10 @@ class RuntimeManager(RuntimeCore):
 
     # ---- queueing ---------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closing:
-            raise _SHUTTING_DOWN()
-
     def _view(self, runtime: Runtime) -> RuntimeView:
         idle_unload = self._settings.runtime.idle_unload
-        return runtime.view(self._queues.waiting_for(runtime.key), idle_unload)
+        last_used = self._book.uses.last(runtime.key)
+        return runtime.view(self._queues.waiting_for(runtime.key), idle_unload, last_used)
 
     async def _enqueue(
         self,
@@ -299,18 +314,9 @@ class RuntimeManager(RuntimeCore):
             future.result().release()
         self._pump()
 
-    def _free(self, runtime: Runtime | None) -> int | None:
-        cap = self._settings.runtime.max_in_flight
-        if not cap or runtime is None:
-            return None
-        return max(0, cap - runtime.leases)
-
-    def _has_room(self, runtime: Runtime) -> bool:
-        free = self._free(runtime)
-        return free is None or free > 0
-
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
+        self._book.uses.note(runtime.key)
         self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
@@ -376,6 +382,8 @@ class RuntimeManager(RuntimeCore):
         )
 
     def _pump_lane(self, lane: Lane) -> bool:
+        if self._book.acts:
+            return self._pump_many(lane)
         runtime = self._slots[lane]
         if runtime is not None and runtime.unload_requested:
             return runtime.leases == 0 and self._begin_stop(runtime)
@@ -410,10 +418,16 @@ class RuntimeManager(RuntimeCore):
             if decision.drain and lane not in runtime.drain_requests:
                 runtime.drain_requests.add(lane)
                 changed = True
+                # The load waits for this drain: read the incoming files ahead meanwhile.
+                self._loader.read_ahead(
+                    [e.spec for e in entries if e.spec.key != runtime.key],
+                    [rt.spec for rt in self._runtimes.values()],
+                    self._queues.wants,
+                )
             if decision.grant and not runtime.draining:
                 changed |= self._grant_waiters(runtime, [entries[i] for i in decision.grant])
             if decision.stop and runtime.leases == 0:
-                changed |= self._begin_stop(runtime)
+                changed |= self._begin_evict(runtime)  # a stop, or a vLLM sleep (sleep.py)
         if decision.load is not None:
             changed |= self._request_load(
                 next(e.spec for e in entries if e.spec.key == decision.load)
@@ -429,7 +443,10 @@ class RuntimeManager(RuntimeCore):
         return bool(entries)
 
     def _request_load(self, spec: RuntimeSpec) -> bool:
-        if spec.key in self._runtimes or self._closing:
+        asleep = self._runtimes.get(spec.key)
+        if asleep is not None and asleep.state is not RuntimeState.SLEEPING:
+            asleep = None
+        if (spec.key in self._runtimes and asleep is None) or self._closing:
             return False
         added = False
         requires = spec.requires | self._evicted_lanes(spec)
@@ -440,23 +457,10 @@ class RuntimeManager(RuntimeCore):
         if any(self._slots[lane] is not None for lane in requires):
             return added
         self._queues.drop_claims(spec.key)
-        runtime = Runtime(spec)
-        for lane in spec.occupies:
-            self._slots[lane] = runtime
-        self._runtimes[spec.key] = runtime
-        self.spawn_count += 1
-        self._spawn(self._load(runtime))
+        if asleep is not None:  # woken instead of loaded (router/runtime/sleep.py)
+            return self._wake(asleep)
+        self._start(spec)
         return True
-
-    def _evicted_lanes(self, spec: RuntimeSpec) -> frozenset[Lane]:
-        """Lanes of running runtimes that `family:`/`config:` policy entries name."""
-        triggers = spec.config.unload_triggers
-        return frozenset(
-            lane
-            for rt in self._runtimes.values()
-            if rt.key != spec.key and evicts(triggers, rt.config.id, rt.config.backend_mode)
-            for lane in rt.spec.occupies
-        )
 
     def _arm_deadline(self) -> None:
         if self._deadline:
@@ -471,6 +475,8 @@ class RuntimeManager(RuntimeCore):
             and (d := scheduler.next_deadline(self._queues.scheduler_view(lane), rt.key, wait))
             is not None
         ]
+        if self._book.acts:
+            deadlines += self._many_deadlines()
         if deadlines and not self._closing:
             loop = asyncio.get_running_loop()
             delay = max(0.0, min(deadlines) - self._clock()) + 0.001
@@ -480,10 +486,6 @@ class RuntimeManager(RuntimeCore):
 _MAX_PASSES = 64
 
 
-def _SHUTTING_DOWN() -> ServiceUnavailable:
-    return ServiceUnavailable("the router is shutting down", retry_after=5)
-
-
 def _phase(runtime: Runtime | None) -> scheduler.Phase:
     if runtime is None:
         return scheduler.Phase.EMPTY
@@ -491,16 +493,8 @@ def _phase(runtime: Runtime | None) -> scheduler.Phase:
         RuntimeState.LOADING: scheduler.Phase.LOADING,
         RuntimeState.READY: scheduler.Phase.READY,
         RuntimeState.STOPPING: scheduler.Phase.STOPPING,
+        RuntimeState.SLEEPING: scheduler.Phase.STOPPING,  # going to sleep: leaving the lane
     }.get(runtime.state, scheduler.Phase.EMPTY)
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]
-
-
-def _refuse_missing(spec: RuntimeSpec) -> None:
-    """A load whose model file is absent fails at once, before any queue or eviction."""
-    missing = missing_files(spec.config, spec.occupies)
-    if missing:
-        config = spec.config
-        name = config.image_id if spec.lane is Lane.IMAGE and config.image_id else config.id
-        raise Conflict(missing_message(name, missing), code="model_files_missing")

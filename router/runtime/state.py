@@ -33,13 +33,20 @@ class RuntimeState(StrEnum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
+    SLEEPING = "sleeping"  # vLLM `router_sleep`: process alive, weights in host RAM
 
 
 # A loading runtime is never stopped (it fails or becomes ready), and a stopping one is
-# never marked failed: its process exiting is the stop itself, not a crash.
+# never marked failed: its process exiting is the stop itself, not a crash. A sleeping one
+# (router/runtime/sleep.py) is woken through LOADING, or stopped; its process may still die.
 _ALLOWED: dict[RuntimeState, frozenset[RuntimeState]] = {
     RuntimeState.LOADING: frozenset({RuntimeState.READY, RuntimeState.FAILED}),
-    RuntimeState.READY: frozenset({RuntimeState.STOPPING, RuntimeState.FAILED}),
+    RuntimeState.READY: frozenset(
+        {RuntimeState.STOPPING, RuntimeState.FAILED, RuntimeState.SLEEPING}
+    ),
+    RuntimeState.SLEEPING: frozenset(
+        {RuntimeState.LOADING, RuntimeState.STOPPING, RuntimeState.FAILED}
+    ),
     RuntimeState.STOPPING: frozenset({RuntimeState.STOPPED}),
     RuntimeState.STOPPED: frozenset(),
     RuntimeState.FAILED: frozenset(),
@@ -147,7 +154,7 @@ class Runtime:
             "since": self.since,
         }
 
-    def view(self, queued: int, idle_unload: float = 0.0) -> RuntimeView:
+    def view(self, queued: int, idle_unload: float = 0.0, last_used: float = 0.0) -> RuntimeView:
         return RuntimeView(
             key=self.key,
             config=self.config,
@@ -164,6 +171,7 @@ class Runtime:
             queued=queued,
             keep_alive=self.effective_keep_alive(idle_unload),
             idle_deadline=self.idle_deadline,
+            last_used=last_used,
         )
 
 
@@ -193,6 +201,7 @@ class RuntimeView:
     queued: int
     keep_alive: float = math.inf
     idle_deadline: float | None = None
+    last_used: float = 0.0  # the manager's clock at its last lease grant (0: never)
 
     @property
     def ready(self) -> bool:

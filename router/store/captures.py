@@ -139,6 +139,7 @@ SUMMARY_COLUMNS = (
     "duration_ms",
     "output_bytes",
     "output_truncated",
+    "readahead_json",
 )
 DETAIL_COLUMNS = (*SUMMARY_COLUMNS, "kcpps_json", "argv_json")
 
@@ -188,9 +189,10 @@ class CaptureFilter:
 
 def attempt_dict(columns: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
     record = dict(zip(columns, row, strict=True))
-    for name in ("asset_hashes_json", "kcpps_json", "argv_json"):
+    for name in ("asset_hashes_json", "kcpps_json", "argv_json", "readahead_json"):
         if name in record:
-            record[name.removesuffix("_json")] = json.loads(record.pop(name))
+            raw = record.pop(name)
+            record[name.removesuffix("_json")] = None if raw is None else json.loads(raw)
     record["output_truncated"] = bool(record["output_truncated"])
     if "kcpps" in record:
         record["kcpps_snapshot"] = record.pop("kcpps")

@@ -1,6 +1,6 @@
 """`Store`: the node's SQLite file (analytics, load captures, load errors, model state), and
-its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`, `lending` (each a
-small class handed an `Access`: the writer, the reader and the settle-before-read).
+its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`, `lending`, `memory`
+(each a small class handed an `Access`: the writer, the reader and the settle-before-read).
 
 All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
 are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
@@ -41,6 +41,7 @@ from router.store.guardians import GuardianAssignments
 from router.store.health import SETTING, cause, within
 from router.store.lending import LendingRows
 from router.store.links import RoutingLinks
+from router.store.memory_figures import MemoryFigureRows
 from router.store.rows import Raw, rows_from_raws
 from router.store.summary import summarize
 from router.store.writer import Op, Writer, WriterStats
@@ -75,6 +76,7 @@ class Store(FileWatch):
         self.guardians = GuardianAssignments(access)
         self.links = RoutingLinks(access)
         self.lending = LendingRows(access)
+        self.memory = MemoryFigureRows(access)
         self._events: EventChannel | None = None  # the writer process, when analytics is on
         self._live: dict[str, cap.LiveCapture] = {}
         self._cap_bytes = int(settings.load_capture_max_output_mb * 1024 * 1024)
@@ -240,8 +242,11 @@ class Store(FileWatch):
         argv: Iterable[str] = (),
         home_dirs: Iterable[str] = (),
         started_at: float | None = None,
+        readahead: Mapping[str, Any] | None = None,
     ) -> str:
-        """Open an attempt record; returns its id. With capture off, the id is inert."""
+        """Open an attempt record; returns its id. With capture off, the id is inert.
+        `readahead`: what the read-ahead of the model's files had done when the load began
+        (docs/swaps.md); None when none ran for this load."""
         attempt_id = uuid.uuid4().hex
         if not self.capture_enabled:
             return attempt_id
@@ -262,6 +267,7 @@ class Store(FileWatch):
             json.dumps(hashes),
             json.dumps(cap.argv_without_secrets(argv, homes)),
             started_at or time.time(),
+            json.dumps(dict(readahead)) if readahead is not None else None,
         )
         self._writer.add_op(Op(_INSERT_ATTEMPT, row))
         self._live[attempt_id] = cap.LiveCapture(self._cap_bytes)
@@ -476,7 +482,8 @@ def _prepare(path: Path) -> Path:
 
 _INSERT_ATTEMPT = (
     "INSERT INTO load_attempts (id, node_id, kind, status, model, backend, lane, kcpps_json,"
-    " asset_hashes_json, argv_json, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " asset_hashes_json, argv_json, started_at, readahead_json)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CHUNK = (
     "INSERT INTO load_output_chunks (attempt_id, sequence, stream, time, data, truncated)"

@@ -45,7 +45,7 @@ HOLD = (
     "end = time.time() + 120\n"
     "while not os.path.exists(gate) and time.time() < end: time.sleep(0.02)\n"
     "child.kill(); print('held', flush=True); sys.exit(0 if os.path.exists(gate) else 9)"
-)  # fmt: skip
+)
 
 
 def recipe(
@@ -173,9 +173,11 @@ async def test_init_builds_reports_progress_and_swaps_in(
     exported = root / "bin" / "whisper-server"
     assert run_version(exported) == "fake v1\n"
     # The loader's lookup finds the new build (no binary_path, not on PATH).
-    assert adapter_for(Family.WHISPERCPP).program(h.settings().model_copy(
-        update={"whispercpp": h.settings().whispercpp.model_copy(update={"binary_path": None})}
-    )) == [str(exported)]  # fmt: skip
+    assert adapter_for(Family.WHISPERCPP).program(
+        h.settings().model_copy(
+            update={"whispercpp": h.settings().whispercpp.model_copy(update={"binary_path": None})}
+        )
+    ) == [str(exported)]
     after = backend((await client.get(STATE)).json(), "whisper-server")
     assert after["lifecycle_state"] == "ready"
     assert after["runtime_version"] == "whisper-server-fake-1"

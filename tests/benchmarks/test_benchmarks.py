@@ -54,8 +54,14 @@ async def test_a_general_run_measures_the_lanes_the_model_has_and_skips_the_rest
     runtime, llm = sections["runtime"], sections["llm"]
     assert runtime["status"] == "success" and metric(runtime, "model_load_ms")["value"] > 0
     assert llm["status"] == "success"
-    for name in ("request_ms", "first_completion_ms", "tokens_per_second",
-                 "prompt_tokens_per_second", "completion_tokens", "prompt_tokens"):  # fmt: skip
+    for name in (
+        "request_ms",
+        "first_completion_ms",
+        "tokens_per_second",
+        "prompt_tokens_per_second",
+        "completion_tokens",
+        "prompt_tokens",
+    ):
         m = metric(llm, name)
         assert m["status"] == "success" and m["value"] > 0, m
     assert metric(llm, "completion_tokens")["value"] == 32  # the fake answers max_tokens
@@ -90,8 +96,13 @@ async def test_get_returns_latest_sections_and_history_newest_first(
     harness.model("chat")
     client = await harness.start()
     empty = (await client.get(LIST, params={"model_id": "chat"})).json()
-    assert empty == {"node_id": "local", "model_id": "chat", "latest": None, "sections": {},
-                     "history": []}  # fmt: skip
+    assert empty == {
+        "node_id": "local",
+        "model_id": "chat",
+        "latest": None,
+        "sections": {},
+        "history": [],
+    }
     first = (await client.post(RUN, json={"model_id": "chat"})).json()
     second = (await client.post(RUN, json={"model_id": "chat", "sections": ["llm"]})).json()
     answer = (await client.get(LIST, params={"model_id": "chat"})).json()
@@ -130,7 +141,7 @@ async def test_models_listing_carries_the_latest_benchmark(harness: RouterHarnes
             400,
             "invalid_request_error",
             "timeout_seconds",
-        ),  # fmt: skip
+        ),
         ({"iterations": 1}, 400, "invalid_request_error", "model_id"),
         ({"model_id": "ghost"}, 404, "not_found_error", None),
         ({"model_id": "chat", "node_id": "elsewhere"}, 404, "not_found_error", "node_id"),
@@ -171,8 +182,9 @@ async def test_get_checks_its_query(harness: RouterHarness) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
 
 
-async def read_events(client: httpx.AsyncClient, until: str, into: list[dict[str, Any]],
-                      subscribed: asyncio.Event) -> None:  # fmt: skip
+async def read_events(
+    client: httpx.AsyncClient, until: str, into: list[dict[str, Any]], subscribed: asyncio.Event
+) -> None:
     async with client.stream("GET", "/router/v1/events", timeout=None) as response:
         subscribed.set()
         async for line in response.aiter_lines():
@@ -290,10 +302,17 @@ async def test_the_cli_runs_a_benchmark_against_the_running_router(
 
     async def cli(*args: str) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "router.cli", "benchmark", *args, "--url", url,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "router.cli",
+            "benchmark",
+            *args,
+            "--url",
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             env={k: v for k, v in os.environ.items() if not k.startswith("TENSOR_ROUTER_")},
-        )  # fmt: skip
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode is not None
         return proc.returncode, out.decode(), err.decode()

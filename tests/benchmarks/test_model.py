@@ -164,35 +164,75 @@ def test_summaries_round_trip_through_their_row() -> None:
     summary = Summary("r1", "n1", "m", "section", "llm", "running", 1000.0)
     summary.metrics = [Metric("request_ms", "success", 5.0, 5.0, "ms")]
     summary.finish("success", 1000.25)
-    columns = ("id", "section", "node_id", "model_id", "type", "status", "started_at",
-               "finished_at", "duration_ms", "metrics_json", "error")  # fmt: skip
+    columns = (
+        "id",
+        "section",
+        "node_id",
+        "model_id",
+        "type",
+        "status",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+        "metrics_json",
+        "error",
+    )
     back = Summary.from_row(dict(zip(columns, summary.row(), strict=True)))
     assert back.to_dict() == summary.to_dict()
     shape = summary.to_dict()
-    assert set(shape) >= {"run_id", "type", "section", "status", "started_at", "finished_at",
-                          "duration_ms", "metrics", "error"}  # fmt: skip
+    assert set(shape) >= {
+        "run_id",
+        "type",
+        "section",
+        "status",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+        "metrics",
+        "error",
+    }
     assert shape["duration_ms"] == 250.0
     assert set(shape["metrics"][0]) == {"name", "status", "duration_ms", "value", "unit", "error"}
 
 
 def test_listing_splits_history_from_the_newest_section_summaries() -> None:
-    columns = ("id", "section", "node_id", "model_id", "type", "status", "started_at",
-               "finished_at", "duration_ms", "metrics_json", "error")  # fmt: skip
+    columns = (
+        "id",
+        "section",
+        "node_id",
+        "model_id",
+        "type",
+        "status",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+        "metrics_json",
+        "error",
+    )
 
     def row(run: str, section: str, at: float, status: str = "success") -> dict[str, Any]:
         s = Summary(run, "n1", "m", "general", section, status, at)
         return dict(zip(columns, s.row(), strict=True))
 
-    rows = [row("new", RUN_SECTION, 20), row("new", "llm", 20, "failed"),
-            row("old", RUN_SECTION, 10), row("old", "llm", 10), row("old", "runtime", 10)]  # fmt: skip
+    rows = [
+        row("new", RUN_SECTION, 20),
+        row("new", "llm", 20, "failed"),
+        row("old", RUN_SECTION, 10),
+        row("old", "llm", 10),
+        row("old", "runtime", 10),
+    ]
     answer = listing("n1", "m", rows)
     assert answer["latest"]["run_id"] == "new"
     assert [h["run_id"] for h in answer["history"]] == ["new", "old"]
     assert answer["sections"]["llm"]["run_id"] == "new"
     assert answer["sections"]["runtime"]["run_id"] == "old"
     assert listing("n1", "m", []) == {
-        "node_id": "n1", "model_id": "m", "latest": None, "sections": {}, "history": [],
-    }  # fmt: skip
+        "node_id": "n1",
+        "model_id": "m",
+        "latest": None,
+        "sections": {},
+        "history": [],
+    }
 
 
 def test_the_audio_sample_is_a_wav_of_the_stated_length() -> None:

@@ -40,20 +40,33 @@ async def _pair(h: RouterHarness, drain: float) -> tuple[RouterProcess, RouterPr
         port=master_port,
         kcpps_dir=node_configs(h, "master", {}),
         drain_timeout=drain,
-        extra={"cluster": {"role": "master", "node_id": "m", "token": TOKEN,
-                           "public_url": f"http://127.0.0.1:{master_port}",
-                           "slave_urls": [slave_url], "health_interval": 0.3}},
-    )  # fmt: skip
+        extra={
+            "cluster": {
+                "role": "master",
+                "node_id": "m",
+                "token": TOKEN,
+                "public_url": f"http://127.0.0.1:{master_port}",
+                "slave_urls": [slave_url],
+                "health_interval": 0.3,
+            }
+        },
+    )
     slave = new_router(
         h,
         name="s1",
         port=slave_port,
         kcpps_dir=node_configs(h, "s1", {"far": b"F"}),
-        extra={"cluster": {"role": "slave", "node_id": "s1", "token": TOKEN,
-                           "public_url": slave_url,
-                           "master_url": f"http://127.0.0.1:{master_port}",
-                           "sync_interval": 0.5}},
-    )  # fmt: skip
+        extra={
+            "cluster": {
+                "role": "slave",
+                "node_id": "s1",
+                "token": TOKEN,
+                "public_url": slave_url,
+                "master_url": f"http://127.0.0.1:{master_port}",
+                "sync_interval": 0.5,
+            }
+        },
+    )
     await master.start()
     await slave.start()
     async with httpx.AsyncClient(base_url=master.base, timeout=20) as client:
@@ -67,8 +80,12 @@ async def _relayed_stream_across_sigterm(
     """Stream `tokens` from `far` through the master and SIGTERM the master once the answer's
     headers came back from the slave; the stream as the client read it, and how long it ran
     past the signal."""
-    body = {"model": "far", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-            "max_tokens": tokens}  # fmt: skip
+    body = {
+        "model": "far",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": tokens,
+    }
     started = asyncio.Event()
 
     async def stream(client: httpx.AsyncClient) -> list[SseEvent]:

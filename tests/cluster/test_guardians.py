@@ -19,8 +19,10 @@ URL = "/router/v1/site/guardian-models"
 
 
 def openai_image_chat(model: str, **extra: Any) -> dict[str, Any]:
-    parts = [{"type": "text", "text": "what is this?"},
-             {"type": "image_url", "image_url": {"url": IMAGE}}]  # fmt: skip
+    parts = [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": IMAGE}},
+    ]
     return {"model": model, "messages": [{"role": "user", "content": parts}], **extra}
 
 
@@ -103,9 +105,13 @@ async def test_an_image_chat_to_a_text_model_is_answered_by_its_guardian(
     assert (await client.post(URL, json=ok)).status_code == 200
     listed = (await client.get(URL)).json()
     assert listed["assignments"] == [
-        {"scope": "model", "node_id": "local", "model_id": "plain",
-         "guardian": {"node_id": "local", "model_id": "seer"}}
-    ]  # fmt: skip
+        {
+            "scope": "model",
+            "node_id": "local",
+            "model_id": "plain",
+            "guardian": {"node_id": "local", "model_id": "seer"},
+        }
+    ]
     assert sorted(c["model_id"] for c in listed["candidates"]) == ["seer", "watcher"]
     answered = await client.post("/v1/chat/completions", json=openai_image_chat("plain"))
     assert answered.status_code == 200, answered.text
@@ -121,8 +127,11 @@ async def test_an_image_chat_to_a_text_model_is_answered_by_its_guardian(
     assert all(
         json.loads(e.data)["model"] == "plain" for e in events[:-1] if e.data.startswith("{")
     )
-    ollama = {"model": "plain", "stream": False,
-              "messages": [{"role": "user", "content": "what?", "images": ["iVBORw0KGgo="]}]}  # fmt: skip
+    ollama = {
+        "model": "plain",
+        "stream": False,
+        "messages": [{"role": "user", "content": "what?", "images": ["iVBORw0KGgo="]}],
+    }
     reply = await client.post("/api/chat", json=ollama)
     assert reply.status_code == 200, reply.text
     assert reply.headers["x-fake-model"].endswith("seer.gguf") and reply.json()["model"] == "plain"

@@ -111,17 +111,28 @@ def _config(h: RouterHarness, name: str, cluster: dict[str, Any]) -> Path:
 async def test_cluster_across_network_namespaces(netns: str, tmp_harness: RouterHarness) -> None:
     tag = netns
     master_cfg = _config(
-        tmp_harness, "m",
-        {"role": "master", "node_id": "m", "health_interval": "0.5s",
-         "slave_urls": [f"http://10.77.1.2:{PORT}", f"http://10.77.2.2:{PORT}"]},
-    )  # fmt: skip
+        tmp_harness,
+        "m",
+        {
+            "role": "master",
+            "node_id": "m",
+            "health_interval": "0.5s",
+            "slave_urls": [f"http://10.77.1.2:{PORT}", f"http://10.77.2.2:{PORT}"],
+        },
+    )
     configs = {"m": master_cfg}
     for i in (1, 2):
         configs[f"s{i}"] = _config(
-            tmp_harness, f"s{i}",
-            {"role": "slave", "node_id": f"s{i}", "sync_interval": "0.5s",
-             "public_url": f"http://10.77.{i}.2:{PORT}", "master_url": f"http://10.77.{i}.1:{PORT}"},
-        )  # fmt: skip
+            tmp_harness,
+            f"s{i}",
+            {
+                "role": "slave",
+                "node_id": f"s{i}",
+                "sync_interval": "0.5s",
+                "public_url": f"http://10.77.{i}.2:{PORT}",
+                "master_url": f"http://10.77.{i}.1:{PORT}",
+            },
+        )
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Any] = []
     try:

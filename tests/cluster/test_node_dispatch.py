@@ -10,15 +10,11 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 import router.app
 from router.classify import match
-from router.config import Settings
-from router.edge import listener
-from tests.support.cluster import TOKEN, node_configs
+from tests.support.cluster import master_here, slave_of
 from tests.support.harness import RouterHarness, free_port, until
-from tests.support.router_process import new_router
 
 INVENTORY = "/router/v1/site/inventory"
 
@@ -37,47 +33,12 @@ async def test_a_declared_route_naming_the_slave_is_relayed_before_the_handler(
     tmp_harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert match("GET", INVENTORY).route.names_node
-    h = tmp_harness
-    master_port, slave_port = free_port(), free_port()
-    slave_url = f"http://127.0.0.1:{slave_port}"
-    slave = new_router(
-        h,
-        name="s1",
-        port=slave_port,
-        kcpps_dir=node_configs(h, "s1", {"b": b"B"}),
-        extra={
-            "cluster": {
-                "role": "slave",
-                "node_id": "s1",
-                "token": TOKEN,
-                "public_url": slave_url,
-                "master_url": f"http://127.0.0.1:{master_port}",
-                "sync_interval": 0.5,
-            }
-        },
-    )
-    await slave.start()
+    master_port = free_port()
+    slave_url = await slave_of(tmp_harness, master_port, {"b": b"B"})
     calls: list[str] = []
     monkeypatch.setitem(router.app.HANDLERS, "site.inventory", _spy(calls, "site.inventory"))
-    h.model("a")
-    base = h.settings().model_dump(mode="json")
-    base["cluster"] = {
-        "role": "master",
-        "node_id": "m",
-        "token": TOKEN,
-        "public_url": f"http://127.0.0.1:{master_port}",
-        "slave_urls": [slave_url],
-        "health_interval": 0.3,
-    }
-    settings = Settings.model_validate(base)
-    app = router.app.create_app(settings)
-    server = TestServer(app, host="127.0.0.1", port=master_port, **listener.runner_kwargs(settings))
-    await server.start_server()
-    try:
-        async with httpx.AsyncClient(base_url=server.make_url("").human_repr(), timeout=30) as c:
-            await _relayed_before_the_handler(c, calls, slave_url)
-    finally:
-        await server.close()
+    async with master_here(tmp_harness, master_port, slave_url) as client:
+        await _relayed_before_the_handler(client, calls, slave_url)
 
 
 async def _relayed_before_the_handler(

@@ -442,8 +442,11 @@ async def test_a_realtime_websocket_through_the_master(tmp_harness: RouterHarnes
     c = cluster(tmp_harness, {}, {})
     for name in ("ears.safetensors", "text.safetensors"):
         (tmp_harness.tmp / "models-s1" / name).write_bytes(b"weights")
-    live = {"backend_mode": "vllm", "model_param": str(tmp_harness.tmp / "models-s1" / "text.safetensors"),
-            "whispermodel": str(tmp_harness.tmp / "models-s1" / "ears.safetensors")}  # fmt: skip
+    live = {
+        "backend_mode": "vllm",
+        "model_param": str(tmp_harness.tmp / "models-s1" / "text.safetensors"),
+        "whispermodel": str(tmp_harness.tmp / "models-s1" / "ears.safetensors"),
+    }
     (tmp_harness.tmp / "kcpps-s1" / "live.kcpps").write_text(json.dumps(live))
     await start_all(c)
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:

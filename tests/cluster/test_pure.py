@@ -263,9 +263,16 @@ async def test_a_slave_resolves_its_master_once() -> None:
     from router.server import _master_addresses
 
     slave = Settings.model_validate(
-        {"cluster": {"role": "slave", "node_id": "s", "token": "t" * 32,
-                     "master_url": "http://127.0.0.1:8080", "public_url": "http://127.0.0.1:8081"}}
-    )  # fmt: skip
+        {
+            "cluster": {
+                "role": "slave",
+                "node_id": "s",
+                "token": "t" * 32,
+                "master_url": "http://127.0.0.1:8080",
+                "public_url": "http://127.0.0.1:8081",
+            }
+        }
+    )
     assert await _master_addresses(slave) == {"127.0.0.1"}
     assert await _master_addresses(Settings()) == frozenset()
 
@@ -283,8 +290,14 @@ async def test_the_node_client_reads_a_large_answer_sent_in_pieces() -> None:
     from tests.support.harness import free_port
 
     models = [{"local_id": f"model-{i:03d}", "filename": "x" * 1500} for i in range(200)]
-    body = json.dumps({"protocol": PROTOCOL_VERSION, "node_id": "a",
-                       "node_url": "http://127.0.0.1", "models": models}).encode()  # fmt: skip
+    body = json.dumps(
+        {
+            "protocol": PROTOCOL_VERSION,
+            "node_id": "a",
+            "node_url": "http://127.0.0.1",
+            "models": models,
+        }
+    ).encode()
     assert len(body) > 300_000
 
     async def snapshot(request: web.Request) -> web.StreamResponse:

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.timeout(60)
 
 def parse(tmp_path: Path, **raw: Any):
     path = tmp_path / "chat.kcpps"
-    return parse_kcpps(path, json.dumps({"model_param": "m.gguf", **raw}).encode(),
-                       BackendMode.LLAMA_SDCPP)  # fmt: skip
+    return parse_kcpps(
+        path, json.dumps({"model_param": "m.gguf", **raw}).encode(), BackendMode.LLAMA_SDCPP
+    )
 
 
 def test_aliases_are_parsed_and_checked(tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ from tests.support.harness import RouterHarness
 def test_bare_value_and_array_forms() -> None:
     assert parse_triggers("text") == {"text"}
     assert parse_triggers(["image", "config:chat-a", "family:kobold"]) == {
-        "image", "config:chat-a", "family:kobold",
-    }  # fmt: skip
+        "image",
+        "config:chat-a",
+        "family:kobold",
+    }
     assert parse_triggers(None) == parse_triggers("") == parse_triggers("none") == frozenset()
 
 

@@ -25,26 +25,47 @@ async def test_candidates_find_the_file_by_hash(harness: RouterHarness, hub: Fak
     client = await harness.start(download_settings(harness, hub))
     sha = _sha(hub, "weights/model.gguf")
     # the stem "tiny-Q4_K_M" finds nothing; without its quant tag "tiny" finds acme/tiny
-    r = await client.post(f"{ASSETS}/candidates", json={"sha256": sha, "filename": "tiny-Q4_K_M.gguf"})  # fmt: skip
+    r = await client.post(
+        f"{ASSETS}/candidates", json={"sha256": sha, "filename": "tiny-Q4_K_M.gguf"}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["candidates"] == [{"repository": "acme/tiny", "commit": COMMIT, "path": "weights/model.gguf",
-                                   "size": len(hub.repos["acme/tiny"].files["weights/model.gguf"]),
-                                   "hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf"}]  # fmt: skip
+    assert body["candidates"] == [
+        {
+            "repository": "acme/tiny",
+            "commit": COMMIT,
+            "path": "weights/model.gguf",
+            "size": len(hub.repos["acme/tiny"].files["weights/model.gguf"]),
+            "hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf",
+        }
+    ]
     assert body["learned"] is None
-    none = await client.post(f"{ASSETS}/candidates", json={"sha256": "0" * 64, "filename": "tiny.gguf"})  # fmt: skip
+    none = await client.post(
+        f"{ASSETS}/candidates", json={"sha256": "0" * 64, "filename": "tiny.gguf"}
+    )
     assert none.json()["candidates"] == []
     bad = await client.post(f"{ASSETS}/candidates", json={"sha256": "xyz", "filename": "a.gguf"})
     assert bad.status_code == 400
 
 
-async def test_bind_checks_commit_path_and_hash_then_is_learned(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_bind_checks_commit_path_and_hash_then_is_learned(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
     sha = _sha(hub, "weights/model.gguf")
-    base = {"sha256": sha, "repository": "acme/tiny", "repository_path": "weights/model.gguf", "commit": COMMIT}  # fmt: skip
-    for change, status in (({"commit": "1" * 40}, 404), ({"repository_path": "big.gguf"}, 409),
-                           ({"repository_path": "config.json"}, 409), ({"repository_path": "../x"}, 400),
-                           ({"commit": "main"}, 400)):  # fmt: skip
+    base = {
+        "sha256": sha,
+        "repository": "acme/tiny",
+        "repository_path": "weights/model.gguf",
+        "commit": COMMIT,
+    }
+    for change, status in (
+        ({"commit": "1" * 40}, 404),
+        ({"repository_path": "big.gguf"}, 409),
+        ({"repository_path": "config.json"}, 409),
+        ({"repository_path": "../x"}, 400),
+        ({"commit": "main"}, 400),
+    ):
         r = await client.post(f"{ASSETS}/bind", json={**base, **change})
         assert r.status_code == status, (change, r.text)
     r = await client.post(f"{ASSETS}/bind", json=base)
@@ -65,36 +86,60 @@ async def _asset_job(client: Any, body: dict[str, Any]) -> dict[str, Any]:
         await asyncio.sleep(0.05)
 
 
-async def test_asset_jobs_fetch_what_the_node_lacks_then_import_resolves(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_asset_jobs_fetch_what_the_node_lacks_then_import_resolves(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     library = harness.tmp / "library"
     settings = download_settings(harness, hub)
     models = settings.models.model_copy(update={"file_roots": (harness.models_dir, library)})
     client = await harness.start(settings.model_copy(update={"models": models}))
     sha = _sha(hub, "weights/model.gguf")
-    doc = {"model_param_hash": sha, "model_param_filename": "model.gguf",
-           "model_param_hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf"}  # fmt: skip
+    doc = {
+        "model_param_hash": sha,
+        "model_param_filename": "model.gguf",
+        "model_param_hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf",
+    }
     job = await _asset_job(client, {"kcpps": doc, "id": "fetched"})
     (field,) = job["fields"]
     assert job["state"] == "resolved" and field["source"] == "hf:pinned", job
     assert field["path"] == str(library / "acme/tiny/weights/model.gguf")
     r = await client.post(f"{ASSETS}/import", json={"id": "fetched", "kcpps": doc})
     assert r.status_code == 200, r.text
-    assert json.loads((harness.kcpps_dir / "fetched.kcpps").read_text())["model_param"] == field["path"]  # fmt: skip
+    assert (
+        json.loads((harness.kcpps_dir / "fetched.kcpps").read_text())["model_param"]
+        == field["path"]
+    )
 
 
-async def test_asset_jobs_use_learned_origins_and_refuse_a_wrong_hash(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_asset_jobs_use_learned_origins_and_refuse_a_wrong_hash(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
     sha = _sha(hub, "big.gguf")
-    bound = await client.post(f"{ASSETS}/bind", json={"sha256": sha, "repository": "acme/tiny",
-                                                      "repository_path": "big.gguf", "commit": COMMIT})  # fmt: skip
+    bound = await client.post(
+        f"{ASSETS}/bind",
+        json={
+            "sha256": sha,
+            "repository": "acme/tiny",
+            "repository_path": "big.gguf",
+            "commit": COMMIT,
+        },
+    )
     assert bound.status_code == 200
-    job = await _asset_job(client, {"kcpps": {"model_param_hash": sha, "model_param_filename": "big.gguf"}})  # fmt: skip
+    job = await _asset_job(
+        client, {"kcpps": {"model_param_hash": sha, "model_param_filename": "big.gguf"}}
+    )
     assert job["state"] == "resolved" and job["fields"][0]["source"] == "hf:learned", job
-    wrong = {"model_param_hash": "2" * 64, "model_param_filename": "model.gguf",
-             "model_param_hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf"}  # fmt: skip
+    wrong = {
+        "model_param_hash": "2" * 64,
+        "model_param_filename": "model.gguf",
+        "model_param_hf": f"hf://acme/tiny@{COMMIT}/weights/model.gguf",
+    }
     job = await _asset_job(client, {"kcpps": wrong})
     assert job["state"] == "failed" and "LFS SHA-256" in job["fields"][0]["failure"], job
-    job = await _asset_job(client, {"kcpps": {"model_param_hash": "3" * 64, "model_param_filename": "zzz.gguf"}})  # fmt: skip
+    job = await _asset_job(
+        client, {"kcpps": {"model_param_hash": "3" * 64, "model_param_filename": "zzz.gguf"}}
+    )
     assert job["state"] == "failed" and "0 hub candidates" in job["fields"][0]["failure"]
     assert (await client.get(f"{ASSETS}/jobs/unknown")).status_code == 404
 
@@ -111,9 +156,13 @@ async def test_substitute_points_a_field_at_another_file_by_hash(harness: Router
     preview = await client.post(f"{ASSETS}/substitute", json=body)
     assert preview.status_code == 200, preview.text
     assert preview.json()["written"] is False and preview.json()["to"] == "chat-q8.gguf"
-    assert json.loads((h.kcpps_dir / "chat.kcpps").read_text())["model_param"].endswith("chat.gguf")  # fmt: skip
-    for change, status in (({"expected_sha256": "1" * 64}, 409), ({"sha256": "2" * 64}, 409),
-                           ({"field": "sdmodel"}, 404), ({"position": -1}, 400)):  # fmt: skip
+    assert json.loads((h.kcpps_dir / "chat.kcpps").read_text())["model_param"].endswith("chat.gguf")
+    for change, status in (
+        ({"expected_sha256": "1" * 64}, 409),
+        ({"sha256": "2" * 64}, 409),
+        ({"field": "sdmodel"}, 404),
+        ({"position": -1}, 400),
+    ):
         r = await client.post(f"{ASSETS}/substitute", json={**body, **change, "confirm": True})
         assert r.status_code == status, (change, r.text)
     done = await client.post(f"{ASSETS}/substitute", json={**body, "confirm": True})

@@ -22,18 +22,27 @@ from tests.support.harness import RouterHarness, free_port, read_sse
 async def test_capabilities_search_and_cursor_paging(harness: RouterHarness, hub: FakeHub) -> None:
     client = await harness.start(download_settings(harness, hub))
     caps = (await client.get(f"{BASE}/capabilities")).json()["nodes"][0]
-    assert caps["capability"] == {"enabled": True, "reachable": True, "reason": None,
-                                  "endpoint": hub.endpoint, "configured_token": False}  # fmt: skip
+    assert caps["capability"] == {
+        "enabled": True,
+        "reachable": True,
+        "reason": None,
+        "endpoint": hub.endpoint,
+        "configured_token": False,
+    }
     first = (await client.post(f"{BASE}/search", json={"query": "acme", "limit": 1})).json()
     assert [r["id"] for r in first["results"]] == ["acme/tiny"] and first["next_cursor"]
-    second = await client.post(f"{BASE}/search-page", json={"query": "acme", "limit": 1, "cursor": first["next_cursor"]})  # fmt: skip
+    second = await client.post(
+        f"{BASE}/search-page", json={"query": "acme", "limit": 1, "cursor": first["next_cursor"]}
+    )
     assert [r["id"] for r in second.json()["results"]] == ["acme/gated"]
     assert second.json()["next_cursor"] is None
     bad = await client.post(f"{BASE}/search-page", json={"cursor": "nonsense!"})
     assert bad.status_code == 400 and "cursor" in bad.text
 
 
-async def test_repository_resolves_the_revision_and_lists_hashes(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_repository_resolves_the_revision_and_lists_hashes(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
     repo = (await client.post(f"{BASE}/repository", json={"repository": "acme/tiny"})).json()
     assert repo["commit"] == COMMIT and repo["license"] == "apache-2.0" and repo["gated"] is False
@@ -44,11 +53,15 @@ async def test_repository_resolves_the_revision_and_lists_hashes(harness: Router
     assert files["config.json"]["verify"] == "git-sha1"
     missing = await client.post(f"{BASE}/repository", json={"repository": "acme/none"})
     assert missing.status_code == 404
-    rev = await client.post(f"{BASE}/repository", json={"repository": "acme/tiny", "revision": "nope"})  # fmt: skip
+    rev = await client.post(
+        f"{BASE}/repository", json={"repository": "acme/tiny", "revision": "nope"}
+    )
     assert rev.status_code == 404 and "revision" in rev.text
 
 
-async def test_download_lands_verified_and_is_catalogued(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_download_lands_verified_and_is_catalogued(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
     body = {"repository": "acme/tiny", "files": ["config.json", "weights/*.gguf"]}
     plan = (await client.post(f"{BASE}/plan", json=body)).json()
@@ -66,16 +79,23 @@ async def test_download_lands_verified_and_is_catalogued(harness: RouterHarness,
     lib = (await client.get(f"{BASE}/library")).json()
     rows = {a["path"]: a for a in lib["artifacts"]}
     assert rows["acme/tiny/weights/model.gguf"]["sha256"] == hashlib.sha256(data).hexdigest()
-    assert rows["acme/tiny/weights/model.gguf"]["origin"] == f"hf://acme/tiny@{COMMIT}/weights/model.gguf"  # fmt: skip
+    assert (
+        rows["acme/tiny/weights/model.gguf"]["origin"]
+        == f"hf://acme/tiny@{COMMIT}/weights/model.gguf"
+    )
     assert rows["acme/tiny/config.json"]["verified_by"] == "git-sha1"
     again = (await client.post(f"{BASE}/plan", json=body)).json()
     assert again["files"] == [] and again["skipped"] == ["config.json", "weights/model.gguf"]
 
 
-async def test_events_stream_progress_with_ids_until_the_end(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_events_stream_progress_with_ids_until_the_end(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     hub.rate = 1024 * 1024  # about a second: two progress ticks at least
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    job = (
+        await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})
+    ).json()
     async with client.stream("GET", f"{BASE}/jobs/{job['id']}/events") as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         events = await read_sse(response)
@@ -87,17 +107,27 @@ async def test_events_stream_progress_with_ids_until_the_end(harness: RouterHarn
     assert "id: 1\n" not in replay.text and "id: 2\n" in replay.text
 
 
-async def test_s21_wrong_bytes_fail_the_job_and_nothing_lands(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_s21_wrong_bytes_fail_the_job_and_nothing_lands(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     hub.wrong_bytes = {"weights/model.gguf"}
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["weights/model.gguf"]})).json()  # fmt: skip
+    job = (
+        await client.post(
+            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["weights/model.gguf"]}
+        )
+    ).json()
     done = await wait_job(client, job["id"])
     assert done["state"] == "failed" and "SHA-256" in done["error"]
     assert library_files(harness.tmp / "library") == []  # no partial, no staging left
 
 
-@pytest.mark.parametrize("name", ["../escape.gguf", "/etc/passwd", "a/../../b", "a\\b", "x\x00y", "a//b"])  # fmt: skip
-async def test_s21_traversal_names_are_refused(harness: RouterHarness, hub: FakeHub, name: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["../escape.gguf", "/etc/passwd", "a/../../b", "a\\b", "x\x00y", "a//b"]
+)
+async def test_s21_traversal_names_are_refused(
+    harness: RouterHarness, hub: FakeHub, name: str
+) -> None:
     hub.listing_extra = [{"rfilename": name, "size": 4}]
     client = await harness.start(download_settings(harness, hub))
     repo = (await client.post(f"{BASE}/repository", json={"repository": "acme/tiny"})).json()
@@ -108,7 +138,7 @@ async def test_s21_traversal_names_are_refused(harness: RouterHarness, hub: Fake
     assert [s for s in hub.seen if "resolve" in s[2]] == []
 
 
-async def test_s21_a_bad_repository_name_is_refused(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_s21_a_bad_repository_name_is_refused(harness: RouterHarness, hub: FakeHub) -> None:
     client = await harness.start(download_settings(harness, hub))
     for repo in ("../acme", "acme/tiny/extra", "a b/c", ""):
         r = await client.post(f"{BASE}/plan", json={"repository": repo})
@@ -148,21 +178,38 @@ async def test_s22_gated_access_and_the_token_stays_on_the_endpoint(
     assert hub.requests_to("cdn") and all(s[3] is None for s in hub.requests_to("cdn"))
 
 
-@pytest.mark.parametrize("target", ["http://169.254.169.254/latest/meta-data", "http://10.1.2.3/x",
-                                    "file:///etc/passwd", "http://192.168.1.1/x"])  # fmt: skip
-async def test_s22_redirects_to_forbidden_addresses_are_refused(harness: RouterHarness, hub: FakeHub, target: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.1.2.3/x",
+        "file:///etc/passwd",
+        "http://192.168.1.1/x",
+    ],
+)
+async def test_s22_redirects_to_forbidden_addresses_are_refused(
+    harness: RouterHarness, hub: FakeHub, target: str
+) -> None:
     hub.redirect = {"config.json": target}
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    job = (
+        await client.post(
+            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]}
+        )
+    ).json()
     done = await wait_job(client, job["id"])
     assert done["state"] == "failed" and "refused" in done["error"], done
     assert library_files(harness.tmp / "library") == []
 
 
-async def test_pause_keeps_the_part_and_resume_continues_with_a_range(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_pause_keeps_the_part_and_resume_continues_with_a_range(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     hub.rate = 256 * 1024
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    job = (
+        await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})
+    ).json()
     await wait_bytes(client, job["id"], 64 * 1024)
     paused = (await client.post(f"{BASE}/jobs/{job['id']}/pause")).json()
     assert paused["state"] == "paused"
@@ -170,17 +217,26 @@ async def test_pause_keeps_the_part_and_resume_continues_with_a_range(harness: R
     assert len(staged) == 1 and staged[0].stat().st_size > 0
     assert not (harness.tmp / "library/acme/tiny/big.gguf").exists()
     hub.rate = None
-    assert (await client.post(f"{BASE}/jobs/{job['id']}/resume")).json()["state"] in ("queued", "running")  # fmt: skip
+    assert (await client.post(f"{BASE}/jobs/{job['id']}/resume")).json()["state"] in (
+        "queued",
+        "running",
+    )
     done = await wait_job(client, job["id"])
     assert done["state"] == "completed", done
-    assert (harness.tmp / "library/acme/tiny/big.gguf").read_bytes() == hub.repos["acme/tiny"].files["big.gguf"]  # fmt: skip
+    assert (harness.tmp / "library/acme/tiny/big.gguf").read_bytes() == hub.repos[
+        "acme/tiny"
+    ].files["big.gguf"]
     assert any(s[4] and s[4].startswith("bytes=") for s in hub.requests_to("cdn"))
 
 
-async def test_cancel_removes_the_staging_and_lands_nothing(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_cancel_removes_the_staging_and_lands_nothing(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     hub.rate = 256 * 1024
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    job = (
+        await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})
+    ).json()
     await wait_bytes(client, job["id"], 32 * 1024)
     cancelled = (await client.post(f"{BASE}/jobs/{job['id']}/cancel")).json()
     assert cancelled["state"] == "cancelled"
@@ -189,7 +245,9 @@ async def test_cancel_removes_the_staging_and_lands_nothing(harness: RouterHarne
     assert again.status_code == 409
 
 
-async def test_unknown_tails_methods_nodes_and_disabled(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_unknown_tails_methods_nodes_and_disabled(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
     assert (await client.get(f"{BASE}/nope")).status_code == 404
     assert (await client.get(BASE)).json()["nodes"][0]["capability"]["enabled"] is True
@@ -206,28 +264,44 @@ async def test_unknown_tails_methods_nodes_and_disabled(harness: RouterHarness, 
     assert (await client.post(f"{BASE}/plan", json={"repository": "acme/tiny"})).status_code == 503
 
 
-async def test_rescan_drops_gone_files_and_lists_untracked_ones(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_rescan_drops_gone_files_and_lists_untracked_ones(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json", "README.md"]})).json()  # fmt: skip
+    job = (
+        await client.post(
+            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json", "README.md"]}
+        )
+    ).json()
     assert (await wait_job(client, job["id"]))["state"] == "completed"
     root = harness.tmp / "library"
     (root / "acme/tiny/README.md").unlink()
     (root / "acme/tiny/config.json").write_text("edited, longer than before")
     (root / "stray.gguf").write_bytes(b"GGUF")
     report = (await client.post(f"{BASE}/rescan")).json()
-    assert report == {"checked": 2, "missing": ["acme/tiny/README.md"],
-                      "changed": ["acme/tiny/config.json"], "untracked": ["stray.gguf"]}  # fmt: skip
+    assert report == {
+        "checked": 2,
+        "missing": ["acme/tiny/README.md"],
+        "changed": ["acme/tiny/config.json"],
+        "untracked": ["stray.gguf"],
+    }
     paths = [a["path"] for a in (await client.get(f"{BASE}/library")).json()["artifacts"]]
     assert paths == ["acme/tiny/config.json"]
 
 
-async def test_s21_a_symlinked_folder_in_the_library_is_not_followed(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_s21_a_symlinked_folder_in_the_library_is_not_followed(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     outside = harness.tmp / "outside"
     outside.mkdir()
     (harness.tmp / "library" / "acme").mkdir(parents=True)
     (harness.tmp / "library" / "acme" / "tiny").symlink_to(outside)
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    job = (
+        await client.post(
+            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]}
+        )
+    ).json()
     done = await wait_job(client, job["id"])
     assert done["state"] == "failed" and "not a plain folder" in done["error"]
     assert list(outside.iterdir()) == []
@@ -236,10 +310,18 @@ async def test_s21_a_symlinked_folder_in_the_library_is_not_followed(harness: Ro
 async def test_one_transfer_per_job_and_per_target(harness: RouterHarness, hub: FakeHub) -> None:
     hub.rate = 512 * 1024
     client = await harness.start(download_settings(harness, hub))
-    first = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
-    busy = await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})  # fmt: skip
+    first = (
+        await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})
+    ).json()
+    busy = await client.post(
+        f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]}
+    )
     assert busy.status_code == 409 and "another job" in busy.text
-    second = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    second = (
+        await client.post(
+            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]}
+        )
+    ).json()
     assert second["state"] == "queued"  # max_concurrent 1
     assert (await client.post(f"{BASE}/jobs/{second['id']}/pause")).json()["state"] == "paused"
     assert (await client.post(f"{BASE}/jobs/{second['id']}/resume")).json()["state"] == "queued"
@@ -249,9 +331,15 @@ async def test_one_transfer_per_job_and_per_target(harness: RouterHarness, hub: 
     assert len(gets) == 1  # the paused-then-resumed job ran once
 
 
-async def test_a_finished_job_outlives_the_router_and_its_stream_ends(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_a_finished_job_outlives_the_router_and_its_stream_ends(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]})).json()  # fmt: skip
+    job = (
+        await client.post(
+            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]}
+        )
+    ).json()
     assert (await wait_job(client, job["id"]))["state"] == "completed"
     await harness.close()
     client = await harness.start(download_settings(harness, hub))
@@ -261,10 +349,14 @@ async def test_a_finished_job_outlives_the_router_and_its_stream_ends(harness: R
     assert [e.event for e in events] == ["state"] and '"completed"' in events[0].data
 
 
-async def test_a_graceful_stop_mid_job_resumes_at_the_next_start(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_a_graceful_stop_mid_job_resumes_at_the_next_start(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     hub.rate = 256 * 1024
     client = await harness.start(download_settings(harness, hub))
-    job = (await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})).json()  # fmt: skip
+    job = (
+        await client.post(f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["big.gguf"]})
+    ).json()
     await wait_bytes(client, job["id"], 64 * 1024)
     await harness.close()  # the service stops the transfer; the job stays `running` in the store
     assert list((harness.tmp / "library/.staging").rglob("*.part"))
@@ -272,13 +364,17 @@ async def test_a_graceful_stop_mid_job_resumes_at_the_next_start(harness: Router
     client = await harness.start(download_settings(harness, hub))
     done = await wait_job(client, job["id"])
     assert done["state"] == "completed", done
-    assert (harness.tmp / "library/acme/tiny/big.gguf").read_bytes() == hub.repos["acme/tiny"].files["big.gguf"]  # fmt: skip
+    assert (harness.tmp / "library/acme/tiny/big.gguf").read_bytes() == hub.repos[
+        "acme/tiny"
+    ].files["big.gguf"]
     assert any(s[4] and s[4].startswith("bytes=") for s in hub.requests_to("cdn"))
     head = await client.head(f"{BASE}/jobs/{job['id']}/events")
     assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream")
 
 
-async def test_an_unreachable_hub_is_reported_not_waited_for(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_an_unreachable_hub_is_reported_not_waited_for(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     settings = download_settings(harness, hub)
     closed = settings.downloads.model_copy(update={"endpoint": f"http://127.0.0.1:{free_port()}"})
     client = await harness.start(settings.model_copy(update={"downloads": closed}))

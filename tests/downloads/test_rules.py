@@ -24,13 +24,31 @@ PUBLIC = Policy.for_endpoint("https://huggingface.co", [ip("18.1.2.3")])
 LOOPBACK = Policy.for_endpoint("http://127.0.0.1:9000", [ip("127.0.0.1")])
 
 
-@pytest.mark.parametrize("path", ["../x", "a/../b", "/abs", "C:/x", "a\\b", "a//b", "./a", "a/.",
-                                  "x\ny", "x\u202ey", "", ".staging/a", "a" * 2000])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../x",
+        "a/../b",
+        "/abs",
+        "C:/x",
+        "a\\b",
+        "a//b",
+        "./a",
+        "a/.",
+        "x\ny",
+        "x\u202ey",
+        "",
+        ".staging/a",
+        "a" * 2000,
+    ],
+)
 def test_s21_unsafe_paths_have_a_reason(path: str) -> None:
     assert path_problem(path) is not None
 
 
-@pytest.mark.parametrize("path", ["model.gguf", "weights/a-b_c.Q4_K_M.gguf", ".gitattributes", "a/b/c.json"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path", ["model.gguf", "weights/a-b_c.Q4_K_M.gguf", ".gitattributes", "a/b/c.json"]
+)
 def test_plain_paths_pass(path: str) -> None:
     assert path_problem(path) is None
 
@@ -46,10 +64,23 @@ def test_s21_repository_and_revision_names() -> None:
             check_revision(bad)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1/x", "http://[::1]/x", "http://169.254.169.254/",
-                                 "https://10.0.0.1/", "https://192.168.1.1/", "https://172.16.0.1/",
-                                 "https://[fd00::1]/", "https://[::ffff:127.0.0.1]/", "https://100.64.0.1/",
-                                 "https://0.0.0.0/", "file:///etc/passwd", "ftp://x.org/"])  # fmt: skip
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/x",
+        "http://[::1]/x",
+        "http://169.254.169.254/",
+        "https://10.0.0.1/",
+        "https://192.168.1.1/",
+        "https://172.16.0.1/",
+        "https://[fd00::1]/",
+        "https://[::ffff:127.0.0.1]/",
+        "https://100.64.0.1/",
+        "https://0.0.0.0/",
+        "file:///etc/passwd",
+        "ftp://x.org/",
+    ],
+)
 def test_s22_special_addresses_are_refused_behind_a_public_endpoint(url: str) -> None:
     literal = literal_address(origin_of(url).host)
     addresses = [literal] if literal is not None else [ip("8.8.8.8")]
@@ -83,8 +114,14 @@ def test_redirects_keep_the_token_only_on_the_endpoint() -> None:
 
 
 def _repo() -> Repository:
-    files, refused = split_listing([("a.gguf", 10, "ab" * 32, None), ("b.gguf", 20, None, "c" * 40),
-                                    (".gitattributes", 1, None, None), ("../evil", 1, None, None)])  # fmt: skip
+    files, refused = split_listing(
+        [
+            ("a.gguf", 10, "ab" * 32, None),
+            ("b.gguf", 20, None, "c" * 40),
+            (".gitattributes", 1, None, None),
+            ("../evil", 1, None, None),
+        ]
+    )
     return Repository("acme/x", "f" * 40, files, refused)
 
 
@@ -103,7 +140,9 @@ def test_plan_space_replacements_and_skips() -> None:
     repo = _repo()
     chosen = choose(repo, ["*.gguf"], "explicit")
     same = {"a.gguf": Present(10, "ab" * 32, "0" * 40)}
-    plan = make_plan(repo, None, chosen, same, free_bytes=100, reserve_bytes=50, access="not_required")  # fmt: skip
+    plan = make_plan(
+        repo, None, chosen, same, free_bytes=100, reserve_bytes=50, access="not_required"
+    )
     assert [f.path for f in plan.files] == ["b.gguf"] and plan.skipped == ("a.gguf",)
     assert plan.fits and plan.blockers(confirm_replace=False, confirm_unsafe=False) == []
     other = {"b.gguf": Present(20, "00" * 32, "0" * 40)}
@@ -116,8 +155,22 @@ def test_plan_space_replacements_and_skips() -> None:
 
 def test_search_bodies() -> None:
     q = search_query({"query": "llama", "filters": ["gguf"], "sort": "downloads", "limit": 5})
-    assert q == {"search": "llama", "filter": ["gguf"], "sort": "downloads", "limit": 5, "offset": 0}  # fmt: skip
-    for bad in ({"limit": 0}, {"limit": 101}, {"sort": "x"}, {"unknown": 1}, {"filters": "gguf"},
-                {"gated": "yes"}, {"direction": 1}, {"cursor": "@@"}):  # fmt: skip
+    assert q == {
+        "search": "llama",
+        "filter": ["gguf"],
+        "sort": "downloads",
+        "limit": 5,
+        "offset": 0,
+    }
+    for bad in (
+        {"limit": 0},
+        {"limit": 101},
+        {"sort": "x"},
+        {"unknown": 1},
+        {"filters": "gguf"},
+        {"gated": "yes"},
+        {"direction": 1},
+        {"cursor": "@@"},
+    ):
         with pytest.raises(BadRequest):
             search_query(bad)

@@ -42,21 +42,41 @@ ALLOWED = 0  # anything but 401/403
 EXPECTED: dict[tuple[str, Role], dict[str, int]] = {
     ("secure", Role.PUBLIC): dict.fromkeys(CREDENTIALS, ALLOWED),
     ("secure", Role.INFERENCE): {
-        "none": 401, "inference": ALLOWED, "admin": ALLOWED, "cluster": 403, "wrong": 401, "query": 401,
+        "none": 401,
+        "inference": ALLOWED,
+        "admin": ALLOWED,
+        "cluster": 403,
+        "wrong": 401,
+        "query": 401,
     },
     ("secure", Role.ADMIN): {
-        "none": 401, "inference": 403, "admin": ALLOWED, "cluster": 403, "wrong": 401, "query": 401,
+        "none": 401,
+        "inference": 403,
+        "admin": ALLOWED,
+        "cluster": 403,
+        "wrong": 401,
+        "query": 401,
     },
     ("secure", Role.CLUSTER): {
-        "none": 401, "inference": 403, "admin": 403, "cluster": ALLOWED, "wrong": 401, "query": 401,
+        "none": 401,
+        "inference": 403,
+        "admin": 403,
+        "cluster": ALLOWED,
+        "wrong": 401,
+        "query": 401,
     },
     ("trusted_lan", Role.PUBLIC): dict.fromkeys(CREDENTIALS, ALLOWED),
     ("trusted_lan", Role.INFERENCE): dict.fromkeys(CREDENTIALS, ALLOWED),
     ("trusted_lan", Role.ADMIN): dict.fromkeys(CREDENTIALS, ALLOWED),
     ("trusted_lan", Role.CLUSTER): {
-        "none": 401, "inference": 403, "admin": 403, "cluster": ALLOWED, "wrong": 401, "query": 401,
+        "none": 401,
+        "inference": 403,
+        "admin": 403,
+        "cluster": ALLOWED,
+        "wrong": 401,
+        "query": 401,
     },
-}  # fmt: skip
+}
 
 
 # Exact templates first: Ollama's liveness probe is public like /health; /api/pull downloads

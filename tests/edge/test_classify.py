@@ -370,18 +370,36 @@ def test_state_changing_follows_methods():
 
 
 VLLM_ALLOWLIST = [
-    ("POST", "/v1/chat/completions"), ("POST", "/v1/chat/completions/batch"),
-    ("POST", "/v1/chat/completions/render"), ("POST", "/v1/completions"),
-    ("POST", "/v1/completions/render"), ("POST", "/v1/embeddings"),
-    ("POST", "/v1/audio/transcriptions"), ("POST", "/v1/audio/translations"),
-    ("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"), ("POST", "/v1/messages/render"),
-    ("POST", "/v1/responses"), ("POST", "/v1/responses/render"), ("GET", "/v1/responses/r1"),
-    ("POST", "/v1/responses/r1/cancel"), ("POST", "/v1/score"), ("POST", "/v1/rerank"),
-    ("POST", "/v2/embed"), ("POST", "/v2/rerank"), ("GET", "/v1/realtime"),
-    ("POST", "/cohere/v2/chat/render"), ("POST", "/invocations"), ("POST", "/generative_scoring"),
-    ("POST", "/pooling"), ("POST", "/classify"), ("POST", "/score"), ("POST", "/rerank"),
-    ("POST", "/tokenize"), ("POST", "/detokenize"),
-]  # fmt: skip
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/chat/completions/batch"),
+    ("POST", "/v1/chat/completions/render"),
+    ("POST", "/v1/completions"),
+    ("POST", "/v1/completions/render"),
+    ("POST", "/v1/embeddings"),
+    ("POST", "/v1/audio/transcriptions"),
+    ("POST", "/v1/audio/translations"),
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+    ("POST", "/v1/messages/render"),
+    ("POST", "/v1/responses"),
+    ("POST", "/v1/responses/render"),
+    ("GET", "/v1/responses/r1"),
+    ("POST", "/v1/responses/r1/cancel"),
+    ("POST", "/v1/score"),
+    ("POST", "/v1/rerank"),
+    ("POST", "/v2/embed"),
+    ("POST", "/v2/rerank"),
+    ("GET", "/v1/realtime"),
+    ("POST", "/cohere/v2/chat/render"),
+    ("POST", "/invocations"),
+    ("POST", "/generative_scoring"),
+    ("POST", "/pooling"),
+    ("POST", "/classify"),
+    ("POST", "/score"),
+    ("POST", "/rerank"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+]
 
 
 @pytest.mark.parametrize(("method", "path"), VLLM_ALLOWLIST)
@@ -392,9 +410,15 @@ def test_vllm_allowlist(method, path):
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("POST", "/v1/load_lora_adapter"), ("GET", "/v1/whatever"), ("DELETE", "/v1/responses/r1"),
-     ("POST", "/v1/responses/input_tokens"), ("POST", "/completion"), ("POST", "/v1/audio/speech")],
-)  # fmt: skip
+    [
+        ("POST", "/v1/load_lora_adapter"),
+        ("GET", "/v1/whatever"),
+        ("DELETE", "/v1/responses/r1"),
+        ("POST", "/v1/responses/input_tokens"),
+        ("POST", "/completion"),
+        ("POST", "/v1/audio/speech"),
+    ],
+)
 def test_not_on_vllm_allowlist(method, path):
     assert not match(method, path).route.vllm
 

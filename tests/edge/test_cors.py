@@ -115,8 +115,12 @@ async def test_unlisted_origins_and_admin_routes_get_no_cors(harness: RouterHarn
         "/v1/chat/completions", json=chat("alpha"), headers={**auth, "Origin": FOREIGN}
     )
     assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
-    for path, method in (("/router/v1/load", "POST"), ("/router/v1/site/inventory", "GET"),
-                         ("/router/v1/node/models", "GET"), ("/router/ui/", "GET")):  # fmt: skip
+    for path, method in (
+        ("/router/v1/load", "POST"),
+        ("/router/v1/site/inventory", "GET"),
+        ("/router/v1/node/models", "GET"),
+        ("/router/ui/", "GET"),
+    ):
         r = await client.options(path, headers=preflight(LISTED, method))
         assert r.status_code != 204 and "access-control-allow-origin" not in r.headers, path
     r = await client.post(

@@ -219,9 +219,15 @@ async def test_s1_trickling_sockets_from_one_address_do_not_starve_other_clients
     (before,), failed = await probe((router.port,), n)
     assert failed == []
     attacker = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.trickler", str(router.port), "127.0.0.2", str(attackers), "2",
+        sys.executable,
+        "-m",
+        "tests.support.trickler",
+        str(router.port),
+        "127.0.0.2",
+        str(attackers),
+        "2",
         stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     try:
         assert attacker.stdout is not None
         assert await asyncio.wait_for(attacker.stdout.readline(), 60) == b"going\n"

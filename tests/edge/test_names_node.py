@@ -1,7 +1,8 @@
 """Issue 22: a management call that names another node is resolved by the dispatcher, before
-the handler runs. The route table declares it (`Route.names_node`); this walks each site
-handler's code (transitively through the router's own functions) to prove the declaration and
-the handler agree, so a new route cannot read a node id without declaring it."""
+the handler runs. The route table declares whether and where a call names a node
+(`Route.names_node`: query, body, filter or key); this walks each handler's code (transitively
+through the router's own functions) to prove the declaration and the handler agree, so no
+handler resolves a node itself and a new route cannot read a node id without declaring it."""
 
 from __future__ import annotations
 
@@ -15,60 +16,22 @@ import pytest
 
 from router.api import HANDLERS
 from router.app import MANAGEMENT_PREFIXES
-from router.classify import ROUTES, Route
+from router.classify import ROUTES, NamesNode, Route
 from router.domain import Surface
 from router.edge import params
 
-# Handlers that still find the node id themselves (`node_of`: `node_id` in a JSON body first,
-# then the query) and raise RemoteNode mid-handler for the master's `relayable` wrapper: not
-# yet migrated (docs/architecture.md). This set may only shrink.
-STILL_RAISING = frozenset(
-    {
-        "site.nodes_unload",
-        "site.backends_init",
-        "site.backends_init_cancel",
-        "site.launch_options_set",
-        "site.download_search",
-        "site.download_repository",
-        "site.download_plan",
-        "site.download_rescan",
-        "site.download_start",
-        "site.download_job",
-        "site.download_events",
-        "site.download_pause",
-        "site.download_resume",
-        "site.download_cancel",
-        "site.webuis_session",
-        "site.webuis_load",
-        "site.store_download",
-        "site.analytics",
-        "site.load_captures",
-        "site.load_capture",
-        "site.load_capture_output",
-        "site.load_errors",
-        "site.load_errors_clear",
-        "site.routing_groups",
-        "site.text_routing_groups",
-        "site.models_state_set",
-        "site.cook_preview",
-        "site.cook_apply",
-        "site.cook_delete",
-        "site.config_file_delete",
-        "site.config_file_preview",
-        "site.config_file_apply",
-        "site.model_file_hash",
-        "site.assets_export",
-        "site.assets_resolve",
-        "site.assets_resolve_batch",
-        "site.assets_import",
-        "site.assets_candidates",
-        "site.assets_bind",
-        "site.assets_substitute",
-        "site.assets_job_start",
-        "bench.run",
-    }
-)
-_RAISING = (params.node_of, params.resolve_node, params.node_named)
+# The readers of a node id in a request. The dispatcher reads the addressed node for a row that
+# declares QUERY or BODY (its handler reads `addressed_node`); a FILTER row's handler reads the
+# filters (the dispatcher relayed one other node already); a KEY row's handler reads the id as
+# data. No other handler reads a node id at all.
+_READERS = {
+    NamesNode.NO: frozenset(),
+    NamesNode.QUERY: frozenset({params.addressed_node}),
+    NamesNode.BODY: frozenset({params.addressed_node}),
+    NamesNode.FILTER: frozenset({params.node_filter}),
+    NamesNode.KEY: frozenset({params.node_named}),
+}
+_ALL_READERS = frozenset({params.addressed_node, params.node_filter, params.node_named})
 
 
 def _reached(fn: Callable[..., Any]) -> set[Callable[..., Any]]:
@@ -110,29 +73,38 @@ SITE_ROUTES = [
     and r.surface is not Surface.NODE
     and r.handler in HANDLERS
 ]
+# Every other row a handler serves (client surfaces, control, the node routes): none names a
+# node, so none of their handlers may read one (`/router/v1/models` included).
+OTHER_ROUTES = [r for r in ROUTES if r.handler in HANDLERS and r not in SITE_ROUTES]
 
 
 @pytest.mark.parametrize("route", SITE_ROUTES, ids=lambda r: f"{r.template} {sorted(r.methods)}")
-def test_a_handler_that_reads_a_node_id_declares_it(route: Route) -> None:
+def test_a_handler_reads_a_node_id_only_as_its_row_declares(route: Route) -> None:
     reached = _reached(HANDLERS[route.handler])
-    uses_resolved = params.addressed_node in reached
-    raises = any(f in reached for f in _RAISING)
-    if route.names_node:
-        assert uses_resolved, "declared names_node: the handler reads addressed_node()"
-        assert not raises, "a declared route's handler never resolves (or raises) itself"
-    else:
-        assert not uses_resolved, "addressed_node() needs the names_node declaration"
-        assert not raises or route.handler in STILL_RAISING, (
-            f"{route.handler} reads a node id: declare names_node on its row (router/classify.py)"
-        )
+    wanted = _READERS[route.names_node]
+    assert wanted <= reached, f"declared {route.names_node!r}: the handler reads {wanted}"
+    others = (_ALL_READERS - wanted) & reached
+    assert not others, (
+        f"{route.handler} reads a node id by {sorted(f.__name__ for f in others)}: declare "
+        "where its call names the node (names_node on its row, router/classify/table.py)"
+    )
+
+
+@pytest.mark.parametrize("route", OTHER_ROUTES, ids=lambda r: f"{r.template} {sorted(r.methods)}")
+def test_no_other_handler_reads_a_node_id(route: Route) -> None:
+    assert not route.names_node
+    reached = _reached(HANDLERS[route.handler])
+    assert not _ALL_READERS & reached, f"{route.handler} reads a node id"
+
+
+def test_every_node_naming_kind_is_declared_somewhere() -> None:
+    assert {r.names_node for r in SITE_ROUTES} == set(NamesNode)
 
 
 def test_the_walk_sees_node_reads_through_wrappers() -> None:
-    """The check can fail: the walk finds node reads behind a module attribute and a closure."""
+    """The check can fail: the walk finds node reads behind a module attribute, a closure and
+    a partial."""
     assert params.addressed_node in _reached(HANDLERS["site.assets_job"])  # asset_jobs.status
-    assert params.node_of in _reached(HANDLERS["site.assets_export"])  # _posted(export)
-
-
-def test_still_raising_lists_only_routes_that_raise() -> None:
-    for name in STILL_RAISING:
-        assert any(f in _reached(HANDLERS[name]) for f in _RAISING), name
+    assert params.addressed_node in _reached(HANDLERS["site.assets_export"])  # _posted(export)
+    assert params.addressed_node in _reached(HANDLERS["site.assets_substitute"])  # a partial
+    assert params.node_filter in _reached(HANDLERS["site.load_errors"])  # store._nodes

@@ -40,8 +40,12 @@ MODELS = ("chat-a", "embed", "art", "art-art", "ears", "vl", "nope")
 # Never fuzzed: it stops the router under test (its body is never read).
 SKIP = {("/router/v1/shutdown", "POST")}
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-DELIBERATE_5XX = {501: "not_supported_error", 502: "upstream_error", 503: "unavailable_error",
-                  504: "timeout_error"}  # fmt: skip
+DELIBERATE_5XX = {
+    501: "not_supported_error",
+    502: "upstream_error",
+    503: "unavailable_error",
+    504: "timeout_error",
+}
 _PARAM = re.compile(r"\{(\w+)(?::[^{}]+)?\}")
 PARAM_VALUES: dict[str, tuple[str, ...]] = {
     "tail": (
@@ -109,18 +113,44 @@ READS: dict[str, tuple[str, ...]] = {
     "control.unload": ("target",),
     "site.models_state_set": ("node_id", "local_id", "model", "enabled", "disabled"),
     "ollama.show": ("model", "name", "verbose"),
-    "ollama.chat": ("model", "messages", "stream", "options", "format", "keep_alive", "tools",
-                    "think"),
-    "ollama.generate": ("model", "prompt", "suffix", "images", "system", "template", "raw",
-                        "stream", "options", "format", "context", "keep_alive"),
+    "ollama.chat": (
+        "model",
+        "messages",
+        "stream",
+        "options",
+        "format",
+        "keep_alive",
+        "tools",
+        "think",
+    ),
+    "ollama.generate": (
+        "model",
+        "prompt",
+        "suffix",
+        "images",
+        "system",
+        "template",
+        "raw",
+        "stream",
+        "options",
+        "format",
+        "context",
+        "keep_alive",
+    ),
     "ollama.embed": ("model", "input", "truncate", "dimensions", "options", "keep_alive"),
     "ollama.embeddings": ("model", "prompt", "options", "keep_alive"),
     "sdapi.options": ("sd_model_checkpoint", "samples_format"),
     "comfy.prompt": ("prompt", "prompt_id", "number", "client_id"),
     "comfy.history": ("delete", "clear", "max_items"),
     "comfy.upload": ("model",),
-    "voice.transcribe": ("model", "audio_data", "prompt", "langcode", "language",
-                         "suppress_non_speech"),
+    "voice.transcribe": (
+        "model",
+        "audio_data",
+        "prompt",
+        "langcode",
+        "language",
+        "suppress_non_speech",
+    ),
     "voice.speech": ("model", "input", "voice"),
     "vllm.admin": ("lora_name", "lora_path", "model"),
     "images.forward": ("model", "prompt", "sd_model_checkpoint", "override_settings", "n"),
@@ -129,7 +159,7 @@ READS: dict[str, tuple[str, ...]] = {
     "anthropic.messages": ("model", "messages", "max_tokens", "stream"),
     "site.webuis_session": ("id", "enabled", "node_id"),
     "site.webuis_load": ("id", "model_id", "image_id", "node_id"),
-}  # fmt: skip
+}
 COMMON = ("model", "messages", "prompt", "input", "stream", "max_tokens", "system")
 WAV = (
     b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x80>\x00\x00"
@@ -145,14 +175,30 @@ wrong_types = st.one_of(
     st.dictionaries(st.text(max_size=4), scalars, max_size=2),
 )
 SANE: dict[str, Any] = {
-    "model": "chat-a", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi",
-    "input": "hi", "stream": False, "max_tokens": 2, "lane": "text", "target": "image",
-    "local_id": "chat-a", "enabled": True, "node_id": None, "name": "chat-a", "options": {},
-    "sd_model_checkpoint": "art-art", "delete": [], "clear": False, "lora_name": "x",
-    "lora_path": "x", "audio_data": base64.b64encode(WAV).decode(), "langcode": "en",
+    "model": "chat-a",
+    "messages": [{"role": "user", "content": "hi"}],
+    "prompt": "hi",
+    "input": "hi",
+    "stream": False,
+    "max_tokens": 2,
+    "lane": "text",
+    "target": "image",
+    "local_id": "chat-a",
+    "enabled": True,
+    "node_id": None,
+    "name": "chat-a",
+    "options": {},
+    "sd_model_checkpoint": "art-art",
+    "delete": [],
+    "clear": False,
+    "lora_name": "x",
+    "lora_path": "x",
+    "audio_data": base64.b64encode(WAV).decode(),
+    "langcode": "en",
     "images": [],
-    "id": "llama", "model_id": "chat-a",
-}  # fmt: skip
+    "id": "llama",
+    "model_id": "chat-a",
+}
 
 
 @st.composite
@@ -166,29 +212,89 @@ def objects(draw: st.DrawFn, handler: str) -> bytes:
 
 
 MALFORMED = (
-    b"", b"   ", b"{", b'{"model":', b'{"model": "chat-a"', b"[]", b"null", b"0", b'"x"',
-    b"1e999", b"NaN", b"\xff\xfe{}", b"{}{}", b'{"a":1} x', b"[" * 3000 + b"]" * 3000,
-    b'{"a":' * 3000 + b"1" + b"}" * 3000, b'{"model": "chat-a", "model": 5}', b"\x00",
-    b"--x\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc\r\n--x--\r\n",
-)  # fmt: skip
+    b"",
+    b"   ",
+    b"{",
+    b'{"model":',
+    b'{"model": "chat-a"',
+    b"[]",
+    b"null",
+    b"0",
+    b'"x"',
+    b"1e999",
+    b"NaN",
+    b"\xff\xfe{}",
+    b"{}{}",
+    b'{"a":1} x',
+    b"[" * 3000 + b"]" * 3000,
+    b'{"a":' * 3000 + b"1" + b"}" * 3000,
+    b'{"model": "chat-a", "model": 5}',
+    b"\x00",
+    b'--x\r\nContent-Disposition: form-data; name="file"\r\n\r\nabc\r\n--x--\r\n',
+)
 
 CONTENT_TYPES = (
-    None, "application/json", "text/plain", "application/octet-stream",
-    "multipart/form-data; boundary=x", "multipart/form-data", "multipart/form-data; boundary=",
-    "application/x-www-form-urlencoded", "application/json; charset=latin-1", ";;/", "image/png",
-    "text/event-stream", "application/x-ndjson",
-)  # fmt: skip
+    None,
+    "application/json",
+    "text/plain",
+    "application/octet-stream",
+    "multipart/form-data; boundary=x",
+    "multipart/form-data",
+    "multipart/form-data; boundary=",
+    "application/x-www-form-urlencoded",
+    "application/json; charset=latin-1",
+    ";;/",
+    "image/png",
+    "text/event-stream",
+    "application/x-ndjson",
+)
 QUERY_KEYS = (
-    "model", "from", "to", "bucket_seconds", "limit", "kind", "cursor", "node", "node_id",
-    "after_sequence", "max_items", "filename", "subfolder", "type", "status", "backend",
-    "sd_model_checkpoint", "stream",
-)  # fmt: skip
+    "model",
+    "from",
+    "to",
+    "bucket_seconds",
+    "limit",
+    "kind",
+    "cursor",
+    "node",
+    "node_id",
+    "after_sequence",
+    "max_items",
+    "filename",
+    "subfolder",
+    "type",
+    "status",
+    "backend",
+    "sd_model_checkpoint",
+    "stream",
+)
 RAW_VALUES = (
-    "", "%ff", "%c3%28", "%ed%a0%80", "%00", "nan", "inf", "-inf", "-1", "0", "1e999",
-    "9" * 5000, "x" * 3000, "y" * 9000, "2026-13-45T99:00", "1700000000", "..%2f..%2fetc", "%2e%2e",
-    "a%20b", "%", "%g1", "chat-a", "art-art", "output",
+    "",
+    "%ff",
+    "%c3%28",
+    "%ed%a0%80",
+    "%00",
+    "nan",
+    "inf",
+    "-inf",
+    "-1",
+    "0",
+    "1e999",
+    "9" * 5000,
+    "x" * 3000,
+    "y" * 9000,
+    "2026-13-45T99:00",
+    "1700000000",
+    "..%2f..%2fetc",
+    "%2e%2e",
+    "a%20b",
+    "%",
+    "%g1",
+    "chat-a",
+    "art-art",
+    "output",
     base64.urlsafe_b64encode(b"[" * 3000).decode(),  # a cursor nested past the parser's limit
-)  # fmt: skip
+)
 query_values = st.sampled_from(RAW_VALUES) | st.text(max_size=10).map(quote)
 queries = st.lists(
     st.tuples(st.sampled_from(QUERY_KEYS) | st.text(max_size=4).map(quote), query_values),
@@ -378,9 +484,14 @@ def test_messages_check_takes_any_list() -> None:
 
 @pytest.mark.parametrize(
     ("body", "param"),
-    [({"delete": 5}, "delete"), ({"delete": "abc"}, "delete"), ({"delete": [1]}, "delete"),
-     ({"clear": "yes"}, "clear"), ({"clear": 1}, "clear")],
-)  # fmt: skip
+    [
+        ({"delete": 5}, "delete"),
+        ({"delete": "abc"}, "delete"),
+        ({"delete": [1]}, "delete"),
+        ({"clear": "yes"}, "clear"),
+        ({"clear": 1}, "clear"),
+    ],
+)
 def test_history_edits_refuse_wrong_types(body: dict[str, Any], param: str) -> None:
     with pytest.raises(BadRequest) as refused:
         history_edits(body)
@@ -418,14 +529,20 @@ async def test_messages_without_a_list_never_reach_a_backend(
         ("/router/v1/load", {"model": 5}, "model"),
         ("/router/v1/site/models/state", {"local_id": ["chat-a"], "enabled": True}, "local_id"),
         ("/router/v1/site/models/state", {"local_id": "chat-a", "enabled": "no"}, "enabled"),
-        ("/router/v1/site/models/state", {"node_id": 1, "local_id": "chat-a", "enabled": True},
-         "node_id"),
+        (
+            "/router/v1/site/models/state",
+            {"node_id": 1, "local_id": "chat-a", "enabled": True},
+            "node_id",
+        ),
         ("/history", {"delete": 5}, "delete"),
         ("/api/extra/transcribe", {"model": "ears", "audio_data": 5}, "audio_data"),
-        ("/api/extra/transcribe", {"model": "ears", "audio_data": "UklGRg==", "prompt": 5},
-         "prompt"),
+        (
+            "/api/extra/transcribe",
+            {"model": "ears", "audio_data": "UklGRg==", "prompt": 5},
+            "prompt",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_wrong_field_types_are_a_400_naming_the_field(
     harness: RouterHarness, path: str, body: dict[str, Any], param: str
 ) -> None:

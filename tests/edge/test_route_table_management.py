@@ -132,7 +132,11 @@ def test_the_master_calls_the_contracts_node_path(site: str, node: str) -> None:
     assert management_path(node) == site
 
 
-_MANAGEMENT = [r.template for r in ROUTES if r.template.startswith(("/router/v1/site/", "/router/v1/benchmarks"))]  # fmt: skip
+_MANAGEMENT = [
+    r.template
+    for r in ROUTES
+    if r.template.startswith(("/router/v1/site/", "/router/v1/benchmarks"))
+]
 
 
 def test_node_path_and_management_path_are_inverse_on_every_row() -> None:

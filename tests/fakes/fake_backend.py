@@ -77,6 +77,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--gate": "gate",
     "--crash-on-field": "crash_on_field",
     "--parallel": "parallel",
+    "--slot-save-path": "slot_save_path",
 }
 _BOOL = {
     "--native-model-path": "native_model_path",
@@ -89,6 +90,9 @@ _BOOL = {
     "--setsid-child": "setsid_child",
     "--reset-after-body": "reset_after_body",
     "--cancel-crashes": "cancel_crashes",
+    "--slot-actions": "slot_actions",
+    "--enable-sleep-mode": "sleep_mode",
+    "--wake-fails": "wake_fails",
 }
 _MODEL_EXT = (".gguf", ".bin", ".safetensors", ".kcpps", ".kcppt", ".ggml")
 
@@ -136,6 +140,12 @@ class Opts:
     crash_on_field: str = ""  # abort at once on a generation body carrying this field (S27)
     cancel_crashes: bool = False
     parallel: int = 0  # >0: at most this many generations at once, the rest wait (a backlog)
+    # llama-server's slot save/restore/erase (opt-in: the router's KV probe would otherwise
+    # spend generations on every fake load); files go to --slot-save-path like the real one.
+    slot_actions: bool = False
+    slot_save_path: str = ""
+    sleep_mode: bool = False  # vLLM --enable-sleep-mode: /sleep, /wake_up, /is_sleeping
+    wake_fails: bool = False  # vLLM: /wake_up answers 500 (the router must load afresh)
     positional: list[str] = field(default_factory=list)
 
 
@@ -304,6 +314,8 @@ class State:
         self.generated = 0
         self.jobs: dict[str, dict[str, Any]] = {}
         self.slots = asyncio.Semaphore(o.parallel) if o.parallel > 0 else None
+        self.slot_prompt: dict[int, str] = {}  # --slot-actions: the prompt each slot caches
+        self.sleeping = 0  # vLLM sleep level (0: awake)
 
     @property
     def model_path(self) -> str:
@@ -598,7 +610,13 @@ def llamacpp_routes(st: State) -> web.RouteTableDef:
 
     @r.get("/slots")
     async def slots(_: web.Request) -> web.Response:
-        return web.json_response([{"id": 0, "n_ctx": o.ctx, "is_processing": st.busy - 1 > 0}])
+        slot: dict[str, Any] = {"id": 0, "n_ctx": o.ctx, "is_processing": st.busy - 1 > 0}
+        if 0 in st.slot_prompt:
+            slot["n_prompt_tokens"] = _tokens_of(st.slot_prompt[0])
+        return web.json_response([slot])
+
+    if o.slot_actions:
+        r.post("/slots/{id}")(lambda request: slot_action(request, st))
 
     @r.get("/metrics")
     async def metrics(_: web.Request) -> web.Response:
@@ -617,20 +635,59 @@ def llamacpp_routes(st: State) -> web.RouteTableDef:
     return r
 
 
+def _tokens_of(prompt: str) -> int:
+    return max(1, len(prompt) // 4)
+
+
+def _slot_timings(st: State, body: dict[str, Any]) -> dict[str, int]:
+    """--slot-actions: a repeated prompt on the same slot is reused, as llama-server does
+    (all but one token); `timings` as llama-server's /completion reports them."""
+    prompt = json.dumps(body.get("prompt", ""))
+    slot = body.get("id_slot") if isinstance(body.get("id_slot"), int) else 0
+    total = _tokens_of(prompt)
+    cached = total - 1 if st.slot_prompt.get(slot) == prompt else 0
+    st.slot_prompt[slot] = prompt
+    return {"prompt_n": total - cached, "cache_n": cached}
+
+
+async def slot_action(request: web.Request, st: State) -> web.Response:
+    """POST /slots/{id}?action=save|restore|erase, answered like llama-server."""
+    slot = int(request.match_info["id"])
+    action = request.query.get("action", "")
+    folder = Path(st.o.slot_save_path)
+    if action == "erase":
+        st.slot_prompt.pop(slot, None)
+        return web.json_response({"id_slot": slot, "n_erased": 1})
+    name = str((await json_body(request)).get("filename", ""))
+    if not st.o.slot_save_path or not name or "/" in name:
+        return oai_error(400, "Invalid filename", "invalid_request_error")
+    if action == "save" and slot in st.slot_prompt:
+        (folder / name).write_text(st.slot_prompt[slot])
+        n = _tokens_of(st.slot_prompt[slot])
+        return web.json_response({"id_slot": slot, "filename": name, "n_saved": n})
+    if action == "restore" and (folder / name).is_file():
+        st.slot_prompt[slot] = (folder / name).read_text()
+        n = _tokens_of(st.slot_prompt[slot])
+        return web.json_response({"id_slot": slot, "filename": name, "n_restored": n})
+    return oai_error(400, f"Failed to {action} slot {slot}", "invalid_request_error")
+
+
 async def llamacpp_native(request: web.Request, st: State, model: str) -> Any:
     body = await json_body(request)
     n = want_tokens(st, body, "n_predict", "max_tokens")
     if not body.get("stream"):
+        timings = _slot_timings(st, body) if st.o.slot_actions else None
         text = "".join(await produce(st, n))
-        return web.json_response(
-            {
-                "content": text,
-                "model": model,
-                "tokens_predicted": n,
-                "tokens_evaluated": prompt_tokens(body),
-                "stop": True,
-            }
-        )
+        answer = {
+            "content": text,
+            "model": model,
+            "tokens_predicted": n,
+            "tokens_evaluated": prompt_tokens(body),
+            "stop": True,
+        }
+        if timings is not None:
+            answer["timings"] = timings
+        return web.json_response(answer)
     resp = await sse(request)
 
     async def emit(_i: int, tok: str) -> None:
@@ -1120,7 +1177,7 @@ def vllm_routes(st: State) -> web.RouteTableDef:
 
     async def generate(request: web.Request, chat: bool) -> Any:
         body = await json_body(request)
-        error = unknown_model(body)
+        error = asleep() or unknown_model(body)
         if error is not None:
             return error
         return await openai_generate(request, st, str(body.get("model") or names[0]), chat)
@@ -1131,7 +1188,8 @@ def vllm_routes(st: State) -> web.RouteTableDef:
     @r.post("/v1/embeddings")
     async def embeddings(request: web.Request) -> web.Response:
         body = await json_body(request)
-        return unknown_model(body) or openai_embeddings(body, str(body.get("model") or names[0]))
+        error = asleep() or unknown_model(body)
+        return error or openai_embeddings(body, str(body.get("model") or names[0]))
 
     @r.post("/tokenize")
     async def tokenize(request: web.Request) -> web.Response:
@@ -1144,9 +1202,45 @@ def vllm_routes(st: State) -> web.RouteTableDef:
         tokens = (await json_body(request)).get("tokens", [])
         return web.json_response({"prompt": "".join(chr(int(t)) for t in tokens)})
 
+    def asleep() -> web.Response | None:
+        """vLLM's answer to a request that needs the weights while the engine sleeps."""
+        if not st.sleeping:
+            return None
+        message = (
+            "Model is currently in sleep mode. Please wake it up first with a POST request "
+            "to /wake_up"
+        )
+        body = {"error": {"message": message, "type": "ModelSleepingError", "code": 503}}
+        return web.json_response(body, status=503)
+
+    # Sleep mode: --enable-sleep-mode, and the routes only with VLLM_SERVER_DEV_MODE=1.
+    if o.sleep_mode and os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+        vllm_sleep_routes(r, st)
     vllm_responses(r, st, names)
     r.get("/v1/realtime")(lambda req: realtime_echo(req, st))
     return r
+
+
+def vllm_sleep_routes(r: web.RouteTableDef, st: State) -> None:
+    """POST /sleep?level=N, POST /wake_up, GET /is_sleeping, as vLLM answers them."""
+
+    @r.post("/sleep")
+    async def sleep(request: web.Request) -> web.Response:
+        st.sleeping = int(request.query.get("level", "1"))
+        st.record(event="sleep", level=st.sleeping)
+        return web.Response(status=200)
+
+    @r.post("/wake_up")
+    async def wake_up(_: web.Request) -> web.Response:
+        st.record(event="wake_up")
+        if st.o.wake_fails:
+            return web.json_response({"error": "wake_up failed (--wake-fails)"}, status=500)
+        st.sleeping = 0
+        return web.Response(status=200)
+
+    @r.get("/is_sleeping")
+    async def is_sleeping(_: web.Request) -> web.Response:
+        return web.json_response({"is_sleeping": st.sleeping > 0})
 
 
 def vllm_responses(r: web.RouteTableDef, st: State, names: list[str]) -> None:

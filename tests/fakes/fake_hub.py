@@ -41,16 +41,25 @@ def tiny_repos() -> dict[str, FakeRepo]:
     big = bytes(range(256)) * 4096  # 1 MiB
     return {
         "acme/tiny": FakeRepo(
-            "acme/tiny", COMMIT,
-            {"config.json": b'{"arch": "tiny"}\n', "README.md": b"# tiny\n",
-             "weights/model.gguf": b"GGUF" + bytes(range(200)) * 50, "big.gguf": big},
+            "acme/tiny",
+            COMMIT,
+            {
+                "config.json": b'{"arch": "tiny"}\n',
+                "README.md": b"# tiny\n",
+                "weights/model.gguf": b"GGUF" + bytes(range(200)) * 50,
+                "big.gguf": big,
+            },
             {"weights/model.gguf", "big.gguf"},
         ),
         "acme/gated": FakeRepo(
-            "acme/gated", GATED_COMMIT, {"model.gguf": b"GGUF-gated" * 100}, {"model.gguf"},
-            gated="manual", license="llama3",
+            "acme/gated",
+            GATED_COMMIT,
+            {"model.gguf": b"GGUF-gated" * 100},
+            {"model.gguf"},
+            gated="manual",
+            license="llama3",
         ),
-    }  # fmt: skip
+    }
 
 
 @dataclass
@@ -78,7 +87,10 @@ class FakeHub:
         cdn_app.router.add_route("*", "/blobs/{sha}", self._blob)
         for app, name in ((hub_app, "hub"), (cdn_app, "cdn")):
             app.middlewares.append(self._recorder(name))
-        self.hub, self.cdn = TestServer(hub_app, host="127.0.0.1"), TestServer(cdn_app, host="127.0.0.1")  # fmt: skip
+        self.hub, self.cdn = (
+            TestServer(hub_app, host="127.0.0.1"),
+            TestServer(cdn_app, host="127.0.0.1"),
+        )
         await self.hub.start_server()
         await self.cdn.start_server()
         return self
@@ -91,8 +103,15 @@ class FakeHub:
     def _recorder(self, name: str) -> Any:
         @web.middleware
         async def record(request: web.Request, handler: Any) -> web.StreamResponse:
-            self.seen.append((name, request.method, request.path,
-                              request.headers.get("Authorization"), request.headers.get("Range")))  # fmt: skip
+            self.seen.append(
+                (
+                    name,
+                    request.method,
+                    request.path,
+                    request.headers.get("Authorization"),
+                    request.headers.get("Range"),
+                )
+            )
             return await handler(request)
 
         return record
@@ -106,8 +125,18 @@ class FakeHub:
         term = request.query.get("search", "")
         limit = int(request.query.get("limit", "1000"))
         found = [r for r in self.repos.values() if term in r.id]
-        rows = [{"id": r.id, "modelId": r.id, "downloads": 10, "likes": 1, "gated": r.gated,
-                 "tags": ["gguf"], "pipeline_tag": "text-generation"} for r in found]  # fmt: skip
+        rows = [
+            {
+                "id": r.id,
+                "modelId": r.id,
+                "downloads": 10,
+                "likes": 1,
+                "gated": r.gated,
+                "tags": ["gguf"],
+                "pipeline_tag": "text-generation",
+            }
+            for r in found
+        ]
         return web.json_response(rows[:limit])
 
     def _repo(self, request: web.Request) -> FakeRepo:
@@ -122,16 +151,27 @@ class FakeHub:
     async def _info(self, request: web.Request) -> web.Response:
         repo = self._repo(request)
         siblings = [self._sibling(repo, path, data) for path, data in repo.files.items()]
-        return web.json_response({
-            "id": repo.id, "modelId": repo.id, "sha": repo.commit, "private": False,
-            "gated": repo.gated, "tags": ["gguf"], "cardData": {"license": repo.license},
-            "siblings": siblings + self.listing_extra,
-        })  # fmt: skip
+        return web.json_response(
+            {
+                "id": repo.id,
+                "modelId": repo.id,
+                "sha": repo.commit,
+                "private": False,
+                "gated": repo.gated,
+                "tags": ["gguf"],
+                "cardData": {"license": repo.license},
+                "siblings": siblings + self.listing_extra,
+            }
+        )
 
     def _sibling(self, repo: FakeRepo, path: str, data: bytes) -> dict[str, Any]:
         row: dict[str, Any] = {"rfilename": path, "size": len(data), "blobId": blob_id(data)}
         if path in repo.lfs:
-            row["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": 134}  # fmt: skip
+            row["lfs"] = {
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "pointerSize": 134,
+            }
         return row
 
     # -- files -------------------------------------------------------------------------
@@ -167,14 +207,18 @@ class FakeHub:
                     return await self._send(request, self._served(path, data), {})
         raise web.HTTPNotFound()
 
-    async def _send(self, request: web.Request, data: bytes, headers: dict[str, str]) -> web.StreamResponse:  # fmt: skip
+    async def _send(
+        self, request: web.Request, data: bytes, headers: dict[str, str]
+    ) -> web.StreamResponse:
         start, status = 0, 200
         wanted = request.headers.get("Range", "")
         if wanted.startswith("bytes=") and wanted.endswith("-"):
             start, status = int(wanted[6:-1]), 206
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
         body = data[start:]
-        response = web.StreamResponse(status=status, headers={**headers, "Content-Length": str(len(body))})  # fmt: skip
+        response = web.StreamResponse(
+            status=status, headers={**headers, "Content-Length": str(len(body))}
+        )
         await response.prepare(request)
         if request.method == "HEAD":
             return response

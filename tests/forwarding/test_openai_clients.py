@@ -51,9 +51,12 @@ async def test_chat(client: openai.AsyncOpenAI) -> None:
 
 async def test_streamed_chat(client: openai.AsyncOpenAI) -> None:
     stream = await client.chat.completions.create(
-        model="chat-a", messages=MESSAGES, max_tokens=4, stream=True,
+        model="chat-a",
+        messages=MESSAGES,
+        max_tokens=4,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = [chunk async for chunk in stream]
     assert all(c.model == "chat-a" for c in chunks)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

@@ -102,8 +102,9 @@ async def test_r23b_the_drain_is_bounded(harness: RouterHarness, bound: dict[str
     assert ended < 8, f"the drain ran {ended:.1f}s past its bound"
     # Past the bound the connection was closed: this backend sees the cancel and crashes.
     assert await wait_for(lambda: bool(_disconnects(harness, record)), 5)
-    assert await wait_for(lambda: runtime.process is not None and runtime.process.returncode
-                          is not None, 5)  # fmt: skip
+    assert await wait_for(
+        lambda: runtime.process is not None and runtime.process.returncode is not None, 5
+    )
 
 
 async def test_r23b_without_drain_on_abort_the_cancel_reaches_the_backend(
@@ -118,5 +119,6 @@ async def test_r23b_without_drain_on_abort_the_cancel_reaches_the_backend(
     (runtime,) = harness.runtimes.runtimes()
     await _abort_after(client, 3, max_tokens=20)
     assert await wait_for(lambda: bool(_disconnects(harness, record)), 5)
-    assert await wait_for(lambda: runtime.process is not None and runtime.process.returncode
-                          is not None, 5)  # fmt: skip
+    assert await wait_for(
+        lambda: runtime.process is not None and runtime.process.returncode is not None, 5
+    )

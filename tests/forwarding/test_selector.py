@@ -319,9 +319,15 @@ async def _echo(request: web.Request) -> web.StreamResponse:
     except RouterError as err:
         return render(err, m.route.surface)
     return web.json_response(
-        {"model": selection.model, "source": selection.source, "complete": selection.complete,
-         "prefix": len(selection.prefix), "sha": digest.hexdigest(), "size": size}
-    )  # fmt: skip
+        {
+            "model": selection.model,
+            "source": selection.source,
+            "complete": selection.complete,
+            "prefix": len(selection.prefix),
+            "sha": digest.hexdigest(),
+            "size": size,
+        }
+    )
 
 
 @pytest.fixture
@@ -352,8 +358,14 @@ async def test_large_body_is_scanned_as_a_prefix_and_replayed_exactly(client):
     body = b'{"model": "big", "prompt": "' + b"z" * 200_000 + b'"}'
     resp = await client.post("/v1/completions", data=body)
     got = await resp.json()
-    assert got == {"model": "big", "source": "json:model", "complete": False, "prefix": SCAN,
-                   "sha": _sha(body), "size": len(body)}  # fmt: skip
+    assert got == {
+        "model": "big",
+        "source": "json:model",
+        "complete": False,
+        "prefix": SCAN,
+        "sha": _sha(body),
+        "size": len(body),
+    }
 
 
 async def test_selector_beyond_the_limit_falls_back_to_query_then_header(client):
@@ -435,8 +447,13 @@ async def test_control_bodies_are_left_for_the_handler(client):
 
 async def test_binary_bodies_are_not_parsed(client):
     body = bytes(range(256)) * 100
-    got = await (await client.post("/v1/audio/speech?model=tts", data=body,
-                                   headers={"Content-Type": "application/octet-stream"})).json()  # fmt: skip
+    got = await (
+        await client.post(
+            "/v1/audio/speech?model=tts",
+            data=body,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+    ).json()
     assert (got["model"], got["sha"]) == ("tts", _sha(body))
 
 

@@ -96,25 +96,67 @@ async def test_s23_every_allowlisted_route_reaches_the_vllm_backend(harness: Rou
 
 REFUSED = [
     # vLLM's development, profiler, RPC, weight-transfer, sleep and scaling surfaces
-    *(("POST", p) for p in ("/sleep", "/wake_up", "/collective_rpc", "/start_profile",
-      "/stop_profile", "/reset_prefix_cache", "/reset_mm_cache", "/reset_encoder_cache",
-      "/pause", "/resume", "/update_weights", "/init_weight_transfer_engine", "/abort_requests",
-      "/scale_elastic_ep", "/inference/v1/generate", "/derender")),
-    *(("GET", p) for p in ("/is_sleeping", "/is_paused", "/server_info", "/get_world_size",
-      "/is_scaling_elastic_ep", "/ping", "/version", "/load", "/tokenizer_info")),
+    *(
+        ("POST", p)
+        for p in (
+            "/sleep",
+            "/wake_up",
+            "/collective_rpc",
+            "/start_profile",
+            "/stop_profile",
+            "/reset_prefix_cache",
+            "/reset_mm_cache",
+            "/reset_encoder_cache",
+            "/pause",
+            "/resume",
+            "/update_weights",
+            "/init_weight_transfer_engine",
+            "/abort_requests",
+            "/scale_elastic_ep",
+            "/inference/v1/generate",
+            "/derender",
+        )
+    ),
+    *(
+        ("GET", p)
+        for p in (
+            "/is_sleeping",
+            "/is_paused",
+            "/server_info",
+            "/get_world_size",
+            "/is_scaling_elastic_ep",
+            "/ping",
+            "/version",
+            "/load",
+            "/tokenizer_info",
+        )
+    ),
     # llama-server slot actions and other families' routes, on a vLLM model
-    ("POST", "/slots/0?action=save"), ("POST", "/slots/0?action=restore"), ("GET", "/slots"),
-    ("POST", "/completion"), ("GET", "/props"), ("POST", "/infill"), ("POST", "/apply-template"),
-    ("POST", "/embedding"), ("POST", "/v1/responses/input_tokens"),
-    ("POST", "/v1/chat/completions/input_tokens"), ("POST", "/v1/reranking"),
-    ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/unload_lora_adapter"),
-    ("GET", "/v1/anything"), ("POST", "/v1/audio/speech"), ("GET", "/v1/audio/voices"),
-    ("POST", "/api/v1/generate"), ("POST", "/api/extra/generate/stream"),
+    ("POST", "/slots/0?action=save"),
+    ("POST", "/slots/0?action=restore"),
+    ("GET", "/slots"),
+    ("POST", "/completion"),
+    ("GET", "/props"),
+    ("POST", "/infill"),
+    ("POST", "/apply-template"),
+    ("POST", "/embedding"),
+    ("POST", "/v1/responses/input_tokens"),
+    ("POST", "/v1/chat/completions/input_tokens"),
+    ("POST", "/v1/reranking"),
+    ("POST", "/v1/load_lora_adapter"),
+    ("POST", "/v1/unload_lora_adapter"),
+    ("GET", "/v1/anything"),
+    ("POST", "/v1/audio/speech"),
+    ("GET", "/v1/audio/voices"),
+    ("POST", "/api/v1/generate"),
+    ("POST", "/api/extra/generate/stream"),
     ("DELETE", "/v1/responses/resp_1"),
     # operational ops that are not on the list
-    ("POST", "/router/v1/vllm/sleep"), ("POST", "/router/v1/vllm/collective_rpc"),
-    ("GET", "/router/v1/vllm/server_info"), ("POST", "/router/v1/vllm/start_profile"),
-]  # fmt: skip
+    ("POST", "/router/v1/vllm/sleep"),
+    ("POST", "/router/v1/vllm/collective_rpc"),
+    ("GET", "/router/v1/vllm/server_info"),
+    ("POST", "/router/v1/vllm/start_profile"),
+]
 
 
 async def test_s23_refused_routes_never_reach_a_backend(harness: RouterHarness) -> None:

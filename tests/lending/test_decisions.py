@@ -60,9 +60,20 @@ async def test_recorded_decisions_page_and_filter_newest_first(harness: RouterHa
     assert ids == sorted(ids, reverse=True) and len(set(ids)) == 30
     first = rows[-1]
     assert set(first) == {
-        "id", "at", "kind", "trigger", "outcome", "reasons", "lane", "owner_node_id",
-        "owner_model_id", "helper_node_id", "helper_model_id", "router_version", "detail",
-    }  # fmt: skip
+        "id",
+        "at",
+        "kind",
+        "trigger",
+        "outcome",
+        "reasons",
+        "lane",
+        "owner_node_id",
+        "owner_model_id",
+        "helper_node_id",
+        "helper_model_id",
+        "router_version",
+        "detail",
+    }
     assert first["kind"] == "plan" and first["trigger"] == "enqueued"
     assert first["reasons"] == ["cost_rejected", "outranked"]
     assert first["router_version"] == __version__
@@ -95,10 +106,16 @@ async def test_recorded_decisions_page_and_filter_newest_first(harness: RouterHa
     assert both == [i for i in range(29, -1, -1) if i % 3 == 0 and i % 2 == 0 and i % 4 == 0]
 
     for params in (
-        {"limit": "0"}, {"limit": "501"}, {"limit": "ten"}, {"before": "-1"},
-        {"before": "x"}, {"kind": "lend"}, {"lane": "voice"}, {"model_id": "m" * 300},
+        {"limit": "0"},
+        {"limit": "501"},
+        {"limit": "ten"},
+        {"before": "-1"},
+        {"before": "x"},
+        {"kind": "lend"},
+        {"lane": "voice"},
+        {"model_id": "m" * 300},
         {"node_url": "http://127.0.0.1:1"},
-    ):  # fmt: skip
+    ):
         reply = await client.get(DECISIONS_PATH, params=params)
         assert reply.status_code == 400, (params, reply.text)
         assert reply.json()["error"]["param"] == next(iter(params))

@@ -51,16 +51,23 @@ def nodes(
         kcpps_dir=folder(h, "master", {"slow": {"contextsize": 4096}}),
         extra={
             "cluster": {
-                "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
-                "public_url": f"http://127.0.0.1:{mport}", "health_interval": 0.3,
-                "scheduling_backend_depth": 1, "offload_restore_delay": f"{RESTORE_DELAY:g}s",
+                "role": "master",
+                "node_id": "m",
+                "token": TOKEN,
+                "slave_urls": [surl],
+                "public_url": f"http://127.0.0.1:{mport}",
+                "health_interval": 0.3,
+                "scheduling_backend_depth": 1,
+                "offload_restore_delay": f"{RESTORE_DELAY:g}s",
                 "offload_slower_helper_slots": lent_at_once,
                 "offload_faster_helper_slots": lent_at_once,
             },
-            "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
-                          "flush_interval": 0.2},
+            "analytics": {
+                "database_path": str(h.tmp / "data-master" / "router.sqlite"),
+                "flush_interval": 0.2,
+            },
         },
-    )  # fmt: skip
+    )
     slave = new_router(
         h,
         name="s1",
@@ -68,14 +75,21 @@ def nodes(
         kcpps_dir=folder(h, "s1", {"fast": {"contextsize": 8192}, "native": {"contextsize": 8192}}),
         extra={
             "cluster": {
-                "role": "slave", "node_id": "s1", "token": TOKEN, "public_url": surl,
-                "master_url": f"http://127.0.0.1:{mport}", "sync_interval": 0.5,
-                "scheduling_backend_depth": 1, "offload_restore_delay": f"{RESTORE_DELAY:g}s",
+                "role": "slave",
+                "node_id": "s1",
+                "token": TOKEN,
+                "public_url": surl,
+                "master_url": f"http://127.0.0.1:{mport}",
+                "sync_interval": 0.5,
+                "scheduling_backend_depth": 1,
+                "offload_restore_delay": f"{RESTORE_DELAY:g}s",
             },
-            "analytics": {"database_path": str(h.tmp / "data-s1" / "router.sqlite"),
-                          "flush_interval": 0.2},
+            "analytics": {
+                "database_path": str(h.tmp / "data-s1" / "router.sqlite"),
+                "flush_interval": 0.2,
+            },
         },
-    )  # fmt: skip
+    )
     return master, slave
 
 
@@ -108,8 +122,10 @@ async def linked(client: httpx.AsyncClient, restore: bool) -> None:
         return any(c["model_id"] == "fast" for c in r.json()["candidates"])
 
     assert await until(known, True, deadline=30)
-    body = {"anchor": {"node_id": "m", "model_id": "slow"},
-            "lends_to": [{"node_id": "s1", "model_id": "fast", "restore_after_borrow": restore}]}  # fmt: skip
+    body = {
+        "anchor": {"node_id": "m", "model_id": "slow"},
+        "lends_to": [{"node_id": "s1", "model_id": "fast", "restore_after_borrow": restore}],
+    }
     r = await client.post(TEXT_LINKS, json=body)
     assert r.status_code == 200, r.text
 
@@ -203,8 +219,12 @@ async def test_returned_work_completes_on_the_owner(tmp_harness: RouterHarness) 
             await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
         ).status_code == 200
         await linked(client, restore=False)
-        burst = [asyncio.create_task(client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS)))
-                 for _ in range(n)]  # fmt: skip
+        burst = [
+            asyncio.create_task(
+                client.post("/v1/chat/completions", json=chat("slow", max_tokens=TOKENS))
+            )
+            for _ in range(n)
+        ]
         # The master lends two at once; the helper admits one and holds the other.
         assert await until(field(node, "held_borrowed"), 1, deadline=30)
         own = await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
@@ -328,8 +348,11 @@ async def test_helper_decision_rows(harness: RouterHarness) -> None:
         assert r["kind"] == "helper" and r["lane"] == "text"
         assert (r["helper_node_id"], r["helper_model_id"]) == ("m", "fast")
     # One `borrowed_returned` row per owner whose work went back, with that owner's count.
-    back = {(r["owner_node_id"], r["owner_model_id"]): r["detail"]
-            for r in rows if r["outcome"] == "borrowed_returned"}  # fmt: skip
+    back = {
+        (r["owner_node_id"], r["owner_model_id"]): r["detail"]
+        for r in rows
+        if r["outcome"] == "borrowed_returned"
+    }
     assert back == {o: {"returned": 1, "borrowed_in_backend": 1} for o in owners}
     # The wait behind admitted borrowed work names no owner; it counts everything returned.
     waited = [r for r in rows if r["outcome"] == "native_waited_behind_borrowed"]

@@ -17,8 +17,11 @@ from tests.support.lending import rows, slave_known, summary_leases, two_nodes
 
 IMAGE_LINKS = "/router/v1/site/routing-groups"
 N = 8
-LINK = {"anchor": {"node_id": "m", "model_id": "pic"},
-        "lends_to": [{"node_id": "s1", "model_id": "pic2"}], "borrows_from": []}  # fmt: skip
+LINK = {
+    "anchor": {"node_id": "m", "model_id": "pic"},
+    "lends_to": [{"node_id": "s1", "model_id": "pic2"}],
+    "borrows_from": [],
+}
 
 
 def image(model: str) -> dict[str, Any]:
@@ -61,8 +64,9 @@ async def test_an_image_backlog_is_lent_to_an_idle_fast_helper(tmp_harness: Rout
             await asyncio.sleep(0.05)
         with_link, statuses = await running
         assert statuses == [200] * N  # no client sees a helper's refusal
-        assert [(x["owner_model_id"], x["helper_node_id"], x["helper_model_id"]) for x in leases] \
-            == [("pic", "s1", "pic2")], leases  # fmt: skip
+        assert [
+            (x["owner_model_id"], x["helper_node_id"], x["helper_model_id"]) for x in leases
+        ] == [("pic", "s1", "pic2")], leases
         local1, lent1 = await rows(client, master, "pic"), await rows(client, slave, "pic2")
         assert lent1 - lent0 >= 1, "the helper served none of the image backlog"
         assert (local1 - local0) + (lent1 - lent0) == N  # each request recorded once

@@ -70,10 +70,18 @@ async def test_a_notify_wakes_every_request_held_for_that_owner() -> None:
 
 def lease_for(link: Link, slots: int = 1) -> Lease:
     return Lease(
-        link.lane, link.owner_node_id, link.owner_model_id, link.helper_node_id,
-        link.helper_model_id, load_helper_model=False, restore_helper_model=False,
-        helper_slots=slots, probe=False, expires=time.monotonic() + 60.0, ttl_ms=60_000,
-    )  # fmt: skip
+        link.lane,
+        link.owner_node_id,
+        link.owner_model_id,
+        link.helper_node_id,
+        link.helper_model_id,
+        load_helper_model=False,
+        restore_helper_model=False,
+        helper_slots=slots,
+        probe=False,
+        expires=time.monotonic() + 60.0,
+        ttl_ms=60_000,
+    )
 
 
 async def held_for_busy_owner(

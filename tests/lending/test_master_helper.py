@@ -28,8 +28,10 @@ from tests.support.lending import (
 
 DECISIONS = "/router/v1/site/offload/decisions"
 
-LINK = {"anchor": {"node_id": "s1", "model_id": "slow"},
-        "lends_to": [{"node_id": "m", "model_id": "fast"}]}  # fmt: skip
+LINK = {
+    "anchor": {"node_id": "s1", "model_id": "slow"},
+    "lends_to": [{"node_id": "m", "model_id": "fast"}],
+}
 
 
 async def test_a_slave_backlog_is_lent_to_the_masters_own_model(tmp_harness: RouterHarness) -> None:
@@ -61,8 +63,9 @@ async def test_a_slave_backlog_is_lent_to_the_masters_own_model(tmp_harness: Rou
         assert own.status_code == 200 and own.json()["model"] == "fast", own.text
         with_link, statuses = await running
         assert statuses == [200] * N  # no client sees a 409; `burst` checks the model name
-        assert [(x["owner_node_id"], x["helper_node_id"], x["helper_model_id"]) for x in leases] \
-            == [("s1", "m", "fast")], leases  # fmt: skip
+        assert [
+            (x["owner_node_id"], x["helper_node_id"], x["helper_model_id"]) for x in leases
+        ] == [("s1", "m", "fast")], leases
         assert await until(lambda: summary_leases(client), [], deadline=30)
         owned1, lent1 = await rows(client, slave, "slow"), await rows(client, master, "fast")
         lent = lent1 - lent0 - 1  # less the master's own request
@@ -88,8 +91,9 @@ async def test_the_masters_own_request_hands_back_borrowed_work(tmp_harness: Rou
     tmp_harness.faults_for_model["fast"] = f"--token-rate 20 --tokens {TOKENS} --parallel 1"
     tune = {**QUICK, "scheduling_backend_depth": 1, "offload_slower_helper_slots": 2}
     mport, sport = free_port(), free_port()
-    master = master_node(tmp_harness, mport, [f"http://127.0.0.1:{sport}"], {"fast": {"contextsize": 8192}},
-                         tune)  # fmt: skip
+    master = master_node(
+        tmp_harness, mport, [f"http://127.0.0.1:{sport}"], {"fast": {"contextsize": 8192}}, tune
+    )
     slave = slave_node(tmp_harness, "s1", sport, mport, {"slow": {"contextsize": 4096}}, tune)
     await master.start()
     await slave.start()

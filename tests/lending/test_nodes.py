@@ -121,8 +121,9 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(tmp_harness: RouterHarne
         assert statuses == [200] * N  # no client ever sees the helper's 409
         # Lent only over a lease: the summary showed it while the backlog lasted (an empty
         # store prices nothing, so one slot at a time), and it runs out once nothing is held.
-        assert [(x["helper_node_id"], x["helper_model_id"], x["helper_slots"]) for x in leases] \
-            == [("s1", "fast", 1)], leases  # fmt: skip
+        assert [(x["helper_node_id"], x["helper_model_id"], x["helper_slots"]) for x in leases] == [
+            ("s1", "fast", 1)
+        ], leases
         assert leases[0]["owner_model_id"] == "slow" and leases[0]["load_helper_model"] is False
         assert await until(lambda: summary_leases(client), [], deadline=30)
         # Each node's own fits, refit on its timer from its own store, reach the summary.
@@ -152,8 +153,9 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(tmp_harness: RouterHarne
         async with httpx.AsyncClient(base_url=slave.base, timeout=30) as node:
             r = await node.post(
                 "/router/v1/node/inference/v1/chat/completions",
-                json=chat("tiny", max_tokens=TOKENS), headers={**AUTH, **marked},
-            )  # fmt: skip
+                json=chat("tiny", max_tokens=TOKENS),
+                headers={**AUTH, **marked},
+            )
             assert r.status_code == 409 and r.json()["error"]["code"] == "offload_returned"
             # ... and any borrowed work while a request of its own is on the lane.
             long = chat("fast", max_tokens=200)  # 1 s at 200 tokens/s
@@ -162,8 +164,9 @@ async def test_a_backlog_is_lent_to_an_idle_fast_helper(tmp_harness: RouterHarne
             async def lent_status() -> int:
                 r = await node.post(
                     "/router/v1/node/inference/v1/chat/completions",
-                    json=chat("fast", max_tokens=TOKENS), headers={**AUTH, "X-Tensors-Offload": "1"},
-                )  # fmt: skip
+                    json=chat("fast", max_tokens=TOKENS),
+                    headers={**AUTH, "X-Tensors-Offload": "1"},
+                )
                 return r.status_code
 
             assert await until(lent_status, 409, deadline=5)
@@ -192,8 +195,10 @@ async def test_a_slave_owned_link_is_held_on_the_master_and_lent_to_another_node
     s2 = slave_node(tmp_harness, "s2", p2, mport, {"fast": {"contextsize": 8192}}, tune)
     for node in (master, s1, s2):
         await node.start()
-    link = {"anchor": {"node_id": "s1", "model_id": "slow"},
-            "lends_to": [{"node_id": "s2", "model_id": "fast"}]}  # fmt: skip
+    link = {
+        "anchor": {"node_id": "s1", "model_id": "slow"},
+        "lends_to": [{"node_id": "s2", "model_id": "fast"}],
+    }
 
     async def both_known() -> bool:
         reply = await client.get(TEXT_LINKS, params={"node_id": "s1", "model_id": "slow"})

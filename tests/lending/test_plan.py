@@ -72,9 +72,13 @@ def fit(job: float | None, load: float | None = None, fitted: bool = True) -> Co
 
 def price(backlog: int, owner: CostFit | None, helper: CostFit | None, **kw: object):  # type: ignore[no-untyped-def]
     args: dict[str, object] = dict(
-        helper_loaded=False, displaced=None, displaces=False, restore=False,
-        faster_slots=2, slower_slots=1,
-    )  # fmt: skip
+        helper_loaded=False,
+        displaced=None,
+        displaces=False,
+        restore=False,
+        faster_slots=2,
+        slower_slots=1,
+    )
     args.update(kw)
     return quote(backlog=backlog, owner=owner, helper=helper, **args)  # type: ignore[arg-type]
 
@@ -92,8 +96,9 @@ def test_the_worked_example_of_the_docs() -> None:
     assert not got.lend and got.reasons == ("cost_rejected",)
 
 
-@given(backlog=st.integers(1, 50), owner=seconds, helper=seconds, load=seconds,
-       loaded=st.booleans())  # fmt: skip
+@given(
+    backlog=st.integers(1, 50), owner=seconds, helper=seconds, load=seconds, loaded=st.booleans()
+)
 def test_priced_pairs_lend_when_the_helper_returns_first(
     backlog: int, owner: float, helper: float, load: float, loaded: bool
 ) -> None:
@@ -181,9 +186,12 @@ def test_take_prefers_free_slots_and_respects_fits() -> None:
 # -- the context gate -------------------------------------------------------------------
 
 
-@given(text=st.text(max_size=200), limit=st.one_of(st.none(), st.integers(1, 5000)),
-       key=st.sampled_from(["max_tokens", "max_completion_tokens", "n_predict"]),
-       reserve=st.integers(0, 1000))  # fmt: skip
+@given(
+    text=st.text(max_size=200),
+    limit=st.one_of(st.none(), st.integers(1, 5000)),
+    key=st.sampled_from(["max_tokens", "max_completion_tokens", "n_predict"]),
+    reserve=st.integers(0, 1000),
+)
 def test_needed_tokens_counts_the_prompt_and_the_answer(
     text: str, limit: int | None, key: str, reserve: int
 ) -> None:
@@ -214,17 +222,30 @@ LINKS = (
 
 def view(**kw: object) -> HelperView:
     fields: dict[str, object] = dict(
-        answered=True, available=True, own_work=0, recently_busy=False, loaded=True,
-        displaces=False, context_length=8192, cost=None,
-    )  # fmt: skip
+        answered=True,
+        available=True,
+        own_work=0,
+        recently_busy=False,
+        loaded=True,
+        displaces=False,
+        context_length=8192,
+        cost=None,
+    )
     fields.update(kw)
     return HelperView(**fields)  # type: ignore[arg-type]
 
 
 def plan(needs: list[int], owner_cost: CostFit | None = None, **views: HelperView):  # type: ignore[no-untyped-def]
     helpers = {("s1", "fast"): views.get("s1", view()), ("s2", "fast"): views.get("s2", view())}
-    return plan_owner(LINKS, needs=needs, owner_busy=2, owner_cost=owner_cost,
-                      helpers=helpers, values=VALUES, now=100.0)  # fmt: skip
+    return plan_owner(
+        LINKS,
+        needs=needs,
+        owner_busy=2,
+        owner_cost=owner_cost,
+        helpers=helpers,
+        values=VALUES,
+        now=100.0,
+    )
 
 
 def test_nothing_held_nothing_planned() -> None:
@@ -267,15 +288,25 @@ def test_a_load_the_link_forbids_and_restore_terms() -> None:
     assert granted is not None and granted.load_helper_model
     assert not granted.restore_helper_model  # the link does not ask for a restore
     restoring = (Link("text", "m", "slow", "s1", "fast", restore_after_borrow=True),)
-    rows2 = plan_owner(restoring, needs=[50], owner_busy=2, owner_cost=None,
-                       helpers={("s1", "fast"): view(loaded=False, displaces=True)},
-                       values=VALUES, now=0.0)  # fmt: skip
+    rows2 = plan_owner(
+        restoring,
+        needs=[50],
+        owner_busy=2,
+        owner_cost=None,
+        helpers={("s1", "fast"): view(loaded=False, displaces=True)},
+        values=VALUES,
+        now=0.0,
+    )
     assert rows2[0].lease is not None and rows2[0].lease.restore_helper_model
     assert "restore_unpriced" in rows2[0].reasons
 
 
-@given(needs=st.lists(st.integers(1, 20000), min_size=1, max_size=8),
-       window=st.integers(1, 20000), own=st.integers(0, 2), busy=st.booleans())  # fmt: skip
+@given(
+    needs=st.lists(st.integers(1, 20000), min_size=1, max_size=8),
+    window=st.integers(1, 20000),
+    own=st.integers(0, 2),
+    busy=st.booleans(),
+)
 def test_a_grant_only_for_an_accepting_helper_that_holds_some_request(
     needs: list[int], window: int, own: int, busy: bool
 ) -> None:
@@ -327,8 +358,9 @@ def test_rows_are_recorded_on_changes_only() -> None:
     apply_row(book, log, skipped, "completed")
     newest = list(log.newest(10))
     assert [(d.kind, d.outcome) for d in newest[:2]][::-1] == [
-        ("plan", "skipped"), ("dispatch", "lease_cleared")
-    ]  # fmt: skip
+        ("plan", "skipped"),
+        ("dispatch", "lease_cleared"),
+    ]
     assert len(newest) == 4 and newest[0].reasons == ("helper_not_accepting",)
     assert book.table.leases == {}
 
@@ -337,18 +369,34 @@ def test_an_old_peers_status_parses_without_models_or_costs() -> None:
     old = RuntimeStatus.model_validate({"node_id": "s1", "active_requests": 1})
     assert old.costs == () and old.models == {}
     new = RuntimeStatus.model_validate(
-        {"node_id": "s1", "models": {"fast": {"active": 1, "queued": 2}},
-         "costs": [{"model_id": "fast", "lane": "text", "job_s": 0.5, "load_s": None,
-                    "samples": 3, "fitted": False, "newer_field": 1}]}
-    )  # fmt: skip
+        {
+            "node_id": "s1",
+            "models": {"fast": {"active": 1, "queued": 2}},
+            "costs": [
+                {
+                    "model_id": "fast",
+                    "lane": "text",
+                    "job_s": 0.5,
+                    "load_s": None,
+                    "samples": 3,
+                    "fitted": False,
+                    "newer_field": 1,
+                }
+            ],
+        }
+    )
     assert new.models["fast"].queued == 2 and new.costs[0].job_s == 0.5
 
 
 # -- hold-for-faster-helper and the cut ---------------------------------------------------
 
 
-@given(owner=st.one_of(st.none(), seconds), helper=st.one_of(st.none(), seconds),
-       started=st.lists(st.floats(0, 100), max_size=3), now=st.floats(0, 200))  # fmt: skip
+@given(
+    owner=st.one_of(st.none(), seconds),
+    helper=st.one_of(st.none(), seconds),
+    started=st.lists(st.floats(0, 100), max_size=3),
+    now=st.floats(0, 200),
+)
 def test_hold_only_for_a_faster_helper_that_would_finish_first(
     owner: float | None, helper: float | None, started: list[float], now: float
 ) -> None:

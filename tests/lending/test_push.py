@@ -45,8 +45,16 @@ async def slave_value(slave: RouterProcess, key: str) -> Any:
 
 async def slave_links(slave: RouterProcess) -> list[tuple[str, str, str, str, str]]:
     _, links = await slave_state(slave)
-    return [(k["lane"], k["owner_node_id"], k["owner_model_id"], k["helper_node_id"],
-             k["helper_model_id"]) for k in links]  # fmt: skip
+    return [
+        (
+            k["lane"],
+            k["owner_node_id"],
+            k["owner_model_id"],
+            k["helper_node_id"],
+            k["helper_model_id"],
+        )
+        for k in links
+    ]
 
 
 SLOW_TO_FAST = [("text", "m", "slow", "s1", "fast")]
@@ -110,8 +118,20 @@ async def test_the_master_relays_a_slaves_decision_log_by_node_id(
     await master.start()
     await slave.start()
     # A helper row in the slave's own store, as its helper side writes them.
-    row = (time.time(), "helper", "", "borrowed_returned", json.dumps(["native_arrived"]),
-           "text", "m", "slow", "s1", "fast", __version__, json.dumps({"queued": 1}))  # fmt: skip
+    row = (
+        time.time(),
+        "helper",
+        "",
+        "borrowed_returned",
+        json.dumps(["native_arrived"]),
+        "text",
+        "m",
+        "slow",
+        "s1",
+        "fast",
+        __version__,
+        json.dumps({"queued": 1}),
+    )
     with sqlite3.connect(tmp_harness.tmp / "data-s1" / "router.sqlite", timeout=10) as db:
         db.execute(
             'INSERT INTO offload_decisions (at, kind, "trigger", outcome, reasons, lane,'

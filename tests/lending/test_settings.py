@@ -44,19 +44,31 @@ async def test_layers_save_hot_survive_a_restart_and_fall_back(tmp_harness: Rout
         assert list(by_key(body)) == list(LendingSettings.model_fields)
         depth = by_key(body)["scheduling_backend_depth"]
         assert depth == {
-            "key": "scheduling_backend_depth", "type": "integer", "default": 2, "config": 3,
-            "saved": None, "effective": 3, "min": 1, "max": 64,
+            "key": "scheduling_backend_depth",
+            "type": "integer",
+            "default": 2,
+            "config": 3,
+            "saved": None,
+            "effective": 3,
+            "min": 1,
+            "max": 64,
             "description": depth["description"],
-        }  # fmt: skip
+        }
         assert depth["description"]
         probe = by_key(body)["offload_probe_idle"]
         assert (probe["type"], probe["default"], probe["config"], probe["effective"]) == (
-            "duration", 5.0, 7.0, 7.0,
-        )  # fmt: skip
+            "duration",
+            5.0,
+            7.0,
+            7.0,
+        )
         assert by_key(body)["offload_hold_for_faster_helper"]["type"] == "boolean"
 
-        batch = {"scheduling_backend_depth": 5, "scheduling_grant_ttl": "45s",
-                 "offload_hold_for_faster_helper": False}  # fmt: skip
+        batch = {
+            "scheduling_backend_depth": 5,
+            "scheduling_grant_ttl": "45s",
+            "offload_hold_for_faster_helper": False,
+        }
         reply = await client.post(SETTINGS_PATH, json={"settings": batch})
         assert reply.status_code == 200, reply.text
         saved = by_key(reply.json())
@@ -72,14 +84,24 @@ async def test_layers_save_hot_survive_a_restart_and_fall_back(tmp_harness: Rout
 
         # One bad value in a batch of good ones: 400 naming it, and not one key changed.
         for bad, key in (
-            ({"scheduling_min_samples": 30, "scheduling_backend_depth": 0}, "scheduling_backend_depth"),
-            ({"scheduling_min_samples": 30, "offload_restore_delay": "0s"}, "offload_restore_delay"),
+            (
+                {"scheduling_min_samples": 30, "scheduling_backend_depth": 0},
+                "scheduling_backend_depth",
+            ),
+            (
+                {"scheduling_min_samples": 30, "offload_restore_delay": "0s"},
+                "offload_restore_delay",
+            ),
             ({"scheduling_min_samples": 30, "no_such_key": 1}, "no_such_key"),
-            ({"scheduling_min_samples": 30, "offload_hold_for_faster_helper": "no"},
-             "offload_hold_for_faster_helper"),
-            ({"scheduling_min_samples": 30, "scheduling_sample_window": "60d"},
-             "scheduling_sample_window"),
-        ):  # fmt: skip
+            (
+                {"scheduling_min_samples": 30, "offload_hold_for_faster_helper": "no"},
+                "offload_hold_for_faster_helper",
+            ),
+            (
+                {"scheduling_min_samples": 30, "scheduling_sample_window": "60d"},
+                "scheduling_sample_window",
+            ),
+        ):
             reply = await client.post(SETTINGS_PATH, json={"settings": bad})
             assert reply.status_code == 400, reply.text
             assert reply.json()["error"]["param"] == key, reply.text

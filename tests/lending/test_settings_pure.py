@@ -105,8 +105,9 @@ def test_a_good_batch_is_saved_in_its_keys_type(batch: dict[str, Any]) -> None:
 
 
 def test_durations_as_text_unknown_keys_and_null() -> None:
-    saved, values = apply_batch({"scheduling_grant_ttl": "45s", "offload_probe_idle": "2m"},
-                                {}, CONFIG, RETENTION)  # fmt: skip
+    saved, values = apply_batch(
+        {"scheduling_grant_ttl": "45s", "offload_probe_idle": "2m"}, {}, CONFIG, RETENTION
+    )
     assert saved == {"scheduling_grant_ttl": 45.0, "offload_probe_idle": 120.0}
     assert values.offload_probe_idle == 120.0
     saved, values = apply_batch({"offload_probe_idle": None}, saved, CONFIG, RETENTION)

@@ -33,11 +33,24 @@ async def _binary() -> str:
 def _encode(binary: str, tmp: Path, name: str, codec: list[str]) -> bytes:
     target = tmp / name
     subprocess.run(
-        [binary, "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i",
-         "sine=frequency=440:duration=0.5:sample_rate=44100", "-ac", "2", *codec, "-y",
-         str(target)],
-        check=True, timeout=60,
-    )  # fmt: skip
+        [
+            binary,
+            "-hide_banner",
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:duration=0.5:sample_rate=44100",
+            "-ac",
+            "2",
+            *codec,
+            "-y",
+            str(target),
+        ],
+        check=True,
+        timeout=60,
+    )
     return target.read_bytes()
 
 

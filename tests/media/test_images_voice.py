@@ -260,8 +260,20 @@ async def test_kobold_transcribe_json_becomes_a_whisper_form(harness: RouterHarn
 def _encoded_sample(binary: str, tmp: Path) -> bytes:
     """Half a second of MP3, made by ffmpeg itself."""
     target = tmp / "tone.mp3"
-    argv = [binary, "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i",
-            "sine=frequency=440:duration=0.5", "-c:a", "libmp3lame", "-y", str(target)]  # fmt: skip
+    argv = [
+        binary,
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:duration=0.5",
+        "-c:a",
+        "libmp3lame",
+        "-y",
+        str(target),
+    ]
     subprocess.run(argv, check=True, timeout=60)
     return target.read_bytes()
 
@@ -349,9 +361,10 @@ async def test_r26_200mb_upload_streams_without_router_buffering(harness: Router
     harness.model("ears", whispermodel="ggml-base.bin")
     client = await harness.start(with_limits(harness.settings(), selector_scan_mb=1))
     warm = await client.post(
-        "/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(), "audio/wav")},
+        "/v1/audio/transcriptions",
+        files={"file": ("a.wav", wav_bytes(), "audio/wav")},
         data={"model": "ears"},
-    )  # fmt: skip
+    )
     assert warm.status_code == 200
     me = psutil.Process()
     baseline, peak = me.memory_info().rss, 0
@@ -400,9 +413,11 @@ async def test_tts_is_refused_under_llama_sdcpp(harness: RouterHarness) -> None:
 async def test_kobold_speech_voices_and_transcription(harness: RouterHarness) -> None:
     (harness.models_dir / "voice.gguf").write_bytes(b"GGUF")
     harness.model(
-        "talk", mode="kobold", whispermodel="whisper.bin",
+        "talk",
+        mode="kobold",
+        whispermodel="whisper.bin",
         ttsmodel=str(harness.models_dir / "voice.gguf"),
-    )  # fmt: skip
+    )
     client = await harness.start()
     r = await client.post("/v1/audio/speech", json={"model": "talk", "input": "hello"})
     assert r.status_code == 200, r.text
@@ -416,9 +431,10 @@ async def test_kobold_speech_voices_and_transcription(harness: RouterHarness) ->
     )
     assert r.status_code == 200 and "fake transcript" in r.json()["text"]
     r = await client.post(
-        "/v1/audio/translations", files={"file": ("a.wav", wav_bytes(), "audio/wav")},
+        "/v1/audio/translations",
+        files={"file": ("a.wav", wav_bytes(), "audio/wav")},
         data={"model": "talk"},
-    )  # fmt: skip
+    )
     assert r.status_code == 400 and "translation" in r.json()["error"]["message"]
     assert harness.runtimes.spawn_count == 1
 

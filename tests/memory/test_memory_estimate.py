@@ -34,10 +34,18 @@ MIB, GIB = 1 << 20, 1 << 30
 
 def shape(**kw: object) -> ModelShape:
     base: dict[str, object] = dict(
-        architecture="llama", n_layer=2, n_embd=64, n_head=4, n_head_kv=(4, 4),
-        key_length=16, value_length=16, n_ctx_train=2048, n_vocab=613, n_ff=128,
+        architecture="llama",
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_head_kv=(4, 4),
+        key_length=16,
+        value_length=16,
+        n_ctx_train=2048,
+        n_vocab=613,
+        n_ff=128,
         tensor_bytes=480_000,
-    )  # fmt: skip
+    )
     base.update(kw)
     return ModelShape(**base)  # type: ignore[arg-type]
 
@@ -62,9 +70,13 @@ def test_kv_formula(
     layers: int, heads_kv: int, group: int, head_dim: int, ctx: int, kv_type: str
 ) -> None:
     s = shape(
-        n_layer=layers, n_head=heads_kv * group, n_head_kv=(heads_kv,) * layers,
-        key_length=head_dim, value_length=head_dim, n_embd=heads_kv * group * head_dim,
-    )  # fmt: skip
+        n_layer=layers,
+        n_head=heads_kv * group,
+        n_head_kv=(heads_kv,) * layers,
+        key_length=head_dim,
+        value_length=head_dim,
+        n_embd=heads_kv * group * head_dim,
+    )
     per, block = KV_TYPE_BYTES[kv_type]
     got = kv_bytes(s, LlamaOptions(context=ctx, cache_k=kv_type, cache_v=kv_type))
     assert got == ctx * layers * heads_kv * 2 * (head_dim * per // block)
@@ -76,9 +88,12 @@ def test_kv_formula(
 
 def test_sliding_window_layers_hold_their_window() -> None:
     s = shape(
-        architecture="gemma3", n_layer=6, n_head_kv=(4,) * 6, sliding_window=1024,
+        architecture="gemma3",
+        n_layer=6,
+        n_head_kv=(4,) * 6,
+        sliding_window=1024,
         swa_layers=frozenset(range(5)),
-    )  # fmt: skip
+    )
     opts = LlamaOptions(context=32768)
     row = 4 * (16 + 16) * 2
     assert kv_bytes(s, opts) == 1 * 32768 * row + 5 * (1024 + 512) * row
@@ -86,10 +101,14 @@ def test_sliding_window_layers_hold_their_window() -> None:
 
 def test_shape_fields_gqa_per_layer_and_swa_pattern() -> None:
     fields = {
-        "block_count": 6, "embedding_length": 256, "attention.head_count": 8,
-        "attention.head_count_kv": [2, 2, 2, 2, 2, 4], "context_length": 8192,
-        "feed_forward_length": 512, "attention.sliding_window": 512,
-    }  # fmt: skip
+        "block_count": 6,
+        "embedding_length": 256,
+        "attention.head_count": 8,
+        "attention.head_count_kv": [2, 2, 2, 2, 2, 4],
+        "context_length": 8192,
+        "feed_forward_length": 512,
+        "attention.sliding_window": 512,
+    }
     s = shape_from_fields("gemma3", fields, n_vocab=1000, tensor_bytes=1)
     assert s.n_head_kv == (2, 2, 2, 2, 2, 4) and s.key_length == 32
     assert s.swa_layers == {0, 1, 2, 3, 4}  # every 6th layer is global (llama.cpp default)
@@ -173,10 +192,16 @@ def test_devices_follow_the_launch(tmp_path: Path) -> None:
 def test_llama_options_from_the_kcpps(tmp_path: Path) -> None:
     models = generate_text_models(tmp_path / "models")
     raw = {
-        "model_param": str(models["chat-a"]), "contextsize": 8192, "quantkv": 1,
-        "parallel": 2, "noflashattention": True, "batchsize": 256, "gpulayers": 10,
-        "lowvram": True, "serve_args": ["--gpu-memory-utilization", "0.6"],
-    }  # fmt: skip
+        "model_param": str(models["chat-a"]),
+        "contextsize": 8192,
+        "quantkv": 1,
+        "parallel": 2,
+        "noflashattention": True,
+        "batchsize": 256,
+        "gpulayers": 10,
+        "lowvram": True,
+        "serve_args": ["--gpu-memory-utilization", "0.6"],
+    }
     config = _config(tmp_path, raw, BackendMode.LLAMA_SDCPP)
     opts = llama_options(config, Lane.TEXT)
     assert opts == LlamaOptions(8192, 2, "q8_0", "q8_0", False, 256, 10, True)

@@ -114,8 +114,16 @@ def test_too_large_for_an_empty_device_is_a_400_naming_model_estimate_budget() -
 _bytes = st.integers(0, 8).map(lambda n: n * GIB // 2)
 _resident = st.builds(
     lambda i, devs, busy, pinned, state, secs, uses, last: Resident(
-        key=f"r{i}", model=f"m{i}", lane="text", devices=devs, busy=busy, pinned=pinned,
-        state=state, load_seconds=secs, recent_uses=uses, last_used=last,
+        key=f"r{i}",
+        model=f"m{i}",
+        lane="text",
+        devices=devs,
+        busy=busy,
+        pinned=pinned,
+        state=state,
+        load_seconds=secs,
+        recent_uses=uses,
+        last_used=last,
     ),
     st.integers(0, 10_000),
     st.fixed_dictionaries({}, optional={d: _bytes for d in DEVICES}),
@@ -125,7 +133,7 @@ _resident = st.builds(
     st.one_of(st.none(), st.floats(0.1, 100)),
     st.integers(0, 20),
     st.floats(0, 1000),
-)  # fmt: skip
+)
 _ledgers = st.builds(
     Ledger,
     st.fixed_dictionaries({d: st.integers(0, 24).map(lambda n: n * GIB) for d in DEVICES}),

@@ -46,6 +46,7 @@ def test_one_cursor_pages_every_node_once(times: list[list[int]], limit: int) ->
         seen += rows
         if cursor is None:
             break
-    everything = sorted((r for rows in nodes for r in rows),
-                        key=lambda r: (r["started_at"], r["id"]), reverse=True)  # fmt: skip
+    everything = sorted(
+        (r for rows in nodes for r in rows), key=lambda r: (r["started_at"], r["id"]), reverse=True
+    )
     assert seen == everything

@@ -55,7 +55,10 @@ async def test_openai_embeddings_honour_dimensions(harness: RouterHarness, model
     # The first values keep their direction: the cut vector is the full one's head, rescaled.
     head = full.data[0].embedding[:4]
     scale = cut.data[0].embedding[0] / head[0]
-    assert all(math.isclose(c, h * scale, rel_tol=1e-6) for c, h in zip(cut.data[0].embedding, head, strict=True))  # fmt: skip
+    assert all(
+        math.isclose(c, h * scale, rel_tol=1e-6)
+        for c, h in zip(cut.data[0].embedding, head, strict=True)
+    )
 
 
 async def test_bad_dimensions_are_refused(harness: RouterHarness) -> None:

@@ -79,7 +79,7 @@ def client_for(h: RouterHarness) -> ollama.AsyncClient:
         (494_032_768, "494.03M"),
         (1500, "2K"),
         (999, "999"),
-    ],  # fmt: skip
+    ],
 )
 def test_human_number_is_ollamas(n: int, text: str) -> None:
     assert meta.human_number(n) == text
@@ -92,9 +92,13 @@ def test_header_reader_and_shapes(tmp_path: Path) -> None:
     assert info["general.architecture"] == "qwen2" and info["general.parameter_count"] == PARAMS
     assert info["qwen2.context_length"] == 32768 and info["qwen2.block_count"] == 32
     assert meta.details(header, "gguf") == {
-        "parent_model": "", "format": "gguf", "family": "qwen2", "families": ["qwen2"],
-        "parameter_size": "8.0B", "quantization_level": "Q4_K_M",
-    }  # fmt: skip
+        "parent_model": "",
+        "format": "gguf",
+        "family": "qwen2",
+        "families": ["qwen2"],
+        "parameter_size": "8.0B",
+        "quantization_level": "Q4_K_M",
+    }
     assert meta.context_length(None, header) == 32768 and meta.context_length(512, header) == 512
     plain = tmp_path / "plain.gguf"
     plain.write_bytes(b"GGUF")
@@ -133,8 +137,11 @@ async def test_tags_show_and_ps_carry_the_header(harness: RouterHarness) -> None
     qwen = tags["qwen"].details
     assert qwen is not None
     assert (qwen.family, qwen.families, qwen.parameter_size, qwen.quantization_level) == (
-        "qwen2", ["qwen2"], "8.0B", "Q4_K_M",
-    )  # fmt: skip
+        "qwen2",
+        ["qwen2"],
+        "8.0B",
+        "Q4_K_M",
+    )
     assert tags["embed"].details is not None and tags["embed"].details.family == "bert"
     assert tags["plain"].details is not None and tags["plain"].details.family == ""
 
@@ -187,7 +194,7 @@ async def test_root_answers_like_ollama(harness: RouterHarness) -> None:
         ("POST", "/api/copy"),
         ("POST", "/api/create"),
         ("DELETE", "/api/delete"),
-    ],  # fmt: skip
+    ],
 )
 async def test_management_routes_answer_in_ollama_shape(
     harness: RouterHarness, method: str, path: str

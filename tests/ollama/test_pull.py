@@ -27,11 +27,16 @@ async def hub() -> AsyncIterator[FakeHub]:
     """The fake hub with a GGUF repository of two quantizations and a projector."""
     hub = FakeHub()
     hub.repos["acme/Qwen-GGUF"] = FakeRepo(
-        "acme/Qwen-GGUF", COMMIT,
-        {"Qwen-Q4_K_M.gguf": Q4, "Qwen-Q8_0.gguf": Q8, "mmproj-Qwen-f16.gguf": b"GGUF",
-         "README.md": b"# qwen\n"},
+        "acme/Qwen-GGUF",
+        COMMIT,
+        {
+            "Qwen-Q4_K_M.gguf": Q4,
+            "Qwen-Q8_0.gguf": Q8,
+            "mmproj-Qwen-f16.gguf": b"GGUF",
+            "README.md": b"# qwen\n",
+        },
         {"Qwen-Q4_K_M.gguf", "Qwen-Q8_0.gguf", "mmproj-Qwen-f16.gguf"},
-    )  # fmt: skip
+    )
     hub.rate = 256 * 1024  # about a second for the Q4 file
     await hub.start()
     try:
@@ -61,10 +66,16 @@ def test_pull_names() -> None:
 
 
 def test_pull_file_choice() -> None:
-    files = [RepoFile(p, 10) for p in (
-        "m-Q4_K_M.gguf", "m-Q8_0.gguf", "mmproj-m-Q4_K_M.gguf",
-        "big/m-Q6_K-00001-of-00002.gguf", "big/m-Q6_K-00002-of-00002.gguf",
-    )]  # fmt: skip
+    files = [
+        RepoFile(p, 10)
+        for p in (
+            "m-Q4_K_M.gguf",
+            "m-Q8_0.gguf",
+            "mmproj-m-Q4_K_M.gguf",
+            "big/m-Q6_K-00001-of-00002.gguf",
+            "big/m-Q6_K-00002-of-00002.gguf",
+        )
+    ]
     pick = pl.choose_files
     assert [f.path for f in pick(files, pl.PullName("a/m", None))] == ["m-Q4_K_M.gguf"]
     assert [f.path for f in pick(files, pl.PullName("a/m", "q8_0"))] == ["m-Q8_0.gguf"]
@@ -77,7 +88,9 @@ def test_pull_file_choice() -> None:
 # ---- through the router ------------------------------------------------------------------
 
 
-async def test_pull_downloads_writes_a_config_and_serves(harness: RouterHarness, hub: FakeHub) -> None:  # fmt: skip
+async def test_pull_downloads_writes_a_config_and_serves(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
     await harness.start(download_settings(harness, hub))
     client = client_for(harness)
     records = [r async for r in await client.pull("hf.co/acme/Qwen-GGUF:Q4_K_M", stream=True)]

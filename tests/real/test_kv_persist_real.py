@@ -28,8 +28,9 @@ GEN = {"max_tokens": 4, "temperature": 0, "seed": 42}
 
 
 async def _start(h: RouterHarness, demo: dict[str, Path], persist: str, ctx: int = 2048) -> None:
-    write_config(h, "chat-a", model_param=demo["chat-a"], router_kv_persist=persist,
-                 contextsize=ctx)  # fmt: skip
+    write_config(
+        h, "chat-a", model_param=demo["chat-a"], router_kv_persist=persist, contextsize=ctx
+    )
     write_config(h, "chat-b", model_param=demo["chat-b"])
     await h.start(h.settings())
 
@@ -116,8 +117,9 @@ async def test_changed_context_never_restores(
 ) -> None:
     h = real_harness
     events, first = await _saved_by_a_swap(h, demo_text)
-    write_config(h, "chat-a", model_param=demo_text["chat-a"], router_kv_persist="on",
-                 contextsize=1536)  # fmt: skip
+    write_config(
+        h, "chat-a", model_param=demo_text["chat-a"], router_kv_persist="on", contextsize=1536
+    )
     await h.app[CATALOG].refresh()
     reply = await _chat(h, "chat-a", first)
     assert _cached(reply) < 10, reply

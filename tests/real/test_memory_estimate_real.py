@@ -38,17 +38,33 @@ WIDE = {"n_embd": 128, "n_head": 4, "n_head_kv": 2, "n_layer": 4, "n_ff": 256}
 CASES = [
     Case("demo-chat"),
     Case("demo-embed", args=("--embedding", "--pooling", "mean"), bert=True),
-    Case("gqa-c512", {"n_embd": 128, "n_head": 8, "n_head_kv": 2, "n_layer": 4}, ("-c", "512"),
-         LlamaOptions(context=512)),
-    Case("gqa-c8192", {"n_embd": 128, "n_head": 8, "n_head_kv": 2, "n_layer": 4, "n_ctx": 8192},
-         ("-c", "8192"), LlamaOptions(context=8192)),
-    Case("kv-q8_0", WIDE, ("-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"),
-         LlamaOptions(cache_k="q8_0", cache_v="q8_0")),
-    Case("kv-q4_0", WIDE, ("-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0", "-c", "4096"),
-         LlamaOptions(context=4096, cache_k="q4_0", cache_v="q4_0")),
+    Case(
+        "gqa-c512",
+        {"n_embd": 128, "n_head": 8, "n_head_kv": 2, "n_layer": 4},
+        ("-c", "512"),
+        LlamaOptions(context=512),
+    ),
+    Case(
+        "gqa-c8192",
+        {"n_embd": 128, "n_head": 8, "n_head_kv": 2, "n_layer": 4, "n_ctx": 8192},
+        ("-c", "8192"),
+        LlamaOptions(context=8192),
+    ),
+    Case(
+        "kv-q8_0",
+        WIDE,
+        ("-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"),
+        LlamaOptions(cache_k="q8_0", cache_v="q8_0"),
+    ),
+    Case(
+        "kv-q4_0",
+        WIDE,
+        ("-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0", "-c", "4096"),
+        LlamaOptions(context=4096, cache_k="q4_0", cache_v="q4_0"),
+    ),
     Case("slots-2", WIDE, ("-np", "2"), LlamaOptions(parallel=2)),
     Case("no-flash", WIDE, ("-fa", "off"), LlamaOptions(flash_attention=False)),
-]  # fmt: skip
+]
 
 
 def _write(case: Case, folder: Path) -> Path:

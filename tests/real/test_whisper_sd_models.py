@@ -181,8 +181,11 @@ def test_sdxs_gguf_layout(sdxs_model: Path) -> None:
         assert tensor.tensor_type == plan.qtype
         assert tuple(int(n) for n in tensor.shape) == plan.ne
     kinds = {plan.qtype for plan in plans.values()}
-    assert kinds == {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
-                     gguf.GGMLQuantizationType.Q4_0}  # fmt: skip
+    assert kinds == {
+        gguf.GGMLQuantizationType.F32,
+        gguf.GGMLQuantizationType.F16,
+        gguf.GGMLQuantizationType.Q4_0,
+    }
     fc1 = next(t for t in reader.tensors if t.name.endswith("layers.0.mlp.fc1.weight"))
     weights = gguf.quants.dequantize(fc1.data, fc1.tensor_type)
     assert np.isfinite(weights).all() and 0.005 < float(weights.std()) < 0.05

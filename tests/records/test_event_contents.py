@@ -24,14 +24,17 @@ from tests.support.harness import RouterHarness, chat
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        (b"load_tensors: loading model tensors 42%", ("load_tensors: loading model tensors 42%", 42.0)),
+        (
+            b"load_tensors: loading model tensors 42%",
+            ("load_tensors: loading model tensors 42%", 42.0),
+        ),
         (b"\x1b[32mshards: 12.5% | 1/8\x1b[0m", ("shards: 12.5% | 1/8", 12.5)),
         (b"done 150% then 30 %", ("done 150% then 30 %", 30.0)),
         (b"reading /home/alice/models/m.gguf", ("reading m.gguf", None)),
         (b"   \t ", None),
         (b"\x1b[0m", None),
     ],
-)  # fmt: skip
+)
 def test_parse_line(line: bytes, expected: tuple[str, float | None] | None) -> None:
     assert parse_line(line) == expected
 

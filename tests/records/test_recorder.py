@@ -41,13 +41,23 @@ def info(**kw: Any) -> RequestInfo:
 
 
 CASES: list[dict[str, Any]] = [
-    {"status": 200, "upstream_status": 200, "ttfb_ms": 3.14159, "bytes_in": 10, "bytes_out": 99,
-     "tail": b'{"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}'},
+    {
+        "status": 200,
+        "upstream_status": 200,
+        "ttfb_ms": 3.14159,
+        "bytes_in": 10,
+        "bytes_out": 99,
+        "tail": b'{"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}',
+    },
     {"status": 499, "aborted": False, "tail": b'data: {"choices":[]}\n\n'},
-    {"status": 502, "upstream_status": 500, "error_message": f"backend said no; key {SECRET} " + "x" * 900,
-     "aborted": True},
+    {
+        "status": 502,
+        "upstream_status": 500,
+        "error_message": f"backend said no; key {SECRET} " + "x" * 900,
+        "aborted": True,
+    },
     {"status": 200, "tail": b'{"done":true,"prompt_eval_count":3,"eval_count":4}'},
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -86,12 +96,51 @@ def test_without_a_sink_metrics_still_count_the_request() -> None:
 
 
 ODD_ROWS: list[Row] = [
-    (1.5, "/x", "openai", "text", "modèle-ü-模型-😀", "n", "llamacpp", 200, None,
-     'quote " backslash \\ newline \n tab \t', 0.0, None, 1e-3, 0, 2**53, 1, None, 0, -1,
-     "guardian-ü"),
-    (2.0, "", None, None, None, "n", None, 0, 599, None, None, None, None, None, None, 0,
-     2**62, None, None, None),
-]  # fmt: skip
+    (
+        1.5,
+        "/x",
+        "openai",
+        "text",
+        "modèle-ü-模型-😀",
+        "n",
+        "llamacpp",
+        200,
+        None,
+        'quote " backslash \\ newline \n tab \t',
+        0.0,
+        None,
+        1e-3,
+        0,
+        2**53,
+        1,
+        None,
+        0,
+        -1,
+        "guardian-ü",
+    ),
+    (
+        2.0,
+        "",
+        None,
+        None,
+        None,
+        "n",
+        None,
+        0,
+        599,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        0,
+        2**62,
+        None,
+        None,
+        None,
+    ),
+]
 
 
 async def test_json_batches_store_the_same_values_and_types_as_plain_inserts(
@@ -124,18 +173,26 @@ async def test_json_batches_store_the_same_values_and_types_as_plain_inserts(
 @pytest.mark.parametrize(
     ("tail", "expected"),
     [
-        (b'"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}',
-         {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}),
-        (b'{"done":true,"prompt_eval_count":3,"eval_count":4}',
-         {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}),
-        (b'"usage":{"input_tokens":9, "output_tokens" : 1}',
-         {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}),
-        (b'{"usage":{"completion_tokens":1}}\n\n{"usage":{"completion_tokens":6}}',
-         {"completion_tokens": 6, "total_tokens": 6}),
+        (
+            b'"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}',
+            {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+        ),
+        (
+            b'{"done":true,"prompt_eval_count":3,"eval_count":4}',
+            {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+        ),
+        (
+            b'"usage":{"input_tokens":9, "output_tokens" : 1}',
+            {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
+        ),
+        (
+            b'{"usage":{"completion_tokens":1}}\n\n{"usage":{"completion_tokens":6}}',
+            {"completion_tokens": 6, "total_tokens": 6},
+        ),
         (b'data: {"choices":[{"delta":{"content":"\\"eval_count\\": 5"}}]}', {}),
         (b"", {}),
     ],
-)  # fmt: skip
+)
 def test_sniff_usage_reads_the_last_report_of_each_dialect(
     tail: bytes, expected: dict[str, int]
 ) -> None:

@@ -17,8 +17,13 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_needed_files_follow_the_lanes(tmp_path: Path) -> None:
-    raw = {"model_param": "t.gguf", "mmproj": "p.gguf", "sdmodel": "s.safetensors",
-           "sdvae": "v.safetensors", "whispermodel": "w.bin"}  # fmt: skip
+    raw = {
+        "model_param": "t.gguf",
+        "mmproj": "p.gguf",
+        "sdmodel": "s.safetensors",
+        "sdvae": "v.safetensors",
+        "whispermodel": "w.bin",
+    }
     config = parse_kcpps(tmp_path / "c.kcpps", json.dumps(raw).encode(), BackendMode.LLAMA_SDCPP)
     assert set(needed_files(config, {Lane.TEXT})) == {"model_param", "mmproj"}
     assert set(needed_files(config, {Lane.IMAGE})) == {"sdmodel", "sdvae"}

@@ -69,14 +69,18 @@ def assert_error(resp: httpx.Response, status: int, param: str | None) -> dict[s
 
 async def test_preview_reports_refused_keys_and_writes_nothing(h: RouterHarness) -> None:
     before = listing(h.kcpps_dir)
-    options = text_options(h, onready="rm -rf /", host="0.0.0.0", port=5001,
-                           sd_binary="/usr/bin/sd", contextsize=4096)  # fmt: skip
+    options = text_options(
+        h, onready="rm -rf /", host="0.0.0.0", port=5001, sd_binary="/usr/bin/sd", contextsize=4096
+    )
     resp = await client(h).post(f"{SITE}/preview", json={"id": "new", "options": options})
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert {k: body[k] for k in ("node_id", "id", "filename", "would_overwrite")} == {
-        "node_id": "local", "id": "new", "filename": "new.kcpps", "would_overwrite": False,
-    }  # fmt: skip
+        "node_id": "local",
+        "id": "new",
+        "filename": "new.kcpps",
+        "would_overwrite": False,
+    }
     assert "node_url" in body
     assert set(body["options"]) == {"backend_mode", "model_param", "contextsize"}
     by_field = {f["field"]: f for f in body["validation"]}

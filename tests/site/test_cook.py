@@ -56,10 +56,14 @@ async def test_preview_plans_one_config_and_writes_nothing(h: RouterHarness) -> 
     body = resp.json()
     assert body["validation"] == []
     plan = body["plan"]
-    assert {k: plan[k] for k in ("id", "public_id", "public_image_id", "requires_master_recipe")} == {
-        "id": "combo", "public_id": "combo", "public_image_id": "combo-pic2",
+    assert {
+        k: plan[k] for k in ("id", "public_id", "public_image_id", "requires_master_recipe")
+    } == {
+        "id": "combo",
+        "public_id": "combo",
+        "public_image_id": "combo-pic2",
         "requires_master_recipe": False,
-    }  # fmt: skip
+    }
     (entry,) = plan["configs"]
     assert entry["node_id"] == "local" and entry["filename"] == "combo.kcpps"
     assert entry["kinds"] == ["image", "text"] and entry["sources"] == ["chat"]
@@ -128,18 +132,38 @@ async def test_bad_components_are_findings_and_apply_writes_nothing(h: RouterHar
 @pytest.mark.parametrize(
     ("mode", "components", "field", "code"),
     [
-        ("vllm", [{"kind": "text", "model_id": "chat"}, {"kind": "image", "model_id": "sd"}],
-         "components[1].kind", "mode_cannot_serve"),
-        ("kobold", [{"kind": "image", "model_id": "sd"}, {"kind": "embeddings", "model_id": "emb"}],
-         "components", "kobold_image_embeddings"),
-        ("llama_sdcpp", [{"kind": "music", "source": "file", "file_path": "MODELS/m.gguf"}],
-         "components[0].kind", "mode_cannot_serve"),
-        ("llama_sdcpp", [{"kind": "text", "model_id": "chat"}, {"kind": "text", "model_id": "emb"}],
-         "components[1].kind", "missing_component"),
-        ("llama_sdcpp", [{"kind": "text", "model_id": "chat"}, {"kind": "text", "model_id": "chat"}],
-         "components[1]", "duplicate_component"),
+        (
+            "vllm",
+            [{"kind": "text", "model_id": "chat"}, {"kind": "image", "model_id": "sd"}],
+            "components[1].kind",
+            "mode_cannot_serve",
+        ),
+        (
+            "kobold",
+            [{"kind": "image", "model_id": "sd"}, {"kind": "embeddings", "model_id": "emb"}],
+            "components",
+            "kobold_image_embeddings",
+        ),
+        (
+            "llama_sdcpp",
+            [{"kind": "music", "source": "file", "file_path": "MODELS/m.gguf"}],
+            "components[0].kind",
+            "mode_cannot_serve",
+        ),
+        (
+            "llama_sdcpp",
+            [{"kind": "text", "model_id": "chat"}, {"kind": "text", "model_id": "emb"}],
+            "components[1].kind",
+            "missing_component",
+        ),
+        (
+            "llama_sdcpp",
+            [{"kind": "text", "model_id": "chat"}, {"kind": "text", "model_id": "chat"}],
+            "components[1]",
+            "duplicate_component",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_mix_the_backend_mode_cannot_serve_is_refused(
     h: RouterHarness, mode: str, components: list[dict[str, Any]], field: str, code: str
 ) -> None:
@@ -241,9 +265,23 @@ def test_build_reports_without_raising_on_junk() -> None:
         raise AssertionError("not consulted")
 
     for components in (None, [], "text", {"kind": "text"}):
-        plan = cook.plan_cook(components, {}, node_id="n", default_mode=BackendMode.KOBOLD,
-                          resolve=never, probe=never, cpu_count=4)  # fmt: skip
+        plan = cook.plan_cook(
+            components,
+            {},
+            node_id="n",
+            default_mode=BackendMode.KOBOLD,
+            resolve=never,
+            probe=never,
+            cpu_count=4,
+        )
         assert [f.code for f in plan.findings] == ["no_components"]
-    plan = cook.plan_cook([1, {"kind": ["text"]}], {}, node_id="n", default_mode=BackendMode.KOBOLD,
-                      resolve=never, probe=never, cpu_count=4)  # fmt: skip
+    plan = cook.plan_cook(
+        [1, {"kind": ["text"]}],
+        {},
+        node_id="n",
+        default_mode=BackendMode.KOBOLD,
+        resolve=never,
+        probe=never,
+        cpu_count=4,
+    )
     assert [f.code for f in plan.findings] == ["invalid_component", "unknown_kind"]

@@ -13,9 +13,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from router.api.site.store import HANDLERS, parse_time
-from router.appkeys import MATCH, STORE
-from router.classify import match
-from router.config import AnalyticsSection
+from router.app import dispatcher
+from router.appkeys import CLUSTER, STORE
+from router.cluster import AllowList, ClusterService, NodeClient
+from router.config.schema import AnalyticsSection, ClusterSection
 from router.domain import Surface
 from router.errors import BadRequest, RouterError, render
 from router.store import Store
@@ -34,15 +35,13 @@ async def render_errors(request: web.Request, handler: Any) -> web.StreamRespons
 
 
 def build_app(store: Store) -> web.Application:
-    """The site store handlers behind the route table's own classification, as app.py runs them."""
-
-    async def dispatch(request: web.Request) -> web.StreamResponse:
-        found = match(request.method, request.path)
-        request[MATCH] = found
-        return await HANDLERS[found.route.handler](request)
-
+    """The site store handlers behind app.py's own dispatcher (the route table's
+    classification, then the node a call names), on a standalone node `n1`."""
     app = web.Application(middlewares=[render_errors])
     app[STORE] = store
+    client = NodeClient(None, "", AllowList([]), 10.0)  # type: ignore[arg-type]  # never called
+    app[CLUSTER] = ClusterService(ClusterSection(node_id="n1"), client, tuple, lambda _: None)
+    dispatch = dispatcher(HANDLERS)
     app.router.add_route("*", SITE + "/{tail:.*}", dispatch)
     return app
 
@@ -62,9 +61,14 @@ async def client(store: Store, aiohttp_client: ClientFactory) -> TestClient:
 
 def test_handler_table_names_every_store_route() -> None:
     assert set(HANDLERS) >= {
-        "site.analytics", "site.analytics_flush", "site.load_captures", "site.load_capture",
-        "site.load_capture_output", "site.load_errors", "site.store_download",
-    }  # fmt: skip
+        "site.analytics",
+        "site.analytics_flush",
+        "site.load_captures",
+        "site.load_capture",
+        "site.load_capture_output",
+        "site.load_errors",
+        "site.store_download",
+    }
 
 
 def test_times_are_unix_seconds_or_iso() -> None:

@@ -29,8 +29,13 @@ NOW = 1_796_000_000.0  # the anchor passed as `now` / `to`; events are seeded be
 
 @pytest.mark.parametrize(
     ("name", "buckets", "bucket", "hist_tier"),
-    [("1h", 60, 60, 60), ("24h", 96, 900, 3600), ("7d", 168, 3600, 86400), ("30d", 120, 21600, 86400)],
-)  # fmt: skip
+    [
+        ("1h", 60, 60, 60),
+        ("24h", 96, 900, 3600),
+        ("7d", 168, 3600, 86400),
+        ("30d", 120, 21600, 86400),
+    ],
+)
 def test_plan_covers_whole_buckets_ending_with_now(
     name: str, buckets: int, bucket: int, hist_tier: int
 ) -> None:
@@ -89,10 +94,15 @@ def seeded_events(rng: random.Random, count: int, span: float) -> list[dict[str,
 def as_raw(e: dict[str, Any]) -> tuple[Any, ...]:
     usage = f'{{"usage":{{"prompt_tokens":{e["prompt"]},"completion_tokens":{e["completion"]}}}}}'
     return raw_record(
-        wall=e["wall"], model=e["model"], lane=e["lane"], status=e["status"],
-        aborted=e["aborted"], duration_s=e["duration_ms"] / 1000.0,
-        queue_wait_ms=e["queue_wait_ms"], tail=usage.encode(),
-    )  # fmt: skip
+        wall=e["wall"],
+        model=e["model"],
+        lane=e["lane"],
+        status=e["status"],
+        aborted=e["aborted"],
+        duration_s=e["duration_ms"] / 1000.0,
+        queue_wait_ms=e["queue_wait_ms"],
+        tail=usage.encode(),
+    )
 
 
 def reported(value: float) -> float:
@@ -167,9 +177,12 @@ def close_means(got: Any, want: Any) -> Any:
     """Means are sums over rows in a different order: equal to 1e-3 ms, not to the bit."""
     if isinstance(got, dict) and isinstance(want, dict):
         assert got.keys() >= want.keys(), (got.keys(), want.keys())
-        return {k: close_means(got[k], want[k]) if k != "mean" else
-                (pytest.approx(want[k], abs=2e-3) if want[k] is not None else None)
-                for k in want}  # fmt: skip
+        return {
+            k: close_means(got[k], want[k])
+            if k != "mean"
+            else (pytest.approx(want[k], abs=2e-3) if want[k] is not None else None)
+            for k in want
+        }
     if isinstance(got, list) and isinstance(want, list):
         assert len(got) == len(want)
         return [close_means(g, w) for g, w in zip(got, want, strict=True)]

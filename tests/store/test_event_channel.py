@@ -121,8 +121,10 @@ def test_the_process_writes_everything_after_its_router_has_gone(tmp_path: Path)
     path = schema(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", str(SCRIPT), str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdin and proc.stdout and proc.stderr
     proc.stdout.close()  # nobody reads the acknowledgements any more
     bad = ("not", "a", "record")
@@ -138,8 +140,9 @@ def test_the_process_ignores_sigterm_and_stops_at_end_of_input(tmp_path: Path) -
     path = schema(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-I", "-S", str(SCRIPT), str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdin and proc.stdout
     proc.stdin.write(frame(1, [raw(0)]))
     proc.stdin.flush()

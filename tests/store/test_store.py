@@ -434,16 +434,43 @@ def test_sanitize_kcpps_drops_credentials_and_directories() -> None:
 
 def test_argv_without_secrets_redacts_values_and_paths() -> None:
     argv = [
-        "/usr/bin/llama-server", "-m", "/models/a.gguf", "--api-key", "k1", "--port", "8080",
-        "--password=p1", "--admin-password", "p2", "--hordeconfig", "name", "512", "key3",
-        "--max-num-batched-tokens", "8192", "--model=/models/b.gguf",
-    ]  # fmt: skip
+        "/usr/bin/llama-server",
+        "-m",
+        "/models/a.gguf",
+        "--api-key",
+        "k1",
+        "--port",
+        "8080",
+        "--password=p1",
+        "--admin-password",
+        "p2",
+        "--hordeconfig",
+        "name",
+        "512",
+        "key3",
+        "--max-num-batched-tokens",
+        "8192",
+        "--model=/models/b.gguf",
+    ]
     assert argv_without_secrets(argv) == [
-        "llama-server", "-m", "a.gguf", "--api-key", "[redacted]", "--port", "8080",
-        "--password=[redacted]", "--admin-password", "[redacted]", "--hordeconfig",
-        "[redacted]", "[redacted]", "[redacted]", "--max-num-batched-tokens", "8192",
+        "llama-server",
+        "-m",
+        "a.gguf",
+        "--api-key",
+        "[redacted]",
+        "--port",
+        "8080",
+        "--password=[redacted]",
+        "--admin-password",
+        "[redacted]",
+        "--hordeconfig",
+        "[redacted]",
+        "[redacted]",
+        "[redacted]",
+        "--max-num-batched-tokens",
+        "8192",
         "--model=b.gguf",
-    ]  # fmt: skip
+    ]
 
 
 # -- load errors and model state ---------------------------------------------------------

@@ -34,8 +34,10 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
         pytest.skip("mounting a tmpfs needs root")
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -64,8 +66,11 @@ def _start_fails(h: RouterHarness, db: Path) -> subprocess.CompletedProcess[str]
     router = new_router(h, extra={"analytics": {"database_path": str(db)}})
     return subprocess.run(
         [str(CLI), "start", "--config", str(router.config)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _one_line(done: subprocess.CompletedProcess[str], reason: str) -> None:

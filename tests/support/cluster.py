@@ -5,14 +5,20 @@ recorded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from aiohttp.test_utils import TestServer
 
+import router.app
+from router.config import Settings
+from router.edge import listener
 from tests.support.harness import RouterHarness, free_port
 from tests.support.router_process import RouterProcess, new_router
 
@@ -136,3 +142,54 @@ async def served_rows(node: RouterProcess) -> list[str]:
         return await asyncio.to_thread(read)
     except sqlite3.Error:
         return []
+
+
+async def slave_of(h: RouterHarness, master_port: int, models: dict[str, bytes]) -> str:
+    """A slave `s1` process with `models`, registering with the master at `master_port`; its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    section = {
+        "role": "slave",
+        "node_id": "s1",
+        "token": TOKEN,
+        "public_url": url,
+        "master_url": f"http://127.0.0.1:{master_port}",
+        "sync_interval": 0.5,
+    }
+    slave = new_router(
+        h, name="s1", port=port, kcpps_dir=node_configs(h, "s1", models), extra={"cluster": section}
+    )
+    await slave.start()
+    return url
+
+
+@contextlib.asynccontextmanager
+async def master_here(
+    h: RouterHarness, port: int, slave_url: str, **sections: Any
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A master `m` (model `a`, `sections` over the harness settings) served by this process,
+    so a test can spy on its handlers (router.app.HANDLERS, patched before this starts); a
+    client of it."""
+    h.model("a")
+    base = h.settings().model_dump(mode="json") | sections
+    base["cluster"] = {
+        "role": "master",
+        "node_id": "m",
+        "token": TOKEN,
+        "public_url": f"http://127.0.0.1:{port}",
+        "slave_urls": [slave_url],
+        "health_interval": 0.3,
+    }
+    settings = Settings.model_validate(base)
+    server = TestServer(
+        router.app.create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        **listener.runner_kwargs(settings),
+    )
+    await server.start_server()
+    try:
+        async with httpx.AsyncClient(base_url=server.make_url("").human_repr(), timeout=60) as c:
+            yield c
+    finally:
+        await server.close()

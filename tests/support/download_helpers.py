@@ -19,8 +19,9 @@ TERMINAL = ("completed", "failed", "cancelled")
 
 
 def download_settings(h: RouterHarness, hub: FakeHub, **fields: Any) -> Settings:
-    section = DownloadsSection(endpoint=hub.endpoint, dir=h.tmp / "library",
-                               free_space_reserve_gb=0, **fields)  # fmt: skip
+    section = DownloadsSection(
+        endpoint=hub.endpoint, dir=h.tmp / "library", free_space_reserve_gb=0, **fields
+    )
     return h.settings().model_copy(update={"downloads": section})
 
 
@@ -30,8 +31,12 @@ async def job_state(client: httpx.AsyncClient, job_id: str) -> dict[str, Any]:
     return r.json()
 
 
-async def wait_job(client: httpx.AsyncClient, job_id: str, states: tuple[str, ...] = TERMINAL,
-                   deadline: float = 30.0) -> dict[str, Any]:  # fmt: skip
+async def wait_job(
+    client: httpx.AsyncClient,
+    job_id: str,
+    states: tuple[str, ...] = TERMINAL,
+    deadline: float = 30.0,
+) -> dict[str, Any]:
     end = time.monotonic() + deadline
     while True:
         job = await job_state(client, job_id)
@@ -41,7 +46,9 @@ async def wait_job(client: httpx.AsyncClient, job_id: str, states: tuple[str, ..
         await asyncio.sleep(0.05)
 
 
-async def wait_bytes(client: httpx.AsyncClient, job_id: str, at_least: int, deadline: float = 30.0) -> dict[str, Any]:  # fmt: skip
+async def wait_bytes(
+    client: httpx.AsyncClient, job_id: str, at_least: int, deadline: float = 30.0
+) -> dict[str, Any]:
     end = time.monotonic() + deadline
     while True:
         job = await job_state(client, job_id)

@@ -92,6 +92,9 @@ class RouterHarness:
                 "models": {"config_dir": self.kcpps_dir},
                 "analytics": {"database_path": self.tmp / "data" / "router.sqlite"},
                 "runtime": {
+                    # The tests written for one runtime per lane keep testing exactly that;
+                    # tests of several per lane ask for `residency="memory"` (the default).
+                    "residency": "lane",
                     "stop_grace": 3,
                     "load_timeout": 20,
                     "no_progress_timeout": 10,
@@ -292,11 +295,24 @@ def free_port() -> int:
 
 # One request's record as Recorder.record hands it to Store.record_raw, in rows.Raw's order.
 RAW_DEFAULTS: Mapping[str, Any] = {
-    "wall": 1_764_400_000.0, "route": "/v1/chat/completions", "surface": "openai",
-    "lane": "text", "model": "m1", "node_id": "n1", "backend": "llamacpp", "status": 200,
-    "upstream_status": 200, "error": None, "queue_wait_ms": 0.5, "ttfb_ms": 1.25,
-    "duration_s": 0.0125, "bytes_in": 0, "bytes_out": 0, "aborted": False, "tail": b"",
-}  # fmt: skip
+    "wall": 1_764_400_000.0,
+    "route": "/v1/chat/completions",
+    "surface": "openai",
+    "lane": "text",
+    "model": "m1",
+    "node_id": "n1",
+    "backend": "llamacpp",
+    "status": 200,
+    "upstream_status": 200,
+    "error": None,
+    "queue_wait_ms": 0.5,
+    "ttfb_ms": 1.25,
+    "duration_s": 0.0125,
+    "bytes_in": 0,
+    "bytes_out": 0,
+    "aborted": False,
+    "tail": b"",
+}
 
 
 def raw_record(**fields: Any) -> tuple[Any, ...]:

@@ -60,13 +60,20 @@ def master_node(
         kcpps_dir=folder(h, "master", models),
         extra={
             "cluster": {
-                "role": "master", "node_id": "m", "token": TOKEN, "slave_urls": slave_urls,
-                "public_url": f"http://127.0.0.1:{port}", "health_interval": 0.3, **tune,
+                "role": "master",
+                "node_id": "m",
+                "token": TOKEN,
+                "slave_urls": slave_urls,
+                "public_url": f"http://127.0.0.1:{port}",
+                "health_interval": 0.3,
+                **tune,
             },
-            "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
-                          "flush_interval": 0.2},
+            "analytics": {
+                "database_path": str(h.tmp / "data-master" / "router.sqlite"),
+                "flush_interval": 0.2,
+            },
         },
-    )  # fmt: skip
+    )
 
 
 def slave_node(
@@ -85,20 +92,30 @@ def slave_node(
         kcpps_dir=folder(h, name, models),
         extra={
             "cluster": {
-                "role": "slave", "node_id": name, "token": TOKEN, "public_url": url,
-                "master_url": f"http://127.0.0.1:{master_port}", "sync_interval": 0.5, **tune,
+                "role": "slave",
+                "node_id": name,
+                "token": TOKEN,
+                "public_url": url,
+                "master_url": f"http://127.0.0.1:{master_port}",
+                "sync_interval": 0.5,
+                **tune,
             },
-            "analytics": {"database_path": str(h.tmp / f"data-{name}" / "router.sqlite"),
-                          "flush_interval": 0.2},
+            "analytics": {
+                "database_path": str(h.tmp / f"data-{name}" / "router.sqlite"),
+                "flush_interval": 0.2,
+            },
         },
-    )  # fmt: skip
+    )
 
 
 def two_nodes(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
     speeds(h)
     mport, sport = free_port(), free_port()
-    master_models = {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096},
-                     "pic": {"image": True}}  # fmt: skip
+    master_models = {
+        "slow": {"contextsize": 4096},
+        "other": {"contextsize": 4096},
+        "pic": {"image": True},
+    }
     master = master_node(h, mport, [f"http://127.0.0.1:{sport}"], master_models)
     slave_models = {
         "fast": {"contextsize": 8192},
@@ -121,8 +138,10 @@ async def slave_known(client: httpx.AsyncClient) -> bool:
     return any(c["node_id"] == "s1" for c in found["candidates"])
 
 
-LINK = {"anchor": {"node_id": "m", "model_id": "slow"},
-        "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
+LINK = {
+    "anchor": {"node_id": "m", "model_id": "slow"},
+    "lends_to": [{"node_id": "s1", "model_id": "fast"}],
+}
 
 
 async def burst(client: httpx.AsyncClient, stream: bool = False) -> tuple[float, list[int]]:
@@ -159,10 +178,14 @@ async def samples(client: httpx.AsyncClient, node: str, model: str) -> bool:
     body = reply.json()
     assert {n["node_id"] for n in body["nodes"]} == {"m", "s1"}
     return any(
-        c["node_id"] == node and c["model_id"] == model and c["samples"] >= 1
-        and c["job_s"] is not None and c["job_s"] > 0 and c["fitted"] == (c["samples"] >= 20)
+        c["node_id"] == node
+        and c["model_id"] == model
+        and c["samples"] >= 1
+        and c["job_s"] is not None
+        and c["job_s"] > 0
+        and c["fitted"] == (c["samples"] >= 20)
         for c in body["costs"]
-    )  # fmt: skip
+    )
 
 
 async def leases_during(client: httpx.AsyncClient, running: asyncio.Task[Any]) -> list[Any]:

@@ -68,7 +68,12 @@ class RouterProcess:
                     "server": {"bind": f"127.0.0.1:{self.port}", **(server or {})},
                     "models": {"config_dir": str(kcpps_dir or h.kcpps_dir)},
                     "analytics": {"database_path": str(data / "router.sqlite")},
-                    "runtime": {"stop_grace": 1, "load_timeout": 20, **runtime},
+                    "runtime": {
+                        "residency": "lane",
+                        "stop_grace": 1,
+                        "load_timeout": 20,
+                        **runtime,
+                    },
                     **sections,
                     **(extra or {}),
                 }

@@ -37,20 +37,38 @@ PAGED_LINES = 260  # more than one output page (200 chunks)
 EXTRA_CAPTURES = 52  # with the two below: more than one list page (50)
 
 
-def _event(at: float, model: str, lane: str, status: int, duration_ms: float,
-           queue_ms: float, tokens: tuple[int, int] | None) -> tuple[Any, ...]:  # fmt: skip
+def _event(
+    at: float,
+    model: str,
+    lane: str,
+    status: int,
+    duration_ms: float,
+    queue_ms: float,
+    tokens: tuple[int, int] | None,
+) -> tuple[Any, ...]:
     """One analytics_events row in rows.py's COLUMNS order (a column added later stays NULL)."""
     prompt, completion = tokens or (None, None)
     values = {
-        "time": at, "route": f"/v1/{'images/generations' if lane == 'image' else 'chat/completions'}",
-        "surface": "openai", "lane": lane, "model": model, "node_id": NODE, "backend": "llamacpp",
-        "status": status, "upstream_status": status if status != 499 else None,
-        "error_message": "backend said no" if status >= 500 else None, "queue_wait_ms": queue_ms,
-        "ttfb_ms": duration_ms / 2, "duration_ms": duration_ms, "bytes_in": 100, "bytes_out": 200,
-        "aborted": 1 if status == 499 else 0, "prompt_tokens": prompt,
+        "time": at,
+        "route": f"/v1/{'images/generations' if lane == 'image' else 'chat/completions'}",
+        "surface": "openai",
+        "lane": lane,
+        "model": model,
+        "node_id": NODE,
+        "backend": "llamacpp",
+        "status": status,
+        "upstream_status": status if status != 499 else None,
+        "error_message": "backend said no" if status >= 500 else None,
+        "queue_wait_ms": queue_ms,
+        "ttfb_ms": duration_ms / 2,
+        "duration_ms": duration_ms,
+        "bytes_in": 100,
+        "bytes_out": 200,
+        "aborted": 1 if status == 499 else 0,
+        "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": None if tokens is None else sum(tokens),
-    }  # fmt: skip
+    }
     return tuple(values.get(column) for column in COLUMNS)
 
 
@@ -79,14 +97,32 @@ def analytics_rows(now: float) -> list[tuple[Any, ...]]:
     return rows
 
 
-async def _capture(store: Store, *, model: str, started: float, status: str, exit_code: int | None,
-                   lines: list[tuple[str, bytes]], error: str | None = None) -> str:  # fmt: skip
+async def _capture(
+    store: Store,
+    *,
+    model: str,
+    started: float,
+    status: str,
+    exit_code: int | None,
+    lines: list[tuple[str, bytes]],
+    error: str | None = None,
+    readahead: dict[str, Any] | None = None,
+) -> str:
     attempt = store.start_capture(
-        model=model, backend="llamacpp", kind="load", lane="text", started_at=started,
-        kcpps={"model_param": f"/home/op/models/{model}.gguf", "contextsize": 4096, "password": "hunter2"},
+        model=model,
+        backend="llamacpp",
+        kind="load",
+        lane="text",
+        started_at=started,
+        kcpps={
+            "model_param": f"/home/op/models/{model}.gguf",
+            "contextsize": 4096,
+            "password": "hunter2",
+        },
         asset_hashes={f"/home/op/models/{model}.gguf": "ab" * 32},
         argv=["llama-server", "-m", f"/home/op/models/{model}.gguf", "--api-key", "sk-secret"],
-    )  # fmt: skip
+        readahead=readahead,
+    )
     for stream, line in lines:
         store.capture_output(attempt, stream, line + b"\n")
     store.finish_capture(attempt, status, exit_code, error, ended_at=started + 2.5)
@@ -95,10 +131,12 @@ async def _capture(store: Store, *, model: str, started: float, status: str, exi
 
 async def _seed_store(path: Path, cap_mb: float, fill: Any) -> Any:
     store = await Store.open(
-        path, node_id=NODE,
-        analytics=AnalyticsSection(load_capture_enabled=True, load_capture_max_output_mb=cap_mb,
-                                   writer_process=False),
-    )  # fmt: skip
+        path,
+        node_id=NODE,
+        analytics=AnalyticsSection(
+            load_capture_enabled=True, load_capture_max_output_mb=cap_mb, writer_process=False
+        ),
+    )
     try:
         result = await fill(store)
         await store.flush()
@@ -108,9 +146,11 @@ async def _seed_store(path: Path, cap_mb: float, fill: Any) -> Any:
 
 
 def console_lines() -> list[tuple[str, bytes]]:
-    lines = [("stdout", b"\x1b[32mloading model\x1b[0m plain after"),
-             ("stderr", b"warning: \x1b[1;31mlow memory\x1b[0m"),
-             ("stdout", XSS_LINE.encode())]  # fmt: skip
+    lines = [
+        ("stdout", b"\x1b[32mloading model\x1b[0m plain after"),
+        ("stderr", b"warning: \x1b[1;31mlow memory\x1b[0m"),
+        ("stdout", XSS_LINE.encode()),
+    ]
     for i in range(PAGED_LINES - len(lines) - 1):
         lines.append(("stderr" if i % 10 == 9 else "stdout", f"line {i:03d}".encode()))
     lines.append(("stdout", b"model ready"))
@@ -123,30 +163,82 @@ def run_async(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+# What the read-ahead had done when the "paged" capture's load began (docs/swaps.md).
+READAHEAD = {
+    "bytes": 270999680,
+    "seconds": 0.461,
+    "done": True,
+    "result": "done",
+    "planned": 270999680,
+    "total": 270999680,
+    "capped": False,
+}
+
+
 def seed(path: Path, now: float) -> dict[str, Any]:
     """Every row the data-page tests know about; returns the ids they look for."""
 
     async def roomy(store: Store) -> dict[str, Any]:
         for i in range(EXTRA_CAPTURES):
-            await _capture(store, model=f"old-{i:02d}", started=now - DAY - 60 * i, status="ok",
-                           exit_code=None, lines=[("stdout", b"ok")])  # fmt: skip
-        paged = await _capture(store, model="alpha", started=now - 600, status="ok",
-                               exit_code=None, lines=console_lines())  # fmt: skip
-        store.record_load_error({"time": now - 300, "model": "beta", "backend": "llamacpp",
-                                 "reason": "the backend exited with code 9 while serving"})  # fmt: skip
-        store.record_load_error({"time": now - 200, "model": "artist", "backend": "sdcpp",
-                                 "reason": "no progress for 10s", "exit_code": None})  # fmt: skip
+            await _capture(
+                store,
+                model=f"old-{i:02d}",
+                started=now - DAY - 60 * i,
+                status="ok",
+                exit_code=None,
+                lines=[("stdout", b"ok")],
+            )
+        paged = await _capture(
+            store,
+            model="alpha",
+            started=now - 600,
+            status="ok",
+            exit_code=None,
+            lines=console_lines(),
+            readahead=READAHEAD,
+        )
+        store.record_load_error(
+            {
+                "time": now - 300,
+                "model": "beta",
+                "backend": "llamacpp",
+                "reason": "the backend exited with code 9 while serving",
+            }
+        )
+        store.record_load_error(
+            {
+                "time": now - 200,
+                "model": "artist",
+                "backend": "sdcpp",
+                "reason": "no progress for 10s",
+                "exit_code": None,
+            }
+        )
         return {"paged": paged}
 
     async def tight(store: Store) -> str:
         # A cap of about 1 KiB: the 40 lines below pass it, so the capture is truncated.
         lines = [("stderr", f"error {i:02d}: out of memory, retrying".encode()) for i in range(40)]
-        attempt = await _capture(store, model="beta", started=now - 400, status="failed",
-                                 exit_code=3, lines=lines, error="exited with code 3")  # fmt: skip
-        store.record_load_error({"time": now - 100, "model": "beta", "backend": "llamacpp",
-                                 "reason": "the backend exited with code 3 during the load",
-                                 "exit_code": 3, "output_tail": ["error 38", "error 39"],
-                                 "attempt_id": attempt})  # fmt: skip
+        attempt = await _capture(
+            store,
+            model="beta",
+            started=now - 400,
+            status="failed",
+            exit_code=3,
+            lines=lines,
+            error="exited with code 3",
+        )
+        store.record_load_error(
+            {
+                "time": now - 100,
+                "model": "beta",
+                "backend": "llamacpp",
+                "reason": "the backend exited with code 3 during the load",
+                "exit_code": 3,
+                "output_tail": ["error 38", "error 39"],
+                "attempt_id": attempt,
+            }
+        )
         return attempt
 
     ids = run_async(_seed_store(path, 1.0, roomy))

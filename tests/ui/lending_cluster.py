@@ -63,26 +63,56 @@ def build(h: RouterHarness) -> tuple[RouterProcess, RouterProcess]:
     )
     mport, sport = free_port(), free_port()
     surl = f"http://127.0.0.1:{sport}"
-    master_models = {"slow": {"contextsize": 4096}, "other": {"contextsize": 4096},
-                     "pic": {"image": True}, "eye": vision(h, "eye")}  # fmt: skip
+    master_models = {
+        "slow": {"contextsize": 4096},
+        "other": {"contextsize": 4096},
+        "pic": {"image": True},
+        "eye": vision(h, "eye"),
+    }
     master = new_router(
-        h, name="master", port=mport, kcpps_dir=folder(h, "master", master_models),
+        h,
+        name="master",
+        port=mport,
+        kcpps_dir=folder(h, "master", master_models),
         extra={
-            "cluster": {"role": "master", "node_id": "m", "token": TOKEN, "slave_urls": [surl],
-                        "public_url": f"http://127.0.0.1:{mport}", "health_interval": 0.3},
-            "analytics": {"database_path": str(h.tmp / "data-master" / "router.sqlite"),
-                          "flush_interval": 0.2},
+            "cluster": {
+                "role": "master",
+                "node_id": "m",
+                "token": TOKEN,
+                "slave_urls": [surl],
+                "public_url": f"http://127.0.0.1:{mport}",
+                "health_interval": 0.3,
+            },
+            "analytics": {
+                "database_path": str(h.tmp / "data-master" / "router.sqlite"),
+                "flush_interval": 0.2,
+            },
         },
-    )  # fmt: skip
-    slave_models = {"fast": {"contextsize": 8192}, "tiny": {"contextsize": 1024},
-                    "pic2": {"image": True}, "eye2": vision(h, "eye2")}  # fmt: skip
+    )
+    slave_models = {
+        "fast": {"contextsize": 8192},
+        "tiny": {"contextsize": 1024},
+        "pic2": {"image": True},
+        "eye2": vision(h, "eye2"),
+    }
     slave = new_router(
-        h, name="s1", port=sport, kcpps_dir=folder(h, "s1", slave_models),
+        h,
+        name="s1",
+        port=sport,
+        kcpps_dir=folder(h, "s1", slave_models),
         extra={
-            "cluster": {"role": "slave", "node_id": "s1", "token": TOKEN, "public_url": surl,
-                        "master_url": f"http://127.0.0.1:{mport}", "sync_interval": 0.5},
-            "analytics": {"database_path": str(h.tmp / "data-s1" / "router.sqlite"),
-                          "flush_interval": 0.2},
+            "cluster": {
+                "role": "slave",
+                "node_id": "s1",
+                "token": TOKEN,
+                "public_url": surl,
+                "master_url": f"http://127.0.0.1:{mport}",
+                "sync_interval": 0.5,
+            },
+            "analytics": {
+                "database_path": str(h.tmp / "data-s1" / "router.sqlite"),
+                "flush_interval": 0.2,
+            },
         },
-    )  # fmt: skip
+    )
     return master, slave

@@ -17,6 +17,8 @@ from tests.ui.data_router import DataRouter
 from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster
 from tests.ui.test_lending_leases import BACKLOG, backlog
 from tests.ui.test_lending_live import SETTINGS, seed_decisions
+from tests.ui.test_overview import lane_row
+from tests.ui.test_overview_queue import _chat_in_background
 
 OUT = Path(os.environ.get("SCREENSHOT_DIR", Path(__file__).parents[2] / "docs" / "screenshots"))
 EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4"}
@@ -62,14 +64,43 @@ def test_screenshots(ui: GuardedPage) -> None:
         shoot_login(ui, theme)
 
 
+def test_overview_queue_screenshots(ui: GuardedPage) -> None:
+    """The Overview while two requests wait behind a load: the lane's queue with positions and
+    ETAs next to the load progress (issue 26)."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    ui.router.post("/router/v1/load", {"model": "slowpoke"})  # a measured load: ETAs in both
+    for theme in THEMES:
+        ui.router.reset()
+        ui.page.emulate_media(color_scheme=theme)
+        ui.goto("/router/ui/overview")
+        settle(ui)
+        threads = [_chat_in_background(ui.router.base, "slowpoke") for _ in range(2)]  # 4 s load
+        row = lane_row(ui, "text")
+        queue = row.get_by_role("list", name="Waiting for the text lane")
+        expect(row.get_by_role("progressbar", name="Loading slowpoke")).to_be_visible()
+        expect(queue.get_by_role("listitem")).to_have_count(2)
+        ui.page.screenshot(path=str(OUT / f"overview-queue-{theme}.png"))
+        for thread in threads:
+            thread.join(30)
+
+
 def shoot_login(ui: GuardedPage, theme: str) -> None:
     """The sign-in view as a secure router shows it (the session answer says so)."""
 
     def secure(route: Route) -> None:
-        body = {"authenticated": False, "login_required": True, "profile": "secure",
-                "csrf_token": None, "expires_at": None,
-                "node": {"node_id": "local", "version": "0.1.0", "bind": "0.0.0.0:8080",
-                         "profile": "secure"}}  # fmt: skip
+        body = {
+            "authenticated": False,
+            "login_required": True,
+            "profile": "secure",
+            "csrf_token": None,
+            "expires_at": None,
+            "node": {
+                "node_id": "local",
+                "version": "0.1.0",
+                "bind": "0.0.0.0:8080",
+                "profile": "secure",
+            },
+        }
         route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
 
     ui.page.route("**/router/v1/ui/session", secure)
@@ -119,8 +150,10 @@ LENDING_SECTIONS = {
 def test_lending_screenshots(lending: LendingCluster, page: Page, tmp_path: Path) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     lending.reset()
-    link = {"anchor": {"node_id": "m", "model_id": "slow"},
-            "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
+    link = {
+        "anchor": {"node_id": "m", "model_id": "slow"},
+        "lends_to": [{"node_id": "s1", "model_id": "fast"}],
+    }
     assert lending.http.post(TEXT_LINKS, json=link).status_code == 200
     guardian = {
         "scope": "model",

@@ -14,16 +14,36 @@ from tests.ui.conftest import GuardedPage, wait_until
 # What each page shows once its data is in, and the API calls its first load makes:
 # the session, the event stream, then the page's own snapshot reads (never one per row).
 PAGES: dict[str, tuple[str, str, list[str]]] = {
-    "overview": ("Overview", "table", ["/ui/session", "/events", "/status", "/site/load-errors", "/site/load-captures"]),
+    "overview": (
+        "Overview",
+        "table",
+        ["/ui/session", "/events", "/status", "/site/load-errors", "/site/load-captures"],
+    ),
     "models": ("Models", "table", ["/ui/session", "/events", "/models"]),
     "config": ("Config", "table", ["/ui/session", "/events", "/models"]),
-    "config?id=alpha": ("Config", "textarea", ["/ui/session", "/events", "/models", "/site/config-file/alpha"]),
-    "models?model=beta": ("Models", ".detail table", ["/ui/session", "/events", "/models", "/site/inventory", "/site/config-file/beta"]),
+    "config?id=alpha": (
+        "Config",
+        "textarea",
+        ["/ui/session", "/events", "/models", "/site/config-file/alpha"],
+    ),
+    "models?model=beta": (
+        "Models",
+        ".detail table",
+        ["/ui/session", "/events", "/models", "/site/inventory", "/site/config-file/beta"],
+    ),
     "nodes": ("Nodes", "table", ["/ui/session", "/events", "/site/inventory", "/site/nodes/state"]),
     "lending": ("Lending", "select", ["/ui/session", "/events", "/models"]),
-    "lending?section=links&lane=text&model=alpha": ("Lending", "table", ["/ui/session", "/events", "/models", "/site/text-routing-groups"]),
-    "lending?section=guardians": ("Lending", "table", ["/ui/session", "/events", "/models", "/site/guardian-models"]),
-}  # fmt: skip
+    "lending?section=links&lane=text&model=alpha": (
+        "Lending",
+        "table",
+        ["/ui/session", "/events", "/models", "/site/text-routing-groups"],
+    ),
+    "lending?section=guardians": (
+        "Lending",
+        "table",
+        ["/ui/session", "/events", "/models", "/site/guardian-models"],
+    ),
+}
 AXE = Axe()
 
 

@@ -33,8 +33,11 @@ def test_a_run_from_the_page_shows_progress_result_and_history(
     with ui.page.expect_request("**/router/v1/benchmarks/run") as run_request:
         ui.page.get_by_role("button", name="Run benchmark").click()
     assert run_request.value.post_data_json == {
-        "model_id": "alpha", "type": "section", "iterations": 1, "sections": ["runtime", "llm"],
-    }  # fmt: skip
+        "model_id": "alpha",
+        "type": "section",
+        "iterations": 1,
+        "sections": ["runtime", "llm"],
+    }
     expect(ui.page.get_by_role("button", name="Running…")).to_be_disabled()
 
     result = ui.page.get_by_role("table", name="Sections of this run")

@@ -74,8 +74,7 @@ def test_axe_finds_no_serious_violation_in_either_theme(
     axe = Axe()
     found: dict[str, list[str]] = {}
     views = [(pid, q) for pid, (_, q, _, _) in PAGES.items()]
-    views += [("captures", f"attempt={data_ui_router.ids['paged']}"),
-              ("analytics", "range=30d")]  # fmt: skip
+    views += [("captures", f"attempt={data_ui_router.ids['paged']}"), ("analytics", "range=30d")]
     for page_id, query in views:
         _open(ui, page_id, query)
         ui.page.wait_for_load_state("networkidle")

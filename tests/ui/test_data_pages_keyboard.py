@@ -77,8 +77,17 @@ def test_clear_all_by_keyboard_ends_on_what_happened(
     data_ui_router: DataRouter, data_ui: GuardedPage
 ) -> None:
     ui = data_ui
-    error = {"id": 1, "time": 1.0, "node_id": "n", "model": "m", "backend": "llamacpp",
-             "reason": "r", "exit_code": 1, "output_tail": None, "attempt_id": None}  # fmt: skip
+    error = {
+        "id": 1,
+        "time": 1.0,
+        "node_id": "n",
+        "model": "m",
+        "backend": "llamacpp",
+        "reason": "r",
+        "exit_code": 1,
+        "output_tail": None,
+        "attempt_id": None,
+    }
     reads: list[int] = []
 
     def listing(route: Route) -> None:

@@ -58,7 +58,11 @@ def hub_router(
     process = RouterProcess(h)
     library = h.tmp / "library"
     config = yaml.safe_load(process.config.read_text())
-    config["downloads"] = {"endpoint": hub.hub.endpoint, "dir": str(library), "free_space_reserve_gb": 0}  # fmt: skip
+    config["downloads"] = {
+        "endpoint": hub.hub.endpoint,
+        "dir": str(library),
+        "free_space_reserve_gb": 0,
+    }
     process.config.write_text(yaml.safe_dump(config))
     run_async(process.start())
     router = UiRouter(process, h)

@@ -21,8 +21,10 @@ from tests.ui.test_lending_page import check_sections
 
 SETTINGS = "/router/v1/site/offload/settings"
 DECISIONS = "/router/v1/site/offload/decisions"
-LINK = {"anchor": {"node_id": "m", "model_id": "slow"},
-        "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
+LINK = {
+    "anchor": {"node_id": "m", "model_id": "slow"},
+    "lends_to": [{"node_id": "s1", "model_id": "fast"}],
+}
 
 
 def by_key(lending: LendingCluster) -> dict[str, dict[str, Any]]:
@@ -88,8 +90,16 @@ def test_settings_save_refuse_and_default(lending_ui: GuardedPage, lending: Lend
 
 
 def folded_count(rows: list[dict[str, Any]]) -> int:
-    keys = ("kind", "trigger", "outcome", "lane", "owner_node_id", "owner_model_id",
-            "helper_node_id", "helper_model_id")  # fmt: skip
+    keys = (
+        "kind",
+        "trigger",
+        "outcome",
+        "lane",
+        "owner_node_id",
+        "owner_model_id",
+        "helper_node_id",
+        "helper_model_id",
+    )
     count, last = 0, None
     for row in rows:
         sig = json.dumps([[row.get(k) or "" for k in keys], row.get("reasons") or []])
@@ -123,8 +133,22 @@ def seed_decisions(lending: LendingCluster) -> None:
             lane = "image"
         owner, helper = ("pic", "pic2") if lane == "image" else ("slow", "fast")
         detail = json.dumps({"seeded": i})
-        rows.append((now - SEEDED + i, kind, trigger, outcome, json.dumps(reasons), lane,
-                     "m", owner, "s1", helper, "0.1.0", detail))  # fmt: skip
+        rows.append(
+            (
+                now - SEEDED + i,
+                kind,
+                trigger,
+                outcome,
+                json.dumps(reasons),
+                lane,
+                "m",
+                owner,
+                "s1",
+                helper,
+                "0.1.0",
+                detail,
+            )
+        )
     with sqlite3.connect(lending.master_db) as db:
         db.execute("DELETE FROM offload_decisions")
         db.executemany(

@@ -133,8 +133,10 @@ def test_a_refused_save_is_shown_and_the_form_is_kept(
 
 
 def test_remove_all_links(lending_ui: GuardedPage, lending: LendingCluster) -> None:
-    body = {"anchor": {"node_id": "m", "model_id": "slow"},
-            "lends_to": [{"node_id": "s1", "model_id": "fast"}]}  # fmt: skip
+    body = {
+        "anchor": {"node_id": "m", "model_id": "slow"},
+        "lends_to": [{"node_id": "s1", "model_id": "fast"}],
+    }
     assert lending.http.post(TEXT_LINKS, json=body).status_code == 200
     lending_ui.goto("/router/ui/lending?section=links&lane=text&node=m&model=slow")
     held_table = lending_ui.page.locator("main table", has_text="Links the router holds")

@@ -15,8 +15,14 @@ NODE = {"node_id": "local", "version": "0.1.0", "bind": "127.0.0.1:8080", "profi
 
 
 def session_answer(authenticated: bool) -> dict[str, Any]:
-    return {"authenticated": authenticated, "login_required": True, "profile": "secure",
-            "csrf_token": "tok-1" if authenticated else None, "expires_at": None, "node": NODE}  # fmt: skip
+    return {
+        "authenticated": authenticated,
+        "login_required": True,
+        "profile": "secure",
+        "csrf_token": "tok-1" if authenticated else None,
+        "expires_at": None,
+        "node": NODE,
+    }
 
 
 def fake_session(page: Page, keys: dict[str, int]) -> list[dict[str, Any]]:

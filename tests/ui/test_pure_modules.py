@@ -51,10 +51,17 @@ def test_models_view_filters_and_reducer(ui: GuardedPage) -> None:
     """
     got = run(ui, "pages/models.js", body)
     assert got == {
-        "all": ["chat-q4", "chat-q10", "img"], "q": ["img"], "lane": ["chat-q4", "img"],
-        "state": ["img"], "family": ["chat-q10"], "desc": ["img", "chat-q10", "chat-q4"],
-        "loading": "loading", "untouched": "unloaded", "catalog": "symbol", "unknown": True,
-    }  # fmt: skip
+        "all": ["chat-q4", "chat-q10", "img"],
+        "q": ["img"],
+        "lane": ["chat-q4", "img"],
+        "state": ["img"],
+        "family": ["chat-q10"],
+        "desc": ["img", "chat-q10", "chat-q4"],
+        "loading": "loading",
+        "untouched": "unloaded",
+        "catalog": "symbol",
+        "unknown": True,
+    }
 
 
 def test_overview_reducer_and_usual_load_time(ui: GuardedPage) -> None:

@@ -52,8 +52,11 @@ def tiny_llama(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(
         [vllm_python, "-m", "router.demo_models.hf_llama", str(out)],
-        cwd=REPO, env=env, check=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        check=True,
+        timeout=120,
+    )
     return out
 
 

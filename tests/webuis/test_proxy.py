@@ -71,15 +71,19 @@ async def test_catalog_session_and_load(harness: RouterHarness, uis: list[UiList
     assert (llama["enabled"], llama["active"], llama["active_model_id"]) == (False, False, None)
     assert [m["model_id"] for m in llama["compatible_models"]] == ["chat", "other"]
 
-    assert (await client.post(f"{SITE}/session", json={"id": "llama", "enabled": True}, headers=AUTH)).json() == {
-        "ok": True, "id": "llama", "enabled": True
-    }  # fmt: skip
+    assert (
+        await client.post(f"{SITE}/session", json={"id": "llama", "enabled": True}, headers=AUTH)
+    ).json() == {"ok": True, "id": "llama", "enabled": True}
     assert h.runtimes.views() == ()  # enabling starts nothing
     r = await load(h, "llama", "other")
     assert r.status_code == 200, r.text
     assert r.json() == {
-        "ok": True, "id": "llama", "url": "/router/webuis/llama/", "model_id": "other", "image_id": None
-    }  # fmt: skip
+        "ok": True,
+        "id": "llama",
+        "url": "/router/webuis/llama/",
+        "model_id": "other",
+        "image_id": None,
+    }
     llama = (await client.get(SITE, headers=AUTH)).json()["data"][0]
     assert (llama["enabled"], llama["active"], llama["active_model_id"]) == (True, True, "other")
 
@@ -287,8 +291,15 @@ async def test_headers_redirects_and_streams(harness: RouterHarness, uis: list[U
     assert echo.status_code == 200, echo.text
     seen = {k.lower() for k in echo.json()["headers"]}
     assert "x-kept" in seen and echo.json()["query"] == "a=1&b= "
-    for name in ("authorization", "cookie", "x-forwarded-for", "x-forwarded-host", "forwarded",
-                 "x-real-ip", "proxy-secret"):  # fmt: skip
+    for name in (
+        "authorization",
+        "cookie",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "forwarded",
+        "x-real-ip",
+        "proxy-secret",
+    ):
         assert name not in seen, name
 
     for target, expected in (

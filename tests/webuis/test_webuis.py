@@ -120,8 +120,14 @@ def test_refused_paths(kind: str, tail: str, method: str) -> None:
 def test_every_kind_is_listed_once_with_a_ui_path_ending_in_a_slash() -> None:
     ids = [k.id for k in KINDS]
     assert ids == [
-        "kobold-lite", "kobold-lcpp", "kobold-sd", "kobold-music", "llama", "sdcpp", "whispercpp"
-    ]  # fmt: skip
+        "kobold-lite",
+        "kobold-lcpp",
+        "kobold-sd",
+        "kobold-music",
+        "llama",
+        "sdcpp",
+        "whispercpp",
+    ]
     assert all(k.ui_path.startswith("/") and k.ui_path.endswith("/") for k in KINDS)
 
 

@@ -8,21 +8,27 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import CATALOG, RUNTIMES, SETTINGS, SHUTDOWN
+from router.appkeys import CATALOG, RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
-from router.memory.status import Held, machine_devices, memory_status
 from router.runtime import primary_lane
 
 TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
 _LANES = tuple(lane.value for lane in Lane)
+_MEMORY_KEYS = ("device", "bytes", "source")
 
 
 async def load(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, required=True)
     config = request.app[CATALOG].require(body.get("model"))
     lane = _lane_for(config, body.get("lane"), str(body["model"]))
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise BadRequest("dry_run must be true or false", param="dry_run")
+    if dry_run:  # what a load would evict, and whether it fits: loads nothing
+        plan = await request.app[RUNTIMES].plan(config, lane)
+        return web.json_response(plan.answer() | {"model": body["model"]})
     loaded = await request.app[RUNTIMES].load(config, lane)
     return web.json_response(
         {"model": body["model"], "status": loaded.state.value, "runtime": loaded.key}
@@ -58,14 +64,11 @@ async def shutdown(request: web.Request) -> web.StreamResponse:
 async def status(request: web.Request) -> web.StreamResponse:
     runtimes = request.app[RUNTIMES]
     snapshot = runtimes.snapshot()
-    held = [Held(v.key, v.config, v.lane, v.family, v.state.value) for v in runtimes.views()]
-    settings = request.app[SETTINGS]
-    # Discovery (once) and estimates read NVML and model headers (cached): off the event loop.
-    memory, devices = await asyncio.to_thread(
-        lambda: memory_status(held, settings, machine_devices())
-    )
+    # The live ledger the manager decides on (estimates computed off the loop, cached).
+    memory, devices = await runtimes.memory_status()
     for entry in snapshot:
-        entry["memory"] = memory.get(entry["runtime"])
+        held = memory.get(entry["runtime"])
+        entry["memory"] = None if held is None else {k: held[k] for k in _MEMORY_KEYS}
     return web.json_response(
         {
             "runtimes": snapshot,

@@ -3,7 +3,7 @@ ComfyUI, speech and realtime. Every request they take goes through `forward.forw
 select -> resolve -> lease -> forward -> record (or `forward_to` one known runtime).
 
 `HANDLERS` merges the modules' tables (handler name -> coroutine; the names are the `handler`
-field of router/classify.py's route table). The other API packages import this face only.
+field of router/classify/table.py's route table). The other API packages import this face only.
 """
 
 from router.api.inference import (

@@ -15,7 +15,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from backends.registry import adapter_for
-from router.api.inference import announce_wait
+from router.api.inference import announce_wait, selectorless
 from router.api.inference.guardian import answering
 from router.api.inference.pins import pinned_target, pinning
 from router.api.node import embeddings_target, relay, remote_target
@@ -90,6 +90,9 @@ class Override:
     # Answered by the router for the chosen model without leasing (so never loading) a
     # runtime: Ollama's unload request.
     unleased: Callable[[ModelConfig, Lane], Awaitable[web.StreamResponse]] | None = None
+    # The lane of the runtime the handler chose, when it is not the route's: an unnamed
+    # Ollama embedding request passed to the default embedding backend (a text runtime).
+    lane: Lane | None = None
 
     @property
     def plain(self) -> bool:
@@ -254,10 +257,10 @@ async def _forward(
         if override.here is not None:
             override = override.here()
             selection = override.selection
-        config, public_id, lane = _choose(request, route, selection)
+        config, public_id, lane = _choose(request, route, selection, override.lane)
         info.model, info.lane = public_id, lane.value
         local = LocalFacts(
-            lane is Lane.TEXT and _needs_guardian(config, selection),
+            (route.lane or Lane.TEXT) is Lane.TEXT and _needs_guardian(config, selection),
             lending.owner.lendable(request, selection, config, lane) if override.plain else (),
         )
     placement = place(facts, local)
@@ -520,7 +523,7 @@ def _path(path_qs: str) -> str:
 
 
 def _choose(
-    request: web.Request, route: Route, selection: Selection
+    request: web.Request, route: Route, selection: Selection, chosen: Lane | None = None
 ) -> tuple[ModelConfig, str, Lane]:
     catalog = request.app[CATALOG]
     lane = route.lane or Lane.TEXT
@@ -530,7 +533,7 @@ def _choose(
                 f'{route.template} needs a "model": one of {", ".join(catalog.text_ids()) or "(none configured)"}',
                 param="model",
             )
-        config = _fallback(request, lane)
+        config, lane = _fallback(request, lane)
         return (
             config,
             (config.image_id if lane is Lane.IMAGE and config.image_id else config.id),
@@ -544,15 +547,18 @@ def _choose(
         raise BadRequest(
             f"{selection.model!r} is an image model; use /v1/images/generations or /sdapi/v1/txt2img"
         )
-    return config, selection.model, lane
+    return config, selection.model, chosen or lane
 
 
-def _fallback(request: web.Request, lane: Lane) -> ModelConfig:
+def _fallback(request: web.Request, lane: Lane) -> tuple[ModelConfig, Lane]:
     """No selector: the lane's active runtime, else the only config that serves it. An unnamed
-    embeddings request never loads a model (too costly a guess)."""
+    embeddings request never loads a model (too costly a guess): it goes to the default
+    embedding backend or is refused (router/api/inference/selectorless.py)."""
+    if lane is Lane.EMBEDDINGS:
+        return selectorless.local_embeddings(request, request.path, request.method)
     configs = request.app[CATALOG].configs()
     views = request.app[RUNTIMES].views()
-    return choose_config(None, lane, configs, views, load_unnamed=lane is not Lane.EMBEDDINGS)
+    return choose_config(None, lane, configs, views), lane
 
 
 def _check_served(

@@ -110,6 +110,9 @@ async def ps(request: web.Request) -> web.StreamResponse:
         if v.ready and v.occupies & {Lane.TEXT, Lane.EMBEDDINGS}
     }
     configs = [c for c in _text_configs(request) if c.id in loaded]
+    # `size` and `size_vram` are what the memory ledger says the runtime holds (all devices,
+    # and the GPUs' part), so `ollama ps` shows the real CPU/GPU split (docs/residency.md).
+    memory, _ = await request.app[RUNTIMES].memory_status()
     now = time.time()
     models = []
     for config, header in zip(configs, await _headers(request, configs), strict=True):
@@ -117,7 +120,10 @@ async def ps(request: web.Request) -> web.StreamResponse:
         entry = _tag(config, header)
         entry.pop("modified_at")
         entry["expires_at"] = meta.expires_at(view.keep_alive, view.idle_deadline, now)
-        entry["size_vram"] = 0
+        held = memory.get(view.key)
+        if held is not None:
+            entry["size"] = held["bytes"]
+        entry["size_vram"] = _gpu_bytes(held)
         entry["context_length"] = meta.context_length(context_length(config), header)
         models.append(entry)
     for public in remote_only(request, TEXT_SIDE):
@@ -127,6 +133,12 @@ async def ps(request: web.Request) -> web.StreamResponse:
             entry.update({"expires_at": "0001-01-01T00:00:00Z", "size_vram": 0})
             models.append(entry)
     return web.json_response({"models": models})
+
+
+def _gpu_bytes(held: dict[str, Any] | None) -> int:
+    if held is None:
+        return 0
+    return sum(b for d, b in held["by_device"].items() if d != "host")
 
 
 async def version(request: web.Request) -> web.StreamResponse:

@@ -9,6 +9,7 @@ by the proxy (router/ollama/translation.py, docs/ollama.md). Errors are always
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from functools import partial
@@ -18,12 +19,14 @@ from aiohttp import web
 
 from router import ollama as tr
 from router.api.inference import forward as forwarder
+from router.api.inference import selectorless
 from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import Handler, read_json, upstream_request_headers
 from router.errors import BadRequest
 from router.forwarding import Selection
+from router.forwarding.selector import check_model, select_from_header, select_from_query
 from router.runtime import Lease
 
 # Headers the router sets itself on a translated request: the body is new JSON, and the
@@ -65,13 +68,34 @@ async def _handle(request: web.Request, op: tr.LoadKind) -> web.StreamResponse:
 async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> forwarder.Override:
     """What to forward: the body as it is to KoboldCpp, else its OpenAI translation."""
     raw, body = await _read_body(request)
-    name = body.get("model")
+    name, source = body.get("model"), "json:model"
+    if op in ("embed", "embeddings"):
+        # An embedding route: the contract's selectors (body, query, header) say whether the
+        # request names a model at all.
+        name, source = _embedding_selector(request, body)
+        if name is None:
+            # Selectorless embeddings, as on /v1/embeddings: placed like them (a master's
+            # rotation), then served here by the same rule (docs/decisions.md).
+            unnamed = partial(_here_unnamed, request, op, started_ns, body)
+            return forwarder.Override(Selection(None, raw, True), here=unnamed)
     if isinstance(name, str) and name:
         name = tr.canonical_name(name)
         here = partial(_here, request, op, started_ns, raw, body, name)
         # Another cluster node may serve it as sent: that node translates it for its backend.
-        return forwarder.Override(Selection(name, raw, True, "json:model"), here=here)
+        return forwarder.Override(Selection(name, raw, True, source), here=here)
     return _here(request, op, started_ns, raw, body, name)
+
+
+def _embedding_selector(request: web.Request, body: dict[str, Any]) -> tuple[str | None, str]:
+    """The model an embedding request names, and where: `"model": null` or blank is none."""
+    named = check_model(body.get("model"), '"model"')
+    if named is not None:
+        return named, "json:model"
+    header = select_from_header(request.headers)
+    if header is not None:
+        return header, "header"
+    query = select_from_query(request.query, ("model",))
+    return (query[0], "query:model") if query is not None else (None, "")
 
 
 def _here(
@@ -85,7 +109,9 @@ def _here(
     """Served on this node: the body as it is to KoboldCpp, else its OpenAI translation."""
     config = request.app[CATALOG].require(name)
     public: str = name if isinstance(name, str) else body["model"]  # the ID the router selects by
-    sent: str = body["model"]  # answers name the model as it was sent (Ollama does)
+    # Answers name the model as it was sent (Ollama does); by a header or query: its ID.
+    given = body.get("model")
+    sent: str = given if isinstance(given, str) and given.strip() else public
     lane = _lane(op, config)
     keep_alive = tr.parse_keep_alive(body.get("keep_alive"))
     path = _PATH_OF[op]
@@ -95,6 +121,35 @@ def _here(
         # KoboldCpp answers /api/chat and /api/generate itself (not /api/embed: translated).
         selection = Selection(public, raw, True, "json:model")
         return forwarder.Override(selection, keep_alive=keep_alive)
+    return _translated(request, op, started_ns, body, public, sent, keep_alive)
+
+
+def _here_unnamed(
+    request: web.Request, op: tr.LoadKind, started_ns: int, body: dict[str, Any]
+) -> forwarder.Override:
+    """An embedding request without a model, served on this node: the runtime the selectorless
+    rule picks (never a load), named in the answer as Ollama names a model."""
+    config, lane = selectorless.local_embeddings(request, tr.EMBEDDINGS_PATH, "POST")
+    keep_alive = tr.parse_keep_alive(body.get("keep_alive"))
+    if tr.is_load_request(op, body):
+        if keep_alive == 0:  # an unload must say what to unload
+            raise BadRequest('name the model to unload in "model"', param="model")
+        override = _load_or_unload(request, op, config.id, config.id, tr.EMBEDDINGS_PATH, None)
+    else:
+        override = _translated(request, op, started_ns, body, config.id, config.id, keep_alive)
+    return dataclasses.replace(override, lane=lane)
+
+
+def _translated(
+    request: web.Request,
+    op: tr.LoadKind,
+    started_ns: int,
+    body: dict[str, Any],
+    public: str,
+    sent: str,
+    keep_alive: float | None,
+) -> forwarder.Override:
+    """The OpenAI request for the backend, its answer translated back to Ollama's shape."""
     path, oai = _request(op, body, public)  # the rewriter puts in the backend's own model ID
     dimensions = tr.embed_dimensions(body) if op in ("embed", "embeddings") else None
 

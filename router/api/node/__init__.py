@@ -1,7 +1,7 @@
 """Router to router: the node routes `/router/v1/node/...` (cluster token only), and the
 master's relays to its nodes: inference for a model a slave serves (`relay`), site calls that
-name another node (`relayable`), site reads merged over the whole cluster (`FANOUT`), and the
-cluster's models in the client listings (`cluster_models`).
+name another node (`relay_named`, the dispatcher's step), site reads merged over the whole
+cluster (`FANOUT`), and the cluster's models in the client listings (`cluster_models`).
 
 `HANDLERS` is the node routes' table. The client surfaces (router/api/inference) and the site
 routes import the relays from this face.
@@ -20,7 +20,7 @@ from router.api.node.cluster_models import (
 from router.api.node.embeddings_relay import embeddings_target
 from router.api.node.inference_relay import relay, remote_target, stt_target, target_on
 from router.api.node.site_fanout import FANOUT
-from router.api.node.site_relay import relay_named, relayable
+from router.api.node.site_relay import relay_named
 from router.edge import Handler
 
 HANDLERS: dict[str, Handler] = {**node.HANDLERS}
@@ -36,7 +36,6 @@ __all__ = [
     "openai_entry",
     "relay",
     "relay_named",
-    "relayable",
     "remote_only",
     "remote_target",
     "router_entry",

@@ -119,7 +119,7 @@ async def _dispatch_inner(
 async def site(request: web.Request) -> web.StreamResponse:
     """The master's site or benchmark call for this node, served by this node's handlers.
 
-    Its row is a copy of the management row (router/classify.py `_node_copies`), so the method
+    Its row is a copy of the management row (router/classify/nodes.py `_node_copies`), so the method
     was checked already; the inner match gives the management route and its parameters."""
     path = management_path(request.path)
     found = match(request.method, path)

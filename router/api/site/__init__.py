@@ -1,5 +1,5 @@
 """The site APIs, `/router/v1/site/...` and `/router/v1/benchmarks` (admin key): the store's
-analytics and captures, the model inventory, files and assets, configurations, downloads,
+analytics and captures, the model inventory and the models' on/off switch, files and assets, configurations, downloads,
 backend setup, benchmarks, backend WebUIs, guardians and lending's links, settings, decisions
 and summary. On a master a call that names another node is relayed there (router/api/node).
 
@@ -18,6 +18,7 @@ from router.api.site import (
     lending_decisions,
     lending_settings,
     lending_summary,
+    models_state,
     setup,
     store,
     webuis,
@@ -43,6 +44,7 @@ HANDLERS: dict[str, Handler] = {
     **webuis.HANDLERS,
     **downloads.HANDLERS,
     **setup.HANDLERS,
+    **models_state.HANDLERS,
 }
 
 __all__ = [

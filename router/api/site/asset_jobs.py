@@ -22,7 +22,7 @@ from aiohttp import web
 from router.appkeys import DOWNLOADS, SITE_FILES, STORE
 from router.downloads import Downloads, State, UnsafeName
 from router.downloads.assets import hf_uri, pinned_origin
-from router.edge import addressed_node, node_of
+from router.edge import addressed_node
 from router.errors import NotFound, RouterError, ServiceUnavailable
 from router.site import SiteFiles
 
@@ -44,7 +44,7 @@ def _service(request: web.Request) -> Downloads:
 async def start(
     request: web.Request, body: dict[str, Any], document: Document, resolve_doc: ResolveDoc
 ) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     service = _service(request)
     name, doc = await document(request, body)
     results = await resolve_doc(request.app[SITE_FILES], doc)  # a malformed document is a 400 now

@@ -21,7 +21,7 @@ from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
 from router.config.kcpps import KcppsError, parse_kcpps
 from router.downloads.names import is_sha256
-from router.edge import node_of
+from router.edge import addressed_node
 from router.errors import BadRequest, Conflict, NotFound
 from router.site import write_atomic
 
@@ -67,7 +67,7 @@ def _replaced(
 async def substitute(
     request: web.Request, body: dict[str, Any], find_config: FindConfig
 ) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     config = find_config(request, body)
     field, position, key = _key(body)
     expected, wanted = _hash(body, "expected_sha256"), _hash(body, "sha256")

@@ -20,7 +20,7 @@ from router.api.site import asset_jobs, asset_substitute, assets_hub
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
 from router.config import ModelConfig
 from router.config.kcpps import ID_PATTERN, MAX_KCPPS_BYTES, KcppsError, parse_kcpps
-from router.edge import Handler, addressed_node, match_of, node_of, read_json
+from router.edge import Handler, addressed_node, match_of, read_json
 from router.errors import (
     BadRequest,
     Conflict,
@@ -54,7 +54,7 @@ def _config(request: web.Request, body: Mapping[str, Any]) -> ModelConfig:
 
 
 async def export(request: web.Request, body: dict[str, Any]) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     config = _config(request, body)
     site = request.app[SITE_FILES]
     stats = await site.stats(str(p) for p in config.components.values())
@@ -143,12 +143,12 @@ async def _resolve_item(request: web.Request, item: Mapping[str, Any]) -> dict[s
 
 
 async def resolve(request: web.Request, body: dict[str, Any]) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     return web.json_response({"node_id": node_id, **await _resolve_item(request, body)})
 
 
 async def resolve_batch(request: web.Request, body: dict[str, Any]) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     items = body.get("items")
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise BadRequest("items must be a list of objects", param="items")
@@ -159,7 +159,7 @@ async def resolve_batch(request: web.Request, body: dict[str, Any]) -> web.Respo
 
 
 async def import_portable(request: web.Request, body: dict[str, Any]) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     model_id, doc = body.get("id"), body.get("kcpps")
     if not isinstance(model_id, str) or not ID_PATTERN.match(model_id):
         raise BadRequest("id must be 1-128 letters, digits, '.', '_' or '-'", param="id")

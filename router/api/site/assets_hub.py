@@ -15,7 +15,7 @@ from router.appkeys import DOWNLOADS, STORE
 from router.downloads import Downloads, UnsafeName
 from router.downloads.assets import hf_uri
 from router.downloads.names import check_path, check_repo_id, is_commit, is_sha256
-from router.edge import node_of
+from router.edge import addressed_node
 from router.errors import BadRequest, Conflict, ServiceUnavailable
 
 
@@ -45,7 +45,7 @@ def _no_token(body: dict[str, Any]) -> None:
 
 
 async def candidates(request: web.Request, body: dict[str, Any]) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     sha, filename = _sha(body), body.get("filename")
     _no_token(body)
     if not isinstance(filename, str) or not filename or "/" in filename or len(filename) > 255:
@@ -70,7 +70,7 @@ async def candidates(request: web.Request, body: dict[str, Any]) -> web.Response
 
 
 async def bind(request: web.Request, body: dict[str, Any]) -> web.Response:
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     sha = _sha(body)
     _no_token(body)
     try:

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from router.appkeys import BENCHMARKS, CATALOG, EVENTS, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import benchmarks_service, listing, parse_run_request
-from router.edge import Handler, addressed_node, node_of, read_json
+from router.edge import Handler, addressed_node, read_json
 from router.errors import BadRequest, ModelNotFound
 
 DEFAULT_HISTORY = 20
@@ -54,7 +54,7 @@ async def list_runs(request: web.Request) -> web.StreamResponse:
 async def run(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, required=True)
     # Every field is checked before anything starts or is stored.
-    node_of(request, body)
+    addressed_node(request)
     wanted = parse_run_request(body)
     config = request.app[CATALOG].resolve(wanted.model_id)
     if config is None:

@@ -25,7 +25,7 @@ from router import site
 from router.appkeys import CATALOG, SETTINGS
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, addressed_node, match_of, node_of, read_json
+from router.edge import Handler, addressed_node, match_of, read_json
 from router.errors import BadRequest, Conflict, NotFound
 from router.site import Finding
 from router.store.captures import sanitize_kcpps
@@ -145,7 +145,7 @@ def _validation(draft: Draft, node_id: str) -> list[dict[str, Any]]:
 
 async def _config_file(request: web.Request, apply: bool) -> web.Response:
     body = await read_json(request, required=True)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     config_id, filename = site.config_name(body)
     overwrite = _flag(body, "overwrite")
     kept, screened = site.screen_options(_options(body))
@@ -170,7 +170,7 @@ async def _config_file(request: web.Request, apply: bool) -> web.Response:
 
 async def _config_file_delete(request: web.Request) -> web.Response:
     body = await read_json(request) or dict(request.query)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     config_id, filename = site.config_name(body)
     folder = request.app[SETTINGS].models.config_dir
     catalog = request.app[CATALOG]
@@ -188,7 +188,7 @@ async def _config_file_delete(request: web.Request) -> web.Response:
 
 async def _cook(request: web.Request, apply: bool) -> web.Response:
     body = await read_json(request, required=True)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     cook_id = site.plain_name(body.get("id"), "id")
     overwrite = _flag(body, "overwrite")
     kept, screened = site.screen_options(_options(body))
@@ -247,8 +247,7 @@ def _plan(request: web.Request, node_id: str, draft: Draft, plan: site.CookPlan)
 
 
 async def _cook_delete(request: web.Request, tail: str) -> web.Response:
-    body = await read_json(request)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     cook_id = site.plain_name(tail, "id")
     filename = cook_id + site.SUFFIX
     folder = request.app[SETTINGS].models.config_dir
@@ -287,7 +286,7 @@ def _read_mark(marks: Path, cook_id: str) -> dict[str, Any] | None:
     return mark if isinstance(mark, dict) else None
 
 
-# ---- the route table's handlers (router/classify.py: one row each) ---------------------------
+# ---- the route table's handlers (router/classify/table.py: one row each) ---------------------
 
 
 async def _config_file_route(request: web.Request) -> web.Response:

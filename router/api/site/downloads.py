@@ -1,6 +1,6 @@
 """`/router/v1/site/download/...` (admin): Hugging Face search, repository, plan, jobs
 with server-sent progress, the library (docs/downloads.md). One route-table row per action
-(router/classify.py); every action takes `node_id` (default this node).
+(router/classify/table.py); every action takes `node_id` (default this node).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from router.downloads import (
     repository_of,
     search_query,
 )
-from router.edge import Handler, addressed_node, match_of, node_of, read_json
+from router.edge import Handler, addressed_node, match_of, read_json
 from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import encode_event
@@ -116,7 +116,7 @@ def _posted(action: Action) -> Handler:
 
     async def handler(request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
-        node_of(request, body)
+        addressed_node(request)
         return await action(request, _service(request), body)
 
     return handler
@@ -129,13 +129,13 @@ async def library_route(request: web.Request) -> web.StreamResponse:
 
 async def job_route(request: web.Request) -> web.StreamResponse:
     service = _service(request)
-    node_of(request)
+    addressed_node(request)
     return web.json_response(service.get(match_of(request).params["job_id"]).to_json())
 
 
 async def events_route(request: web.Request) -> web.StreamResponse:
     service = _service(request)
-    node_of(request)
+    addressed_node(request)
     return await events(request, service.get(match_of(request).params["job_id"]))
 
 
@@ -144,7 +144,7 @@ def _job_action(name: str) -> Handler:
 
     async def handler(request: web.Request) -> web.StreamResponse:
         service = _service(request)
-        node_of(request, await read_json(request))
+        addressed_node(request)
         job = await getattr(service, name)(match_of(request).params["job_id"])
         return web.json_response(job.to_json())
 

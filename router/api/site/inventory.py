@@ -6,17 +6,18 @@ cluster layer will route those; until then this node answers only for itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
 from router.api.site.setup import backends_state
-from router.appkeys import CATALOG, CLUSTER, RUNTIMES, SETTINGS, SITE_FILES, STORE
+from router.appkeys import CATALOG, CLUSTER, KV_CACHES, RUNTIMES, SETTINGS, SITE_FILES, STORE
 from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, addressed_node, node_of, read_json
+from router.edge import Handler, addressed_node, read_json
 from router.errors import BadRequest, Conflict, ModelNotFound, NotFound
 from router.site import SiteFiles, file_records, model_record, runtime_record
 from router.site.hardware import hardware
@@ -104,6 +105,10 @@ async def inventory(request: web.Request) -> web.Response:
     for record in models:  # the newest benchmark run of each model, as /router/v1/models has
         row = benchmarks.get(record["id"])
         record["benchmark"] = None if row is None else Summary.from_row(row).to_dict()
+    kv = request.app[KV_CACHES]  # stats files and finds the binary: off the event loop
+    kv_status = await asyncio.to_thread(lambda: {c.id: kv.status(c) for c in configs})
+    for record in models:
+        record["kv_persist"] = kv_status.get(record["id"])
     files = file_records(scanned, digests, configs, component_stats) if include_files else None
     settings = request.app[SETTINGS]
     summary = _node_summary(request, [m["id"] for m in models], len(scanned) if files else None)
@@ -149,7 +154,7 @@ def _config_named(request: web.Request, model: Any) -> ModelConfig:
 
 async def nodes_unload(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     lane, model = body.get("lane"), body.get("model")
     if lane is None and model is None:
         raise BadRequest("give lane (a lane name or all) or model", param="lane")
@@ -165,7 +170,7 @@ async def nodes_unload(request: web.Request) -> web.Response:
 
 async def model_file_hash(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     path = body.get("path")
     if not isinstance(path, str) or not path:
         raise BadRequest("path must be a non-empty string", param="path")

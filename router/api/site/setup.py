@@ -19,7 +19,7 @@ from backends.recipes import Recipe
 from backends.registry import adapter_for
 from router.appkeys import BACKEND_SETUP, INFLIGHT, LAUNCH_OPTIONS, RUNTIMES, SETTINGS
 from router.domain import Family, Lane
-from router.edge import Handler, addressed_node, match_of, node_of, query_int, read_json
+from router.edge import Handler, addressed_node, match_of, query_int, read_json
 from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, NotFound
 from router.forwarding import encode_event
@@ -81,7 +81,7 @@ def backends_state(request: web.Request) -> list[dict[str, Any]]:
 
 async def backends_init(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_of(request, body)
+    addressed_node(request)
     if "profile" in body and body["profile"] is not None and not isinstance(body["profile"], str):
         raise BadRequest("profile must be a string", param="profile")
     job = request.app[BACKEND_SETUP].start(body.get("backend_id"))
@@ -90,7 +90,7 @@ async def backends_init(request: web.Request) -> web.Response:
 
 async def backends_init_cancel(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_of(request, body)
+    addressed_node(request)
     job = await asyncio.shield(request.app[BACKEND_SETUP].cancel(body.get("backend_id")))
     return web.json_response(job.record())
 
@@ -201,7 +201,7 @@ async def launch_options(request: web.Request) -> web.Response:
 
 async def launch_options_set(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_id = node_of(request, body)
+    node_id = addressed_node(request)
     backend_id = check_backend(body.get("backend_id"))
     changes = parse_options(body.get("options"))
     options = request.app[LAUNCH_OPTIONS]

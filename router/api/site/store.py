@@ -1,7 +1,9 @@
 """Site routes backed by the node's store: analytics, load captures, load errors, download.
 
-A standalone node answers for itself only: a `node`/`node_id` naming another node is a 404
-(never an address to contact). A master's fan-out to slaves belongs to the cluster layer; the
+The node a call names is resolved before these handlers run (their rows declare `names_node`,
+router/classify/table.py): one other node named is relayed there by a master's dispatcher and a 404
+elsewhere (never an address to contact), so a handler here answers for this node only. A
+master's merge over every node belongs to the cluster layer (router/api/node FANOUT); the
 response shapes here already carry the per-node `persisted` / `cleared` / `failed` lists.
 """
 
@@ -19,14 +21,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from router.appkeys import STORE
-from router.edge import (
-    match_of,
-    node_filter,
-    node_named,
-    query_int,
-    refuse_addresses,
-    resolve_node,
-)
+from router.edge import addressed_node, match_of, node_filter, query_int, refuse_addresses
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
 from router.store import CaptureFilter, Store
 from router.store.ranges import RANGES
@@ -80,16 +75,14 @@ def _time(request: web.Request, name: str) -> float | None:
 
 
 def _nodes(request: web.Request, store: Store) -> list[str]:
-    """Repeated `node` / `node_id` filters; any node that is not this one is unknown."""
+    """Repeated `node` / `node_id` filters (a FILTER row: the dispatcher relayed one other node
+    or refused an unknown one). Several nodes reach a handler only where no merge covers them."""
     nodes = node_filter(request)
-    others = sorted({n for n in nodes if n != store.node_id})
-    if others and len(set(nodes)) > 1:
+    if any(n != store.node_id for n in nodes):
         raise BadRequest(
             "name one node at a time; merging several nodes' rows is not built yet",
             param="node_id",
         )
-    for node in others:
-        resolve_node(request, node)  # raises: 404, or the relay to that node on a master
     return nodes
 
 
@@ -129,6 +122,7 @@ async def _analytics_range(request: web.Request, store: Store, nodes: list[str])
 
 async def analytics_flush(request: web.Request) -> web.Response:
     store = _store(request)
+    _nodes(request, store)  # a filter naming another node was relayed there
     try:
         written = await store.flush()
     except sqlite3.Error as exc:
@@ -195,9 +189,7 @@ async def load_errors(request: web.Request) -> web.Response:
 
 async def store_download(request: web.Request) -> web.StreamResponse:
     store = _store(request)
-    node_id = node_named(request) or store.node_id
-    if node_id != store.node_id:
-        resolve_node(request, node_id)  # raises: 404, or the relay to that node on a master
+    node_id = addressed_node(request)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     copy = await store.download_copy()
     try:
@@ -232,6 +224,6 @@ HANDLERS = {
     "site.load_capture": load_capture,
     "site.load_capture_output": load_capture_output,
     "site.load_errors": load_errors,
-    "site.load_errors_clear": load_errors,  # classify.py names the DELETE route apart
+    "site.load_errors_clear": load_errors,  # the route table names the DELETE route apart
     "site.store_download": store_download,
 }

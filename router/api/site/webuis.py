@@ -20,7 +20,7 @@ from yarl import URL
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, WEBUIS
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, addressed_node, match_of, node_of, read_json, split_host
+from router.edge import Handler, addressed_node, match_of, read_json, split_host
 from router.errors import BadRequest, Conflict, NotFound, ServiceUnavailable
 from router.webuis import (
     BY_ID,
@@ -72,7 +72,7 @@ def _kind(body: dict[str, Any], configs: list[ModelConfig]) -> Kind:
 
 async def _session(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_of(request, body)
+    addressed_node(request)
     kind = _kind(body, request.app[CATALOG].configs())
     enabled = body.get("enabled")
     if not isinstance(enabled, bool):
@@ -110,7 +110,7 @@ def _chosen(kind: Kind, body: dict[str, Any], configs: list[ModelConfig]) -> Mod
 
 async def _load(request: web.Request) -> web.Response:
     body = await read_json(request, required=True)
-    node_of(request, body)
+    addressed_node(request)
     configs = request.app[CATALOG].configs()
     kind = _kind(body, configs)
     config = _chosen(kind, body, configs)

@@ -87,10 +87,10 @@ export function progressBar(label, value) {
 }
 
 const STATE_CLASS = {
-  ready: 'ok', loaded: 'ok', enabled: 'ok', available: 'ok', online: 'ok', connected: 'ok',
+  ready: 'ok', loaded: 'ok', passed: 'ok', enabled: 'ok', available: 'ok', online: 'ok', connected: 'ok',
   loading: 'busy', starting: 'busy', unloading: 'busy', stopping: 'busy', draining: 'busy',
   failed: 'bad', error: 'bad', disconnected: 'bad', unreachable: 'bad', missing: 'bad',
-  disabled: 'off', unloaded: 'off', stopped: 'off',
+  disabled: 'off', unloaded: 'off', stopped: 'off', sleeping: 'off',
 };
 
 // State as text and colour (never colour alone).

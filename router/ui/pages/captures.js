@@ -114,6 +114,13 @@ function facts(pairs) {
     pairs.filter(([, v]) => v !== undefined).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v ?? '—')]));
 }
 
+// What the read-ahead of the model's files had done when this load began (docs/swaps.md).
+export function readaheadText(ra) {
+  if (!ra) return 'none (no drain before this load, or runtime.readahead is off)';
+  const of = ra.capped ? ` of ${formatBytes(ra.total)} (capped to what fits in host memory)` : '';
+  return `${ra.result}: ${formatBytes(ra.bytes)}${of} read in ${formatMs(ra.seconds * 1000)}`;
+}
+
 function jsonCell(value) {
   return typeof value === 'string' ? value : JSON.stringify(value);
 }
@@ -127,7 +134,9 @@ function detailBody(detail) {
       ['Model', detail.model], ['Kind', detail.kind], ['Status', statusBadge(detail.status)],
       ['Backend', detail.backend], ['Lane', detail.lane],
       ['Started', formatDateTime(detail.started_at)], ['Ended', formatDateTime(detail.ended_at)],
-      ['Duration', formatMs(detail.duration_ms)], ['Exit code', detail.exit_code],
+      ['Duration', formatMs(detail.duration_ms)],
+      ['Read-ahead', detail.kind === 'load' ? readaheadText(detail.readahead) : undefined],
+      ['Exit code', detail.exit_code],
       ['Error', detail.error], ['Output', formatBytes(detail.output_bytes)],
     ]),
     h('h2', {}, 'Asset hashes'),

@@ -1,8 +1,10 @@
 // The Models page's detail view (?model=): the sanitized .kcpps, its components and files with
-// hashes, from the site inventory and the config-file read (two calls, once per opened model).
+// hashes and the KV cache probe's verdict, from the site inventory and the config-file read
+// (two calls, once per opened model).
 import { h, replace } from '../lib/dom.js';
 import { badge, errorBox, formatBytes, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
+import { formatDateTime } from '../lib/fmt.js';
 
 function filesTable(id, components) {
   return table({
@@ -23,6 +25,33 @@ function facts(record) {
     h('dt', {}, 'Config hash'), h('dd', { class: 'hash' }, record.config_hash),
     h('dt', {}, 'Model hash'), h('dd', { class: 'hash' }, record.model_hash || '—'),
     h('dt', {}, 'State'), h('dd', {}, badge(record.enabled ? record.state : 'disabled')));
+}
+
+// KV persistence (docs/swaps.md): the `.kcpps` mode, whether it is on, and the stored probe
+// verdict for the configuration as it would launch now (`auto` only). Null: never applies.
+const PERSIST_NOTE = {
+  on: 'On (router_kv_persist: on): no probe needed.',
+  off: 'Off (router_kv_persist: off).',
+};
+
+function probeFacts(probe) {
+  if (!probe) return [h('p', {}, 'Not probed yet: the probe runs at the next load, before the first request.')];
+  const verdict = probe.passed ? badge('passed') : badge('failed', 'rejected');
+  const rows = [h('dt', {}, 'Probe'), h('dd', {}, verdict), h('dt', {}, 'Probed at'), h('dd', {}, formatDateTime(probe.at))];
+  if (probe.error) rows.push(h('dt', {}, 'Error'), h('dd', { class: 'wrap' }, probe.error));
+  else {
+    rows.push(h('dt', {}, 'Cached after restore'), h('dd', {}, `${probe.cached_tokens} of ${probe.prompt_tokens} prompt tokens`),
+      h('dt', {}, 'Same greedy answer'), h('dd', {}, probe.same_answer ? 'yes' : 'no'));
+  }
+  return [h('dl', { class: 'facts', 'aria-label': 'KV cache probe' }, ...rows)];
+}
+
+function kvSection(kv) {
+  if (!kv) return [];
+  const head = h('h3', {}, 'KV cache persistence');
+  if (kv.mode !== 'auto') return [head, h('p', {}, PERSIST_NOTE[kv.mode] || kv.mode)];
+  const state = kv.enabled ? 'On: the probe passed.' : 'Off until a probe passes (router_kv_persist: auto).';
+  return [head, h('p', {}, state), ...probeFacts(kv.probe)];
 }
 
 // The Lending page's links editor with this model as the anchor (its lane: image for an
@@ -54,6 +83,7 @@ export async function renderDetail(slot, ctx, params, current) {
     if (current() !== id) return;
     replace(box, title(), close, facts(record),
       h('h3', {}, 'Components and files'), filesTable(id, record.components),
+      ...kvSection(record.kv_persist),
       h('h3', {}, 'Sanitized .kcpps'),
       h('pre', { 'aria-label': `Sanitized ${record.filename}` }, JSON.stringify(file.sanitized, null, 2)),
       h('p', {}, h('a', { href: pageHref('config', { id: file.id }) }, `Edit ${file.filename}`), ' · ',

@@ -60,8 +60,9 @@ export function reduce(state, event) {
     case 'ready':
       return RESYNC; // the PID and port come with the snapshot
     case 'unloading':
+    case 'sleeping': // a vLLM runtime put to sleep instead of stopped (docs/swaps.md)
       if (!old) return RESYNC;
-      runtimes.set(event.runtime, { ...old, state: 'unloading', since: event.time });
+      runtimes.set(event.runtime, { ...old, state: event.event, since: event.time });
       break;
     case 'failed':
     case 'unloaded':

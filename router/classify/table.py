@@ -1,131 +1,25 @@
-"""The route table: (method, path) -> the Route that says how the router treats a request.
-
-`ROUTES` is data, read top to bottom. Exact templates are looked up in a dict first; templates
-with parameters are tried in table order, so a family catch-all such as `/v1/{tail:.+}` sits
-after every more specific `/v1/...` template (a test instantiates each template to prove no
-earlier one shadows it). Several records may share one template when methods need different
-handlers or flags. The first template that matches a path decides 404 vs 405, so a wrong method
-on a known path is a 405 and never falls through to a catch-all.
-
-`match(method, path) -> Match` is the interface: the Route, the path parameters
-(`{"prompt_id": ...}`, `{"tail": ...}`) and the method; pure, raising RouteNotFound (404) or
-MethodNotAllowed (405).
-`python -m router.classify` prints the markdown table embedded in docs/routes.md.
-"""
+"""The route table as data: one row per (template, methods), read top to bottom (the face,
+router/classify/__init__.py, says how a request is matched against it). The row builders
+below give each kind of route its defaults; `TABLE` is every row a client may reach, and
+router/classify/nodes.py adds the node copies of the management rows."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from types import MappingProxyType
+from dataclasses import replace
 
+from router.classify.model import (
+    FORM_SELECTOR,
+    IMAGE_SELECTOR,
+    NO_SELECTOR,
+    QUERY_SELECTOR,
+    READ_METHODS,
+    TEXT_SELECTOR,
+    BodyMode,
+    NamesNode,
+    Route,
+    SelectorRule,
+)
 from router.domain import Family, Lane, Role, Surface
-from router.errors import MethodNotAllowed, RouteNotFound
-
-# The methods a route declares that change nothing. Not the edge's SAFE_METHODS, which also
-# lets OPTIONS (a browser's preflight, never a declared route method) past the Origin rule.
-READ_METHODS = frozenset({"GET", "HEAD"})
-_PARAM = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
-# Percent-encoded '/', '\', NUL and '.' have no business in a decoded path: they mean a client
-# double-encoded a separator or traversal that a backend might decode a second time.
-_BAD_ENCODED = re.compile(r"%(?:2f|5c|00|2e)", re.IGNORECASE)
-
-
-class BodyMode(StrEnum):
-    """What the request body is, for size caps and for whether the selector reads it."""
-
-    NONE = "none"  # no body expected; the selector never reads one
-    JSON = "json"  # JSON (or multipart, by Content-Type) scanned for the selector, then replayed
-    MULTIPART = "multipart"  # multipart/form-data uploads (audio, reference images)
-    STREAM = "stream"  # opaque bytes or a WebSocket, forwarded as they come
-    CONTROL = "control"  # small JSON the router's own handler parses (max_control_body_mb)
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorRule:
-    """Where a model selector may be found; earlier entries win within each source.
-
-    Sources are consulted body first (JSON keys or the multipart field, chosen by Content-Type),
-    then the query, then the `X-Tensors-Model` header (router/forwarding/selector.py).
-    """
-
-    json_keys: tuple[str, ...] = ()  # dotted paths into the top-level JSON object
-    query: tuple[str, ...] = ()
-    header: bool = False
-    multipart_field: str | None = None
-
-    @property
-    def reads_body(self) -> bool:
-        return bool(self.json_keys or self.multipart_field)
-
-    def describe(self) -> str:
-        parts = [f"json `{k}`" for k in self.json_keys]
-        parts += [f"form `{self.multipart_field}`"] if self.multipart_field else []
-        parts += [f"query `{q}`" for q in self.query]
-        parts += ["header"] if self.header else []
-        return ", ".join(parts) or "-"
-
-
-NO_SELECTOR = SelectorRule()
-QUERY_SELECTOR = SelectorRule(query=("model",), header=True)
-TEXT_SELECTOR = SelectorRule(json_keys=("model",), query=("model",), header=True)
-FORM_SELECTOR = SelectorRule(
-    json_keys=("model",), query=("model",), header=True, multipart_field="model"
-)
-IMAGE_SELECTOR = SelectorRule(
-    json_keys=("model", "sd_model_checkpoint", "override_settings.sd_model_checkpoint"),
-    query=("model", "sd_model_checkpoint"),
-    header=True,
-    multipart_field="model",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One row of the table. `handler` is "proxy" or the dotted name of a router-local handler."""
-
-    template: str
-    methods: frozenset[str]
-    surface: Surface
-    lane: Lane | None
-    role: Role
-    handler: str = "proxy"
-    selector: SelectorRule = NO_SELECTOR
-    body: BodyMode = BodyMode.NONE
-    model_required: bool = False
-    origin_strict: bool = False  # Ollama / llama-server style: Origin checked on every method
-    vllm: bool = False  # usable on a vLLM runtime (its strict allowlist, or the router's handler)
-    # Native families that implement the path; empty = the router answers without a backend.
-    served_by: frozenset[Family] = frozenset()
-    # The site call names a target node in the query's `node_id`: the dispatcher resolves it
-    # before the handler runs (router/app.py), and a master relays a remote id to that node.
-    names_node: bool = False
-    # True when any declared method is unsafe; Match.state_changing decides per request.
-    state_changing: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state_changing", not self.methods <= READ_METHODS)
-
-    @property
-    def allowed(self) -> frozenset[str]:
-        """Declared methods plus HEAD wherever GET is allowed."""
-        return self.methods | {"HEAD"} if "GET" in self.methods else self.methods
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    """A classified request: its Route, the template's path parameters, and the method."""
-
-    route: Route
-    params: Mapping[str, str]
-    method: str
-
-    @property
-    def state_changing(self) -> bool:
-        return self.method not in READ_METHODS
-
 
 # fmt: off
 # ---- the table -------------------------------------------------------------------------------
@@ -175,9 +69,27 @@ def _admin(template: str, methods: str, handler: str, surface: Surface = Surface
               body=body, **kw)  # type: ignore[arg-type]
 
 
-def _addressed(template: str, methods: str, handler: str, surface: Surface = Surface.SITE) -> Route:
-    """A management read whose query `node_id` names the node that answers it."""
-    return replace(_admin(template, methods, handler, surface), names_node=True)
+def _addressed(
+    template: str, methods: str, handler: str, surface: Surface = Surface.SITE,
+    names: NamesNode = NamesNode.QUERY,
+) -> Route:
+    """A management call that names a node (`names`, the query's `node_id` by default)."""
+    return replace(_admin(template, methods, handler, surface), names_node=names)
+
+
+def _posted(template: str, methods: str, handler: str, surface: Surface = Surface.SITE) -> Route:
+    """A management write whose JSON body's `node_id` (else the query's) names its node."""
+    return _addressed(template, methods, handler, surface, NamesNode.BODY)
+
+
+def _filtered(template: str, methods: str, handler: str) -> Route:
+    """A management read over the nodes' records, filtered by repeated `node` / `node_id`."""
+    return _addressed(template, methods, handler, names=NamesNode.FILTER)
+
+
+def _keyed(template: str, methods: str, handler: str) -> Route:
+    """A management call whose `node_id` is data for this router's own tables, never relayed."""
+    return _addressed(template, methods, handler, names=NamesNode.KEY)
 
 
 def _node(template: str, methods: str, handler: str, body: BodyMode | None = None) -> Route:
@@ -195,7 +107,7 @@ def _vllm_op(op: str, methods: str) -> Route:
 OAI, A, KB, OL, LC = Surface.OPENAI, Surface.ANTHROPIC, Surface.KOBOLD, Surface.OLLAMA, Surface.LLAMACPP
 EM, VL, VC, CF = Surface.EMBEDDINGS, Surface.VLLM, Surface.VOICE, Surface.COMFY
 
-_TABLE: tuple[Route, ...] = (
+TABLE: tuple[Route, ...] = (
     # -- meta and discovery
     _r("/health", "GET", Surface.META, None, Role.PUBLIC, "meta.health", sel=NO_SELECTOR),
     _admin("/metrics", "GET", "meta.metrics", Surface.META),
@@ -218,7 +130,7 @@ _TABLE: tuple[Route, ...] = (
     _admin("/router/v1/events", "GET", "control.events", Surface.CONTROL),
     _admin("/router/v1/status", "GET", "control.status", Surface.CONTROL),
     _addressed("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
-    _admin("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
+    _posted("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
     # -- the admin WebUI's sign-in: public (a browser without a credential asks here)
     _r("/router/v1/ui/session", "GET", Surface.CONTROL, None, Role.PUBLIC, "ui.session", sel=NO_SELECTOR),
     _r("/router/v1/ui/session", "POST", Surface.CONTROL, None, Role.PUBLIC, "ui.login", sel=NO_SELECTOR, body=_C),
@@ -231,68 +143,68 @@ _TABLE: tuple[Route, ...] = (
     # -- site management (admin)
     _addressed("/router/v1/site/inventory", "GET", "site.inventory"),
     _addressed("/router/v1/site/nodes/state", "GET", "site.nodes_state"),
-    _admin("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
-    _admin("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
-    _admin("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
+    _posted("/router/v1/site/nodes/unload", "POST", "site.nodes_unload"),
+    _posted("/router/v1/site/nodes/backends/init", "POST", "site.backends_init"),
+    _posted("/router/v1/site/nodes/backends/init/cancel", "POST", "site.backends_init_cancel"),
     _addressed("/router/v1/site/nodes/backends/init", "GET", "site.backends_init_status"),
     _addressed("/router/v1/site/nodes/backends/init/{job_id}", "GET", "site.backends_init_job"),
     _addressed("/router/v1/site/nodes/backends/init/{job_id}/output", "GET", "site.backends_init_output"),
     _addressed("/router/v1/site/nodes/backends/init/{job_id}/events", "GET", "site.backends_init_events"),
     _addressed("/router/v1/site/nodes/backends/launch-options", "GET", "site.launch_options"),
-    _admin("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
+    _posted("/router/v1/site/nodes/backends/launch-options", "POST", "site.launch_options_set"),
     # downloads (docs/downloads.md)
     _addressed("/router/v1/site/download", "GET", "site.download_capabilities"),
     _addressed("/router/v1/site/download/capabilities", "GET", "site.download_capabilities"),
-    _admin("/router/v1/site/download/search", "POST", "site.download_search"),
-    _admin("/router/v1/site/download/search-page", "POST", "site.download_search"),
-    _admin("/router/v1/site/download/repository", "POST", "site.download_repository"),
-    _admin("/router/v1/site/download/plan", "POST", "site.download_plan"),
-    _admin("/router/v1/site/download/rescan", "POST", "site.download_rescan"),
+    _posted("/router/v1/site/download/search", "POST", "site.download_search"),
+    _posted("/router/v1/site/download/search-page", "POST", "site.download_search"),
+    _posted("/router/v1/site/download/repository", "POST", "site.download_repository"),
+    _posted("/router/v1/site/download/plan", "POST", "site.download_plan"),
+    _posted("/router/v1/site/download/rescan", "POST", "site.download_rescan"),
     _addressed("/router/v1/site/download/library", "GET", "site.download_library"),
-    _admin("/router/v1/site/download/jobs", "POST", "site.download_start"),
-    _admin("/router/v1/site/download/jobs/{job_id}", "GET", "site.download_job"),
-    _admin("/router/v1/site/download/jobs/{job_id}/events", "GET", "site.download_events"),
-    _admin("/router/v1/site/download/jobs/{job_id}/pause", "POST", "site.download_pause"),
-    _admin("/router/v1/site/download/jobs/{job_id}/resume", "POST", "site.download_resume"),
-    _admin("/router/v1/site/download/jobs/{job_id}/cancel", "POST", "site.download_cancel"),
+    _posted("/router/v1/site/download/jobs", "POST", "site.download_start"),
+    _addressed("/router/v1/site/download/jobs/{job_id}", "GET", "site.download_job"),
+    _addressed("/router/v1/site/download/jobs/{job_id}/events", "GET", "site.download_events"),
+    _posted("/router/v1/site/download/jobs/{job_id}/pause", "POST", "site.download_pause"),
+    _posted("/router/v1/site/download/jobs/{job_id}/resume", "POST", "site.download_resume"),
+    _posted("/router/v1/site/download/jobs/{job_id}/cancel", "POST", "site.download_cancel"),
     # backend WebUIs (docs/webuis.md)
     _addressed("/router/v1/site/webuis", "GET", "site.webuis_list"),
-    _admin("/router/v1/site/webuis/session", "POST", "site.webuis_session"),
-    _admin("/router/v1/site/webuis/load", "POST", "site.webuis_load"),
-    _admin("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
-    _admin("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
+    _posted("/router/v1/site/webuis/session", "POST", "site.webuis_session"),
+    _posted("/router/v1/site/webuis/load", "POST", "site.webuis_load"),
+    _keyed("/router/v1/site/routing-groups", "GET POST DELETE", "site.routing_groups"),
+    _keyed("/router/v1/site/text-routing-groups", "GET POST DELETE", "site.text_routing_groups"),
     _admin("/router/v1/site/offload/summary", "GET", "site.offload_summary"),
     _admin("/router/v1/site/guardian-models", "GET POST DELETE", "site.guardian_models"),
     _admin("/router/v1/site/offload/settings", "GET POST DELETE", "site.offload_settings"),
     _addressed("/router/v1/site/offload/decisions", "GET", "site.offload_decisions"),
-    _admin("/router/v1/site/analytics", "GET", "site.analytics"),
-    _admin("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
-    _admin("/router/v1/site/store/download", "GET", "site.store_download"),
-    _admin("/router/v1/site/load-captures", "GET", "site.load_captures"),
-    _admin("/router/v1/site/load-captures/{attempt_id}", "GET", "site.load_capture"),
-    _admin("/router/v1/site/load-captures/{attempt_id}/output", "GET", "site.load_capture_output"),
-    _admin("/router/v1/site/load-errors", "GET", "site.load_errors"),
-    _admin("/router/v1/site/load-errors", "DELETE", "site.load_errors_clear"),
+    _filtered("/router/v1/site/analytics", "GET", "site.analytics"),
+    _filtered("/router/v1/site/analytics/flush", "POST", "site.analytics_flush"),
+    _addressed("/router/v1/site/store/download", "GET", "site.store_download"),
+    _filtered("/router/v1/site/load-captures", "GET", "site.load_captures"),
+    _filtered("/router/v1/site/load-captures/{attempt_id}", "GET", "site.load_capture"),
+    _filtered("/router/v1/site/load-captures/{attempt_id}/output", "GET", "site.load_capture_output"),
+    _filtered("/router/v1/site/load-errors", "GET", "site.load_errors"),
+    _filtered("/router/v1/site/load-errors", "DELETE", "site.load_errors_clear"),
     _admin("/router/v1/site/models/state", "GET", "site.models_state"),
-    _admin("/router/v1/site/models/state", "POST", "site.models_state_set"),
+    _posted("/router/v1/site/models/state", "POST", "site.models_state_set"),
     # `.kcpps` writers (docs/site.md)
-    _admin("/router/v1/site/cook/preview", "POST", "site.cook_preview"),
-    _admin("/router/v1/site/cook/apply", "POST", "site.cook_apply"),
-    _admin("/router/v1/site/cook/{cook_id}", "DELETE", "site.cook_delete"),
-    _admin("/router/v1/site/config-file", "DELETE", "site.config_file_delete"),
-    _admin("/router/v1/site/config-file/preview", "POST", "site.config_file_preview"),
-    _admin("/router/v1/site/config-file/apply", "POST", "site.config_file_apply"),
+    _posted("/router/v1/site/cook/preview", "POST", "site.cook_preview"),
+    _posted("/router/v1/site/cook/apply", "POST", "site.cook_apply"),
+    _posted("/router/v1/site/cook/{cook_id}", "DELETE", "site.cook_delete"),
+    _posted("/router/v1/site/config-file", "DELETE", "site.config_file_delete"),
+    _posted("/router/v1/site/config-file/preview", "POST", "site.config_file_preview"),
+    _posted("/router/v1/site/config-file/apply", "POST", "site.config_file_apply"),
     _addressed("/router/v1/site/config-file/{config_id}", "GET", "site.config_file_read"),
     # model files and portable assets (docs/site.md, "Model assets")
-    _admin("/router/v1/site/model-files/hash", "POST", "site.model_file_hash"),
-    _admin("/router/v1/site/model-assets/export", "POST", "site.assets_export"),
-    _admin("/router/v1/site/model-assets/resolve", "POST", "site.assets_resolve"),
-    _admin("/router/v1/site/model-assets/resolve-batch", "POST", "site.assets_resolve_batch"),
-    _admin("/router/v1/site/model-assets/import", "POST", "site.assets_import"),
-    _admin("/router/v1/site/model-assets/candidates", "POST", "site.assets_candidates"),
-    _admin("/router/v1/site/model-assets/bind", "POST", "site.assets_bind"),
-    _admin("/router/v1/site/model-assets/substitute", "POST", "site.assets_substitute"),
-    _admin("/router/v1/site/model-assets/jobs", "POST", "site.assets_job_start"),
+    _posted("/router/v1/site/model-files/hash", "POST", "site.model_file_hash"),
+    _posted("/router/v1/site/model-assets/export", "POST", "site.assets_export"),
+    _posted("/router/v1/site/model-assets/resolve", "POST", "site.assets_resolve"),
+    _posted("/router/v1/site/model-assets/resolve-batch", "POST", "site.assets_resolve_batch"),
+    _posted("/router/v1/site/model-assets/import", "POST", "site.assets_import"),
+    _posted("/router/v1/site/model-assets/candidates", "POST", "site.assets_candidates"),
+    _posted("/router/v1/site/model-assets/bind", "POST", "site.assets_bind"),
+    _posted("/router/v1/site/model-assets/substitute", "POST", "site.assets_substitute"),
+    _posted("/router/v1/site/model-assets/jobs", "POST", "site.assets_job_start"),
     _addressed("/router/v1/site/model-assets/jobs/{job_id}", "GET", "site.assets_job"),
     _addressed("/router/v1/site/model-assets/{sha256}", "GET", "site.assets_hash"),
     # -- backend WebUIs: an admin's navigation, answered with a ticket redirect (docs/webuis.md)
@@ -413,174 +325,3 @@ _TABLE: tuple[Route, ...] = (
     _inf("/v1/{tail:.+}", _ANY, OAI, _T, fam={_K, _L}),
 )
 # fmt: on
-
-
-# ---- the node's copy of the management routes ------------------------------------------------
-# A master sends a site or benchmark call that names another node to that node's
-# `/router/v1/node/<path>` (router/api/site_relay.py). The contract names five of these paths
-# without `site/` (right column); their `/router/v1/node/site/...` spelling stays an alias for
-# one release (docs/cluster.md).
-NODE_CONTRACT_PATHS: tuple[tuple[str, str], ...] = (
-    ("site/nodes/backends/launch-options", "backends/launch-options"),
-    ("site/analytics/flush", "analytics/flush"),
-    ("site/store/download", "store/download"),
-    ("site/load-errors", "load-errors"),
-    ("site/load-captures", "load-captures"),
-)
-_V1, _NODE_V1 = "/router/v1/", "/router/v1/node/"
-_MANAGED = ("/router/v1/site/", "/router/v1/benchmarks")
-
-
-def _renamed(rest: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    for old, new in pairs:
-        if rest == old or rest.startswith(old + "/"):
-            return new + rest[len(old) :]
-    return rest
-
-
-def node_path(path: str) -> str:
-    """The node path a master calls for management `path` (or template) `/router/v1/...`."""
-    return _NODE_V1 + _renamed(path.removeprefix(_V1), NODE_CONTRACT_PATHS)
-
-
-def management_path(path: str) -> str:
-    """The management path a node serves for `/router/v1/node/<path>` (either spelling)."""
-    back = tuple((new, old) for old, new in NODE_CONTRACT_PATHS)
-    return _V1 + _renamed(path.removeprefix(_NODE_V1), back)
-
-
-def _on_node(route: Route, template: str) -> Route:
-    return replace(
-        route,
-        template=template,
-        surface=Surface.NODE,
-        role=Role.CLUSTER,
-        handler="node.site",
-        names_node=False,  # `node.site` dispatches the management row, which names the node
-    )
-
-
-def _node_copies(table: tuple[Route, ...]) -> tuple[Route, ...]:
-    """Each management row again under /router/v1/node/ (the cluster token's), served by
-    `node.site` with the same methods; at the contract's path and at the `site/` alias."""
-    rows: list[Route] = []
-    for route in table:
-        if route.template.startswith(_MANAGED):
-            alias = _NODE_V1 + route.template.removeprefix(_V1)
-            contract = node_path(route.template)
-            rows += [_on_node(route, contract)] + (
-                [_on_node(route, alias)] if alias != contract else []
-            )
-    return tuple(rows)
-
-
-ROUTES: tuple[Route, ...] = _TABLE + _node_copies(_TABLE)
-
-
-# ---- matching --------------------------------------------------------------------------------
-
-
-def _compile(template: str) -> re.Pattern[str]:
-    out, pos = [], 0
-    for m in _PARAM.finditer(template):
-        out.append(re.escape(template[pos : m.start()]))
-        out.append(f"(?P<{m.group(1)}>{m.group(2) or '[^/]+'})")
-        pos = m.end()
-    out.append(re.escape(template[pos:]))
-    return re.compile("".join(out))
-
-
-def _index(
-    routes: tuple[Route, ...],
-) -> tuple[dict[str, tuple[Route, ...]], tuple[tuple[re.Pattern[str], tuple[Route, ...]], ...]]:
-    exact: dict[str, list[Route]] = {}
-    patterned: dict[str, list[Route]] = {}
-    for route in routes:
-        bucket = patterned if _PARAM.search(route.template) else exact
-        bucket.setdefault(route.template, []).append(route)
-    for group in (*exact.values(), *patterned.values()):
-        seen: set[str] = set()
-        for route in group:
-            if seen & route.methods:
-                raise ValueError(f"route table: {route.template} declares a method twice")
-            seen |= route.methods
-    return (
-        {t: tuple(rs) for t, rs in exact.items()},
-        tuple((_compile(t), tuple(rs)) for t, rs in patterned.items()),
-    )
-
-
-_EXACT, _PATTERNED = _index(ROUTES)
-_NO_PARAMS: Mapping[str, str] = MappingProxyType({})
-
-
-def _unsafe(path: str) -> bool:
-    if not path.startswith("/") or "\x00" in path or "\\" in path or "//" in path:
-        return True
-    if _BAD_ENCODED.search(path):
-        return True
-    return any(seg in (".", "..") for seg in path.split("/"))
-
-
-def _candidates(path: str) -> tuple[tuple[Route, ...], Mapping[str, str]] | None:
-    exact = _EXACT.get(path)
-    if exact is not None:
-        return exact, _NO_PARAMS
-    for pattern, routes in _PATTERNED:
-        m = pattern.fullmatch(path)
-        if m is not None:
-            return routes, MappingProxyType(m.groupdict())
-    return None
-
-
-def match(method: str, path: str) -> Match:
-    """Classify and return the path parameters. A single trailing '/' is ignored.
-
-    Raises RouteNotFound for unknown or unsafe paths ('..', '.', NUL, backslash, '//',
-    percent-encoded separators) and MethodNotAllowed(method, allow) for a known path whose
-    template has no row for `method`; `allow` is the union over that template, HEAD included
-    wherever GET is.
-    """
-    if _unsafe(path):
-        raise RouteNotFound(path[:200])
-    key = path[:-1] if len(path) > 1 and path.endswith("/") else path
-    found = _candidates(key)
-    if found is None:
-        raise RouteNotFound(path[:200])
-    routes, params = found
-    for route in routes:
-        if method in route.allowed:
-            return Match(route, params, method)
-    surfaces = {r.surface for r in routes}
-    surface = surfaces.pop() if len(surfaces) == 1 else None
-    raise MethodNotAllowed(method[:32], set().union(*(r.allowed for r in routes)), surface)
-
-
-def routes_markdown() -> str:
-    """The table for docs/routes.md, one row per Route, in matching order."""
-    rows = [
-        "| Template | Methods | Surface | Lane | Role | Handler | Selector | Body | Flags | Served by |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in ROUTES:
-        flags = [
-            n
-            for n, on in (
-                ("model-required", r.model_required),
-                ("origin-strict", r.origin_strict),
-                ("vllm", r.vllm),
-                ("state-changing", r.state_changing),
-                ("names-node", r.names_node),
-            )
-            if on
-        ]
-        rows.append(
-            f"| `{r.template}` | {' '.join(sorted(r.allowed))} | {r.surface} | {r.lane or '-'} "
-            f"| {r.role} | `{r.handler}` | {r.selector.describe()} | {r.body} "
-            f"| {', '.join(flags) or '-'} | {', '.join(sorted(r.served_by)) or 'router'} |"
-        )
-    return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":
-    print(routes_markdown(), end="")

@@ -1,0 +1,124 @@
+"""vLLM sleep instead of stop (`.kcpps` `router_sleep: 1`; docs/swaps.md, "vLLM sleep").
+
+A vLLM configuration with `router_sleep` is launched with `--enable-sleep-mode` (and
+`VLLM_SERVER_DEV_MODE=1`, which vLLM needs to serve the routes below; backends/vllm.py). When a
+swap in its lane would stop it and host memory allows, the router puts it to sleep instead:
+`POST /sleep?level=1` moves the weights to host RAM and drops the KV cache, the process stays,
+and the lane is free for the next model. When it is wanted again it is woken
+(`POST /wake_up`) instead of loaded: seconds instead of a reload (18-200x faster, published
+figures in shared/notes/swap-path.md section 3). Level 1 only: level 2 drops the weights,
+which is no faster than a load from the page cache.
+
+The router calls these routes itself on the backend's loopback port; clients never reach
+them. Every call is bounded (`runtime.stop_grace` for the sleep, `runtime.load_timeout` for
+the wake), and a failure is logged and answered by the ordinary path: a sleep that fails
+stops the process as the swap would have, a wake that fails stops it and loads afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+from router.config import Settings
+from router.domain import Family
+from router.records import EventBus
+from router.runtime.state import Runtime
+
+log = logging.getLogger(__name__)
+
+SLEEP_LEVEL = 1
+# Host memory kept free after the sleeping model's weights arrive there.
+HOST_RESERVE = 2 << 30
+
+
+def may_sleep(wanted: bool, family: Family, weights: int, available: int) -> bool:
+    """Pure: a `router_sleep` vLLM runtime sleeps when its weights (moved to host RAM by a
+    level-1 sleep) fit in the host memory available now with `HOST_RESERVE` to spare."""
+    return wanted and family is Family.VLLM and weights + HOST_RESERVE <= available
+
+
+def weights_size(path: Path) -> int:
+    """Bytes of the model's files: one file, or every file under a model folder."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+class VllmSleep:
+    """The sleep and wake calls; each bounded, each answering True or False, never raising."""
+
+    def __init__(self, settings: Settings, session: aiohttp.ClientSession, events: EventBus):
+        self._settings = settings
+        self._session = session
+        self._events = events
+
+    def wanted(self, runtime: Runtime) -> bool:
+        """Sleep instead of stop? Stats the model's files and reads host memory (cheap)."""
+        config = runtime.config
+        if not (config.sleep and runtime.spec.family is Family.VLLM and runtime.base_url):
+            return False
+        model = config.model_file(runtime.spec.lane)
+        weights = weights_size(model) if model is not None else 0
+        available = psutil.virtual_memory().available
+        allowed = may_sleep(True, runtime.spec.family, weights, available)
+        if not allowed:
+            log.info(
+                "%s: host memory does not allow a sleep (%d bytes free)", runtime.key, available
+            )
+        return allowed
+
+    async def sleep(self, runtime: Runtime) -> bool:
+        url = f"{runtime.base_url}/sleep?level={SLEEP_LEVEL}"
+        return await self._call(runtime, "sleep", url, True, self._settings.runtime.stop_grace)
+
+    async def wake(self, runtime: Runtime) -> bool:
+        url = f"{runtime.base_url}/wake_up"
+        return await self._call(runtime, "wake", url, False, self._settings.runtime.load_timeout)
+
+    async def _call(
+        self, runtime: Runtime, action: str, url: str, asleep: bool, deadline: float
+    ) -> bool:
+        """POST the action, then confirm with `GET /is_sleeping` (vLLM may answer the POST
+        before the engine has finished); published as a `sleep` event either way."""
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(deadline):
+                async with self._session.post(url) as response:
+                    if response.status != 200:
+                        text = (await response.text())[:200]
+                        raise ValueError(f"{action} answered {response.status}: {text}")
+                await self._until(runtime, asleep)
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+            reason = str(exc) or f"no answer within {deadline:g}s"
+            log.warning("%s: vLLM %s failed: %s", runtime.key, action, reason)
+            self._publish(runtime, action, "failed", started, reason=reason[:200])
+            return False
+        self._publish(runtime, action, "ok", started)
+        return True
+
+    async def _until(self, runtime: Runtime, asleep: bool) -> None:
+        delay = 0.01
+        while True:
+            async with self._session.get(runtime.base_url + "/is_sleeping") as response:
+                body = await response.json(content_type=None)
+            if isinstance(body, dict) and body.get("is_sleeping") is asleep:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def _publish(
+        self, runtime: Runtime, action: str, result: str, started: float, **fields: object
+    ) -> None:
+        ms = round((time.monotonic() - started) * 1000.0, 1)
+        self._events.publish(
+            "vllm_sleep", **runtime.identity(), action=action, result=result, ms=ms, **fields
+        )
