@@ -233,8 +233,8 @@ class GuardedRequestHandler(RequestHandler):
             self._stop_body_timer()  # answered: what is left of the body is aiohttp's to drop
         if self._body_timed_out or (resp.status == 408 and not request.content.is_eof()):
             # Answered (408, or whatever the handler said before reading): the rest of that
-            # body never comes, so neither lingering nor keep-alive would end.
-            self.force_close()
+            # body never comes, so neither aiohttp's lingering nor keep-alive would end.
+            self._close_after_answer()
             return result
         # The next request's deadline starts at its first byte, not while the client is idle;
         # idle keep-alive connections are closed by keepalive_timeout instead.
@@ -262,7 +262,32 @@ class GuardedRequestHandler(RequestHandler):
             _refuse(
                 self.transport, errors.RequestTimeout("the request headers did not arrive in time")
             )
+            self._close_after_answer()
+            return
         self.force_close()
+
+    def _close_after_answer(self) -> None:
+        """End a connection whose client may still be sending (a 408 mid-body or mid-headers).
+
+        Closing a socket with unread bytes makes the kernel send a reset instead of a FIN,
+        and a reset can destroy the answer before the client reads it (RFC 9112 section 9.6):
+        a trickling client then sees "connection reset" instead of its 408. So half-close
+        after the answer, drop what still arrives, and close when the client does or after
+        REJECT_LINGER, as a refused connection is (`_reject`).
+        """
+        transport = self.transport
+        if transport is None:
+            self.force_close()
+            return
+        # aiohttp's force_close would close the transport now: detach it first, so only the
+        # request loop ends (data_received drops input once _force_close is set).
+        self.transport = None
+        self.force_close()
+        if not transport.is_reading():  # paused for a full buffer: drain the socket anyway
+            transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._loop.call_later(REJECT_LINGER, transport.close)
 
     # --- the body deadline (S2, S5) ---
 

@@ -5,7 +5,8 @@ The router's adapters launch `binary_path` with each family's real flags, so a t
 the family fixed and passes the real flags through. Fault switches go in FAKE_BACKEND
 (baked into the script or set in the environment). The forking and setsid wrappers wrap any
 argv to reproduce R2 (wrapper whose background child inherits stdout) and R3 (a child that
-left the process group).
+left the process group). The chatty wrapper prints from its first instant, as a native backend
+does while it starts.
 """
 
 from __future__ import annotations
@@ -51,3 +52,19 @@ def write_setsid_wrapper(directory: Path, argv: Sequence[str], name: str = "sets
     """Runs argv in a new session (out of the wrapper's process group) and waits (R3)."""
     cmd = " ".join(shlex.quote(a) for a in argv)
     return _write_script(directory / name, f"setsid {cmd} &\nwait $!")
+
+
+def write_chatty_wrapper(
+    directory: Path, argv: Sequence[str], every: float, name: str = "chatty-wrap"
+) -> Path:
+    """Execs argv after starting a loop that prints a log line every `every` s until it exits.
+
+    A native backend logs from its first milliseconds; the fake backend is silent while its
+    interpreter starts and imports aiohttp, which takes seconds on a busy machine. A test of
+    what output does to a load (R8) puts this in front so that silence is not part of it.
+    """
+    cmd = " ".join(shlex.quote(a) for a in argv)
+    loop = (
+        f'while kill -0 $$ 2>/dev/null; do echo "chatty-wrap: starting" >&2; sleep {every:g}; done'
+    )
+    return _write_script(directory / name, f'{loop} &\nexec {cmd} "$@"')

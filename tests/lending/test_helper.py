@@ -377,13 +377,18 @@ async def test_a_wait_in_the_gate_is_bounded_by_the_queue_timeout(harness: Route
         update={"role": "master", "node_id": "m", "token": TOKEN, "scheduling_backend_depth": 1}
     )
     node = await harness.start(base.model_copy(update={"cluster": cluster}))
+    # Loaded by an explicit load, bounded by the load: a cold start through a request would
+    # itself be a 1 s queue wait, which a busy machine's backend start outlasts.
+    assert (await node.post("/router/v1/load", json={"model": "fast"})).status_code == 200
     assert (
         await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
     ).status_code == 200
     first = asyncio.create_task(
-        node.post(NODE_CHAT, json=chat("fast", max_tokens=200), headers=MARK)
+        node.post(NODE_CHAT, json=chat("fast", max_tokens=2000), headers=MARK)
     )
-    assert await until(field(node, "active"), 1, deadline=30)  # 10 s in the backend
+    # 100 s in the backend: it holds the slot until it is cancelled below, however slowly
+    # the two waits run on a busy machine.
+    assert await until(field(node, "active"), 1, deadline=30)
     late = await node.post(NODE_CHAT, json=chat("fast", max_tokens=TOKENS), headers=MARK)
     assert late.status_code == 409 and late.json()["error"]["code"] == "offload_returned"
     own = await node.post("/v1/chat/completions", json=chat("fast", max_tokens=TOKENS))
