@@ -79,9 +79,11 @@ from router.cluster import (
     AllowList,
     ClusterService,
     NodeClient,
+    NodeMemory,
     NodeModel,
     listener_url,
     node_models,
+    read_node_memory,
 )
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, queue_wait, secrets_of
@@ -449,7 +451,13 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
         configs = catalog.all_configs()
         missing = {c.id: catalog.missing_files(c) for c in configs}
         disabled = set(catalog.disabled_ids())
-        return node_models(configs, runtimes.views(), disabled=disabled, missing=missing)
+        memory = service.memory  # the last reading (refreshed before each snapshot is sent)
+        return node_models(
+            configs, runtimes.views(), disabled=disabled, missing=missing, memory=memory
+        )
+
+    async def read_memory() -> NodeMemory:
+        return await read_node_memory(runtimes, catalog.configs())
 
     def fatal(reason: str) -> None:
         log.error("stopping: %s", reason)
@@ -461,7 +469,9 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     client = NodeClient(
         app[SESSION], settings.cluster.token or "", own, settings.cluster.control_timeout
     )
-    app[CLUSTER] = ClusterService(settings.cluster, client, local_models, fatal)
+    app[CLUSTER] = service = ClusterService(
+        settings.cluster, client, local_models, fatal, read_memory
+    )
     yield
 
 

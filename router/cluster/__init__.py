@@ -10,6 +10,7 @@ handlers (router/api/node); lending between nodes is router/lending.
 """
 
 from router.cluster.client import NodeClient, PeerError, PeerUnreachable
+from router.cluster.fit import Fit, fit_of
 from router.cluster.guardians import (
     Assignment,
     GuardianTable,
@@ -20,11 +21,14 @@ from router.cluster.guardians import (
 )
 from router.cluster.identity import PublicModel, Replica, merge, public_image_id
 from router.cluster.local import node_models, snapshot
+from router.cluster.memory import NodeMemory, devices_of, read_node_memory, resident_of
 from router.cluster.node_requests import node_headers, node_path_qs
 from router.cluster.protocol import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
+    DeviceMemory,
     NodeModel,
+    RuntimeMemory,
     RuntimeStatus,
     Snapshot,
     protocol_problem,
@@ -41,6 +45,14 @@ from router.cluster.service import ClusterService, Target
 from router.cluster.urls import AllowList, listener_url, normalize_base_url
 
 __all__ = [
+    "DeviceMemory",
+    "Fit",
+    "NodeMemory",
+    "RuntimeMemory",
+    "fit_of",
+    "read_node_memory",
+    "devices_of",
+    "resident_of",
     "listener_url",
     "MIN_PROTOCOL_VERSION",
     "PROTOCOL_VERSION",

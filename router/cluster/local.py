@@ -16,7 +16,8 @@ from typing import Any
 
 from backends.base import positive_int
 from router.cluster.guardians import has_vision
-from router.cluster.protocol import PROTOCOL_VERSION, NodeModel, Snapshot
+from router.cluster.memory import NodeMemory
+from router.cluster.protocol import PROTOCOL_VERSION, DeviceMemory, NodeModel, Snapshot
 from router.config import ModelConfig
 from router.runtime import RuntimeView
 
@@ -59,8 +60,11 @@ def node_models(
     *,
     disabled: set[str],
     missing: Mapping[str, tuple[str, ...]],
+    memory: NodeMemory | None = None,
 ) -> tuple[NodeModel, ...]:
+    """`memory`: the node's last memory reading (each model's memory and estimate)."""
     loaded = {v.config.id for v in views if v.ready}
+    memory = memory or NodeMemory()
     records = []
     for config in configs:
         records.append(
@@ -79,6 +83,8 @@ def node_models(
                 available=not missing.get(config.id),
                 loaded=config.id in loaded,
                 disabled=config.id in disabled,
+                memory=memory.resident.get(config.id),
+                estimate=memory.estimates.get(config.id),
             )
         )
     return tuple(records)
@@ -117,5 +123,16 @@ def parallel_slots(config: ModelConfig) -> int | None:
     )
 
 
-def snapshot(node_id: str, node_url: str, models: tuple[NodeModel, ...]) -> Snapshot:
-    return Snapshot(protocol=PROTOCOL_VERSION, node_id=node_id, node_url=node_url, models=models)
+def snapshot(
+    node_id: str,
+    node_url: str,
+    models: tuple[NodeModel, ...],
+    devices: tuple[DeviceMemory, ...] = (),
+) -> Snapshot:
+    return Snapshot(
+        protocol=PROTOCOL_VERSION,
+        node_id=node_id,
+        node_url=node_url,
+        models=models,
+        devices=devices,
+    )

@@ -20,6 +20,24 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class DeviceMemory(_Wire):
+    """One device of a node as its GET /router/v1/status `devices` row says (issue 25)."""
+
+    device: str = Field(min_length=1, max_length=64)
+    kind: str = "host"
+    budget: int = Field(default=0, ge=0)
+    used: int = Field(default=0, ge=0)
+    free: int = Field(default=0, ge=0)
+
+
+class RuntimeMemory(_Wire):
+    """What a configuration's runtime holds on its node now, as the status's `memory`."""
+
+    device: str = Field(min_length=1, max_length=64)
+    bytes: int = Field(ge=0)
+    source: str = "estimate"
+
+
 class NodeModel(_Wire):
     """One configuration as its node reports it, under the node's own (local) IDs."""
 
@@ -39,6 +57,10 @@ class NodeModel(_Wire):
     loaded: bool = False
     disabled: bool = False
     created: int = 0
+    # Newer (issue 25; an older peer sends neither): the memory its runtime holds (None: not
+    # resident), and the bytes per device a load would hold, as the node's dry run says.
+    memory: RuntimeMemory | None = None
+    estimate: dict[str, int] | None = None
 
 
 class Snapshot(_Wire):
@@ -46,6 +68,7 @@ class Snapshot(_Wire):
     node_id: str = Field(min_length=1, max_length=64)
     node_url: str = Field(min_length=1, max_length=2048)
     models: tuple[NodeModel, ...] = ()
+    devices: tuple[DeviceMemory, ...] = ()  # newer: the node's memory ledger (issue 25)
 
 
 class LaneLoad(_Wire):

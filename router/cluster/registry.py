@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from router.cluster.identity import PublicModel, merge
-from router.cluster.protocol import NodeModel, Snapshot, protocol_problem
+from router.cluster.protocol import DeviceMemory, NodeModel, Snapshot, protocol_problem
 from router.cluster.urls import normalize_base_url
 from router.errors import ClusterError, DuplicateNode
 
@@ -25,6 +25,7 @@ class NodeEntry:
     last_contact: float | None = None
     error: str | None = None
     registered: bool = False
+    devices: tuple[DeviceMemory, ...] = ()  # its memory ledger, as its snapshot said
 
     def view(self) -> dict[str, object]:
         return {
@@ -60,6 +61,7 @@ class Registry:
             raise ClusterError(problem, code="protocol_mismatch")
         entry = self._by_url.get(url) or NodeEntry(snapshot.node_id, url)
         entry.node_id, entry.models, entry.registered = snapshot.node_id, snapshot.models, True
+        entry.devices = snapshot.devices
         entry.healthy, entry.last_contact, entry.error = True, now, None
         self._by_url[url] = entry
         return entry
@@ -75,7 +77,11 @@ class Registry:
         if problem is not None:
             return self.poll_failed(configured, problem, now)
         entry = self._by_url.get(configured) or NodeEntry(snapshot.node_id, configured)
-        entry.node_id, entry.models = snapshot.node_id, snapshot.models
+        entry.node_id, entry.models, entry.devices = (
+            snapshot.node_id,
+            snapshot.models,
+            snapshot.devices,
+        )
         entry.healthy, entry.last_contact, entry.error = True, now, None
         self._by_url[configured] = entry
         return entry

@@ -6,22 +6,44 @@ counter it owns; nothing here reads a clock or a socket.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
+
+from router.cluster.fit import Fit
 
 R = TypeVar("R")
 
 
-def choose_replica(local: R | None, local_busy: bool, remote: Sequence[R], turn: int) -> R | None:
+def choose_replica(
+    local: R | None,
+    local_busy: bool,
+    remote: Sequence[R],
+    turn: int,
+    fit: Callable[[R], Fit] | None = None,
+) -> R | None:
     """An idle available local replica first; else the available remote replicas in rotation
     (`turn` picks which); else the busy local one (it queues there); else None (a 502).
 
+    `fit` (router/cluster/fit.py) puts memory first: an idle local replica where the model is
+    resident or fits without eviction; else the remote ones where it is resident or fits, in
+    rotation (replicas that need no eviction share the work, as before); only then the idle
+    local and the remote replicas whose load would evict. Without `fit` every replica fits,
+    which is the order above.
+
     `local` is this node's replica when it is available, `remote` the available replicas on
-    other nodes: the split is made once per registry change, so a request's choice is O(1).
+    other nodes: the split is made once per registry change, so a request's choice is O(1)
+    in the number of nodes.
     """
-    if local is not None and not local_busy:
-        return local
+    rank = fit or (lambda _: Fit.FITS)
+    idle = local if local is not None and not local_busy else None
+    if idle is not None and rank(idle) < Fit.EVICTS:
+        return idle
+    spare = [r for r in remote if rank(r) < Fit.EVICTS]
+    if spare:
+        return spare[turn % len(spare)]
+    if idle is not None:
+        return idle
     if remote:
         return remote[turn % len(remote)]
     return local

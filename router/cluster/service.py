@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from router.cluster.client import NodeClient, PeerError
+from router.cluster.fit import Fit, fit_of
 from router.cluster.identity import PublicModel, Replica, merge
 from router.cluster.local import snapshot
-from router.cluster.protocol import NodeModel, RuntimeStatus, Snapshot
+from router.cluster.memory import NodeMemory
+from router.cluster.protocol import DeviceMemory, NodeModel, RuntimeStatus, Snapshot
 from router.cluster.registry import NodeEntry, Registry
 from router.cluster.replicas import choose_replica
 from router.config.schema import ClusterSection
@@ -54,8 +56,12 @@ class ClusterService:
         client: NodeClient,
         local_models: Callable[[], tuple[NodeModel, ...]],
         on_fatal: Callable[[str], None],
+        read_memory: Callable[[], Awaitable[NodeMemory]] | None = None,
     ) -> None:
         self.settings = cluster
+        # This node's last memory reading (router/cluster/memory.py): its snapshot carries it.
+        self.memory = NodeMemory()
+        self._read_memory = read_memory
         self.client = client
         self.registry = Registry(cluster.node_id, cluster.public_url, cluster.slave_urls)
         self._local_models = local_models
@@ -107,7 +113,22 @@ class ClusterService:
                 return
             await asyncio.sleep(interval)
 
+    async def refresh_memory(self) -> NodeMemory:
+        """Read this node's memory again (kept when the reading fails: logged)."""
+        if self._read_memory is not None:
+            try:
+                self.memory = await self._read_memory()
+            except Exception:
+                log.exception("reading this node's memory for its snapshot failed")
+        return self.memory
+
+    def own_snapshot(self, node_url: str) -> Snapshot:
+        """What this node tells the cluster (after `refresh_memory`)."""
+        models = self._local_models()
+        return snapshot(self.settings.node_id, node_url, models, self.memory.devices)
+
     async def poll_once(self) -> None:
+        await self.refresh_memory()  # the master's own replicas are placed on it too
         gate = asyncio.Semaphore(self.settings.sync_concurrency)
 
         async def poll(url: str) -> None:
@@ -135,7 +156,8 @@ class ClusterService:
     async def register_once(self) -> bool:
         """One registration; False when the master refused this node's identity for good."""
         assert self.settings.master_url is not None and self.settings.public_url is not None
-        snap = snapshot(self.settings.node_id, self.settings.public_url, self._local_models())
+        await self.refresh_memory()
+        snap = self.own_snapshot(self.settings.public_url)
         try:
             await self.client.call(
                 "POST", self.settings.master_url, REGISTER_PATH, snap.model_dump(mode="json")
@@ -161,7 +183,8 @@ class ClusterService:
     def public_models(self) -> list[PublicModel]:
         """The merged list as of the last change (built once before the first read)."""
         if self._view is None:
-            self._view = _View.of(self.registry.public_models(self._local_models()), self.registry)
+            models = self.registry.public_models(self._local_models())
+            self._view = _View.of(models, self.registry, self.memory.devices)
         return self._view.models
 
     def find(self, public_id: str) -> PublicModel | None:
@@ -184,7 +207,7 @@ class ClusterService:
             generation = self._generation
             inputs = self.registry.merge_inputs(self._local_models())
             merged = await asyncio.to_thread(merge, self.registry.own_node, inputs)
-            self._view = _View.of(merged, self.registry)
+            self._view = _View.of(merged, self.registry, self.memory.devices)
             if generation == self._generation:
                 return
 
@@ -243,16 +266,22 @@ class ClusterService:
         self.changed()
 
     def target(self, public: PublicModel, local_busy: bool) -> Target | None:
-        """The replica a request for `public` goes to (replicas.choose_replica's order)."""
-        assert self._view is not None
-        remote = self._view.remote.get(public.public_id, ())
+        """The replica a request for `public` goes to (replicas.choose_replica's order): by
+        memory first, from what each node's snapshot said (router/cluster/fit.py)."""
+        view = self._view
+        assert view is not None
+        remote = view.remote.get(public.public_id, ())
         turn = self._turns.get(public.public_id, 0)
-        chosen = choose_replica(public.local, local_busy, remote, turn)
+
+        def fit(replica: Replica) -> Fit:
+            return fit_of(replica.model, view.devices.get(replica.node_id, ()))
+
+        chosen = choose_replica(public.local, local_busy, remote, turn, fit)
         if chosen is None:
             return None
         if not chosen.local:
             self._turns[public.public_id] = turn + 1
-        return Target(public, chosen, self._view.urls.get(chosen.node_id))
+        return Target(public, chosen, view.urls.get(chosen.node_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,15 +293,20 @@ class _View:
     index: dict[str, PublicModel]  # public IDs and public image IDs
     remote: dict[str, tuple[Replica, ...]]
     urls: dict[str, str]
+    devices: dict[str, tuple[DeviceMemory, ...]]  # each node's memory, this one's included
 
     @classmethod
-    def of(cls, models: list[PublicModel], registry: Registry) -> _View:
+    def of(
+        cls, models: list[PublicModel], registry: Registry, own: tuple[DeviceMemory, ...] = ()
+    ) -> _View:
         images = {m.public_image_id: m for m in models if m.public_image_id}
+        nodes = [e for e in registry.nodes() if e.node_id]
         return cls(
             models,
             images | {m.public_id: m for m in models},
             {m.public_id: m.available_remote() for m in models},
-            {e.node_id: e.node_url for e in registry.nodes() if e.node_id},
+            {e.node_id: e.node_url for e in nodes},
+            {e.node_id: e.devices for e in nodes} | {registry.own_node: own},
         )
 
 

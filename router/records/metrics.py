@@ -3,7 +3,8 @@ apps in one process do not collide)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -56,6 +57,59 @@ class RuntimeGauges(Collector):
             in_flight.add_metric([lane.value], leases[lane])
         yield queued
         yield in_flight
+
+
+@dataclass(frozen=True)
+class RuntimeBytes:
+    """One runtime's memory as GET /router/v1/status shows it, with the labels of its series."""
+
+    model: str
+    lane: str
+    device: str
+    source: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """The devices rows of GET /router/v1/status and each runtime's bytes, read at scrape time
+    from the manager's `memory_status()`, the call GET /router/v1/status makes."""
+
+    devices: Sequence[Mapping[str, Any]] = ()
+    runtimes: Sequence[RuntimeBytes] = field(default_factory=tuple)
+
+
+class MemoryGauges(Collector):
+    """Device budget and use and per-runtime bytes; empty until a scrape hands it figures."""
+
+    def __init__(self) -> None:
+        self.figures = MemoryFigures()
+
+    def collect(self) -> Iterator[Metric]:
+        budget = GaugeMetricFamily(
+            "tensor_router_memory_budget_bytes",
+            "Memory the router may fill on each device (docs/residency.md).",
+            labels=["device", "kind"],
+        )
+        used = GaugeMetricFamily(
+            "tensor_router_memory_used_bytes",
+            "Memory the router's runtimes hold on each device, estimated or measured.",
+            labels=["device", "kind"],
+        )
+        held = GaugeMetricFamily(
+            "tensor_router_runtime_memory_bytes",
+            "Memory one runtime holds (over all its devices; `device` is where most of it is).",
+            labels=["model", "lane", "device", "source"],
+        )
+        for row in self.figures.devices:
+            labels = [str(row["device"]), str(row.get("kind", ""))]
+            budget.add_metric(labels, row["budget"])
+            used.add_metric(labels, row["used"])
+        for rt in self.figures.runtimes:
+            held.add_metric([rt.model, rt.lane, rt.device, rt.source], rt.bytes)
+        yield budget
+        yield used
+        yield held
 
 
 # The runtime-state series, one per state event (`sleeping`: vLLM put to sleep, docs/swaps.md).
@@ -133,6 +187,8 @@ class Metrics:
             registry=r,
         )
         self._gauges: RuntimeGauges | None = None
+        self._memory = MemoryGauges()
+        r.register(self._memory)
 
     def watch(self, reader: RuntimeReader) -> None:
         """Serve the queue and in-flight gauges from `reader` (one at a time)."""
@@ -177,5 +233,11 @@ class Metrics:
             for state in _STATE_EVENTS:
                 self.runtime_state.labels(runtime, state).set(1 if state == kind else 0)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, memory: MemoryFigures | None = None) -> bytes:
+        """The exposition; `memory`: the figures of this scrape (none: the memory series are
+        empty rather than stale)."""
+        self._memory.figures = memory or MemoryFigures()
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._memory.figures = MemoryFigures()

@@ -176,11 +176,14 @@ class Book:
         )
 
     def status(self, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-        """({runtime key: {"device", "bytes", "source", "by_device"}}, the `devices` rows)."""
+        """({runtime key: {"device", "bytes", "source", "by_device", "model", "lane"}}, the
+        `devices` rows). The model and lane label the /metrics series."""
         per_runtime = {}
         for r in ledger.residents:
             usage = Usage.of(r)
             per_runtime[r.key] = {
+                "model": r.model,
+                "lane": r.lane,
                 "device": usage.device,
                 "bytes": usage.bytes,
                 "source": usage.source,

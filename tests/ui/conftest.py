@@ -235,13 +235,18 @@ def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]
     return {**browser_context_args, "viewport": {"width": 1280, "height": 800}}
 
 
-@pytest.fixture
-def ui(page: Page, ui_router: UiRouter, tmp_path: Path) -> Iterator[GuardedPage]:
+def guarded(page: Page, router: UiRouter, tmp_path: Path) -> Iterator[GuardedPage]:
+    """The body of a `ui`-like fixture over any router: reset first, checked after."""
     page.set_default_timeout(15_000)
-    ui_router.reset()
-    guarded = GuardedPage(page, ui_router, tmp_path)
+    router.reset()
+    guarded = GuardedPage(page, router, tmp_path)
     yield guarded
     guarded.check()
+
+
+@pytest.fixture
+def ui(page: Page, ui_router: UiRouter, tmp_path: Path) -> Iterator[GuardedPage]:
+    yield from guarded(page, ui_router, tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from tests.ui import data_router
 from tests.ui.conftest import GuardedPage, UiRouter
 from tests.ui.data_router import DataRouter
 from tests.ui.lending_cluster import GUARDIANS, TEXT_LINKS, LendingCluster
+from tests.ui.memory_router import CHAT, EMBED, bars_router, bars_ui, tight_router, tight_ui
 from tests.ui.test_lending_leases import BACKLOG, backlog
 from tests.ui.test_lending_live import SETTINGS, seed_decisions
 from tests.ui.test_overview import lane_row
@@ -25,6 +26,7 @@ EXTRA = {"models-detail": "models?model=beta", "config-edit": "config?id=chat-q4
 THEMES = ("light", "dark")
 data_ui_router = data_router.data_ui_router
 data_ui = data_router.data_ui
+__all__ = ["bars_router", "bars_ui", "tight_router", "tight_ui"]  # fixtures
 
 
 def nav_pages(page: Page) -> list[str]:
@@ -187,3 +189,39 @@ def shoot_a_lease(ui: GuardedPage, lending: LendingCluster, path: Path) -> None:
         expect(leases.locator("tbody tr td.num").first).to_be_visible(timeout=60_000)
         ui.page.screenshot(path=str(path), full_page=True)
         assert all(f.result() == 200 for f in sent)
+
+
+# The Overview's memory bars with two runtimes of different lanes, over real demo GGUFs
+# (tests/ui/memory_router.py; the seeded router above has empty model files): the chat model
+# measured (solid), the embedding model still loading on its estimate (hatched).
+def test_memory_screenshots(bars_ui: GuardedPage) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    bars_ui.router.post("/router/v1/load", {"model": CHAT})
+    bars_ui.goto("/router/ui/overview")
+    settle(bars_ui)
+    expect(bars_ui.page.locator('g.mem-seg[data-source="measured"]')).to_have_count(1)
+    # One 3 s load for both themes: once measured, the store's figure replaces the estimate.
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(bars_ui.router.post, "/router/v1/load", {"model": EMBED})
+        expect(bars_ui.page.locator('g.mem-seg[data-source="estimate"]')).to_have_count(1)
+        for theme in THEMES:
+            bars_ui.page.emulate_media(color_scheme=theme)
+            bars_ui.page.screenshot(path=str(OUT / f"overview-memory-{theme}.png"), full_page=True)
+        loading.result()
+
+
+# The eviction confirmation: loading the embedding model would stop the chat model (48 MiB).
+def test_eviction_screenshots(tight_ui: GuardedPage) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    tight_ui.router.post("/router/v1/load", {"model": CHAT})
+    for theme in THEMES:
+        tight_ui.page.emulate_media(color_scheme=theme)
+        tight_ui.goto(f"/router/ui/models?q={EMBED}")
+        settle(tight_ui)
+        row = tight_ui.page.locator(f'table tbody tr[data-key="{EMBED}"]')
+        row.get_by_role("button", name="Load").click()
+        dialog = tight_ui.page.get_by_role("dialog", name=f"Load {EMBED}?")
+        expect(dialog).to_be_visible()
+        tight_ui.page.screenshot(path=str(OUT / f"load-eviction-{theme}.png"))
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(dialog).to_have_count(0)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
-from router.appkeys import METRICS
+from router.appkeys import METRICS, RUNTIMES
 from router.edge import Handler
 from router.openapi import document
+from router.records.metrics import MemoryFigures, RuntimeBytes
 
 
 async def health(request: web.Request) -> web.StreamResponse:
@@ -15,7 +18,29 @@ async def health(request: web.Request) -> web.StreamResponse:
 
 async def metrics(request: web.Request) -> web.StreamResponse:
     registry = request.app[METRICS]
-    return web.Response(body=registry.render(), headers={"Content-Type": registry.content_type})
+    runtimes = request.app.get(RUNTIMES)
+    # Read at scrape time from the live ledger GET /router/v1/status shows (one source).
+    memory = None
+    if runtimes is not None:
+        memory = figures(*await runtimes.memory_status())
+    return web.Response(
+        body=registry.render(memory), headers={"Content-Type": registry.content_type}
+    )
+
+
+def figures(per_runtime: dict[str, dict[str, Any]], devices: list[dict[str, Any]]) -> MemoryFigures:
+    """The status's memory picture as the metric series' rows."""
+    runtimes = [
+        RuntimeBytes(
+            model=str(usage["model"]),
+            lane=str(usage["lane"]),
+            device=str(usage["device"]),
+            source=str(usage["source"]),
+            bytes=int(usage["bytes"]),
+        )
+        for usage in per_runtime.values()
+    ]
+    return MemoryFigures(tuple(devices), tuple(runtimes))
 
 
 async def openapi(request: web.Request) -> web.StreamResponse:

@@ -10,6 +10,7 @@ from aiohttp import web
 from router.api.node import find_remote, openai_entry, remote_only, router_entry
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import Summary
+from router.cluster import resident_of
 from router.config import ModelConfig
 from router.config.availability import MISSING_STATUS
 from router.domain import Lane
@@ -119,12 +120,23 @@ async def router_list(request: web.Request) -> web.StreamResponse:
     catalog = request.app[CATALOG]
     # One read for every model: the newest benchmark run of each, or null.
     benchmarks = await request.app[STORE].benchmarks.latest()
+    # Each resident configuration's memory, as GET /router/v1/status shows it (issue 25).
+    per_runtime, _ = await request.app[RUNTIMES].memory_status()
+    resident = resident_of(per_runtime)
     data = [
-        {**router_record(request, c), "benchmark": _benchmark(benchmarks.get(c.id))}
+        {
+            **router_record(request, c),
+            "memory": _dump(resident.get(c.id)),
+            "benchmark": _benchmark(benchmarks.get(c.id)),
+        }
         for c in catalog.all_configs()
     ]
     data += [router_entry(p) for p in remote_only(request)]
     return web.json_response({"object": "list", "data": data, "errors": catalog.errors})
+
+
+def _dump(memory: Any) -> dict[str, Any] | None:
+    return None if memory is None else dict(memory.model_dump(mode="json"))
 
 
 def _benchmark(row: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from router.appkeys import CLUSTER, SETTINGS
-from router.cluster import PublicModel
+from router.cluster import PublicModel, RuntimeMemory
 from router.domain import Lane
 
 TEXT_SIDE = frozenset({Lane.TEXT, Lane.EMBEDDINGS})
@@ -52,6 +52,10 @@ def openai_entry(public: PublicModel, owner: str) -> dict[str, Any]:
     }
 
 
+def _dump(memory: RuntimeMemory | None) -> dict[str, Any] | None:
+    return None if memory is None else dict(memory.model_dump(mode="json"))
+
+
 def replicas(public: PublicModel) -> list[dict[str, Any]]:
     return [
         {
@@ -59,6 +63,9 @@ def replicas(public: PublicModel) -> list[dict[str, Any]]:
             "local_id": r.local_id,
             "available": r.model.available,
             "loaded": r.model.loaded,
+            # What its node's snapshot said of memory (issue 25; None from an older node).
+            "memory": _dump(r.model.memory),
+            "estimate": r.model.estimate,
         }
         for r in public.replicas
     ]
@@ -79,6 +86,7 @@ def router_entry(public: PublicModel) -> dict[str, Any]:
         "available": available(public),
         "missing_files": [],
         "disabled": False,
+        "memory": _dump(public.head.memory),
         "replicas": replicas(public),
         "benchmark": None,
     }

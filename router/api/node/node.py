@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from router.api.node import lending_push
 from router.appkeys import CLUSTER, DISPATCH, MATCH, NODE_DISPATCH, ROUTE, RUNTIMES, SETTINGS
 from router.classify import Match, management_path, match
-from router.cluster import Snapshot, snapshot
+from router.cluster import Snapshot
 from router.domain import Lane, Role
 from router.edge import Handler, match_of, read_json, secrets_of
 from router.errors import ClusterError, NotFound, RouterError, render
@@ -37,7 +37,8 @@ async def models(request: web.Request) -> web.StreamResponse:
     service = request.app[CLUSTER]
     settings = request.app[SETTINGS]
     url = settings.cluster.public_url or f"http://{settings.server.bind}"
-    snap = snapshot(settings.cluster.node_id, url, service.local_models())
+    await service.refresh_memory()
+    snap = service.own_snapshot(url)
     return web.json_response(snap.model_dump(mode="json"))
 
 

@@ -41,9 +41,12 @@ def _flag(request: web.Request, name: str) -> bool:
     raise BadRequest(f"{name} must be true or false", param=name)
 
 
-def _node_summary(request: web.Request, models: list[str], files: int | None) -> dict[str, Any]:
+def _node_summary(
+    request: web.Request, models: list[str], files: int | None, devices: list[dict[str, Any]]
+) -> dict[str, Any]:
     settings = request.app[SETTINGS]
     return {
+        "devices": devices,  # the memory ledger's rows, as GET /router/v1/status has them
         "node_id": settings.cluster.node_id,
         "node_url": settings.cluster.public_url,
         "source": "local",
@@ -66,6 +69,7 @@ def _registered_nodes(request: web.Request) -> list[dict[str, Any]]:
         {
             "node_id": entry.node_id or None,
             "node_url": entry.node_url,
+            "devices": [d.model_dump(mode="json") for d in entry.devices],  # its last snapshot's
             "source": "slave",
             "role": "slave",
             "backend_mode": None,
@@ -111,7 +115,9 @@ async def inventory(request: web.Request) -> web.Response:
         record["kv_persist"] = kv_status.get(record["id"])
     files = file_records(scanned, digests, configs, component_stats) if include_files else None
     settings = request.app[SETTINGS]
-    summary = _node_summary(request, [m["id"] for m in models], len(scanned) if files else None)
+    _, devices = await request.app[RUNTIMES].memory_status()
+    ids = [m["id"] for m in models]
+    summary = _node_summary(request, ids, len(scanned) if files else None, devices)
     return web.json_response(
         {
             "object": "site.inventory",

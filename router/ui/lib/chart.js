@@ -51,7 +51,7 @@ export function timelinePlan({ buckets, from, to, bucketSeconds, width = 640, he
   return { width, height, bars, yTicks, xTicks, baseline: PAD.top + inner.h, left: PAD.left };
 }
 
-function el(tag, attrs, ...children) {
+export function el(tag, attrs, ...children) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value !== null && value !== undefined) node.setAttribute(key, String(value));

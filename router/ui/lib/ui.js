@@ -44,7 +44,8 @@ function headerCell(col, sort, onsort) {
 }
 
 // Confirm with a native modal <dialog>; resolves true/false; focus goes back to the opener.
-export function confirmDialog({ title, message, confirmLabel = 'Confirm', danger = true }) {
+// `details`: an optional node shown under the message (a list of what the action affects).
+export function confirmDialog({ title, message, details = null, confirmLabel = 'Confirm', danger = true }) {
   const opener = document.activeElement;
   return new Promise((resolve) => {
     const ok = h('button', { type: 'submit', value: 'ok', class: danger ? 'danger' : 'primary' }, confirmLabel);
@@ -52,6 +53,7 @@ export function confirmDialog({ title, message, confirmLabel = 'Confirm', danger
       h('form', { method: 'dialog' },
         h('h2', { id: 'confirm-title' }, title),
         message ? h('p', {}, message) : null,
+        details,
         h('div', { class: 'actions' },
           h('button', { type: 'submit', value: 'cancel' }, 'Cancel'), ok)));
     dialog.addEventListener('close', () => {

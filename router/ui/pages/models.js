@@ -2,6 +2,7 @@
 // hashes, runtime state and last benchmark; search/sort/filters in the URL; Load, Unload,
 // Enable, Disable per row; a detail view (?model=) with the sanitized .kcpps and its files.
 import { h, replace } from '../lib/dom.js';
+import { askedLoad } from '../lib/load-plan.js';
 import { RESYNC, liveState } from '../lib/sse.js';
 import { actionButton, badge, formatTime, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 import { renderDetail } from './model_detail.js';
@@ -89,7 +90,8 @@ function rowActionsFor(ctx, enabled) {
     const act = (label, fn) => actionButton(label, fn, { slot });
     const buttons = [];
     if (!row.disabled && !['ready', 'loading'].includes(stateOf(row))) {
-      buttons.push(act('Load', () => ctx.api.post('/load', { model: row.id })));
+      // A load that would stop other runtimes asks first (lib/load-plan.js).
+      buttons.push(act('Load', () => askedLoad(ctx.api, row.id)));
     }
     if (['ready', 'loading', 'unloading'].includes(row.status)) {
       buttons.push(act('Unload', () => ctx.api.post('/site/nodes/unload', { model: row.id })));

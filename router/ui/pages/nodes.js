@@ -3,10 +3,23 @@
 // the event stream, another node's read through the master by node id (?node=<id>).
 import { h, replace } from '../lib/dom.js';
 import { RESYNC, liveState } from '../lib/sse.js';
-import { actionButton, badge, errorBox, formatTime, pageHeader, table } from '../lib/ui.js';
+import { actionButton, badge, errorBox, formatBytes, formatTime, pageHeader, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
 
 const RUNTIME_EVENTS = new Set(['loading', 'ready', 'failed', 'unloading', 'unloaded', 'state']);
+
+// Pure: one device of a node's memory ledger in words (its snapshot's `devices`, issue 25).
+export function deviceText(d) {
+  return `${d.device}: ${formatBytes(d.used)} used of ${formatBytes(d.budget)}, ${formatBytes(d.free)} free`;
+}
+
+// A node's devices, one line each; an older node, or one not yet polled, says nothing.
+function devicesCell(n) {
+  const devices = n.devices || [];
+  if (!devices.length) return '—';
+  return h('ul', { class: 'plain', 'aria-label': `Memory of ${n.node_id || n.node_url}` },
+    ...devices.map((d) => h('li', { 'data-device': d.device }, deviceText(d))));
+}
 
 function identity(session) {
   const node = (session && session.node) || {};
@@ -45,6 +58,7 @@ export default {
           { key: 'backend_mode', label: 'Backend mode' },
           { key: 'models', label: 'Models', class: 'num',
             cell: (n) => h('a', { href: pageHref('models') }, String((n.models || []).length)) },
+          { key: 'devices', label: 'Memory', class: 'wrap', cell: devicesCell },
           { key: 'last_contact', label: 'Last contact',
             cell: (n) => (n.source === 'local' ? 'this router' : (n.last_contact ? formatTime(n.last_contact) : 'never')) },
           { key: 'error', label: 'Problem', class: 'wrap', cell: (n) => n.error || '—' },

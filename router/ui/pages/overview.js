@@ -1,6 +1,8 @@
 // Overview: every lane with its runtime, live from /router/v1/events; load progress; failures
-// with exit code and output tail; Unload per lane and Unload all behind a confirm dialog.
+// with exit code and output tail; Unload per lane and Unload all behind a confirm dialog;
+// the memory of each device as a bar split by runtime (lib/memory.js).
 import { h, replace } from '../lib/dom.js';
+import { memoryBars, memoryPlan } from '../lib/memory.js';
 import { RESYNC, liveState } from '../lib/sse.js';
 import {
   actionButton, badge, confirmDialog, errorBox, formatSeconds, formatTime, pageHeader,
@@ -10,6 +12,9 @@ import { pageHref } from '../lib/url.js';
 
 export const LANES = ['text', 'image', 'voice', 'embeddings', 'music'];
 const REFRESH_MS = 5000; // in-flight and queue counts, reread while no `activity` event came
+// A load's memory is measured just after `ready`, off the event loop, and no event says when
+// it is in: the status is reread once this long after each `ready` (docs/residency.md).
+const MEASURED_MS = 3000;
 const ANNOUNCE_MS = 1000; // screen readers hear at most one progress update a second
 
 function exitCodeOf(reason) {
@@ -21,7 +26,7 @@ function exitCodeOf(reason) {
 export function fromStatus(status) {
   const runtimes = new Map();
   for (const rt of status.runtimes || []) runtimes.set(rt.runtime, rt);
-  return { runtimes, queued: status.queued || {}, queue: status.queue || {} };
+  return { runtimes, queued: status.queued || {}, queue: status.queue || {}, devices: status.devices || [] };
 }
 
 function loadingRecord(event) {
@@ -233,13 +238,20 @@ export default {
     const announcer = h('p', { class: 'visually-hidden', role: 'status', 'aria-live': 'polite' });
     const lanesSlot = h('div', {}, h('p', { class: 'muted' }, 'Reading the runtimes…'));
     const failuresSlot = h('div');
+    const memorySlot = h('div', {}, h('p', { class: 'muted' }, 'Reading the devices…'));
     const view = {
       usual: {}, failures: new Map(), errors: [], announce: throttled(announcer, ANNOUNCE_MS),
       unloadButton: (lane, rt) => confirmedUnload(ctx, errorSlot, {
         title: `Unload ${rt.model}?`, label: 'Unload', target: lane,
         message: `The ${lane} lane stops ${rt.model} once its running requests finish.`,
       }),
-      rerender: () => live.state && replace(lanesSlot, lanesTable(live.state, view)),
+      rerender: () => live.state && render(live.state),
+    };
+    // The bars follow the same state as the lanes: an `unloaded` event takes a runtime's
+    // bytes off at once; a snapshot (after `loading` and `ready`) brings new figures.
+    const render = (state) => {
+      replace(lanesSlot, lanesTable(state, view));
+      replace(memorySlot, memoryBars(memoryPlan(state.devices, state.runtimes.values())));
     };
     const unloadAll = confirmedUnload(ctx, errorSlot, {
       title: 'Unload every model?', label: 'Unload all', target: 'all',
@@ -248,6 +260,7 @@ export default {
     root.append(
       pageHeader('Overview', h('div', { class: 'actions' }, unloadAll)), errorSlot, announcer,
       h('section', { 'aria-labelledby': 'lanes-h' }, h('h2', { id: 'lanes-h' }, 'Lanes'), lanesSlot),
+      h('section', { 'aria-labelledby': 'memory-h' }, h('h2', { id: 'memory-h' }, 'Memory'), memorySlot),
       h('section', { 'aria-labelledby': 'failures-h' },
         h('h2', { id: 'failures-h' }, 'Recent load failures'), failuresSlot));
 
@@ -262,12 +275,21 @@ export default {
     const live = liveState(ctx.events, {
       load: async () => fromStatus(await ctx.api.get('/status')),
       reduce,
-      render: (state) => replace(lanesSlot, lanesTable(state, view)),
+      render,
       onerror: (exc) => showError(errorSlot, exc, { title: 'The runtimes could not be read' }),
     });
+    const measuredTimers = new Set();
     const offEvents = ctx.events.subscribe((event) => {
-      if (event.event === 'loading') for (const lane of event.lanes || []) view.failures.delete(lane);
-      else if (event.event === 'ready' && event.load_seconds) view.usual[event.model] = event.load_seconds;
+      if (event.event === 'loading') {
+        for (const lane of event.lanes || []) view.failures.delete(lane);
+        // The snapshot has no usual time: keep the event's for the progress line.
+        if (event.usual_load_seconds && !view.usual[event.model]) view.usual[event.model] = event.usual_load_seconds;
+        live.resync(); // the loading runtime's estimate is in the snapshot, not the event
+      }
+      else if (event.event === 'ready') {
+        if (event.load_seconds) view.usual[event.model] = event.load_seconds;
+        measuredTimers.add(setTimeout(() => live.resync(), MEASURED_MS));
+      }
       else if (event.event === 'failed') onFailed(event, view, refreshErrors);
       else if (event.event === 'activity') view.liveCounts = true;
     });
@@ -275,6 +297,7 @@ export default {
     await Promise.all([refreshErrors(), readUsualTimes(ctx, view)]);
     return () => {
       timers.forEach(clearInterval);
+      measuredTimers.forEach(clearTimeout);
       offEvents();
       live.close();
     };

@@ -1,0 +1,84 @@
+"""A node's memory as its snapshot carries it (issue 25): the devices of its ledger, each
+resident configuration's memory and each configuration's estimate.
+
+Read from the runtime manager's own answers (`memory_status`, the figures GET
+/router/v1/status shows, and `plan`, the dry run), never computed a second way. The service
+keeps the last reading (`ClusterService.memory`) and refreshes it before each registration,
+each poll round and each answer to GET /router/v1/node/models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from router.cluster.protocol import DeviceMemory, RuntimeMemory
+from router.config import ModelConfig
+from router.errors import RouterError
+from router.memory.eviction import Plan
+
+log = logging.getLogger(__name__)
+
+
+class MemoryReader(Protocol):
+    """The runtime manager's memory answers (router/runtime/planning.py)."""
+
+    async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]: ...
+    async def plan(self, config: ModelConfig, lane: Any = None) -> Plan: ...
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """`resident`: config id -> the memory of its runtime(s); `estimates`: config id -> the
+    bytes per device a load would hold (configurations the dry run refused are left out)."""
+
+    devices: tuple[DeviceMemory, ...] = ()
+    resident: dict[str, RuntimeMemory] = field(default_factory=dict)
+    estimates: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def devices_of(rows: Sequence[dict[str, Any]]) -> tuple[DeviceMemory, ...]:
+    return tuple(
+        DeviceMemory(
+            device=str(r["device"]),
+            kind=str(r.get("kind", "host")),
+            budget=max(0, int(r["budget"])),
+            used=max(0, int(r["used"])),
+            free=max(0, int(r["free"])),
+        )
+        for r in rows
+    )
+
+
+def resident_of(per_runtime: dict[str, dict[str, Any]]) -> dict[str, RuntimeMemory]:
+    """Per configuration; a configuration with runtimes on two lanes sums their bytes and is
+    named by the device of the larger."""
+    out: dict[str, RuntimeMemory] = {}
+    for usage in sorted(per_runtime.values(), key=lambda u: -int(u["bytes"])):
+        model = str(usage["model"])
+        seen = out.get(model)
+        if seen is None:
+            out[model] = RuntimeMemory(
+                device=str(usage["device"]), bytes=int(usage["bytes"]), source=usage["source"]
+            )
+        else:
+            out[model] = seen.model_copy(update={"bytes": seen.bytes + int(usage["bytes"])})
+    return out
+
+
+async def read_node_memory(manager: MemoryReader, configs: Iterable[ModelConfig]) -> NodeMemory:
+    per_runtime, rows = await manager.memory_status()
+    estimates: dict[str, dict[str, int]] = {}
+    for config in configs:
+        try:
+            plan = await manager.plan(config)
+        except RouterError as err:  # too large for any budget, files missing, shutting down
+            log.debug("no estimate of %s for the snapshot: %s", config.id, err.message)
+            continue
+        estimates[config.id] = {str(d["device"]): int(d["estimate"]) for d in plan.devices}
+    return NodeMemory(devices_of(rows), resident_of(per_runtime), estimates)
+
+
+__all__ = ["MemoryReader", "NodeMemory", "devices_of", "read_node_memory", "resident_of"]
