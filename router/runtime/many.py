@@ -125,6 +125,9 @@ class ManyLanes(Planning):
             )
             pending = Pending(frozenset(v.key for v in plan.evict), since)
             self._evicting_many[spec.key] = pending
+            if pending.victims:  # the load waits for its victims: read its files ahead meanwhile
+                resident = [rt.spec for rt in self._runtimes.values()]
+                self._loader.read_ahead([spec], resident, self._queues.wants)
         if any(key in self._runtimes for key in pending.victims):
             return decided  # victims drain and stop; their exit pumps again
         del self._evicting_many[spec.key]
