@@ -128,6 +128,9 @@ class ManyLanes(Planning):
             self._evicting_many[spec.key] = pending
             for key in pending.asleep:  # in no lane, so no pump stops it: stopped here
                 self._begin_stop(self._runtimes[key])
+            if pending.victims:  # the load waits for its victims: read its files ahead meanwhile
+                resident = [rt.spec for rt in self._runtimes.values()]
+                self._loader.read_ahead([spec], resident, self._queues.wants)
         if any(self._holds(key, pending) for key in pending.victims):
             return decided  # victims drain and stop (or sleep); their exit pumps again
         del self._evicting_many[spec.key]
