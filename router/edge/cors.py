@@ -6,7 +6,9 @@ The operator lists the web origins whose pages may call the inference routes (as
 - a preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) is answered 204
   with the route's methods and the asked headers (`Authorization` always among them), without
   credentials, as browsers send preflights;
-- every answer, errors included, carries `Access-Control-Allow-Origin` and `Vary: Origin`;
+- every answer, errors included, carries `Access-Control-Allow-Origin` and `Vary: Origin`, and
+  exposes the router's own answer headers a page may want to read (`EXPOSED_HEADERS`: how long
+  it queued, when to retry), which browsers hide from scripts unless listed;
 - the Origin rule (router/edge/guards.py) lets the origin through.
 Control, site, node and WebUI routes never answer CORS, and an unlisted foreign origin stays
 refused. The middleware sits after the peer and Host guards, so a refused peer gets no answer.
@@ -21,10 +23,12 @@ from aiohttp import web
 
 from router import errors
 from router.domain import Role
+from router.edge import queue_wait
 from router.edge.guards import Handler, Middleware
 
 PREFLIGHT_MAX_AGE = 600
 ALWAYS_ALLOWED_HEADERS = ("Authorization", "Content-Type")
+EXPOSED_HEADERS = (queue_wait.HEADER, "Retry-After")
 # The route a request with this method would reach (raises RouterError when none would).
 RouteFor = Callable[[str, str], Any]
 
@@ -107,6 +111,7 @@ def add_allow_origin(policy: CorsPolicy, route_of: Callable[[web.Request], Any])
             return
         assert origin is not None
         response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = ", ".join(EXPOSED_HEADERS)
         response.headers.add("Vary", "Origin")
 
     return on_prepare

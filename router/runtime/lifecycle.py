@@ -21,6 +21,7 @@ from router.records import EventBus
 from router.records.request_times import RequestTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
+from router.runtime.arrival import ArrivalOrder
 from router.runtime.loader import Launched, Loader
 from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.progress import LoadProgress
@@ -77,6 +78,7 @@ class RuntimeCore:
         self._evicting_many: dict[str, Pending] = {}
         self._oom_retried: set[str] = set()  # loads retried once after running out of memory
         self._oom_held: set[str] = set()  # ... and held until their raised figure is recorded
+        self._arrivals = ArrivalOrder()  # admission awaits estimates, in arrival order
         self._slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self._queues = Queues()
         self._runtimes: dict[str, Runtime] = {}
@@ -294,6 +296,7 @@ class RuntimeCore:
         if not asleep:  # refused or too slow: stopped as the swap would have
             self._begin_stop(runtime)
             return
+        runtime.asleep = True  # the ledger now counts its weights on the host (residency.py)
         runtime.drain_requests.clear()  # served again only once woken
         for lane, holder in self._slots.items():
             if holder is runtime:
@@ -304,6 +307,7 @@ class RuntimeCore:
         """A sleeping runtime is wanted and its lanes are free: woken instead of loaded."""
         if not self._move(runtime, RuntimeState.LOADING, "loading", woken=True):
             return False
+        runtime.asleep = False
         for lane in runtime.spec.occupies:
             self._slots[lane] = runtime
         self._spawn(self._finish_wake(runtime))

@@ -123,15 +123,32 @@ class ManyLanes(Planning):
                 (e.enqueued_at for e in self._queues.entries(spec.lane) if e.spec.key == spec.key),
                 default=self._clock(),
             )
-            pending = Pending(frozenset(v.key for v in plan.evict), since)
+            victims = frozenset(v.key for v in plan.evict)
+            pending = Pending(victims, since, frozenset(k for k in victims if self._asleep(k)))
             self._evicting_many[spec.key] = pending
-        if any(key in self._runtimes for key in pending.victims):
-            return decided  # victims drain and stop; their exit pumps again
+            for key in pending.asleep:  # in no lane, so no pump stops it: stopped here
+                self._begin_stop(self._runtimes[key])
+            if pending.victims:  # the load waits for its victims: read its files ahead meanwhile
+                resident = [rt.spec for rt in self._runtimes.values()]
+                self._loader.read_ahead([spec], resident, self._queues.wants)
+        if any(self._holds(key, pending) for key in pending.victims):
+            return decided  # victims drain and stop (or sleep); their exit pumps again
         del self._evicting_many[spec.key]
         if asleep is not None:  # woken instead of loaded (router/runtime/sleep.py)
             return self._wake(asleep)
         self._start(spec)
         return True
+
+    def _asleep(self, key: str) -> bool:
+        rt = self._runtimes.get(key)
+        return rt is not None and rt.state is RuntimeState.SLEEPING and rt.asleep
+
+    def _holds(self, key: str, pending: Pending) -> bool:
+        """Does a victim still hold what the plan frees? One that went to sleep for it has
+        freed its GPU memory (its weights stay in host RAM, which the sleep itself allowed)."""
+        if key not in self._runtimes:
+            return False
+        return key in pending.asleep or not self._asleep(key)
 
     def _start(self, spec: RuntimeSpec) -> None:
         runtime = Runtime(spec)

@@ -55,7 +55,12 @@ class Planning(RuntimeCore):
         return self._plan(spec)
 
     def _plan(self, spec: RuntimeSpec) -> Plan:
-        return self._book.plan(self.live_ledger(), spec, self._forced(spec))
+        ledger = self.live_ledger()
+        own = self._runtimes.get(spec.key)
+        if own is not None and own.state is RuntimeState.SLEEPING:
+            # Waking it brings back all it held: planned as a load, not as resident.
+            ledger = ledger.exited(spec.key)
+        return self._book.plan(ledger, spec, self._forced(spec))
 
     def _forced(self, spec: RuntimeSpec) -> dict[str, str]:
         """Runtimes a load of `spec` stops whatever memory says, with the reason."""
@@ -99,10 +104,17 @@ class Planning(RuntimeCore):
         refuse_missing(spec)
         if not self._book.acts:
             return  # one runtime per lane: memory decides nothing (no await: arrival order kept)
-        await self._book.prepare([spec])
-        if spec.key not in self._runtimes:
-            need, _ = self._book.need(spec)
-            refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
+        # The estimate runs at once, but the request leaves admission (and is queued by the
+        # caller, with no await in between) only after every earlier arrival (arrival.py).
+        turn = self._arrivals.enter()
+        try:
+            await self._book.prepare([spec])
+            await turn.wait()
+            if spec.key not in self._runtimes:
+                need, _ = self._book.need(spec)
+                refuse_if_too_large(self._book.budgets, spec.config.id, need.devices, need.source)
+        finally:
+            turn.leave()
 
     def _oom_retry(self, runtime: Runtime, error: RouterError) -> bool:
         """A load that ran out of memory (`figures.failed` said so and records a raised

@@ -30,6 +30,7 @@ from router.memory.forced import plan_with_forced
 from router.memory.ledger import Ledger, Resident, State, Usage
 from router.memory.sizing import estimate_config
 from router.memory.status import machine_devices
+from router.runtime.sleep import weights_size
 from router.runtime.state import Runtime, RuntimeSpec, RuntimeState
 
 # A use older than this no longer counts as recent (the eviction rule's reload cost).
@@ -39,6 +40,8 @@ _STATES: Mapping[RuntimeState, State] = {
     RuntimeState.LOADING: "loading",
     RuntimeState.READY: "ready",
     RuntimeState.STOPPING: "stopping",
+    # A vLLM sleeper (router/runtime/sleep.py): `resident` counts its weights on the host.
+    RuntimeState.SLEEPING: "ready",
     # A failed runtime is being stopped (TERM, grace, KILL): its memory is not free yet.
     RuntimeState.FAILED: "stopping",
 }
@@ -51,6 +54,8 @@ class Pending:
 
     victims: frozenset[str]
     since: float
+    # Victims asleep when planned (a vLLM sleeper's host memory): stopped, never slept again.
+    asleep: frozenset[str] = frozenset()
 
 
 class Uses:
@@ -92,6 +97,7 @@ class Book:
         self.uses = Uses()
         self._estimates: dict[tuple[str, str, str], Estimate] = {}
         self._fingerprints: dict[tuple[Any, ...], str] = {}
+        self._weights_cache: dict[tuple[str, str, str], int] = {}
 
     @property
     def acts(self) -> bool:
@@ -129,6 +135,17 @@ class Book:
             return Estimate(dict(measured.devices), "measured"), measured.load_seconds
         return self.estimate(spec), None
 
+    def _weights(self, spec: RuntimeSpec) -> int:
+        """What a level-1 sleep moves to host RAM: the model's files (sleep.weights_size), read
+        once per configuration version (a stat; the sleep decision itself stats them too)."""
+        key = self._key(spec)
+        found = self._weights_cache.get(key)
+        if found is None:
+            model = spec.config.model_file(spec.lane)
+            found = weights_size(model) if model is not None else 0
+            self._weights_cache[key] = found
+        return found
+
     def _fingerprint(self, spec: RuntimeSpec) -> str:
         config = spec.config
         key = (*self._key(spec), tuple(sorted(config.asset_sha256.items())))
@@ -143,6 +160,10 @@ class Book:
         if state is None:
             return None
         need, load_seconds = self.need(runtime.spec)
+        if runtime.asleep:  # a vLLM sleeper (or one being stopped): its weights in host RAM
+            need = Estimate({"host": self._weights(runtime.spec)}, "estimate")
+        elif runtime.state is RuntimeState.SLEEPING:  # its sleep call is under way: leaving
+            state = "stopping"
         # keep_alive's idle deadline (docs/residency.md): one past it costs nothing to evict;
         # one a client asked to keep (a positive keep_alive) is chosen only after the others.
         deadline = runtime.idle_deadline

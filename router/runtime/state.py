@@ -64,6 +64,8 @@ class Runtime:
         self.leases = 0
         self.drain_requests: set[Lane] = set()
         self.unload_requested = False
+        # SLEEPING and its sleep call succeeded: the weights are in host RAM, the GPU is free.
+        self.asleep = False
         self.process: SupervisedProcess | None = None
         self.base_url = ""
         self.port = 0

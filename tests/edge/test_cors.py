@@ -98,6 +98,9 @@ async def test_listed_origin_gets_preflight_and_headers(harness: RouterHarness) 
     assert r.status_code == 200, r.text
     assert r.headers["access-control-allow-origin"] == LISTED
     assert "Origin" in r.headers.get("vary", "")
+    # The page's script may read how long the request queued (browsers hide other headers).
+    exposed = [h.strip() for h in r.headers["access-control-expose-headers"].split(",")]
+    assert "X-Tensors-Queue-Wait-Ms" in exposed and "X-Tensors-Queue-Wait-Ms" in r.headers
     # An error (no key) is readable by the page too.
     r = await client.post("/v1/chat/completions", json=chat("alpha"), headers={"Origin": LISTED})
     assert r.status_code == 401 and r.headers["access-control-allow-origin"] == LISTED

@@ -361,6 +361,10 @@ async def test_realtime_relays_frames_both_ways(harness: RouterHarness) -> None:
     await harness.start()
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(ws_url(harness)) as ws:
+            # The 101 answer says how long the session waited for its runtime (the first load).
+            assert (
+                int(ws._response.headers["X-Tensors-Queue-Wait-Ms"]) > 0
+            )  # aiohttp keeps it there
             await ws.send_str('{"type": "session.update"}')
             assert (await ws.receive_str(timeout=5)) == '{"type": "session.update"}'
             await ws.send_bytes(b"\x00\xff" * 1000)

@@ -126,6 +126,7 @@ async def test_sdcpp_jobs_are_polled_on_the_runtime_that_took_them(
     client = await harness.start()
     r = await client.post("/sdcpp/v1/img_gen", json={"prompt": "x", "model": "art-art"})
     assert r.status_code == 202, r.text
+    assert int(r.headers["X-Tensors-Queue-Wait-Ms"]) > 0  # it waited for art's first load
     job_id = r.json()["id"]
     assert r.json()["poll_url"] == f"/sdcpp/v1/jobs/{job_id}"
     done = await _poll_until_done(client, job_id)

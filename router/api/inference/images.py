@@ -35,7 +35,16 @@ from router.api.inference.lanes import active_view, choose_config, public_id, re
 from router.api.inference.pins import pinned_target
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
-from router.edge import Handler, arrived, control_cap, match_of, matched_route, read_body, read_json
+from router.edge import (
+    Handler,
+    arrived,
+    control_cap,
+    match_of,
+    matched_route,
+    queue_wait,
+    read_body,
+    read_json,
+)
 from router.errors import BadRequest, JobNotFound, ServiceUnavailable
 from router.forwarding import (
     ModelRewriter,
@@ -297,6 +306,7 @@ async def _submit(request: web.Request, selection: Selection) -> web.StreamRespo
     info = _info(request, selection.model)
     lease = await request.app[RUNTIMES].ensure(config, Lane.IMAGE)
     info.queue_wait_ms = lease.queue_wait_ms
+    queue_wait.note(request, lease.queue_wait_ms)  # the submission waited for its runtime
     held = False
     try:
         body = _job_body(request, selection)

@@ -34,7 +34,7 @@ from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIO
 from router.cluster import Target
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
-from router.edge import Handler, arrived, matched_route, upstream_request_headers
+from router.edge import Handler, arrived, matched_route, queue_wait, upstream_request_headers
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
 from router.forwarding.selector import SELECTOR_HEADER as SELECTOR
@@ -83,6 +83,7 @@ async def connect(request: web.Request) -> web.StreamResponse:
     try:
         lease = await request.app[RUNTIMES].ensure(config, Lane.VOICE)
         info.queue_wait_ms = lease.queue_wait_ms
+        queue_wait.note(request, lease.queue_wait_ms)  # on the 101 answer's headers
         try:
             status = 101
             return await _session(request, lease, traffic)
