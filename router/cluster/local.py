@@ -85,6 +85,7 @@ def node_models(
                 disabled=config.id in disabled,
                 memory=memory.resident.get(config.id),
                 estimate=memory.estimates.get(config.id),
+                evicts=memory.evicts.get(config.id),
             )
         )
     return tuple(records)

@@ -32,11 +32,14 @@ class MemoryReader(Protocol):
 @dataclass(frozen=True)
 class NodeMemory:
     """`resident`: config id -> the memory of its runtime(s); `estimates`: config id -> the
-    bytes per device a load would hold (configurations the dry run refused are left out)."""
+    bytes per device a load would hold; `evicts`: config id -> whether that load would stop
+    another runtime first or wait for one to drain (the lane's holder under `residency: lane`,
+    a policy's victims, memory's). Configurations the dry run refused are left out of both."""
 
     devices: tuple[DeviceMemory, ...] = ()
     resident: dict[str, RuntimeMemory] = field(default_factory=dict)
     estimates: dict[str, dict[str, int]] = field(default_factory=dict)
+    evicts: dict[str, bool] = field(default_factory=dict)
 
 
 def devices_of(rows: Sequence[dict[str, Any]]) -> tuple[DeviceMemory, ...]:
@@ -71,6 +74,7 @@ def resident_of(per_runtime: dict[str, dict[str, Any]]) -> dict[str, RuntimeMemo
 async def read_node_memory(manager: MemoryReader, configs: Iterable[ModelConfig]) -> NodeMemory:
     per_runtime, rows = await manager.memory_status()
     estimates: dict[str, dict[str, int]] = {}
+    evicts: dict[str, bool] = {}
     for config in configs:
         try:
             plan = await manager.plan(config)
@@ -78,7 +82,20 @@ async def read_node_memory(manager: MemoryReader, configs: Iterable[ModelConfig]
             log.debug("no estimate of %s for the snapshot: %s", config.id, err.message)
             continue
         estimates[config.id] = {str(d["device"]): int(d["estimate"]) for d in plan.devices}
-    return NodeMemory(devices_of(rows), resident_of(per_runtime), estimates)
+        evicts[config.id] = plan_evicts(plan)
+    return NodeMemory(devices_of(rows), resident_of(per_runtime), estimates, evicts)
 
 
-__all__ = ["MemoryReader", "NodeMemory", "devices_of", "read_node_memory", "resident_of"]
+def plan_evicts(plan: Plan) -> bool:
+    """The node's verdict: its load would not start at once on free room."""
+    return bool(plan.evict) or plan.wait == "drain"
+
+
+__all__ = [
+    "MemoryReader",
+    "NodeMemory",
+    "devices_of",
+    "plan_evicts",
+    "read_node_memory",
+    "resident_of",
+]

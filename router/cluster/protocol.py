@@ -61,6 +61,9 @@ class NodeModel(_Wire):
     # resident), and the bytes per device a load would hold, as the node's dry run says.
     memory: RuntimeMemory | None = None
     estimate: dict[str, int] | None = None
+    # Newer still: the node's own verdict from that dry run (True: a load would stop another
+    # runtime first, or wait for one to drain; None: not said, the master does the arithmetic).
+    evicts: bool | None = None
 
 
 class Snapshot(_Wire):

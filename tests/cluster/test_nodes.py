@@ -246,6 +246,12 @@ async def test_clients_use_two_slaves_through_the_master(tmp_harness: RouterHarn
     async with httpx.AsyncClient(base_url=c.master.base, timeout=30) as client:
         assert await until(lambda: listed_ids(client), ["alpha", "both", "q"])
         assert await until(lambda: replica_nodes(client, "both"), ["s1", "s2"])
+    # First, while no lane holds another model (under `residency: lane` a slave whose text
+    # lane holds alpha or q says its load of "both" evicts: docs/residency.md).
+    olla = ollama.AsyncClient(host=c.master.base)
+    for _ in range(4):
+        reply = await olla.chat(model="both", messages=[{"role": "user", "content": "hi"}])
+        assert reply.model == "both"
     oai = openai.AsyncOpenAI(base_url=c.master.base + "/v1", api_key="unused")
     done = await oai.chat.completions.create(
         model="alpha", messages=[{"role": "user", "content": "hi"}]
@@ -257,7 +263,6 @@ async def test_clients_use_two_slaves_through_the_master(tmp_harness: RouterHarn
     pieces = [chunk async for chunk in stream]
     assert pieces and {p.model for p in pieces} == {"q"}
     await oai.close()
-    olla = ollama.AsyncClient(host=c.master.base)
     answer = await olla.chat(model="alpha", messages=[{"role": "user", "content": "hi"}])
     assert answer.model == "alpha" and answer.message.content
     parts = [
@@ -267,9 +272,6 @@ async def test_clients_use_two_slaves_through_the_master(tmp_harness: RouterHarn
         )
     ]
     assert parts[-1].done and {p.model for p in parts} == {"q"}
-    for _ in range(4):
-        reply = await olla.chat(model="both", messages=[{"role": "user", "content": "hi"}])
-        assert reply.model == "both"
     served = [
         await until(
             lambda s=s: served_models(s), ["alpha", "both"] if s.name == "s1" else ["both", "q"]

@@ -66,6 +66,7 @@ def replicas(public: PublicModel) -> list[dict[str, Any]]:
             # What its node's snapshot said of memory (issue 25; None from an older node).
             "memory": _dump(r.model.memory),
             "estimate": r.model.estimate,
+            "evicts": r.model.evicts,
         }
         for r in public.replicas
     ]
