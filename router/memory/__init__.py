@@ -3,7 +3,7 @@ devices (host RAM and NVML GPUs), the estimate before a load, llama-server's own
 one, the per-device ledger and the eviction choice shared by the dry run and the real load.
 
 The runtime manager's live ledger and load decisions build on it (router/runtime/residency.py,
-planning.py, many.py); what is still missing: docs/residency.md, "Not wired yet".
+planning.py, many.py); its limits: docs/residency.md, "Limits and verification".
 """
 
 from router.config.sizes import format_size, parse_size, parse_size_or_auto
