@@ -19,6 +19,7 @@ import pytest
 
 from router.appkeys import EVENTS
 from tests.real.router_fixtures import write_config
+from tests.real.test_kv_persist_real import _cached
 from tests.support.harness import RouterHarness
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(180)]
@@ -34,12 +35,6 @@ async def _chat(h: RouterHarness, model: str, messages: list[dict[str, str]]) ->
     assert response.status_code == 200, response.text
     reply: dict[str, Any] = response.json()
     return reply
-
-
-def _cached(reply: dict[str, Any]) -> int:
-    details = reply.get("usage", {}).get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens")
-    return cached if isinstance(cached, int) else int(reply.get("timings", {}).get("cache_n", 0))
 
 
 def _top(reply: dict[str, Any]) -> list[tuple[int, float]]:
