@@ -6,6 +6,7 @@ imports only `router.domain`.
 from __future__ import annotations
 
 from router.config.catalog import Catalog, CatalogChange
+from router.config.durations import parse_duration
 from router.config.kcpps import (
     AUX_COMPONENTS,
     ID_PATTERN,
@@ -26,7 +27,6 @@ from router.config.schema import (
     ProgramSection,
     Settings,
     SettingsError,
-    parse_duration,
 )
 from router.config.unload_policy import evicts, static_lanes
 
