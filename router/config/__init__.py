@@ -12,13 +12,12 @@ from router.config.kcpps import (
     ID_PATTERN,
     LIST_COMPONENTS,
     MAX_KCPPS_BYTES,
-    KcppsError,
-    ModelConfig,
     canonical_key,
     parse_kcpps,
     screened_key,
 )
 from router.config.load import load_settings, resolve_config_path
+from router.config.model_config import KcppsError, ModelConfig
 from router.config.schema import (
     PROGRAM_SECTIONS,
     AnalyticsSection,
