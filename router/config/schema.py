@@ -4,7 +4,8 @@ docs/configuration.md).
 Pure: reading the YAML, the credential files and the rules that span keys (credentials, cluster
 URLs, the secure-profile bind rule) live in `router.config.load`. Each model here checks its
 own values only, so tests elsewhere can build a `Settings` by hand without inventing
-production-grade keys.
+production-grade keys. The `runtime` and `memory` sections are in runtime_sections.py; the field
+types in durations.py, sizes.py and addresses.py.
 """
 
 from __future__ import annotations
