@@ -130,7 +130,7 @@ async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
     await router.start()
     runtimes = await _load_all(router.base, ["chat-a"])
     backend_pid = runtimes[0]["pid"]
-    n = 20  # 2 s per stream
+    n = 40  # 4 s per stream: they outlast the checks below, so the order proves "at once"
     async with httpx.AsyncClient(base_url=router.base, timeout=20) as client:
         started = [asyncio.Event() for _ in range(3)]
         streams = [
@@ -151,11 +151,14 @@ async def test_r27_sigterm_drains_streams_and_refuses_the_queue(
 
         os.kill(router.pid, signal.SIGTERM)
         term_at = time.monotonic()
-        assert await wait_for(lambda: _connect_refused(router.port), 0.5), "listener still open"
+        assert await wait_for(lambda: _connect_refused(router.port), 2.0), "listener still open"
         reply = await queued
         assert reply.status_code == 503, reply.text
         assert reply.headers.get("retry-after")
-        assert time.monotonic() - term_at < 1.0, "the queued request should be refused at once"
+        # Refused at once: while the streams still drain, not when the drain has ended (an
+        # order of events, which a busy machine does not change; the wall clock is a backstop).
+        assert not any(s.done() for s in streams), "the queued request waited for the drain"
+        assert time.monotonic() - term_at < 3.0, "the queued request should be refused at once"
         results = await asyncio.gather(*streams)
     for events in results:
         tokens = [e for e in events if '"content": "tok' in e.data]

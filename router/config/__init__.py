@@ -6,18 +6,18 @@ imports only `router.domain`.
 from __future__ import annotations
 
 from router.config.catalog import Catalog, CatalogChange
+from router.config.durations import parse_duration
 from router.config.kcpps import (
     AUX_COMPONENTS,
     ID_PATTERN,
     LIST_COMPONENTS,
     MAX_KCPPS_BYTES,
-    KcppsError,
-    ModelConfig,
     canonical_key,
     parse_kcpps,
     screened_key,
 )
 from router.config.load import load_settings, resolve_config_path
+from router.config.model_config import KcppsError, ModelConfig
 from router.config.schema import (
     PROGRAM_SECTIONS,
     AnalyticsSection,
@@ -26,7 +26,6 @@ from router.config.schema import (
     ProgramSection,
     Settings,
     SettingsError,
-    parse_duration,
 )
 from router.config.unload_policy import evicts, static_lanes
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from router.config.kcpps import MAIN_COMPONENTS, ModelConfig
+from router.config.kcpps import MAIN_COMPONENTS
+from router.config.model_config import ModelConfig
 from router.domain import Lane
 
 MISSING_STATUS = "missing files"

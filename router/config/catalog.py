@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.config.kcpps import MAX_KCPPS_BYTES, KcppsError, ModelConfig, parse_kcpps
+from router.config.kcpps import MAX_KCPPS_BYTES, parse_kcpps
+from router.config.model_config import KcppsError, ModelConfig
 from router.domain import BackendMode, Lane
 from router.errors import BadRequest, ModelNotFound
 

@@ -3,7 +3,8 @@
 Pure: takes the file's bytes; hashing of referenced model files lives in catalog.py. The one
 filesystem touch is symlink resolution when `file_roots` confine model paths, because a
 confinement check that ignores symlinks confines nothing. The rules are written down in
-docs/kcpps.md.
+docs/kcpps.md. `ModelConfig` and `KcppsError` are in model_config.py, the checks of the
+`router_*` keys in kcpps_router_keys.py, the renaming of old spellings in kcpps_legacy.py.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from router.config.unload_policy import PolicyError, parse_triggers
+from router.config import kcpps_router_keys as router_keys
+from router.config.kcpps_legacy import migrate_legacy
+from router.config.model_config import KcppsError, ModelConfig, short
 from router.domain import BackendMode, Lane, family_for
 
 MAX_KCPPS_BYTES = 1 << 20  # real files are a few KB; anything larger is not a launch config
@@ -71,63 +73,6 @@ REFUSED_SERVE_FLAGS = frozenset({"--host", "--port", "--uds", "--api-key", "--tr
 URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-class KcppsError(ValueError):
-    """A .kcpps file that cannot be served; the message says what is wrong (never a full path)."""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    id: str  # text ID: the file stem
-    path: Path  # the .kcpps file itself
-    raw: Mapping[str, Any]  # normalized JSON (legacy keys renamed, refused keys removed)
-    backend_mode: BackendMode  # `backend_mode` in the file, else settings `backend.mode`
-    components: Mapping[str, Path]  # component key ("model_param", "sdmodel", ...) -> file
-    lanes: frozenset[Lane]  # capabilities, from which components are present
-    image_id: str | None  # stem + "-" + diffusion model stem, when an image component exists
-    unload_triggers: frozenset[str] = frozenset()  # every entry (router/config/unload_policy.py)
-    jinja_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    jinja_precedence: Literal["config", "client"] = "config"
-    serve_args: tuple[str, ...] = ()
-    run_embed_separate: bool = False
-    config_sha256: str = ""
-    asset_sha256: Mapping[str, str] = field(default_factory=dict)  # component key -> hex
-    ignored_keys: tuple[str, ...] = ()  # router-owned keys removed from `raw`
-    warnings: tuple[str, ...] = ()  # components present that this backend mode cannot serve
-    aliases: tuple[str, ...] = ()  # `router_aliases`: more public names (whisper-1, gpt-4o-mini)
-    kv_persist: Literal["on", "off", "auto"] = "auto"  # `router_kv_persist` (docs/swaps.md)
-    pinned: bool = False  # `router_pin`: never evicted for memory (docs/residency.md)
-    sleep: bool = False  # `router_sleep`: vLLM sleeps instead of stopping (docs/swaps.md)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Every public name this config answers to: its ID, image ID and aliases."""
-        own = (self.id,) if self.image_id is None else (self.id, self.image_id)
-        return own + self.aliases
-
-    def model_file(self, lane: Lane) -> Path | None:
-        """The main file a single-purpose backend loads for `lane` (llama_sdcpp / vllm)."""
-        keys = {
-            Lane.TEXT: ("model_param",),
-            Lane.EMBEDDINGS: ("embeddingsmodel", "model_param"),
-            Lane.IMAGE: ("sdmodel", "sddiffusionmodel"),
-            Lane.VOICE: ("whispermodel", "ttsmodel"),
-            Lane.MUSIC: ("musicllm",),
-        }[lane]
-        for key in keys:
-            if key in self.components:
-                return self.components[key]
-        return None
-
-    def files(self, key: str) -> tuple[Path, ...]:
-        """Every file of a component; list keys (`sdlora`) appear as `sdlora[0]`, `sdlora[1]`."""
-        if key in self.components:
-            return (self.components[key],)
-        found: list[Path] = []
-        while f"{key}[{len(found)}]" in self.components:
-            found.append(self.components[f"{key}[{len(found)}]"])
-        return tuple(found)
-
-
 def parse_kcpps(
     path: Path, data: bytes, default_mode: BackendMode, file_roots: Sequence[Path] = ()
 ) -> ModelConfig:
@@ -138,7 +83,7 @@ def parse_kcpps(
             "file name must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     raw = _normalize_keys(_load_object(data))
-    _migrate_legacy(raw)
+    migrate_legacy(raw)
     ignored = _strip_refused(raw)
     _check_resolved(raw)
     mode = _backend_mode(raw.get("backend_mode"), default_mode)
@@ -151,6 +96,8 @@ def parse_kcpps(
             "no servable model component: set model_param, sdmodel, "
             f"whispermodel, embeddingsmodel or musicllm{hint}"
         )
+    image_id = _image_id(config_id, components) if Lane.IMAGE in lanes else None
+    own_ids = (config_id,) if image_id is None else (config_id, image_id)
     return ModelConfig(
         id=config_id,
         path=path,
@@ -158,16 +105,16 @@ def parse_kcpps(
         backend_mode=mode,
         components=components,
         lanes=lanes,
-        image_id=_image_id(config_id, components) if Lane.IMAGE in lanes else None,
-        unload_triggers=_triggers(raw.get("router_unload_policy")),
+        image_id=image_id,
+        unload_triggers=router_keys.unload_triggers(raw.get("router_unload_policy")),
         jinja_kwargs=_jinja_kwargs(raw.get("jinja_kwargs")),
-        jinja_precedence=_precedence(raw.get("router_jinja_kwargs_precedence")),
+        jinja_precedence=router_keys.jinja_precedence(raw.get("router_jinja_kwargs_precedence")),
         serve_args=_serve_args(raw.get("serve_args")),
-        run_embed_separate=_flag("run_embed_separate", raw.get("run_embed_separate")),
-        aliases=_aliases(raw.get("router_aliases"), config_id, components, lanes),
-        kv_persist=_kv_persist(raw.get("router_kv_persist")),
-        pinned=_flag("router_pin", raw.get("router_pin")),
-        sleep=_sleep(raw.get("router_sleep")),
+        run_embed_separate=router_keys.flag("run_embed_separate", raw.get("run_embed_separate")),
+        aliases=router_keys.aliases(raw.get("router_aliases"), own_ids),
+        kv_persist=router_keys.kv_persist(raw.get("router_kv_persist")),
+        pinned=router_keys.pinned(raw.get("router_pin")),
+        sleep=router_keys.sleep(raw.get("router_sleep")),
         config_sha256=hashlib.sha256(data).hexdigest(),
         ignored_keys=ignored,
         warnings=warnings,
@@ -186,7 +133,7 @@ def _load_object(data: bytes) -> dict[str, Any]:
     except RecursionError:
         raise KcppsError(f"JSON nesting deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:
-        raise KcppsError(f"invalid JSON: {_short(str(exc))}") from None
+        raise KcppsError(f"invalid JSON: {short(str(exc))}") from None
     if not isinstance(obj, dict):
         raise KcppsError("top level must be a JSON object")
     if not _depth_within(obj, MAX_DEPTH):
@@ -199,7 +146,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"duplicate key {_short(key)!r}")
+            raise ValueError(f"duplicate key {short(key)!r}")
         out[key] = value
     return out
 
@@ -223,7 +170,7 @@ def _normalize_keys(obj: dict[str, Any]) -> dict[str, Any]:
     for key, value in obj.items():
         name = canonical_key(key)
         if name in out:
-            raise KcppsError(f"key {_short(name)!r} is given twice (in two spellings)")
+            raise KcppsError(f"key {short(name)!r} is given twice (in two spellings)")
         out[name] = value
     return out
 
@@ -241,87 +188,6 @@ def screened_key(key: str) -> Literal["refused", "dropped"] | None:
     if key in REFUSED_KEYS or BINARY_KEY.search(key):
         return "refused"
     return "dropped" if key in DROPPED_KEYS else None
-
-
-def _migrate_legacy(raw: dict[str, Any]) -> None:
-    """Rename spellings older KoboldCpp releases saved; the current key wins when both exist."""
-    model = raw.pop("model", None)
-    if not raw.get("model_param"):
-        first = _first_model(model)
-        if first:
-            raw["model_param"] = first
-    for old, new in (
-        ("usecublas", "usecuda"),
-        ("blasbatchsize", "batchsize"),
-        ("sdclipl", "sdclip1"),
-        ("sdclipg", "sdclip2"),
-    ):
-        value = raw.pop(old, None)
-        if new not in raw and value not in (None, "", [], False):
-            raw[new] = value
-    usecuda = raw.get("usecuda")
-    if isinstance(usecuda, list):
-        for word, key, setting in (
-            ("lowvram", "lowvram", True),
-            ("nommq", "nommq", True),
-            ("rowsplit", "splitmode", "row"),
-        ):
-            if word in usecuda:
-                raw[key] = setting
-    _migrate_sdconfig(raw, raw.pop("sdconfig", None))
-    _migrate_hordeconfig(raw, raw.pop("hordeconfig", None))
-
-
-def _first_model(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value.strip() or None
-    if isinstance(value, list):
-        return next((v for v in value if isinstance(v, str) and v.strip()), None)
-    if value is None:
-        return None
-    raise KcppsError("model must be a file path or a list of file paths")
-
-
-def _migrate_sdconfig(raw: dict[str, Any], value: Any) -> None:
-    # Old layout: [model file, clamp mode, threads, "quant"|"noquant"].
-    if not value:
-        return
-    if not isinstance(value, list):
-        raise KcppsError("sdconfig must be a list")
-    if not raw.get("sdmodel"):
-        raw["sdmodel"] = value[0]
-    if len(value) > 1:
-        raw["sdclamped"] = 512
-    if len(value) > 2:
-        raw["sdthreads"] = _legacy_int("sdconfig", value[2])
-    if len(value) > 3:
-        raw["sdquant"] = 2 if value[3] == "quant" else 0
-
-
-def _migrate_hordeconfig(raw: dict[str, Any], value: Any) -> None:
-    # Old layout: [model name, gen length, max context, api key, worker name].
-    if not value:
-        return
-    if not isinstance(value, list):
-        raise KcppsError("hordeconfig must be a list")
-    if value[0] == "":
-        return
-    raw["hordemodelname"] = value[0]
-    if len(value) > 1:
-        raw["hordegenlen"] = _legacy_int("hordeconfig", value[1])
-    if len(value) > 2:
-        raw["hordemaxctx"] = _legacy_int("hordeconfig", value[2])
-    if len(value) > 4:
-        raw["hordekey"], raw["hordeworkername"] = value[3], value[4]
-
-
-def _legacy_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise KcppsError(f"{key} holds a non-numeric count")
-    try:
-        return int(value)
-    except (ValueError, OverflowError):
-        raise KcppsError(f"{key} holds a non-numeric count") from None
 
 
 def _strip_refused(raw: dict[str, Any]) -> tuple[str, ...]:
@@ -372,13 +238,6 @@ def _backend_mode(value: Any, default: BackendMode) -> BackendMode:
     raise KcppsError("backend_mode must be one of " + ", ".join(m.value for m in BackendMode))
 
 
-def _triggers(value: Any) -> frozenset[str]:
-    try:
-        return parse_triggers(value)
-    except PolicyError as exc:
-        raise KcppsError(str(exc)) from None
-
-
 def _jinja_kwargs(value: Any) -> dict[str, Any]:
     if value is None or value == "":
         return {}
@@ -394,60 +253,6 @@ def _jinja_kwargs(value: Any) -> dict[str, Any]:
     return value
 
 
-ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-MAX_ALIASES = 32
-
-
-def _aliases(
-    value: Any, config_id: str, components: Mapping[str, Path], lanes: frozenset[Lane]
-) -> tuple[str, ...]:
-    """`router_aliases`: a list of extra public names (OpenAI- or Ollama-style: letters,
-    digits, `.`, `_`, `-`, `:`, `/`). Clashes between files are refused by the catalog."""
-    if value is None or value == []:
-        return ()
-    if not isinstance(value, list) or len(value) > MAX_ALIASES:
-        raise KcppsError(f"router_aliases must be a list of at most {MAX_ALIASES} names")
-    own = {config_id}
-    if Lane.IMAGE in lanes:
-        own.add(_image_id(config_id, components))
-    out: list[str] = []
-    for name in value:
-        if not isinstance(name, str) or not ALIAS_PATTERN.match(name):
-            raise KcppsError(
-                f"router_aliases entry {_short(str(name))!r} must be 1-128 letters, digits, "
-                "'.', '_', '-', ':' or '/', starting with a letter or digit"
-            )
-        if name in own or name in out:
-            raise KcppsError(f"router_aliases names {name!r} twice (or the model's own ID)")
-        out.append(name)
-    return tuple(out)
-
-
-def _precedence(value: Any) -> Literal["config", "client"]:
-    if value is None or value == "" or value == "config":
-        return "config"
-    if value == "client":
-        return "client"
-    raise KcppsError("router_jinja_kwargs_precedence must be config or client")
-
-
-def _kv_persist(value: Any) -> Literal["on", "off", "auto"]:
-    if value is None or value == "auto":
-        return "auto"
-    if value in ("on", "off"):
-        return "on" if value == "on" else "off"
-    raise KcppsError("router_kv_persist must be on, off or auto")
-
-
-def _sleep(value: Any) -> bool:
-    """`router_sleep`: 1 or true turns it on; absent, 0 or false leave it off."""
-    if value is None or value is False or (type(value) is int and value == 0):
-        return False
-    if value is True or (type(value) is int and value == 1):
-        return True
-    raise KcppsError("router_sleep must be 0 or 1")
-
-
 def _serve_args(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -458,14 +263,6 @@ def _serve_args(value: Any) -> tuple[str, ...]:
         if flag in REFUSED_SERVE_FLAGS:
             raise KcppsError(f"serve_args may not contain {flag} (the router owns it)")
     return tuple(value)
-
-
-def _flag(key: str, value: Any) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, bool):
-        return value
-    raise KcppsError(f"{key} must be true or false")
 
 
 def _components(raw: Mapping[str, Any], base: Path) -> dict[str, Path]:
@@ -543,7 +340,3 @@ def _image_id(config_id: str, components: Mapping[str, Path]) -> str:
     stem = name.rsplit(".", 1)[0] if "." in name[1:] else name
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "image"
     return f"{config_id}-{stem}"[:128]
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,8 +1,8 @@
 """Load a router.yaml: YAML with line numbers, environment credentials, path resolution and
 the rules that span keys (credentials, cluster URLs, the secure-profile bind rule).
 
-The schema itself is router/config/schema.py; every error here is a `SettingsError` naming the key
-and the file.
+The schema itself is router/config/schema.py (some sections and field types in the modules it
+imports); every error here is a `SettingsError` naming the key and the file.
 """
 
 from __future__ import annotations
@@ -18,14 +18,8 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from router.config.schema import (
-    PROGRAM_SECTIONS,
-    ProgramSection,
-    Settings,
-    SettingsError,
-    is_ip,
-    split_bind,
-)
+from router.config.addresses import is_ip, split_bind
+from router.config.schema import PROGRAM_SECTIONS, ProgramSection, Settings, SettingsError
 
 
 def resolve_config_path(cli_value: str | None, env: Mapping[str, str] | None = None) -> Path | None:

@@ -4,39 +4,34 @@ docs/configuration.md).
 Pure: reading the YAML, the credential files and the rules that span keys (credentials, cluster
 URLs, the secure-profile bind rule) live in `router.config.load`. Each model here checks its
 own values only, so tests elsewhere can build a `Settings` by hand without inventing
-production-grade keys.
+production-grade keys. The `runtime` and `memory` sections are in runtime_sections.py; the field
+types in durations.py, sizes.py and addresses.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from router.config.addresses import (
+    Cidr,
+    HostName,
+    cors_origin,
+    hub_endpoint,
+    origin_only,
+    split_bind,
 )
-
-from router.config.sizes import Size, SizeOrAuto
+from router.config.durations import Duration, PositiveDuration
+from router.config.runtime_sections import MemorySection, RuntimeSection
+from router.config.section import Section
 from router.domain import BackendMode, Family
 
-_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-_BARE_NUMBER = re.compile(_NUMBER, re.ASCII)
-_DURATION_PART = re.compile(rf"({_NUMBER})(ms|s|m|h|d)\s*", re.ASCII)
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION_HELP = "use a number of seconds or a string like 250ms, 30s, 10m, 2h, 1d, 1h30m"
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
 
 
 class SettingsError(Exception):
@@ -48,67 +43,7 @@ class SettingsError(Exception):
         super().__init__(f"{where}: {key}: {message}")
 
 
-def parse_duration(value: Any) -> float:
-    """`30s`, `10m`, `1.5h`, `250ms`, `1h30m`, a bare number of seconds -> seconds as float.
-
-    Raises ValueError (and nothing else) for anything that is not a finite, non-negative duration.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"bad duration {value!r}: {_DURATION_HELP}")
-    if isinstance(value, str):
-        seconds = _parse_duration_text(value.strip())
-    else:
-        try:
-            seconds = float(value)
-        except OverflowError:
-            raise ValueError(f"duration {value!r} is too large") from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"bad duration {value!r}: must be finite and not negative")
-    return seconds
-
-
-def _parse_duration_text(text: str) -> float:
-    if _BARE_NUMBER.fullmatch(text):
-        return float(text)
-    total, pos = 0.0, 0
-    while pos < len(text):
-        match = _DURATION_PART.match(text, pos)
-        if match is None:
-            break
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if not text or pos != len(text):
-        raise ValueError(f"bad duration {text!r}: {_DURATION_HELP}")
-    return total
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
-
-
-def _canonical_cidr(value: str) -> str:
-    # Host bits are forgiven (192.168.1.5/24 means the /24); the stored form is canonical.
-    try:
-        return str(ipaddress.ip_network(value.strip(), strict=False))
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IP network like 192.168.1.0/24") from None
-
-
-def _host_name(value: str) -> str:
-    if not _HOSTNAME.match(value) and not is_ip(value.strip("[]")):
-        raise ValueError(f"{value!r} is not a host name or IP address (no scheme, no port)")
-    return value.lower()
-
-
-Cidr = Annotated[str, AfterValidator(_canonical_cidr)]
-HostName = Annotated[str, AfterValidator(_host_name)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SecuritySection(_Section):
+class SecuritySection(Section):
     profile: Literal["secure", "trusted_lan"] = "secure"
 
 
@@ -122,7 +57,7 @@ DEFAULT_CIDRS = (
 )
 
 
-class ServerSection(_Section):
+class ServerSection(Section):
     bind: str = "127.0.0.1:8080"
     allowed_cidrs: tuple[Cidr, ...] = DEFAULT_CIDRS
     allowed_hosts: tuple[HostName, ...] = ()
@@ -158,7 +93,7 @@ class ServerSection(_Section):
     @field_validator("backend_ui_public_url")
     @classmethod
     def _check_ui_url(cls, value: str | None) -> str | None:
-        return _origin_only(value) if value is not None and value.strip() else None
+        return origin_only(value) if value is not None and value.strip() else None
 
     @field_validator("cors_origins")
     @classmethod
@@ -205,14 +140,14 @@ class ServerSection(_Section):
         return tuple(ipaddress.ip_network(c, strict=False) for c in self.reserved_cidrs)
 
 
-class AuthSection(_Section):
+class AuthSection(Section):
     inference_keys: tuple[str, ...] = ()
     admin_keys: tuple[str, ...] = ()
     # Alias of `cluster.token` (the canonical place); Settings keeps the two equal.
     cluster_token: str | None = None
 
 
-class ModelsSection(_Section):
+class ModelsSection(Section):
     config_dir: Path = Path("./kcpps")
     startup_model: str | None = None
     file_roots: tuple[Path, ...] = ()
@@ -223,11 +158,11 @@ class ModelsSection(_Section):
         return value.strip() or None if value is not None else None
 
 
-class BackendSection(_Section):
+class BackendSection(Section):
     mode: BackendMode = BackendMode.LLAMA_SDCPP
 
 
-class ProgramSection(_Section):
+class ProgramSection(Section):
     """One native program. `command` (argv list) wins over `binary_path` when both are set."""
 
     binary_path: Path | None = None
@@ -246,55 +181,7 @@ class VllmSection(ProgramSection):
     allow_trust_remote_code: bool = False
 
 
-class RuntimeSection(_Section):
-    load_timeout: PositiveDuration = 600.0
-    no_progress_timeout: PositiveDuration = 120.0
-    idle_unload: Duration = 0.0
-    stop_grace: Duration = 10.0
-    drain_timeout: Duration = 900.0
-    max_queue: int = Field(default=64, ge=0)
-    # R19: requests one runtime serves at once; more wait in the lane's queue. 0: no cap.
-    max_in_flight: int = Field(default=0, ge=0)
-    queue_timeout: PositiveDuration = 600.0
-    # R17: queued requests for the loaded model go first, but never wait longer than this.
-    max_batch_wait: Duration = 30.0
-    # Issue 26: `grouped` serves the loaded model's queued requests before switching (bounded
-    # by max_batch_wait and max_bypass); `fifo` serves strictly in arrival order.
-    queue_order: Literal["grouped", "fifo"] = "grouped"
-    max_bypass: int = Field(default=8, ge=0)
-    # A streamed OpenAI chat request that has waited this long for its runtime starts its
-    # answer with SSE comment lines (position, ETA) while it waits; 0: never (docs/swaps.md).
-    announce_wait_after: Duration = 2.0
-    stream_idle_timeout: PositiveDuration = 300.0
-    # R24: how long one request waits for its whole answer (a non-streamed generation arrives
-    # only when done, so no idle deadline can tell a slow backend from a hung one).
-    response_timeout: PositiveDuration = 1800.0
-    # KV persistence (docs/swaps.md): disk cap for saved llama-server slots, and how long a
-    # save (before a stop) or a restore (before the first request) may take.
-    kv_cache_dir_budget: Size = 4 << 30
-    kv_save_timeout: PositiveDuration = 10.0
-    kv_restore_timeout: PositiveDuration = 10.0
-    # While a lane drains for a swap, read the incoming model's files into the page cache,
-    # capped by the host memory budget (docs/swaps.md, "Overlapping the swap"); false: never.
-    readahead: bool = True
-    # Issue 25 (docs/residency.md): `memory` prices loads against the memory ledger (a load
-    # that does not fit stops the cheapest idle runtimes; one larger than a whole budget is
-    # refused); `lane` keeps one runtime per lane and never acts on memory.
-    residency: Literal["memory", "lane"] = "memory"
-
-
-class MemorySection(_Section):
-    """The memory ledger's budgets per device (docs/residency.md); the runtime manager acts on
-    them when `runtime.residency` is `memory`. `host_budget` also caps the swap's read-ahead."""
-
-    # `auto`: total RAM minus `reserve`; or a size such as 600MiB.
-    host_budget: SizeOrAuto = "auto"
-    # `auto`: each GPU's total minus `reserve`; or a size applied to each GPU.
-    gpu_budget: SizeOrAuto = "auto"
-    reserve: Size = 1 << 30
-
-
-class AnalyticsSection(_Section):
+class AnalyticsSection(Section):
     enabled: bool = True
     database_path: Path | None = None
     flush_interval: PositiveDuration = 5.0
@@ -306,7 +193,7 @@ class AnalyticsSection(_Section):
     load_capture_max_output_mb: float = Field(default=64, gt=0)
 
 
-class LimitsSection(_Section):
+class LimitsSection(Section):
     max_control_body_mb: float = Field(default=8, gt=0)
     selector_scan_mb: float = Field(default=8, gt=0)
     max_stream_request_gb: float = Field(default=4, gt=0)
@@ -321,12 +208,12 @@ class LimitsSection(_Section):
         return self
 
 
-class MediaSection(_Section):
+class MediaSection(Section):
     ffmpeg: str = Field(default="ffmpeg", min_length=1)
     scratch_dir: Path | None = None
 
 
-class LendingSettings(_Section):
+class LendingSettings(Section):
     """The lending keys (docs/lending.md): `cluster.*` in the config file, and the batch the
     WebUI's Lending page saves over them (validated whole: one bad value changes nothing)."""
 
@@ -379,7 +266,7 @@ class ClusterSection(LendingSettings):
         return value
 
 
-class UiSection(_Section):
+class UiSection(Section):
     """The admin WebUI's login sessions (router/edge/ui_sessions.py)."""
 
     session_ttl: PositiveDuration = 86400.0
@@ -393,25 +280,11 @@ class UiSection(_Section):
     events_queue: int = Field(default=256, ge=8)
 
 
-def _hub_endpoint(value: str) -> str:
-    # https anywhere; plain http only to a loopback mirror (a test hub, a local cache).
-    parts = urlsplit(value.strip())
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or not host:
-        raise ValueError(f"{value!r} must be an http(s) URL like https://huggingface.co")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise ValueError(f"{value!r}: no credentials, query or fragment in the endpoint")
-    loopback = host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
-    if parts.scheme == "http" and not loopback:
-        raise ValueError(f"{value!r}: plain http is allowed only on a loopback address")
-    return value.strip().rstrip("/")
-
-
-class DownloadsSection(_Section):
+class DownloadsSection(Section):
     """Hugging Face downloads (docs/downloads.md). `token` is a secret: never rendered."""
 
     enabled: bool = True
-    endpoint: Annotated[str, AfterValidator(_hub_endpoint)] = "https://huggingface.co"
+    endpoint: Annotated[str, AfterValidator(hub_endpoint)] = "https://huggingface.co"
     token: str | None = Field(default=None, repr=False)
     # None: `downloads` next to the store's database (the data folder).
     dir: Path | None = None
@@ -419,7 +292,7 @@ class DownloadsSection(_Section):
     max_concurrent: int = Field(default=1, ge=1, le=8)
 
 
-class SetupSection(_Section):
+class SetupSection(Section):
     """Backend init jobs (docs/backends-setup.md)."""
 
     # A JSON recipe set replacing the built-in recipes (backends/recipes.py, same fields).
@@ -443,7 +316,7 @@ PROGRAM_SECTIONS: Mapping[Family, str] = {
 }
 
 
-class Settings(_Section):
+class Settings(Section):
     security: SecuritySection = SecuritySection()
     server: ServerSection = ServerSection()
     auth: AuthSection = AuthSection()
@@ -490,67 +363,10 @@ class Settings(_Section):
         return self
 
 
-def _origin_only(value: str) -> str:
-    """An http(s) origin and nothing more (no user info, path, query or fragment)."""
-    parts = urlsplit(value.strip())
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError:
-        raise ValueError(f"{value!r} has a bad port") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{value!r} must be an http:// or https:// origin")
-    if parts.username or parts.password or parts.path not in ("", "/"):
-        raise ValueError(f"{value!r} must be an origin only: no user info or path")
-    if parts.query or parts.fragment:
-        raise ValueError(f"{value!r} must be an origin only: no query or fragment")
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def cors_origin(value: str) -> str:
-    """A browser origin as browsers serialize it in `Origin`: lower case, default port left
-    out, no trailing slash (so an exact comparison with the header is right)."""
-    origin = _origin_only(value)
-    parts = urlsplit(origin)
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    default = {"http": 80, "https": 443}[parts.scheme]
-    port = f":{parts.port}" if parts.port not in (None, default) else ""
-    return f"{parts.scheme}://{host.lower()}{port}"
-
-
-def is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def split_bind(bind: str) -> tuple[str, int]:
-    """`HOST:PORT` (IPv6 as `[::1]:8080`) -> (host without brackets, port); ValueError if bad."""
-    host, sep, port = bind.strip().rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"bind {bind!r} must be HOST:PORT with a port from 0 to 65535")
-    if host.startswith("[") and host.endswith("]"):
-        if ":" not in host or not is_ip(host[1:-1]):
-            raise ValueError(f"bind {bind!r}: {host} is not an IPv6 address")
-        return host[1:-1], int(port)
-    if ":" in host:
-        raise ValueError(f"bind {bind!r}: write an IPv6 address in brackets, like [::1]:8080")
-    if not _HOSTNAME.match(host):
-        raise ValueError(f"bind {bind!r}: {host!r} is not a host name or IPv4 address")
-    return host, int(port)
-
-
 __all__ = [
     "DEFAULT_CIDRS",
     "PROGRAM_SECTIONS",
     "DownloadsSection",
-    "Duration",
-    "MemorySection",
-    "PositiveDuration",
     "Settings",
     "SettingsError",
-    "parse_duration",
-    "split_bind",
 ]

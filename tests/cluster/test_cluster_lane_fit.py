@@ -3,18 +3,14 @@ fit on both slaves, but one slave's text lane holds another model, so a load the
 it; the master takes the node's verdict (`evicts` from its dry run) over its own arithmetic and
 sends the requests to the other slave.
 
-A master with no models and two slaves (real `tensor-router start` processes, fake backends)
-whose models are real demo GGUFs, so the estimates are real; each slave has a 1 GiB host
-budget, which holds several ~30 MiB chat models."""
+The cluster of tests/support/cluster_memory.py (a master and two slaves, real demo GGUFs);
+each slave has a 1 GiB host budget, which holds several ~30 MiB chat models."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
-from tests.cluster.test_cluster_memory import gguf, row
-from tests.support.cluster import AUTH, cluster, served_models, start_all
+from tests.support.cluster_memory import assert_chat_goes_to_s2, filler_on_s1, row
 from tests.support.harness import RouterHarness, until
 
 LANE = {"residency": "lane", "stop_grace": 1, "load_timeout": 20}
@@ -23,25 +19,10 @@ LANE = {"residency": "lane", "stop_grace": 1, "load_timeout": 20}
 async def test_a_lane_that_holds_another_model_sends_requests_to_the_other_slave(
     tmp_harness: RouterHarness,
 ) -> None:
-    chat, filler = gguf(tmp_harness.tmp, 1), gguf(tmp_harness.tmp, 2)
-    c = cluster(
-        tmp_harness,
-        {},
-        {"chat": chat, "filler": filler},
-        {"chat": chat},
-        slave_sections={"runtime": LANE, "memory": {"host_budget": "1GiB"}},
-    )
-    await start_all(c)
-    s1, s2 = c.slaves
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        httpx.AsyncClient(base_url=c.master.base, timeout=30) as client,
-    ):
-        # s1's text lane holds the filler: a chat load there would stop it (one per lane).
-        r = await http.post(
-            s1.base + "/router/v1/node/load", json={"model": "filler"}, headers=AUTH
-        )
-        assert r.status_code == 200, r.text
+    # s1's text lane holds the filler: a chat load there would stop it (one per lane).
+    sections = {"runtime": LANE, "memory": {"host_budget": "1GiB"}}
+    async with filler_on_s1(tmp_harness, sections) as f:
+        client = f.client
 
         async def verdicts() -> dict[str, Any]:
             found = await row(client, "chat")
@@ -61,15 +42,5 @@ async def test_a_lane_that_holds_another_model_sends_requests_to_the_other_slave
         for replica in chat_row["replicas"]:
             assert 0 < replica["estimate"]["host"] <= free[replica["node_id"]]
 
-        # Four requests: without the verdict they would alternate between s1 and s2, and s1
-        # would swap the filler out for the chat model.
-        for _ in range(4):
-            reply = await client.post(
-                "/v1/chat/completions",
-                json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
-            )
-            assert reply.status_code == 200, reply.text
-        assert await until(lambda: served_models(s2), ["chat"])
-        assert "chat" not in await served_models(s1)
-        state = (await http.get(s1.base + "/router/v1/node/state", headers=AUTH)).json()
-        assert [r["model"] for r in state["runtimes"]] == ["filler"]
+        # Without the verdict the requests would alternate between s1 and s2.
+        await assert_chat_goes_to_s2(f)

@@ -2,57 +2,23 @@
 runtime's memory; the master's GET /router/v1/models rows and the site inventory's node rows
 show them; the replica choice prefers a node where the model fits without eviction.
 
-A master with no models and two slaves (real `tensor-router start` processes, fake backends)
-whose models are real demo GGUFs, so the estimates are real; each slave has a 48 MiB host
-budget, which holds one ~30 MiB chat model."""
+The cluster of tests/support/cluster_memory.py (a master and two slaves, real demo GGUFs);
+each slave has a 48 MiB host budget, which holds one ~30 MiB chat model."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import httpx
-
-from router.demo_models import write_llama_gguf
-from tests.support.cluster import AUTH, cluster, served_models, start_all
+from tests.support.cluster_memory import assert_chat_goes_to_s2, filler_on_s1, row
 from tests.support.harness import RouterHarness, until
 
 MIB = 1 << 20
 
 
-def gguf(tmp: Path, seed: int) -> bytes:
-    path = tmp / f"demo-{seed}.gguf"
-    write_llama_gguf(path, seed=seed, name=f"chat {seed}")
-    return path.read_bytes()
-
-
-async def row(client: httpx.AsyncClient, model_id: str) -> dict[str, Any] | None:
-    data = (await client.get("/router/v1/models")).json()["data"]
-    return next((m for m in data if m["id"] == model_id), None)
-
-
 async def test_snapshots_carry_memory_and_placement_prefers_a_node_where_it_fits(
     tmp_harness: RouterHarness,
 ) -> None:
-    chat, filler = gguf(tmp_harness.tmp, 1), gguf(tmp_harness.tmp, 2)
-    c = cluster(
-        tmp_harness,
-        {},
-        {"chat": chat, "filler": filler},
-        {"chat": chat},
-        slave_sections={"memory": {"host_budget": "48MiB"}},
-    )
-    await start_all(c)
-    s1, s2 = c.slaves
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        httpx.AsyncClient(base_url=c.master.base, timeout=30) as client,
-    ):
-        # s1 holds the filler: the chat model no longer fits there without evicting it.
-        r = await http.post(
-            s1.base + "/router/v1/node/load", json={"model": "filler"}, headers=AUTH
-        )
-        assert r.status_code == 200, r.text
+    # s1 holds the filler: the chat model no longer fits there without evicting it.
+    async with filler_on_s1(tmp_harness, {"memory": {"host_budget": "48MiB"}}) as f:
+        client = f.client
 
         async def filler_memory() -> object:
             found = await row(client, "filler")
@@ -81,18 +47,8 @@ async def test_snapshots_carry_memory_and_placement_prefers_a_node_where_it_fits
         assert [d["used"] for d in devices["s2"] if d["device"] == "host"] == [0]
         assert devices["m"] and all(d["used"] == 0 for d in devices["m"])
 
-        # Four requests: without the memory preference they would alternate between s1 and
-        # s2, and s1 would stop the filler to load the chat model.
-        for _ in range(4):
-            reply = await client.post(
-                "/v1/chat/completions",
-                json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
-            )
-            assert reply.status_code == 200, reply.text
-        assert await until(lambda: served_models(s2), ["chat"])
-        assert "chat" not in await served_models(s1)
-        state = (await http.get(s1.base + "/router/v1/node/state", headers=AUTH)).json()
-        assert [r["model"] for r in state["runtimes"]] == ["filler"]
+        # Without the memory preference the requests would alternate between s1 and s2.
+        await assert_chat_goes_to_s2(f)
 
         async def chat_resident_on_s2() -> object:
             found = await row(client, "chat")

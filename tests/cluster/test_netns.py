@@ -9,13 +9,16 @@ the reason, where network namespaces cannot be made (not root, no `ip`).
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import random
 import shutil
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,34 +52,71 @@ def _namespaces_unavailable() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Namespaces:
+    """The three namespaces' name tag and the /16 (`10.N`) their links use."""
+
+    tag: str
+    net: str
+
+
+# Serialises the choice of a subnet between test processes on one machine (two suites at once).
+_SUBNET_LOCK = Path("/tmp/tensor-router-netns-subnet.lock")
+
+
+def _subnets_in_use() -> set[str]:
+    found = subprocess.run(
+        ["ip", "-4", "-o", "route", "show", "table", "all"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    ).stdout
+    return {".".join(word.split(".")[:2]) for word in found.split() if word.startswith("10.")}
+
+
+def _pick_subnet(busy: set[str]) -> str:
+    # Only the root <-> master pair lives in the root namespace, but a second suite running this
+    # test at the same moment would route the same subnet twice: pick one nobody routes yet.
+    free = [f"10.{n}" for n in range(64, 128) if f"10.{n}" not in busy]
+    if not free:
+        pytest.skip("no free 10.64-127.x.x subnet for the namespaces' links")
+    return random.choice(free)
+
+
 @pytest.fixture
-def netns() -> Iterator[str]:
+def netns() -> Iterator[Namespaces]:
     reason = _namespaces_unavailable()
     if reason is not None:
         pytest.skip(reason)
     tag = uuid.uuid4().hex[:5]
     names = {role: f"tr{tag}{role}" for role in ("m", "s1", "s2")}
     links: list[str] = []
+    lock = _SUBNET_LOCK.open("a")
     try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        net = _pick_subnet(_subnets_in_use())
         for ns in names.values():
             _ip("netns", "add", ns)
             _ip("-n", ns, "link", "set", "lo", "up")
-        # root <-> master: 10.77.0.1 / 10.77.0.2; master <-> slave i: 10.77.i.1 / 10.77.i.2
+        # root <-> master: N.0.1 / N.0.2; master <-> slave i: N.i.1 / N.i.2
         pairs = [(None, names["m"], 0), (names["m"], names["s1"], 1), (names["m"], names["s2"], 2)]
-        for left, right, net in pairs:
-            a, b = f"tr{tag}a{net}", f"tr{tag}b{net}"
+        for left, right, sub in pairs:
+            a, b = f"tr{tag}a{sub}", f"tr{tag}b{sub}"
             _ip("link", "add", a, "type", "veth", "peer", "name", b)
             links.append(a)
             if left is not None:
                 _ip("link", "set", a, "netns", left)
             _ip("link", "set", b, "netns", right)
             where_a = ["-n", left] if left else []
-            _ip(*where_a, "addr", "add", f"10.77.{net}.1/24", "dev", a)
+            _ip(*where_a, "addr", "add", f"{net}.{sub}.1/24", "dev", a)
             _ip(*where_a, "link", "set", a, "up")
-            _ip("-n", right, "addr", "add", f"10.77.{net}.2/24", "dev", b)
+            _ip("-n", right, "addr", "add", f"{net}.{sub}.2/24", "dev", b)
             _ip("-n", right, "link", "set", b, "up")
-        yield tag
+        fcntl.flock(lock, fcntl.LOCK_UN)  # the root route now marks the subnet as taken
+        yield Namespaces(tag, net)
     finally:
+        lock.close()
         for ns in names.values():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
         for link in links:  # the root end of the root <-> master pair
@@ -108,8 +148,10 @@ def _config(h: RouterHarness, name: str, cluster: dict[str, Any]) -> Path:
     return path
 
 
-async def test_cluster_across_network_namespaces(netns: str, tmp_harness: RouterHarness) -> None:
-    tag = netns
+async def test_cluster_across_network_namespaces(
+    netns: Namespaces, tmp_harness: RouterHarness
+) -> None:
+    tag, net = netns.tag, netns.net
     master_cfg = _config(
         tmp_harness,
         "m",
@@ -117,7 +159,7 @@ async def test_cluster_across_network_namespaces(netns: str, tmp_harness: Router
             "role": "master",
             "node_id": "m",
             "health_interval": "0.5s",
-            "slave_urls": [f"http://10.77.1.2:{PORT}", f"http://10.77.2.2:{PORT}"],
+            "slave_urls": [f"http://{net}.1.2:{PORT}", f"http://{net}.2.2:{PORT}"],
         },
     )
     configs = {"m": master_cfg}
@@ -129,8 +171,8 @@ async def test_cluster_across_network_namespaces(netns: str, tmp_harness: Router
                 "role": "slave",
                 "node_id": f"s{i}",
                 "sync_interval": "0.5s",
-                "public_url": f"http://10.77.{i}.2:{PORT}",
-                "master_url": f"http://10.77.{i}.1:{PORT}",
+                "public_url": f"http://{net}.{i}.2:{PORT}",
+                "master_url": f"http://{net}.{i}.1:{PORT}",
             },
         )
     procs: list[subprocess.Popen[bytes]] = []
@@ -152,7 +194,7 @@ async def test_cluster_across_network_namespaces(netns: str, tmp_harness: Router
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))  # noqa: ASYNC220
         headers = {"Authorization": f"Bearer {INFERENCE}"}
         async with httpx.AsyncClient(
-            base_url=f"http://10.77.0.2:{PORT}", headers=headers, timeout=10
+            base_url=f"http://{net}.0.2:{PORT}", headers=headers, timeout=10
         ) as client:
             ids: list[str] = []
             end = time.monotonic() + 30

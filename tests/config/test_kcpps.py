@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.config import ModelConfig
-from router.config.kcpps import KcppsError, parse_kcpps
+from router.config import KcppsError, ModelConfig, parse_kcpps
 from router.domain import BackendMode, Lane
 
 BASE = Path("/srv/kcpps")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from router.config.kcpps import KcppsError, parse_kcpps
+from router.config import KcppsError, parse_kcpps
 from router.domain import BackendMode
 
 

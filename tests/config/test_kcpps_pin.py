@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from backends.kobold import ROUTER_KEYS
-from router.config.kcpps import KcppsError, parse_kcpps
+from router.config import KcppsError, parse_kcpps
 from router.domain import BackendMode
 
 

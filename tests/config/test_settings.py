@@ -1,4 +1,5 @@
-"""router/config/schema.py: schema, error reporting, env credentials, paths, durations."""
+"""router/config/schema.py and load.py: schema, error reporting, env credentials, paths, durations
+(durations.py), binds (addresses.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from router.config import (
     parse_duration,
     resolve_config_path,
 )
+from router.config.addresses import split_bind
 from router.config.load import placeholder_reason
-from router.config.schema import split_bind
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs" / "router.example.yaml"

@@ -13,7 +13,7 @@ import pytest
 
 from router.appkeys import CATALOG
 from router.domain import Lane
-from router.runtime import residency
+from router.runtime import arrival, residency
 from router.runtime.queues import Ticket
 from tests.support.harness import RouterHarness
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
@@ -52,6 +52,15 @@ async def test_first_requests_for_unestimated_configs_queue_in_arrival_order(
             all_queued.set()
 
     monkeypatch.setattr(manager._queues, "add", counted)
+    b_waiting, waiting, turn_wait = asyncio.Event(), [], arrival.Turn.wait
+
+    async def noted_wait(turn: arrival.Turn) -> None:  # the chat-b requests reach their turn
+        waiting.append(turn)
+        if len(waiting) == 2:
+            b_waiting.set()
+        await turn_wait(turn)
+
+    monkeypatch.setattr(arrival.Turn, "wait", noted_wait)
     tickets = [Ticket() for _ in arrivals]
     tasks = []
     for model, ticket in zip(arrivals, tickets, strict=True):
@@ -60,8 +69,11 @@ async def test_first_requests_for_unestimated_configs_queue_in_arrival_order(
         await asyncio.sleep(0)  # it has arrived (reached admission) before the next one
     try:
         assert await asyncio.to_thread(b_done.wait, 20)  # chat-b is estimated, chat-a is not
-        for _ in range(20):  # give a chat-b request every chance to overtake (it must not)
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(20):
+            await b_waiting.wait()  # both chat-b requests are past their estimate
+        for _ in range(10):  # turns of the loop: a chat-b request could overtake now (it must not)
+            await asyncio.sleep(0)
+        assert manager._queues.entries(Lane.TEXT) == []
         gate.set()
         async with asyncio.timeout(20):
             await all_queued.wait()

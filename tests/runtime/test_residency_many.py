@@ -17,7 +17,7 @@ import pytest
 from router.appkeys import CATALOG
 from router.domain import Lane
 from router.runtime.state import spec_for
-from tests.support.harness import RouterHarness, chat, stream_chat
+from tests.support.harness import RouterHarness, chat, stream_chat, wait_for
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("no_measurement")
@@ -91,9 +91,9 @@ async def test_a_busy_victim_finishes_its_stream_before_it_stops(harness: Router
     assert (await client.post("/router/v1/load", json={"model": "chat-b"})).status_code == 200
     # The gate holds chat-b's generation: the stream is running (leased) until it opens.
     stream = asyncio.create_task(stream_chat(client, chat("chat-b", stream=True, max_tokens=16)))
-    assert await _until(lambda: harness.runtimes.views()[0].leases == 1)
+    assert await wait_for(lambda: harness.runtimes.views()[0].leases == 1, 20)
     load = asyncio.create_task(_ask(client, "chat-a"))  # needs chat-b gone: it drains
-    assert await _until(lambda: harness.runtimes.views()[0].draining)
+    assert await wait_for(lambda: harness.runtimes.views()[0].draining, 20)
     assert not load.done() and _resident(harness) == {"chat-b"}
     gate.touch()
     status, events = await stream
@@ -107,15 +107,6 @@ async def test_a_busy_victim_finishes_its_stream_before_it_stops(harness: Router
     assert text.count("tok") == 16 and events[-1].data == "[DONE]"  # intact
     await load
     assert _resident(harness) == {"chat-a"}
-
-
-async def _until(predicate: Any, deadline: float = 20.0) -> bool:
-    end = asyncio.get_running_loop().time() + deadline
-    while asyncio.get_running_loop().time() < end:
-        if predicate():
-            return True
-        await asyncio.sleep(0.02)
-    return bool(predicate())
 
 
 async def test_a_request_without_a_model_goes_to_the_most_recently_used(
@@ -155,7 +146,7 @@ async def test_a_stopping_victim_keeps_its_bytes_until_it_exited(harness: Router
     client = await _start(harness, fit=["chat-a"])
     assert (await client.post("/router/v1/load", json={"model": "chat-b"})).status_code == 200
     ask = asyncio.create_task(_ask(client, "chat-a"))  # chat-b must go first
-    assert await _until(lambda: harness.runtimes.views()[0].state.value == "stopping")
+    assert await wait_for(lambda: harness.runtimes.views()[0].state.value == "stopping", 20)
     status = (await client.get("/router/v1/status")).json()
     (stopping,) = status["runtimes"]
     assert stopping["model"] == "chat-b" and stopping["memory"]["bytes"] > 0

@@ -12,8 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from backends.registry import adapter_for
-from router.config import Settings
-from router.config.kcpps import KcppsError, parse_kcpps
+from router.config import KcppsError, Settings, parse_kcpps
 from router.config.schema import VllmSection
 from router.domain import BackendMode, Family, Lane
 from router.runtime.sleep import HOST_RESERVE, may_sleep, weights_size

@@ -18,8 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
-from router.config import ModelConfig
-from router.config.kcpps import KcppsError, parse_kcpps
+from router.config import KcppsError, ModelConfig, parse_kcpps
 from router.downloads.names import is_sha256
 from router.edge import addressed_node
 from router.errors import BadRequest, Conflict, NotFound

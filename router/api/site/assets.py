@@ -18,8 +18,7 @@ from aiohttp import web
 
 from router.api.site import asset_jobs, asset_substitute, assets_hub
 from router.appkeys import CATALOG, SETTINGS, SITE_FILES
-from router.config import ModelConfig
-from router.config.kcpps import ID_PATTERN, MAX_KCPPS_BYTES, KcppsError, parse_kcpps
+from router.config import ID_PATTERN, MAX_KCPPS_BYTES, KcppsError, ModelConfig, parse_kcpps
 from router.edge import Handler, addressed_node, match_of, read_json
 from router.errors import (
     BadRequest,

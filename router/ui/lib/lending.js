@@ -33,7 +33,7 @@ const NUMBER = '(?:\\d+(?:\\.\\d*)?|\\.\\d+)';
 const BARE = new RegExp(`^${NUMBER}$`);
 const PART = new RegExp(`(${NUMBER})(ms|s|m|h|d)\\s*`, 'y');
 
-// The router's duration syntax (router/config/schema.py parse_duration): a bare number of
+// The router's duration syntax (router/config/durations.py parse_duration): a bare number of
 // seconds, or parts like 250ms, 30s, 10m, 2h, 1d, 1h30m. Seconds, or null when it is not one.
 export function parseDuration(value) {
   if (typeof value === 'number') return Number.isFinite(value) && value >= 0 ? value : null;

@@ -1,0 +1,101 @@
+"""The `router_*` keys of a `.kcpps` file: settings the router reads for itself and never hands
+to a backend (docs/kcpps.md). Each check takes the key's raw value and returns the typed value
+for `ModelConfig`, or raises `KcppsError` naming the key. Called by `parse_kcpps` (kcpps.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from router.config.model_config import KcppsError, short
+from router.config.unload_policy import PolicyError, parse_triggers
+
+ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+MAX_ALIASES = 32
+
+
+def unload_triggers(value: Any) -> frozenset[str]:
+    """`router_unload_policy` (router/config/unload_policy.py)."""
+    try:
+        return parse_triggers(value)
+    except PolicyError as exc:
+        raise KcppsError(str(exc)) from None
+
+
+def aliases(value: Any, own: Iterable[str]) -> tuple[str, ...]:
+    """`router_aliases`: a list of extra public names (OpenAI- or Ollama-style: letters,
+    digits, `.`, `_`, `-`, `:`, `/`), none of them one of the model's `own` IDs. Clashes
+    between files are refused by the catalog."""
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_ALIASES:
+        raise KcppsError(f"router_aliases must be a list of at most {MAX_ALIASES} names")
+    taken = set(own)
+    out: list[str] = []
+    for name in value:
+        if not isinstance(name, str) or not ALIAS_PATTERN.match(name):
+            raise KcppsError(
+                f"router_aliases entry {short(str(name))!r} must be 1-128 letters, digits, "
+                "'.', '_', '-', ':' or '/', starting with a letter or digit"
+            )
+        if name in taken or name in out:
+            raise KcppsError(f"router_aliases names {name!r} twice (or the model's own ID)")
+        out.append(name)
+    return tuple(out)
+
+
+def jinja_precedence(value: Any) -> Literal["config", "client"]:
+    """`router_jinja_kwargs_precedence`: whose template kwargs win when the file's
+    `jinja_kwargs` and the client's name the same one (router/forwarding/jinja.py)."""
+    if value is None or value == "" or value == "config":
+        return "config"
+    if value == "client":
+        return "client"
+    raise KcppsError("router_jinja_kwargs_precedence must be config or client")
+
+
+def kv_persist(value: Any) -> Literal["on", "off", "auto"]:
+    """`router_kv_persist` (docs/swaps.md)."""
+    if value is None or value == "auto":
+        return "auto"
+    if value in ("on", "off"):
+        return "on" if value == "on" else "off"
+    raise KcppsError("router_kv_persist must be on, off or auto")
+
+
+def pinned(value: Any) -> bool:
+    """`router_pin`: never evicted for memory (docs/residency.md)."""
+    return flag("router_pin", value)
+
+
+def sleep(value: Any) -> bool:
+    """`router_sleep`: 1 or true turns it on; absent, 0 or false leave it off."""
+    if value is None or value is False or (type(value) is int and value == 0):
+        return False
+    if value is True or (type(value) is int and value == 1):
+        return True
+    raise KcppsError("router_sleep must be 0 or 1")
+
+
+def flag(key: str, value: Any) -> bool:
+    """A true/false key; absent is false (also the file's own `run_embed_separate`)."""
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    raise KcppsError(f"{key} must be true or false")
+
+
+__all__ = [
+    "ALIAS_PATTERN",
+    "MAX_ALIASES",
+    "aliases",
+    "flag",
+    "jinja_precedence",
+    "kv_persist",
+    "pinned",
+    "sleep",
+    "unload_triggers",
+]
