@@ -46,7 +46,7 @@ async def test_s27_a_backend_crashing_on_hostile_parameters_is_a_502_and_a_resta
             assert harness.backend_pids() and harness.backend_pids() != pids
     # The hostile values reached the backend as sent (the router forwards, it does not
     # filter). Each at most twice: a backend that died before answering is relaunched and sent
-    # the request once more (router/api/inference.py `_backend_died`, for a pooled connection
+    # the request once more (router/api/inference/serving.py `_backend_died`, for a pooled connection
     # to a backend killed just before), which cannot tell a body that killed it.
     sent = [line for line in record.read_text().splitlines() if "n_probs" in line]
     assert len(HOSTILE) <= len(sent) <= 2 * len(HOSTILE)

@@ -259,7 +259,7 @@ async def test_request_right_after_a_backend_death_relaunches_it(
 ) -> None:
     """The request that follows a crash at once, before the router has seen the exit, must
     not fail on a pooled connection to the dead backend (it did, ~40% of the time: 502
-    "Connection reset by peer"; fixed in router/api/inference/forward.py `_backend_died`)."""
+    "Connection reset by peer"; fixed in router/api/inference/serving.py `_backend_died`)."""
     client = await started(real_harness, demo_text)
     for round_ in range(4):
         await client.chat.completions.create(model="chat-a", messages=MESSAGES, **GEN)

@@ -20,8 +20,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router.api.inference.forward import Override, forward
+from router.api.inference.forward import forward
 from router.api.inference.lanes import active_view, choose_config
+from router.api.inference.override import Override
 from router.appkeys import CATALOG, COMFY, INFLIGHT, RUNTIMES, SESSION, SETTINGS
 from router.comfy import (
     check_upload_name,

@@ -32,7 +32,9 @@ from aiohttp import web
 from backends.registry import adapter_for
 from router.api.inference import forward as forwarder
 from router.api.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
+from router.api.inference.override import Override
 from router.api.inference.pins import pinned_target
+from router.api.inference.placing import relay_facts
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import (
@@ -178,8 +180,8 @@ async def forward(request: web.Request) -> web.StreamResponse:
     selection = await _selection(request)
     # Another cluster node may serve this model, as sent: a job submitted there is pinned to
     # that node for its polls.
-    relayed = forwarder.Override(selection, remember=JOB_PIN if kind == "submit" else None)
-    facts = forwarder.relay_facts(request, relayed)
+    relayed = Override(selection, remember=JOB_PIN if kind == "submit" else None)
+    facts = relay_facts(request, relayed)
     if facts.relays:
         return await forwarder.forward(request, relayed, facts=facts)
     if kind == "submit":
@@ -195,7 +197,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
 _A1111_GENERATION = frozenset({"txt2img", "img2img"})
 
 
-def _generation(request: web.Request, selection: Selection) -> Selection | forwarder.Override:
+def _generation(request: web.Request, selection: Selection) -> Selection | Override:
     """A1111's txt2img/img2img: the seed fixed before sending, `info` rewritten in the answer.
     A body too large to hold (beyond the selector scan) goes as it is, its answer too."""
     tail = match_of(request).params.get("tail", "")
@@ -214,7 +216,7 @@ def _generation(request: web.Request, selection: Selection) -> Selection | forwa
         local = lease.runtime.local_model_id or model
         return _GenerationAnswer(Rewrite(ModelRewriter(model, local)), fields, model, img2img)
 
-    return forwarder.Override(fixed, translation=translation)
+    return Override(fixed, translation=translation)
 
 
 class _GenerationAnswer:
@@ -377,7 +379,7 @@ async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse 
         return None
     body = await read_body(request, control_cap(request)) if request.body_exists else b""
     selection = Selection(target.public.public_id, body, True, "job")
-    return await forwarder.forward(request, forwarder.Override(selection, follow=JOB_PIN + job_id))
+    return await forwarder.forward(request, Override(selection, follow=JOB_PIN + job_id))
 
 
 async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:

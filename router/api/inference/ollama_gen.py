@@ -20,6 +20,7 @@ from aiohttp import web
 from router import ollama as tr
 from router.api.inference import forward as forwarder
 from router.api.inference import selectorless
+from router.api.inference.override import Override
 from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
@@ -65,7 +66,7 @@ async def _handle(request: web.Request, op: tr.LoadKind) -> web.StreamResponse:
     return await forwarder.forward(request, partial(_override, request, op, started_ns))
 
 
-async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> forwarder.Override:
+async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> Override:
     """What to forward: the body as it is to KoboldCpp, else its OpenAI translation."""
     raw, body = await _read_body(request)
     name, source = body.get("model"), "json:model"
@@ -77,12 +78,12 @@ async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> f
             # Selectorless embeddings, as on /v1/embeddings: placed like them (a master's
             # rotation), then served here by the same rule (docs/decisions.md).
             unnamed = partial(_here_unnamed, request, op, started_ns, body)
-            return forwarder.Override(Selection(None, raw, True), here=unnamed)
+            return Override(Selection(None, raw, True), here=unnamed)
     if isinstance(name, str) and name:
         name = tr.canonical_name(name)
         here = partial(_here, request, op, started_ns, raw, body, name)
         # Another cluster node may serve it as sent: that node translates it for its backend.
-        return forwarder.Override(Selection(name, raw, True, source), here=here)
+        return Override(Selection(name, raw, True, source), here=here)
     return _here(request, op, started_ns, raw, body, name)
 
 
@@ -105,7 +106,7 @@ def _here(
     raw: bytes,
     body: dict[str, Any],
     name: object,
-) -> forwarder.Override:
+) -> Override:
     """Served on this node: the body as it is to KoboldCpp, else its OpenAI translation."""
     config = request.app[CATALOG].require(name)
     public: str = name if isinstance(name, str) else body["model"]  # the ID the router selects by
@@ -120,13 +121,13 @@ def _here(
     if op in ("chat", "generate") and family_for(config.backend_mode, lane) is Family.KOBOLD:
         # KoboldCpp answers /api/chat and /api/generate itself (not /api/embed: translated).
         selection = Selection(public, raw, True, "json:model")
-        return forwarder.Override(selection, keep_alive=keep_alive)
+        return Override(selection, keep_alive=keep_alive)
     return _translated(request, op, started_ns, body, public, sent, keep_alive)
 
 
 def _here_unnamed(
     request: web.Request, op: tr.LoadKind, started_ns: int, body: dict[str, Any]
-) -> forwarder.Override:
+) -> Override:
     """An embedding request without a model, served on this node: the runtime the selectorless
     rule picks (never a load), named in the answer as Ollama names a model."""
     config, lane = selectorless.local_embeddings(request, tr.EMBEDDINGS_PATH, "POST")
@@ -148,7 +149,7 @@ def _translated(
     public: str,
     sent: str,
     keep_alive: float | None,
-) -> forwarder.Override:
+) -> Override:
     """The OpenAI request for the backend, its answer translated back to Ollama's shape."""
     path, oai = _request(op, body, public)  # the rewriter puts in the backend's own model ID
     dimensions = tr.embed_dimensions(body) if op in ("embed", "embeddings") else None
@@ -160,9 +161,7 @@ def _translated(
     headers = upstream_request_headers(request.headers, extra_drop=_REPLACED)
     headers["Content-Type"] = "application/json"
     selection = Selection(public, json.dumps(oai).encode(), True, "json:model")
-    return forwarder.Override(
-        selection, path, headers, translation=translation, keep_alive=keep_alive
-    )
+    return Override(selection, path, headers, translation=translation, keep_alive=keep_alive)
 
 
 def _load_or_unload(
@@ -172,7 +171,7 @@ def _load_or_unload(
     sent: str,
     path: str,
     keep_alive: float | None,
-) -> forwarder.Override:
+) -> Override:
     """Nothing to generate: Ollama's load request, or with `keep_alive: 0` its unload request,
     which stops the model if it runs (after its running work) and never loads it."""
     selection = Selection(public, b"", True)
@@ -182,12 +181,12 @@ def _load_or_unload(
             await request.app[RUNTIMES].expire(config, lane)
             return web.json_response(tr.load_response(op, sent, time.time_ns(), "unload"))
 
-        return forwarder.Override(selection, path, unleased=unload)
+        return Override(selection, path, unleased=unload)
 
     def loaded(_: Lease) -> web.StreamResponse:
         return web.json_response(tr.load_response(op, sent, time.time_ns()))
 
-    return forwarder.Override(selection, path, answer=loaded, keep_alive=keep_alive)
+    return Override(selection, path, answer=loaded, keep_alive=keep_alive)
 
 
 def _request(op: tr.LoadKind, body: dict[str, Any], model: str) -> tuple[str, dict[str, Any]]:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.inference.forward import Override, relay_target
+from router.api.inference.override import Override
+from router.api.inference.placing import relay_target
 from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
 from router.cluster import Target
 from router.config import ModelConfig

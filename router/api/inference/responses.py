@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from router.api.inference.forward import Override, forward
+from router.api.inference.forward import forward
+from router.api.inference.override import Override
 from router.api.inference.pins import IdWatcher, WatchingRewriter, pinned_target
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
 from router.domain import MiB

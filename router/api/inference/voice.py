@@ -24,6 +24,8 @@ from aiohttp import web
 from backends.whispercpp import INFERENCE_PATH
 from router.api.inference import forward as forwarder
 from router.api.inference.lanes import choose_config
+from router.api.inference.override import Override
+from router.api.inference.placing import Facts, relay_facts
 from router.api.node import stt_target
 from router.appkeys import CATALOG, CLUSTER, SETTINGS
 from router.config import ModelConfig
@@ -56,10 +58,10 @@ async def _relayed(
         target = await stt_target(request)
         if target is None:
             return None
-        placed = forwarder.Facts(chosen=target, relayable=True)
+        placed = Facts(chosen=target, relayable=True)
         with request.app[CLUSTER].reserved(target.replica.node_id):
             return await forwarder.forward(request, sel, facts=placed)
-    facts = forwarder.relay_facts(request, forwarder.Override(sel))
+    facts = relay_facts(request, Override(sel))
     if not facts.relays:
         return None
     return await forwarder.forward(request, sel, facts=facts)
@@ -195,7 +197,7 @@ async def _send_form(
         request.headers, extra_drop=("x-tensors-model", "content-type")
     )
     headers["Content-Type"] = content_type
-    override = forwarder.Override(Selection(model, body, True), INFERENCE_PATH, headers)
+    override = Override(Selection(model, body, True), INFERENCE_PATH, headers)
     return await forwarder.forward(request, override)
 
 
@@ -242,7 +244,7 @@ async def _stream_to_whisper(
         if k == "translate" or k not in present
     )
     stream = Selection(model, extra + sel.prefix, False, sel.source)
-    return await forwarder.forward(request, forwarder.Override(stream, INFERENCE_PATH))
+    return await forwarder.forward(request, Override(stream, INFERENCE_PATH))
 
 
 # ---- text-to-speech -------------------------------------------------------------------------
