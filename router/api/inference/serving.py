@@ -32,6 +32,7 @@ from router.forwarding import (
 from router.forwarding.embeddings import EmbeddingDimensions, dimensions_of
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime
+from router.runtime.loader import port_in_use
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
@@ -102,6 +103,9 @@ def _with_dimensions(
 
 
 DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds
+# A backend whose listening port is already closed is on its way out, but a crash that frees
+# gigabytes, on a busy machine, is reaped later than that: its exit is awaited this long.
+DYING_GRACE_S = 10.0
 
 
 async def _backend_died(
@@ -118,7 +122,12 @@ async def _backend_died(
     try:
         code = await asyncio.wait_for(asyncio.shield(process.wait_exit()), DEATH_GRACE_S)
     except TimeoutError:
-        return False
+        if not lease.runtime.port or port_in_use(lease.runtime.port):
+            return False  # still listening: alive (or hung), and its 502 stands
+        try:
+            code = await asyncio.wait_for(asyncio.shield(process.wait_exit()), DYING_GRACE_S)
+        except TimeoutError:
+            return False
     request.app[RUNTIMES].report_failure(lease.runtime, f"the backend exited with code {code}")
     return True
 
