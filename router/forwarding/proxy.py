@@ -41,6 +41,21 @@ WRITE_EWMA = 0.1  # weight of the newest whole answer in the running write-cost 
 CONNECT_BACKOFF = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
 
 
+def closed_keep_alive(exc: aiohttp.ClientError) -> bool:
+    """The pooled connection was closed by the backend as the request went out (llama-server
+    closes some keep-alive connections after a stream): a clean close before any answer, or
+    the body could not be written. A reset (ECONNRESET) is not this: a live backend that read
+    the body and reset keeps its 502 (R31). Sent once more on another connection, the way an
+    HTTP client retries a request that met a stale keep-alive connection."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return (
+        isinstance(exc, aiohttp.ClientOSError)
+        and exc.errno is None
+        and ("Can not write request body" in str(exc))
+    )
+
+
 class ClientStalled(Exception):
     """The client stopped reading a response for longer than the send deadline."""
 
@@ -197,6 +212,7 @@ class Proxy:
         self, upstream: UpstreamRequest, client_timeout: aiohttp.ClientTimeout
     ) -> aiohttp.ClientResponse:
         deadline = time.monotonic() + self._connect_window
+        stale_retry = upstream.replayable
         for pause in (*CONNECT_BACKOFF, None):
             try:
                 return await self._session.request(
@@ -215,6 +231,9 @@ class Proxy:
             except aiohttp.ServerTimeoutError as exc:  # sock_connect: the only socket deadline
                 raise GatewayTimeout(f"cannot connect to the backend: {_why(exc)}") from exc
             except aiohttp.ClientError as exc:
+                if stale_retry and closed_keep_alive(exc):
+                    stale_retry = False  # aiohttp dropped that connection: the next is another
+                    continue
                 # The backend may have received the request (reset after reading the body):
                 # never resent (R31). A transport error is a 502, not a router bug (500).
                 raise BadGateway(f"the backend failed before answering: {_why(exc)}") from exc

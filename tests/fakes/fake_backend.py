@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -76,6 +77,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--record-bodies": "record_bodies",
     "--gate": "gate",
     "--crash-on-field": "crash_on_field",
+    "--dying-for": "dying_for",
     "--parallel": "parallel",
     "--slot-save-path": "slot_save_path",
 }
@@ -89,6 +91,7 @@ _BOOL = {
     "--fork-wrapper": "fork_wrapper",
     "--setsid-child": "setsid_child",
     "--reset-after-body": "reset_after_body",
+    "--close-reused-once": "close_reused_once",
     "--cancel-crashes": "cancel_crashes",
     "--slot-actions": "slot_actions",
     "--enable-sleep-mode": "sleep_mode",
@@ -122,6 +125,7 @@ class Opts:
     print_ready_line: bool = False
     ignore_sigterm: bool = False
     sigterm_delay: float = 0.0
+    dying_for: float = 0.0  # a crash closes every socket, then takes this long to exit
     fork_wrapper: bool = False
     setsid_child: bool = False
     tokens: int = 8
@@ -134,6 +138,7 @@ class Opts:
     native_model_path: bool = False
     refuse_for: float = 0.0
     reset_after_body: bool = False
+    close_reused_once: bool = False  # the first POST on a reused connection: a clean close
     record_requests: str = ""
     record_bodies: str = ""  # generation request bodies as received, one JSON line each
     gate: str = ""  # a file: every generation waits until it exists (a test opens the gate)
@@ -297,8 +302,33 @@ def log(line: str, stream: Any = sys.stderr) -> None:
     print(line, file=stream, flush=True)
 
 
+DYING_FOR = 0.0  # set from --dying-for at start
+
+
+def close_reused(st: State, request: web.Request) -> bool:
+    """Once: a request arriving on a connection that served one before is closed unanswered,
+    as llama-server closes some keep-alive connections just as the client reuses them."""
+    key = id(request.transport)
+    if key in st.connections and not st.closed_reused:
+        st.closed_reused = True
+        st.record(event="closed-reused", path=request.path)
+        if request.transport is not None:
+            request.transport.close()
+        return True
+    st.connections.add(key)
+    return False
+
+
 def crash(reason: str) -> None:
     log(f"fake backend crash: {reason}")
+    if DYING_FOR > 0:
+        # A crash that frees gigabytes on a busy machine: the sockets are closed at once (the
+        # port refuses, a pooled connection sees EOF), the exit is seen only later.
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                    os.close(int(fd))
+        time.sleep(DYING_FOR)
     os._exit(134)
 
 
@@ -313,6 +343,8 @@ class State:
         self.busy = 0
         self.generated = 0
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.connections: set[int] = set()  # --close-reused-once: connections seen
+        self.closed_reused = False
         self.slots = asyncio.Semaphore(o.parallel) if o.parallel > 0 else None
         self.slot_prompt: dict[int, str] = {}  # --slot-actions: the prompt each slot caches
         self.sleeping = 0  # vLLM sleep level (0: awake)
@@ -1407,6 +1439,8 @@ def make_app(st: State) -> web.Application:
             return web.json_response(LOADING, status=503)
         if request.path in PROBES and st.o.slow_health > 0:
             await asyncio.sleep(st.o.slow_health)
+        if st.o.close_reused_once and request.method == "POST" and close_reused(st, request):
+            raise asyncio.CancelledError  # closed (FIN), no answer: a stale keep-alive connection
         if st.o.reset_after_body and request.method == "POST":
             await request.read()
             reset_connection(request)
@@ -1526,6 +1560,8 @@ def main() -> int:
         if o.setsid_child:
             return run_setsid_child(sys.argv)
     log(f"fake backend {o.family} pid {os.getpid()} model {o.model or o.config!r}")
+    global DYING_FOR
+    DYING_FOR = o.dying_for
     asyncio.run(serve(o))
     return 0
 
