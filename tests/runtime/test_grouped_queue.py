@@ -54,8 +54,10 @@ async def test_grouped_makes_at_most_a_third_of_fifos_loads(harness: RouterHarne
     fifo_loads, fifo_waits = await _run(harness, "fifo")
     grouped_loads, grouped_waits = await _run(harness, "grouped")
     assert len(fifo_waits) == len(grouped_waits) == 2 * PER_CLIENT
-    # FIFO: the two clients take turns, so (nearly) every request after the first needs a swap.
-    assert fifo_loads >= 2 * PER_CLIENT - 2, fifo_loads
+    # FIFO: the two clients take turns, so most requests need a swap (how many exactly depends
+    # on arrival jitter on a busy machine: 13 of 16 was seen with two suites at once); the
+    # property is the ratio below.
+    assert fifo_loads >= 2 * PER_CLIENT - 4, fifo_loads
     assert grouped_loads * 3 <= fifo_loads, (grouped_loads, fifo_loads)
     # The bound: no request waits longer than under FIFO plus the batch window.
     assert max(grouped_waits) <= max(fifo_waits) + MAX_BATCH_WAIT, (grouped_waits, fifo_waits)
