@@ -70,7 +70,8 @@ _PATH_VALUED = frozenset({"--chat-template", "--tokenizer", "--generation-config
 _NETWORK_WORDS = re.compile(r"(?:^|-)(?:host|port|addr|address|ip|uds|ssl|api-key)(?:-|$)")
 _MANAGED = frozenset(
     {
-        "--model", "--host", "--port", "--uds", "--api-key", "--served-model-name",
+        # `-m` is not a vLLM flag; refused so that no spelling of a model path reaches it.
+        "--model", "-m", "--host", "--port", "--uds", "--api-key", "--served-model-name",
         "--config", "--root-path", "--middleware", "--headless", "--kv-transfer-config",
         "--kv-events-config", "--grpc", "--enable-sleep-mode",
     }

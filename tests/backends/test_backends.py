@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -646,6 +646,8 @@ DANGEROUS = [
     extra=st.lists(st.sampled_from(DANGEROUS), max_size=5),
     serve=st.lists(st.sampled_from(DANGEROUS), max_size=4),
 )
+# Found by a whole-suite run (1 seed in 3 at 20,000 examples): kept so every run tries it.
+@example(family=Family.VLLM, extra=["-m", "/etc/shadow"], serve=[])
 def test_s20_argv_never_carries_unsafe_tokens(
     family: Family, extra: list[str], serve: list[str]
 ) -> None:
