@@ -21,8 +21,8 @@ from tests.support.router_process import RouterProcess
 
 # Property tests check what a pure function decides, never how fast: Hypothesis's default 200 ms
 # deadline and its slow-generation health check measured the machine's load instead (under two
-# suites at once, 3 of 5 seeded runs of the pure property tests failed). Loaded before any test module
-# is imported, so every `@settings(...)` in the tests starts from this profile.
+# suites at once, 3 of 5 seeded runs of the pure property tests failed). Loaded before any test
+# module is imported, so every `@settings(...)` in the tests starts from this profile.
 settings.register_profile("router", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("router")
 

@@ -231,7 +231,8 @@ class Proxy:
             except aiohttp.ServerTimeoutError as exc:  # sock_connect: the only socket deadline
                 raise GatewayTimeout(f"cannot connect to the backend: {_why(exc)}") from exc
             except aiohttp.ClientError as exc:
-                if stale_retry and closed_keep_alive(exc):
+                # On the last pass there is no next one: the close stands as the answer.
+                if stale_retry and pause is not None and closed_keep_alive(exc):
                     stale_retry = False  # aiohttp dropped that connection: the next is another
                     continue
                 # The backend may have received the request (reset after reading the body):

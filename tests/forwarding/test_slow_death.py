@@ -35,15 +35,3 @@ async def test_a_backend_that_dies_slowly_is_relaunched_for_the_next_client(
     # not answered 502 while the dying process was still being reaped.
     sent = [line for line in record.read_text().splitlines() if "n_probs" in line]
     assert len(sent) == 2, sent
-
-
-async def test_a_live_backend_that_resets_keeps_its_502(harness: RouterHarness) -> None:
-    """R31 beside it: the port still listens, so the reset is the answer, with no resend."""
-    record = harness.tmp / "requests.jsonl"
-    harness.model("chat-a")
-    harness.faults["llamacpp"] = f"--reset-after-body --record-requests {record}"
-    client = await harness.start()
-    r = await client.post(CHAT, json=chat("chat-a", max_tokens=2))
-    assert r.status_code == 502, r.text
-    posts = [x for x in record.read_text().splitlines() if '"/v1/chat/completions"' in x]
-    assert len(posts) == 1, posts  # not sent twice
