@@ -96,6 +96,7 @@ from router.memory.book import FigureBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
+from router.runtime.hooks import SwapHooks
 from router.runtime.kvcache import KvCaches
 from router.runtime.measuring import Measuring
 from router.runtime.readahead import ReadAhead
@@ -387,25 +388,22 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
     app[KV_CACHES] = kv
     readahead = ReadAhead(settings, app[EVENTS].publish)
+    sleep = VllmSleep(settings, app[SESSION], app[EVENTS])
+    # KV restore runs before the measurement, so the figure includes the restored cache.
+    hooks = SwapHooks([kv, readahead, sleep, app[FIGURES]])
     loader = Loader(
-        settings,
-        app[SESSION],
-        pid_dir,
-        env_overlay=app[LAUNCH_OPTIONS].env_for,
-        extra_args=kv.launch_args,
-        prefetch=readahead,
+        settings, app[SESSION], pid_dir, env_overlay=app[LAUNCH_OPTIONS].env_for, hooks=hooks
     )
     store = app[STORE]
     manager = RuntimeManager(
         settings,
         loader,
         app[EVENTS],
+        hooks=hooks,
+        figures=app[FIGURES],
         on_load_error=store.record_load_error,
         observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
-        kv=kv,
-        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
-        figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
     app[METRICS].watch(manager)

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,16 @@ from router.domain import Family, Lane
 from router.errors import BadRequest
 from router.records import EventBus
 from router.runtime import kvkeys
+from router.runtime.hooks import SwapHook
 from router.runtime.kvprobe import ProbeResults, run_probe
-from router.runtime.loader import LaunchSpec
+from router.runtime.loader import Launched, LaunchSpec
 from router.runtime.state import Runtime, spec_for
 
 log = logging.getLogger(__name__)
 _Work = Callable[[Runtime], Awaitable[tuple[str, dict[str, Any]]]]
 
 
-class KvCaches:
+class KvCaches(SwapHook):
     def __init__(
         self, settings: Settings, session: aiohttp.ClientSession, root: Path, events: EventBus
     ) -> None:
@@ -91,6 +92,16 @@ class KvCaches:
             await self._bounded("probe", runtime, self._probe, timeout)
         if self._enabled(runtime):
             await self._bounded("restore", runtime, self._restore, timeout)
+
+    # ---- the swap hook (router/runtime/hooks.py) ------------------------------------------
+
+    async def after_ready(
+        self, runtime: Runtime, launched: Launched, report: Sequence[str]
+    ) -> None:
+        await self.restore(runtime)
+
+    async def before_stop(self, runtime: Runtime) -> None:
+        await self.save(runtime)
 
     def probe_result(self, runtime: Runtime) -> dict[str, Any] | None:
         """The stored probe verdict for this runtime's cache key, if any."""

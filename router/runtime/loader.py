@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,16 +50,12 @@ class Launched:
     load_seconds: float
 
 
-class Prefetch(Protocol):
-    """Reading the next model's files ahead while a lane drains (router/runtime/readahead.py)."""
+class LaunchHooks(Protocol):
+    """The swap hooks' launch side (router/runtime/hooks.py): argv additions (KV persistence's
+    save folder) and the moment before the spawn (a read-ahead stops reading)."""
 
-    def start(
-        self,
-        incoming: Sequence[LaunchSpec],
-        resident: Iterable[LaunchSpec],
-        wants: Callable[[str], bool],
-    ) -> None: ...
-    def loading(self, key: str) -> None: ...
+    def launch_args(self, spec: LaunchSpec) -> list[str]: ...
+    def before_launch(self, spec: LaunchSpec) -> None: ...
 
 
 PORT_ATTEMPTS = 3
@@ -94,8 +90,7 @@ class Loader:
         session: aiohttp.ClientSession,
         pidfile_dir: Path,
         env_overlay: Callable[[Family], Mapping[str, str]] | None = None,
-        extra_args: Callable[[LaunchSpec], list[str]] | None = None,
-        prefetch: Prefetch | None = None,
+        hooks: LaunchHooks | None = None,
     ) -> None:
         self._settings = settings
         self._session = session
@@ -103,19 +98,7 @@ class Loader:
         # Environment decided at run time (vLLM's launch options), read at each spawn.
         self._env_overlay = env_overlay
         # Arguments the router adds for its own features (KV persistence's --slot-save-path).
-        self._extra_args = extra_args
-        self._prefetch = prefetch
-
-    def read_ahead(
-        self,
-        incoming: Sequence[LaunchSpec],
-        resident: Iterable[LaunchSpec],
-        wants: Callable[[str], bool],
-    ) -> None:
-        """A lane began to drain so that `incoming[0]` can load: read its files ahead meanwhile
-        (`resident`: the runtimes still loaded; `wants(key)`: is that load still wanted)."""
-        if self._prefetch is not None:
-            self._prefetch.start(incoming, resident, wants)
+        self._hooks = hooks
 
     async def launch(
         self,
@@ -130,8 +113,8 @@ class Loader:
         spawn is skipped at the cost of a bind check, and a child that exits early because its
         port was taken under it is retried on a new port.
         """
-        if self._prefetch is not None:
-            self._prefetch.loading(spec.key)  # its own reads take over; the figures are kept
+        if self._hooks is not None:
+            self._hooks.before_launch(spec)  # a read-ahead stops: the backend's reads take over
         taken: LoadFailed | None = None
         for attempt in range(1, PORT_ATTEMPTS + 1):
             port = free_port()
@@ -191,8 +174,8 @@ class Loader:
         try:
             workdir = self._write_launch_files(adapter, spec, name)
             argv = adapter.argv(spec.config, spec.lane, port, self._settings, workdir=workdir)
-            if self._extra_args is not None:
-                argv += self._extra_args(spec)
+            if self._hooks is not None:
+                argv += self._hooks.launch_args(spec)
             env = child_environ(adapter, spec.config, spec.lane, self._settings, os.environ)
             if self._env_overlay is not None:
                 env.update(self._env_overlay(spec.family))

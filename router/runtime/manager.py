@@ -21,18 +21,28 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
-from router.config import ModelConfig
+from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
-from router.errors import ServiceUnavailable
+from router.errors import RouterError, ServiceUnavailable
+from router.memory.eviction import Plan
+from router.memory.ledger import Ledger
+from router.records import EventBus
+from router.records.request_times import RequestTimes
 from router.runtime import eta, scheduler
-from router.runtime.many import ManyLanes
-from router.runtime.planning import shutting_down
-from router.runtime.queues import Claim, Entry, Ticket, Waiter
+from router.runtime.activity import ActivityReporter
+from router.runtime.hooks import SwapHook, SwapHooks
+from router.runtime.ledger import LiveLedger, shutting_down
+from router.runtime.lifecycle import Lifecycle, LoadErrorSink
+from router.runtime.loader import Loader
+from router.runtime.measuring import FigureHooks, NoFigureHooks
+from router.runtime.pump import Pump
+from router.runtime.queues import Entry, Ticket, Waiter
 from router.runtime.state import (
     Lease,
+    ObserverFactory,
     Runtime,
     RuntimeSpec,
     RuntimeState,
@@ -40,12 +50,104 @@ from router.runtime.state import (
     primary_lane,
     spec_for,
 )
+from router.runtime.table import Table
 
 log = logging.getLogger(__name__)
 
 
-class RuntimeManager(ManyLanes):
-    """Admission, queueing and the pump over the state `RuntimeCore` owns."""
+class RuntimeManager:
+    """Admission, queueing and the public face over its parts: the table it owns (runtimes,
+    lanes, queues), the live ledger, the lifecycle of each runtime, the pump and the hooks."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        loader: Loader,
+        events: EventBus,
+        *,
+        hooks: Iterable[SwapHook] | SwapHooks = (),
+        figures: FigureHooks | None = None,
+        on_load_error: LoadErrorSink | None = None,
+        observer: ObserverFactory | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        usual_load: Callable[[str], float | None] = lambda _model: None,
+    ) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._usual_load = usual_load  # per config: usual load seconds (LoadTimes; queue ETAs)
+        self._hooks = hooks if isinstance(hooks, SwapHooks) else SwapHooks(hooks)
+        self.figures: FigureHooks = figures or NoFigureHooks()  # measured memory (issue 25)
+        self._table = Table(settings)
+        self._queues = self._table.queues
+        self.ledger = LiveLedger(settings, self._table, self.figures)
+        self._life = Lifecycle(
+            settings, loader, events, self._hooks, on_load_error=on_load_error, observer=observer
+        )
+        self._life.attach(self)
+        self._pump = Pump(
+            settings,
+            self._table,
+            self.ledger,
+            self._life,
+            self._hooks,
+            clock,
+            self._grant,
+            self._poke,
+        )
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.request_times = RequestTimes()  # per config: seconds a lease is held (queue ETAs)
+        # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
+        # which changes every instant, an event only when they differ).
+        self._positions = ActivityReporter(
+            events.publish, self._positions_now, event="queue_position", same=_positions_only
+        )
+        self._activity = ActivityReporter(events.publish, self._activity_now)
+        # Told of every lease that ends (lending's held requests wait for their owner's jobs).
+        self.released: list[Callable[[ModelConfig], None]] = []
+
+    @property
+    def spawn_count(self) -> int:
+        return self._life.spawn_count
+
+    def _activity_now(self) -> dict[str, Any]:
+        """What the `activity` event carries (docs/events.md)."""
+        return {
+            "queued": {lane.value: self._queues.waiting(lane) for lane in Lane},
+            "in_flight": {key: rt.leases for key, rt in self._table.runtimes.items()},
+        }
+
+    def _positions_now(self) -> dict[str, Any]:
+        return {"queue": self.queue_status()}
+
+    def _poke(self) -> None:
+        """Queue lengths, leases or states changed: `activity` and `queue_position` soon."""
+        self._activity.poke()
+        self._positions.poke()
+
+    def _check_open(self) -> None:
+        if self._table.closing:
+            raise shutting_down()
+
+    # ---- what the lifecycle tells its owner (lifecycle.Owner) ---------------------------
+
+    def ready(self, runtime: Runtime) -> None:
+        self.ledger.loaded(runtime.key)
+        self._pump.serve_loaded_for(runtime)
+
+    def retry(self, runtime: Runtime, error: RouterError) -> bool:
+        return self.ledger.retry(runtime, error, self._life.spawn, self._pump.run)
+
+    def failed(self, runtime: Runtime, error: RouterError) -> None:
+        self._queues.fail(runtime.key, error)
+
+    def parked(self, runtime: Runtime) -> None:
+        self._table.leave_lanes(runtime)
+        self._pump.run()
+
+    def gone(self, runtime: Runtime) -> None:
+        self._table.drop(runtime)
+        self._pump.run()
 
     # ---- public API -------------------------------------------------------------------
 
@@ -66,22 +168,22 @@ class RuntimeManager(ManyLanes):
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
-        if self._book.acts:  # several per lane: nobody queued for it, and not being evicted
-            runtime = self._runtimes.get(spec.key)
-            calm = not self._queues.wants(spec.key) and spec.key not in self._victim_since()
+        if self._table.by_memory:  # several per lane: nobody queued for it, not being evicted
+            runtime = self._table.runtimes.get(spec.key)
+            calm = not self._queues.wants(spec.key) and spec.key not in self._pump.victim_since()
         else:
-            runtime, calm = self._slots[lane], self._queues.is_empty(lane)
+            runtime, calm = self._table.slots[lane], self._queues.is_empty(lane)
         if (
             runtime is not None
             and runtime.key == spec.key
             and runtime.state is RuntimeState.READY
             and not runtime.draining
             and calm
-            and self._has_room(runtime)
+            and self._table.has_room(runtime)
         ):
             lease = self._grant(runtime, arrived)
         else:
-            await self._admit(spec)
+            await self.ledger.admit(spec)
             timeout = self._settings.runtime.queue_timeout
             lease = await self._enqueue(
                 spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
@@ -109,7 +211,7 @@ class RuntimeManager(ManyLanes):
         lane = lane or primary_lane(config)
         spec = spec_for(config, lane)
         self._check_open()
-        await self._admit(spec)
+        await self.ledger.admit(spec)
         rt = self._settings.runtime
         bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
         setting = "runtime.max_batch_wait + stop_grace + load_timeout"
@@ -127,7 +229,7 @@ class RuntimeManager(ManyLanes):
         one step, so a swap cannot slip in between choosing a runtime and marking it."""
         targets = {
             rt
-            for rt in self._runtimes.values()
+            for rt in self._table.runtimes.values()
             if rt.spec.occupies & lanes
             and rt.state is not RuntimeState.SLEEPING
             and model in (None, rt.config.id)
@@ -135,7 +237,7 @@ class RuntimeManager(ManyLanes):
         }
         sleepers = {  # asleep, so in no lane's slot (router/runtime/sleep.py)
             rt
-            for rt in self._runtimes.values()
+            for rt in self._table.runtimes.values()
             if rt.state is RuntimeState.SLEEPING
             and rt.spec.occupies & lanes
             and model in (None, rt.config.id)
@@ -144,9 +246,9 @@ class RuntimeManager(ManyLanes):
         for runtime in targets:
             runtime.unload_requested = True
         for runtime in sleepers:
-            self._begin_stop(runtime)
+            self._life.begin_stop(runtime)
         targets |= sleepers
-        self._pump()
+        self._pump.run()
         await asyncio.gather(*(rt.gone.wait() for rt in targets))
         return sorted(rt.key for rt in targets)
 
@@ -154,31 +256,31 @@ class RuntimeManager(ManyLanes):
         """Ollama's unload (`keep_alive: 0` with nothing to generate): stop the runtime that
         serves `config` on `lane` once its running work is done. Never loads anything; True
         when there was one to stop."""
-        runtime = self._runtimes.get(spec_for(config, lane).key)
+        runtime = self._table.runtimes.get(spec_for(config, lane).key)
         if runtime is None:
             return False
         runtime.keep_alive = 0.0
         runtime.unload_requested = True
         if runtime.state is RuntimeState.SLEEPING:  # in no slot: the pump would not see it
-            self._begin_stop(runtime)
-        self._pump()
+            self._life.begin_stop(runtime)
+        self._pump.run()
         await runtime.gone.wait()
         return True
 
     def report_failure(self, runtime: Runtime, reason: str) -> None:
         """The proxy saw a backend that no longer serves (R9): kill it; the next request relaunches."""
-        self._fail_running(runtime, reason)
+        self._life.fail_running(runtime, reason)
 
     # ---- read API: snapshots, never the live objects to decide on -----------------------
 
     def views(self) -> tuple[RuntimeView, ...]:
-        return tuple(self._view(rt) for rt in self._runtimes.values())
+        return tuple(self._view(rt) for rt in self._table.runtimes.values())
 
     def is_serving(self, runtime: Runtime, *, new_work: bool = False) -> bool:
         """Is this very process still ours and ready? With `new_work`: would it also take a
         new lease now (a draining one serves its running work only, then stops)?"""
         if (
-            self._runtimes.get(runtime.key) is not runtime
+            self._table.runtimes.get(runtime.key) is not runtime
             or runtime.state is not RuntimeState.READY
         ):
             return False
@@ -186,14 +288,16 @@ class RuntimeManager(ManyLanes):
 
     def snapshot(self) -> list[dict[str, Any]]:
         queued = {lane.value: self._queues.waiting(lane) for lane in Lane}
-        return [rt.describe(queued) for rt in self._runtimes.values()]
+        return [rt.describe(queued) for rt in self._table.runtimes.values()]
 
     def status_of(self, config_id: str) -> str:
-        states = [rt.state.value for rt in self._runtimes.values() if rt.config.id == config_id]
+        states = [
+            rt.state.value for rt in self._table.runtimes.values() if rt.config.id == config_id
+        ]
         return states[0] if states else "unloaded"
 
     def active_config_ids(self) -> set[str]:
-        return {rt.config.id for rt in self._runtimes.values()}
+        return {rt.config.id for rt in self._table.runtimes.values()}
 
     def queue_length(self, lane: Lane) -> int:
         return self._queues.waiting(lane)
@@ -212,10 +316,11 @@ class RuntimeManager(ManyLanes):
     def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        runtime = self._slots[lane] if not self._book.acts else self._loading_in(lane)
+        table = self._table
+        runtime = table.slots[lane] if not table.by_memory else table.loading_in(lane)
         loading = runtime is not None and runtime.state is RuntimeState.LOADING
         lane_now = eta.LaneNow(
-            self._lane_view(lane, runtime),
+            self._pump.lane_view(lane, runtime),
             runtime.config.id if runtime else None,
             max(0.0, time.time() - runtime.since) if runtime and loading else 0.0,
         )
@@ -234,13 +339,13 @@ class RuntimeManager(ManyLanes):
 
     def runtimes(self) -> list[Runtime]:
         """The live objects (process handles for tests and tools); decide on `views()`."""
-        return list(self._runtimes.values())
+        return list(self._table.runtimes.values())
 
     # ---- shutting down ----------------------------------------------------------------
 
     def refuse_new_work(self) -> None:
         """Shutdown, phase one: new and queued requests get 503; running work goes on."""
-        self._closing = True
+        self._table.closing = True
         self._queues.refuse_all(shutting_down())
 
     async def shutdown(self, drain_timeout: float) -> None:
@@ -251,23 +356,21 @@ class RuntimeManager(ManyLanes):
         await self.close()
 
     async def close(self) -> None:
-        self._closing = True
+        self._table.closing = True
         self._activity.close()
         self._positions.close()
-        if self._deadline:
-            self._deadline.cancel()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._pump.close()
+        await self._life.close()
         await asyncio.gather(
-            *(self._stop_now(rt) for rt in list(self._runtimes.values())), return_exceptions=True
+            *(self._life.stop_now(rt) for rt in list(self._table.runtimes.values())),
+            return_exceptions=True,
         )
 
     # ---- queueing ---------------------------------------------------------------------
 
     def _view(self, runtime: Runtime) -> RuntimeView:
         idle_unload = self._settings.runtime.idle_unload
-        last_used = self._book.uses.last(runtime.key)
+        last_used = self.ledger.book.uses.last(runtime.key)
         return runtime.view(self._queues.waiting_for(runtime.key), idle_unload, last_used)
 
     async def _enqueue(
@@ -291,7 +394,7 @@ class RuntimeManager(ManyLanes):
         self._queues.add(waiter)
         if ticket is not None:
             ticket.waiter = waiter
-        self._pump()
+        self._pump.run()
         try:
             return await asyncio.wait_for(asyncio.shield(future), bound or None)
         except TimeoutError:
@@ -312,11 +415,11 @@ class RuntimeManager(ManyLanes):
             future.cancel()
         elif not future.cancelled() and future.exception() is None:
             future.result().release()
-        self._pump()
+        self._pump.run()
 
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
-        self._book.uses.note(runtime.key)
+        self.ledger.book.uses.note(runtime.key)
         self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
@@ -335,7 +438,7 @@ class RuntimeManager(ManyLanes):
             listener(runtime.config)
         runtime.last_release = self._clock()
         if runtime.leases == 0:
-            if all(rt.leases == 0 for rt in self._runtimes.values()):
+            if all(rt.leases == 0 for rt in self._table.runtimes.values()):
                 self._idle.set()
             keep = runtime.effective_keep_alive(self._settings.runtime.idle_unload)
             if keep == 0:
@@ -343,158 +446,35 @@ class RuntimeManager(ManyLanes):
             elif math.isfinite(keep) and runtime.state is RuntimeState.READY:
                 runtime.arm_idle_timer(keep, lambda: self._idle_unload(runtime))
         if runtime.draining or runtime.unload_requested or self._queues.any():
-            self._pump()
+            self._pump.run()
 
     def _idle_unload(self, runtime: Runtime) -> None:
         wanted = self._queues.wants(runtime.key)
         if runtime.leases == 0 and runtime.state is RuntimeState.READY and not wanted:
             log.info("idle unload of %s", runtime.key)
             runtime.unload_requested = True
-            self._pump()
+            self._pump.run()
 
-    # ---- the pump: every state change goes through here --------------------------------
+    # ---- the memory side (router/runtime/ledger.py) ------------------------------------
 
-    def _pump(self) -> None:
-        if self._pumping:
-            return
-        self._pumping = True
-        try:
-            for _ in range(_MAX_PASSES):  # each pass changes something or ends the loop
-                if not any([self._pump_lane(lane) for lane in Lane]):
-                    break
-            else:
-                log.warning(
-                    "runtime pump: still changing after %d passes; the next event resumes it",
-                    _MAX_PASSES,
-                )
-        finally:
-            self._pumping = False
-        self._arm_deadline()
-        self._poke()  # queue lengths may have changed
+    async def plan(self, config: ModelConfig, lane: Lane | None = None) -> Plan:
+        """The dry run of a load (`POST /router/v1/load {"dry_run": true}`)."""
+        self._check_open()
+        return await self.ledger.dry_run(config, lane)
 
-    def _lane_view(self, lane: Lane, runtime: Runtime | None) -> scheduler.LaneView:
-        return scheduler.LaneView(
-            _phase(runtime),
-            runtime.key if runtime else None,
-            runtime.leases if runtime else 0,
-            bool(runtime and lane in runtime.drain_requests),
-            self._free(runtime),
-        )
+    def live_ledger(self) -> Ledger:
+        return self.ledger.ledger()
 
-    def _pump_lane(self, lane: Lane) -> bool:
-        if self._book.acts:
-            return self._pump_many(lane)
-        runtime = self._slots[lane]
-        if runtime is not None and runtime.unload_requested:
-            return runtime.leases == 0 and self._begin_stop(runtime)
-        entries = self._queues.entries(lane)
-        view = self._lane_view(lane, runtime)
-        waiters = [scheduler.WaiterView(e.spec.key, e.enqueued_at, e.bypassed) for e in entries]
-        rt = self._settings.runtime
-        decision = scheduler.decide(
-            view,
-            waiters,
-            self._clock(),
-            rt.max_batch_wait,
-            order=rt.queue_order,
-            max_bypass=rt.max_bypass,
-        )
-        if decision.grant:
-            self._queues.note_grants(entries, decision.grant)
-        return self._apply(lane, runtime, entries, decision)
-
-    def _apply(
-        self,
-        lane: Lane,
-        runtime: Runtime | None,
-        entries: list[Entry],
-        decision: scheduler.Decision,
-    ) -> bool:
-        changed = False
-        if runtime is not None:
-            if decision.undrain and lane in runtime.drain_requests:
-                runtime.drain_requests.discard(lane)
-                changed = True
-            if decision.drain and lane not in runtime.drain_requests:
-                runtime.drain_requests.add(lane)
-                changed = True
-                # The load waits for this drain: read the incoming files ahead meanwhile.
-                self._loader.read_ahead(
-                    [e.spec for e in entries if e.spec.key != runtime.key],
-                    [rt.spec for rt in self._runtimes.values()],
-                    self._queues.wants,
-                )
-            if decision.grant and not runtime.draining:
-                changed |= self._grant_waiters(runtime, [entries[i] for i in decision.grant])
-            if decision.stop and runtime.leases == 0:
-                changed |= self._begin_evict(runtime)  # a stop, or a vLLM sleep (sleep.py)
-        if decision.load is not None:
-            changed |= self._request_load(
-                next(e.spec for e in entries if e.spec.key == decision.load)
-            )
-        return changed
-
-    def _grant_waiters(self, runtime: Runtime, entries: list[Entry]) -> bool:
-        for entry in entries:
-            if isinstance(entry, Claim):  # a claim by this very runtime: satisfied
-                self._queues.remove(entry)
-            elif not entry.future.done():
-                entry.future.set_result(self._grant(runtime, entry.enqueued_at))
-        return bool(entries)
-
-    def _request_load(self, spec: RuntimeSpec) -> bool:
-        asleep = self._runtimes.get(spec.key)
-        if asleep is not None and asleep.state is not RuntimeState.SLEEPING:
-            asleep = None
-        if (spec.key in self._runtimes and asleep is None) or self._closing:
-            return False
-        added = False
-        requires = spec.requires | self._evicted_lanes(spec)
-        for lane in requires:
-            holder = self._slots[lane]
-            if holder is not None and holder.key != spec.key:
-                added |= self._queues.claim(lane, spec, self._clock())
-        if any(self._slots[lane] is not None for lane in requires):
-            return added
-        self._queues.drop_claims(spec.key)
-        if asleep is not None:  # woken instead of loaded (router/runtime/sleep.py)
-            return self._wake(asleep)
-        self._start(spec)
-        return True
-
-    def _arm_deadline(self) -> None:
-        if self._deadline:
-            self._deadline.cancel()
-            self._deadline = None
-        wait = self._settings.runtime.max_batch_wait
-        deadlines = [
-            d
-            for lane in Lane
-            if (rt := self._slots[lane]) is not None
-            and rt.state is RuntimeState.READY
-            and (d := scheduler.next_deadline(self._queues.scheduler_view(lane), rt.key, wait))
-            is not None
-        ]
-        if self._book.acts:
-            deadlines += self._many_deadlines()
-        if deadlines and not self._closing:
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, min(deadlines) - self._clock()) + 0.001
-            self._deadline = loop.call_later(delay, self._pump)
+    async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        return await self.ledger.memory_status()
 
 
-_MAX_PASSES = 64
-
-
-def _phase(runtime: Runtime | None) -> scheduler.Phase:
-    if runtime is None:
-        return scheduler.Phase.EMPTY
+def _positions_only(event: dict[str, Any]) -> Any:
+    """What a `queue_position` change is: the rows without `waiting_s`."""
     return {
-        RuntimeState.LOADING: scheduler.Phase.LOADING,
-        RuntimeState.READY: scheduler.Phase.READY,
-        RuntimeState.STOPPING: scheduler.Phase.STOPPING,
-        RuntimeState.SLEEPING: scheduler.Phase.STOPPING,  # going to sleep: leaving the lane
-    }.get(runtime.state, scheduler.Phase.EMPTY)
+        lane: [(r["model"], r["position"], r["eta_s"]) for r in rows]
+        for lane, rows in event["queue"].items()
+    }
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]

@@ -26,6 +26,7 @@ from router.memory.fingerprint import launch_fingerprint
 from router.memory.measure import Method, measure_process, out_of_memory, raised_figure
 from router.memory.sizing import estimate_config
 from router.memory.status import machine_devices
+from router.runtime.hooks import SwapHook
 from router.runtime.loader import Launched, LaunchSpec
 from router.runtime.state import Runtime
 
@@ -54,7 +55,7 @@ class NoFigureHooks(NoFigures):
         return None
 
 
-class Measuring:
+class Measuring(SwapHook):
     """Measures each READY runtime and each out-of-memory failure into `book`."""
 
     def __init__(
@@ -88,6 +89,16 @@ class Measuring:
             return False
         self._spawn(self._raise(runtime.spec))
         return True
+
+    # ---- the swap hook (router/runtime/hooks.py) ------------------------------------------
+
+    async def after_ready(
+        self, runtime: Runtime, launched: Launched, report: Sequence[str]
+    ) -> None:
+        self.loaded(runtime, launched, report)
+
+    def load_failed(self, runtime: Runtime, error: RouterError) -> bool:
+        return self.failed(runtime, error)
 
     async def settled(self) -> None:
         """Every measurement started so far is in the book."""

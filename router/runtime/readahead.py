@@ -29,6 +29,7 @@ import psutil
 from router.config import Settings
 from router.config.availability import needed_files
 from router.memory.devices import HOST, budgets, host_device
+from router.runtime.hooks import SwapHook
 from router.runtime.loader import LaunchSpec
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def read_chunk(path: Path, offset: int, buffer: bytearray, length: int, end: int
         os.close(fd)
 
 
-class ReadAhead:
+class ReadAhead(SwapHook):
     def __init__(
         self,
         settings: Settings,
@@ -157,7 +158,7 @@ class ReadAhead:
         self._tasks: set[asyncio.Task[None]] = set()
         self._at_load: dict[str, dict[str, Any] | None] = {}  # figures frozen as a load began
 
-    def start(
+    def on_drain(
         self,
         incoming: Sequence[LaunchSpec],
         resident: Iterable[LaunchSpec],
@@ -188,8 +189,9 @@ class ReadAhead:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def loading(self, key: str) -> None:
-        """The load of `key` begins: stop reading, and keep what was read for its capture."""
+    def before_launch(self, spec: LaunchSpec) -> None:
+        """The load of `spec` begins: stop reading, and keep what was read for its capture."""
+        key = spec.key
         job = self._jobs.pop(key, None)
         if job is not None and job.result == "reading":
             job.stop = "stopped"  # the backend's own reads take over from here

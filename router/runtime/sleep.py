@@ -28,6 +28,7 @@ import psutil
 from router.config import Settings
 from router.domain import Family
 from router.records import EventBus
+from router.runtime.hooks import SwapHook
 from router.runtime.state import Runtime
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def weights_size(path: Path) -> int:
         return 0
 
 
-class VllmSleep:
+class VllmSleep(SwapHook):
     """The sleep and wake calls; each bounded, each answering True or False, never raising."""
 
     def __init__(self, settings: Settings, session: aiohttp.ClientSession, events: EventBus):
@@ -83,6 +84,17 @@ class VllmSleep:
     async def wake(self, runtime: Runtime) -> bool:
         url = f"{runtime.base_url}/wake_up"
         return await self._call(runtime, "wake", url, False, self._settings.runtime.load_timeout)
+
+    # ---- the swap hook (router/runtime/hooks.py): a sleep parks, a wake brings back --------
+
+    def parks(self, runtime: Runtime) -> bool:
+        return self.wanted(runtime)
+
+    async def park(self, runtime: Runtime) -> bool:
+        return await self.sleep(runtime)
+
+    async def unpark(self, runtime: Runtime) -> bool:
+        return await self.wake(runtime)
 
     async def _call(
         self, runtime: Runtime, action: str, url: str, asleep: bool, deadline: float

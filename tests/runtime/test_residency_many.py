@@ -39,7 +39,7 @@ async def _start(harness: RouterHarness, fit: list[str] | None = None, **runtime
     await harness.start(base)
     assert harness.app is not None
     catalog = harness.app[CATALOG]
-    book = harness.runtimes._book
+    book = harness.runtimes.ledger.book
     need = sum(book.estimate(spec_for(catalog.require(m), Lane.TEXT)).devices["host"] for m in fit)
     await harness.close()
     memory = base.memory.model_copy(update={"host_budget": need, "reserve": 0})
@@ -114,7 +114,7 @@ async def test_a_request_without_a_model_goes_to_the_most_recently_used(
 ) -> None:
     _models(harness, {"chat-a": 4 * MIB, "chat-b": 4 * MIB})
     client = await _start(harness)
-    uses = harness.runtimes._book.uses
+    uses = harness.runtimes.ledger.book.uses
 
     async def unnamed() -> None:  # llama-server's own /completion takes no model
         r = await client.post("/completion", json={"prompt": "hi", "n_predict": 2})

@@ -110,16 +110,16 @@ async def test_a_move_that_did_not_happen_publishes_nothing(tmp_path: Path) -> N
     async with aiohttp.ClientSession() as session:
         manager = RuntimeManager(settings, Loader(settings, session, tmp_path), events)
         runtime = Runtime(spec_for(_config(tmp_path), Lane.TEXT))
-        assert not manager._move(runtime, RuntimeState.STOPPED, "unloaded")
-        assert manager._move(runtime, RuntimeState.FAILED, "failed", reason="x")
-        assert not manager._begin_stop(runtime)  # a failed runtime is not stopped again
-        await manager._finish_stop(runtime)  # nor reported unloaded
+        assert not manager._life.move(runtime, RuntimeState.STOPPED, "unloaded")
+        assert manager._life.move(runtime, RuntimeState.FAILED, "failed", reason="x")
+        assert not manager._life.begin_stop(runtime)  # a failed runtime is not stopped again
+        await manager._life._finish_stop(runtime)  # nor reported unloaded
         assert seen == ["failed"] and runtime.state is RuntimeState.FAILED
 
         stopping = Runtime(spec_for(_config(tmp_path), Lane.TEXT))
-        assert manager._move(stopping, RuntimeState.READY, "ready")
-        assert manager._begin_stop(stopping)
-        manager._fail_running(stopping, "exited")  # its exit is the stop, not a failure
+        assert manager._life.move(stopping, RuntimeState.READY, "ready")
+        assert manager._life.begin_stop(stopping)
+        manager._life.fail_running(stopping, "exited")  # its exit is the stop, not a failure
         await asyncio.wait_for(stopping.gone.wait(), 10)
         await manager.close()
         assert seen == ["failed", "ready", "unloading", "unloaded"]

@@ -1,0 +1,161 @@
+"""The manager's memory side (issue 25; docs/residency.md): the live ledger over the manager's
+table, the load plan `plan()` shared by the dry run and the real load, admission's size check,
+the retry of a load that ran out of memory, and the memory status.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from router.config import ModelConfig, Settings, evicts
+from router.config.availability import missing_files, missing_message
+from router.domain import Lane
+from router.errors import Conflict, RouterError, ServiceUnavailable
+from router.memory.eviction import Plan, refuse_if_too_large
+from router.memory.ledger import Ledger
+from router.runtime.arrival import ArrivalOrder
+from router.runtime.measuring import FigureHooks
+from router.runtime.residency import Book
+from router.runtime.state import Runtime, RuntimeSpec, RuntimeState, primary_lane, spec_for
+from router.runtime.table import Table
+
+log = logging.getLogger(__name__)
+Spawn = Callable[[Coroutine[Any, Any, None]], None]
+
+
+class LiveLedger:
+    def __init__(self, settings: Settings, table: Table, figures: FigureHooks) -> None:
+        self._table = table
+        self.figures = figures
+        self.book = Book(settings, figures)
+        self._arrivals = ArrivalOrder()  # admission awaits estimates, in arrival order
+        self._oom_retried: set[str] = set()  # loads retried once after running out of memory
+        self.oom_held: set[str] = set()  # ... and held until their raised figure is recorded
+
+    # ---- the live ledger --------------------------------------------------------------
+
+    def ledger(self) -> Ledger:
+        """Every runtime that holds memory now: loading, ready, stopping, failed and not yet
+        exited (the manager drops a runtime only once its process is gone)."""
+        waiting_for = self._table.queues.waiting_for
+        return self.book.ledger(
+            self.book.resident(rt, waiting_for(rt.key)) for rt in self._table.runtimes.values()
+        )
+
+    async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """({runtime key: {"device", "bytes", "source", "by_device"}}, the `devices` rows)."""
+        await self.book.prepare([rt.spec for rt in self._table.runtimes.values()])
+        return self.book.status(self.ledger())
+
+    # ---- the load plan ----------------------------------------------------------------
+
+    async def dry_run(self, config: ModelConfig, lane: Lane | None = None) -> Plan:
+        """What loading `config` on `lane` would do now: the dry run (`POST /router/v1/load
+        {"dry_run": true}`). Loads, stops and queues nothing."""
+        spec = spec_for(config, lane or primary_lane(config))
+        refuse_missing(spec)
+        await self.book.prepare([spec, *(rt.spec for rt in self._table.runtimes.values())])
+        return self.plan(spec)
+
+    def plan(self, spec: RuntimeSpec) -> Plan:
+        ledger = self.ledger()
+        own = self._table.runtimes.get(spec.key)
+        if own is not None and own.state is RuntimeState.SLEEPING:
+            # Waking it brings back all it held: planned as a load, not as resident.
+            ledger = ledger.exited(spec.key)
+        return self.book.plan(ledger, spec, self._forced(spec))
+
+    def _forced(self, spec: RuntimeSpec) -> dict[str, str]:
+        """Runtimes a load of `spec` stops whatever memory says, with the reason."""
+        out: dict[str, str] = {}
+        runtimes = self._table.runtimes.values()
+        # With several runtimes per lane only the policy's lanes are emptied.
+        lanes = spec.requires if not self._table.by_memory else spec.requires - spec.occupies
+        for lane in sorted(lanes, key=lambda lane: lane.value):
+            for holder in runtimes:
+                if lane not in holder.spec.occupies or holder.key in (spec.key, *out):
+                    continue
+                if holder.state is RuntimeState.SLEEPING:  # in no lane, holds no device memory
+                    continue
+                if lane in spec.occupies:
+                    out[holder.key] = f"the {lane} lane holds one runtime at a time"
+                else:
+                    out[holder.key] = f"router_unload_policy of {spec.config.id} names {lane}"
+        for rt in runtimes:
+            if rt.key != spec.key and rt.key not in out and named_by_policy(spec, rt):
+                out[rt.key] = f"router_unload_policy of {spec.config.id} names it"
+        return out
+
+    # ---- admission and the out-of-memory retry ------------------------------------------
+
+    async def admit(self, spec: RuntimeSpec) -> None:
+        """Before any queueing: estimate (off the loop) and refuse what can never fit."""
+        refuse_missing(spec)
+        if not self._table.by_memory:
+            return  # one runtime per lane: memory decides nothing (no await: arrival order kept)
+        # The estimate runs at once, but the request leaves admission (and is queued by the
+        # caller, with no await in between) only after every earlier arrival (arrival.py).
+        turn = self._arrivals.enter()
+        try:
+            await self.book.prepare([spec])
+            await turn.wait()
+            if spec.key not in self._table.runtimes:
+                need, _ = self.book.need(spec)
+                refuse_if_too_large(self.book.budgets, spec.config.id, need.devices, need.source)
+        finally:
+            turn.leave()
+
+    def retry(
+        self, runtime: Runtime, error: RouterError, spawn: Spawn, pump: Callable[[], None]
+    ) -> bool:
+        """A load that ran out of memory (its figure is being raised): with several runtimes
+        per lane it is retried once, its requests still queued, once the raised figure is in
+        the book, so its new plan evicts what that figure needs. The failure is recorded as
+        usual, the message saying so."""
+        if not self._table.by_memory or runtime.key in self._oom_retried:
+            return False
+        self._oom_retried.add(runtime.key)
+        self.oom_held.add(runtime.key)
+        error.message = (
+            f"{error.message} (out of memory: its memory figure is raised and the load "
+            "retried once after a further eviction)"
+        )
+        log.warning("%s ran out of memory while loading: retrying once", runtime.key)
+        spawn(self._release_when_settled(runtime.key, pump))
+        return True
+
+    async def _release_when_settled(self, key: str, pump: Callable[[], None]) -> None:
+        try:
+            await self.figures.settled()
+        finally:
+            self.oom_held.discard(key)
+            pump()
+
+    def loaded(self, key: str) -> None:
+        """A load succeeded: a later out-of-memory failure may be retried again."""
+        self._oom_retried.discard(key)
+
+
+def named_by_policy(spec: RuntimeSpec, rt: Runtime) -> bool:
+    """Does `router_unload_policy` of `spec` name the (non-sleeping) runtime `rt`?"""
+    if rt.state is RuntimeState.SLEEPING:  # asleep: holds no device memory
+        return False
+    return evicts(spec.config.unload_triggers, rt.config.id, rt.config.backend_mode)
+
+
+def shutting_down() -> ServiceUnavailable:
+    return ServiceUnavailable("the router is shutting down", retry_after=5)
+
+
+def refuse_missing(spec: RuntimeSpec) -> None:
+    """A load whose model file is absent fails at once, before any queue or eviction."""
+    missing = missing_files(spec.config, spec.occupies)
+    if missing:
+        config = spec.config
+        name = config.image_id if spec.lane is Lane.IMAGE and config.image_id else config.id
+        raise Conflict(missing_message(name, missing), code="model_files_missing")
+
+
+__all__ = ["LiveLedger", "named_by_policy", "refuse_missing", "shutting_down"]

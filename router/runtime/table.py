@@ -1,0 +1,71 @@
+"""What the manager owns: the live runtimes, the lane each one holds (one runtime per lane in
+`runtime.residency: lane`), and the queues. The manager's parts (the pump, the lifecycle, the
+live ledger) are handed this one table; none keeps a copy of it.
+"""
+
+from __future__ import annotations
+
+from router.config import Settings
+from router.domain import Lane
+from router.runtime.queues import Queues
+from router.runtime.state import Runtime, RuntimeState
+
+
+class Table:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self.runtimes: dict[str, Runtime] = {}
+        self.slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
+        self.queues = Queues()
+        self.closing = False
+
+    @property
+    def by_memory(self) -> bool:
+        """`runtime.residency: memory`: several runtimes per lane, loads evict by memory."""
+        return self._settings.runtime.residency == "memory"
+
+    def in_lane(self, lane: Lane) -> list[Runtime]:
+        """The lane's runtimes; an asleep vLLM is in no lane (woken, not loaded, when wanted)."""
+        return [
+            rt
+            for rt in self.runtimes.values()
+            if lane in rt.spec.occupies and rt.state is not RuntimeState.SLEEPING
+        ]
+
+    def loading_in(self, lane: Lane) -> Runtime | None:
+        return next((rt for rt in self.in_lane(lane) if rt.state is RuntimeState.LOADING), None)
+
+    def asleep(self, key: str) -> bool:
+        rt = self.runtimes.get(key)
+        return rt is not None and rt.state is RuntimeState.SLEEPING and rt.asleep
+
+    def free(self, runtime: Runtime | None) -> int | None:
+        """Leases `runtime` can still take (None: no `runtime.max_in_flight` cap)."""
+        cap = self._settings.runtime.max_in_flight
+        if not cap or runtime is None:
+            return None
+        return max(0, cap - runtime.leases)
+
+    def has_room(self, runtime: Runtime) -> bool:
+        free = self.free(runtime)
+        return free is None or free > 0
+
+    def take_lanes(self, runtime: Runtime) -> None:
+        if not self.by_memory:
+            for lane in runtime.spec.occupies:
+                self.slots[lane] = runtime
+
+    def leave_lanes(self, runtime: Runtime) -> None:
+        for lane, holder in self.slots.items():
+            if holder is runtime:
+                self.slots[lane] = None
+
+    def drop(self, runtime: Runtime) -> None:
+        """Its process is gone: it holds no lane and no memory any more."""
+        self.leave_lanes(runtime)
+        if self.runtimes.get(runtime.key) is runtime:
+            del self.runtimes[runtime.key]
+        runtime.gone.set()
+
+
+__all__ = ["Table"]
