@@ -67,6 +67,24 @@ class LiveLedger:
             ledger = ledger.exited(spec.key)
         return self.book.plan(ledger, spec, self._forced(spec))
 
+    def victims(self, spec: RuntimeSpec) -> frozenset[str] | None:
+        """The runtimes that must be gone before `spec` starts; None: it cannot start yet
+        (pinned or loading runtimes hold the memory it needs). Raises MemoryRefusal when it
+        can never fit. With one runtime per lane, memory decides nothing: every runtime in a
+        lane it needs (its own, and those `router_unload_policy` names) goes first, whatever
+        its state, so a hung backend and its replacement are never alive together."""
+        if self._table.by_memory:
+            plan = self.plan(spec)
+            return frozenset(v.key for v in plan.evict) if plan.fits else None
+        runtimes = [rt for rt in self._table.runtimes.values() if rt.key != spec.key]
+        named = {lane for rt in runtimes if named_by_policy(spec, rt) for lane in rt.spec.occupies}
+        lanes = spec.requires | named
+        return frozenset(
+            rt.key
+            for rt in runtimes
+            if rt.spec.occupies & lanes and rt.state is not RuntimeState.SLEEPING
+        )
+
     def _forced(self, spec: RuntimeSpec) -> dict[str, str]:
         """Runtimes a load of `spec` stops whatever memory says, with the reason."""
         out: dict[str, str] = {}

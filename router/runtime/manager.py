@@ -3,15 +3,16 @@
 
 Callers never read a runtime's state and then act on it; they ask `ensure(config, lane)` and
 get a `Lease` (or a clear error), and they decide on `views()`, frozen snapshots. Every state
-change happens inside `_pump()`, which asks the pure `scheduler.decide()` what each lane should
-do next and applies it, so twenty concurrent requests for a cold model still cause exactly
-one spawn; `_move()` changes a state and publishes its event in one step.
+change happens inside the pump (pump.py), which asks the one pure decision (`policy.decide()`)
+what each lane should do next and applies it, so twenty concurrent requests for a cold model
+still cause exactly one spawn; the lifecycle's `move()` changes a state and publishes its
+event in one step.
 
 A runtime occupies one lane (llama.cpp, sd.cpp, whisper.cpp, vLLM) or several (KoboldCpp serves
-every component of its config from one process). Before a runtime loads, every lane it
-*requires* (the lanes it occupies plus those named by its `router_unload_policy`) must be empty;
-a blocked load leaves a `Claim` in those lanes, which the scheduler treats like a waiter, so
-the lane drains and stops its current runtime in the ordinary way.
+every component of its config from one process). Before a runtime loads, the runtimes its plan
+names (ledger.py: with one runtime per lane, every runtime in the lanes it *requires*, those it
+occupies plus those named by its `router_unload_policy`) must be gone; they are its victims,
+which drain and stop in the ordinary way once their batch window closes.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ from router.runtime.ledger import LiveLedger, shutting_down
 from router.runtime.lifecycle import Lifecycle, LoadErrorSink
 from router.runtime.loader import Loader
 from router.runtime.measuring import FigureHooks, NoFigureHooks
+from router.runtime.policy import Phase
 from router.runtime.pump import Pump
-from router.runtime.queues import Entry, Ticket, Waiter
+from router.runtime.queues import Ticket, Waiter
 from router.runtime.state import (
     Lease,
     ObserverFactory,
@@ -142,7 +144,6 @@ class RuntimeManager:
         self._queues.fail(runtime.key, error)
 
     def parked(self, runtime: Runtime) -> None:
-        self._table.leave_lanes(runtime)
         self._pump.run()
 
     def gone(self, runtime: Runtime) -> None:
@@ -168,11 +169,9 @@ class RuntimeManager:
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
-        if self._table.by_memory:  # several per lane: nobody queued for it, not being evicted
-            runtime = self._table.runtimes.get(spec.key)
-            calm = not self._queues.wants(spec.key) and spec.key not in self._pump.victim_since()
-        else:
-            runtime, calm = self._table.slots[lane], self._queues.is_empty(lane)
+        # Granted at once when nobody is queued for it and no waiting load stops it.
+        runtime = self._table.runtimes.get(spec.key)
+        calm = not self._queues.wants(spec.key) and spec.key not in self._pump.victim_since()
         if (
             runtime is not None
             and runtime.key == spec.key
@@ -313,29 +312,36 @@ class RuntimeManager:
             return None
         return next((row for entry, row in self._ranked(waiter.lane) if entry is waiter), None)
 
-    def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
+    def _ranked(self, lane: Lane) -> list[tuple[Waiter, dict[str, Any]]]:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        table = self._table
-        runtime = table.slots[lane] if not table.by_memory else table.loading_in(lane)
-        loading = runtime is not None and runtime.state is RuntimeState.LOADING
-        lane_now = eta.LaneNow(
-            self._pump.lane_view(lane, runtime),
-            runtime.config.id if runtime else None,
-            max(0.0, time.time() - runtime.since) if runtime and loading else 0.0,
-        )
         entries = self._queues.entries(lane)
         queued = [
-            eta.Queued(
-                e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed, isinstance(e, Waiter)
-            )
-            for e in entries
+            eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed) for e in entries
         ]
-        models = {q.model for q in queued} | {lane_now.active_model or ""}
+        lane_state = self._lane_state(lane, entries)
+        models = {q.model for q in queued} | {r.model for r in lane_state.residents}
         loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
         per_request = self.request_times.figures()
-        ranked = eta.ranked(lane_now, queued, self._clock(), policy, loads, per_request)
+        ranked = eta.ranked(lane_state, queued, self._clock(), policy, loads, per_request)
         return [(entries[i], row) for i, row in ranked]
+
+    def _lane_state(self, lane: Lane, entries: list[Waiter]) -> eta.LaneState:
+        """The lane's runtimes as the pump's decision sees them, and each waiting load's
+        victims (its pending plan's, else what the ledger would name now)."""
+        runtimes = self._table.runtimes
+        residents = tuple(
+            eta.Resident(
+                view,
+                runtimes[view.key].config.id,
+                max(0.0, time.time() - runtimes[view.key].since)
+                if view.phase is Phase.LOADING
+                else 0.0,
+            )
+            for view in self._pump.snapshot(lane).residents
+        )
+        victims = {e.spec.key: self._pump.victims_of(e.spec) for e in entries}
+        return eta.LaneState(residents, victims, exclusive=not self._table.by_memory)
 
     def runtimes(self) -> list[Runtime]:
         """The live objects (process handles for tests and tools); decide on `views()`."""

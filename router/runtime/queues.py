@@ -1,8 +1,5 @@
-"""Who waits for which runtime, per lane: requests (`Waiter`) and blocked loads (`Claim`).
-
-A claim is a load that needs a lane emptied first. The scheduler sees it like a request for
-that runtime, so the lane batches, drains and stops its current runtime in the ordinary way;
-a claim is satisfied (dropped) when its runtime loads, and never gets a lease.
+"""Who waits for which runtime, per lane: requests (`Waiter`), in arrival order. A load
+that must see other runtimes gone first waits as its pump's pending plan (pump.py), not here.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from dataclasses import dataclass
 
 from router.domain import Lane
 from router.errors import RouterError
-from router.runtime.scheduler import WaiterView, bypasses
+from router.runtime.policy import WaiterView, bypasses
 from router.runtime.state import Lease, RuntimeSpec
 
 
@@ -34,20 +31,6 @@ class Waiter:
 
 
 @dataclass(eq=False)
-class Claim:
-    """A load of `spec` blocked until `lane` is empty."""
-
-    spec: RuntimeSpec
-    enqueued_at: float
-    lane: Lane
-    bypassed: int = 0
-    gone = False
-
-
-Entry = Waiter | Claim
-
-
-@dataclass(eq=False)
 class Ticket:
     """Handed to `ensure()` by a caller that wants to follow its own request's place in the
     queue (the SSE wait announcements); the manager fills in the waiter when it queues."""
@@ -57,24 +40,21 @@ class Ticket:
 
 class Queues:
     def __init__(self) -> None:
-        self._lanes: dict[Lane, list[Entry]] = {lane: [] for lane in Lane}
+        self._lanes: dict[Lane, list[Waiter]] = {lane: [] for lane in Lane}
 
-    def entries(self, lane: Lane) -> list[Entry]:
+    def entries(self, lane: Lane) -> list[Waiter]:
         """The lane's live entries in queue order (finished waiters are dropped first)."""
         queue = self._lanes[lane]
         queue[:] = [e for e in queue if not e.gone]
         return list(queue)
 
     def waiting(self, lane: Lane) -> int:
-        """Requests (not claims) waiting in `lane`."""
-        return sum(1 for e in self._lanes[lane] if isinstance(e, Waiter) and not e.gone)
+        """Requests waiting in `lane`."""
+        return sum(1 for e in self._lanes[lane] if not e.gone)
 
     def waiting_for(self, key: str) -> int:
         return sum(
-            1
-            for queue in self._lanes.values()
-            for e in queue
-            if isinstance(e, Waiter) and not e.gone and e.spec.key == key
+            1 for queue in self._lanes.values() for e in queue if not e.gone and e.spec.key == key
         )
 
     def is_empty(self, lane: Lane) -> bool:
@@ -89,7 +69,7 @@ class Queues:
     def scheduler_view(self, lane: Lane) -> list[WaiterView]:
         return [WaiterView(e.spec.key, e.enqueued_at, e.bypassed) for e in self.entries(lane)]
 
-    def note_grants(self, entries: list[Entry], granted: tuple[int, ...]) -> None:
+    def note_grants(self, entries: list[Waiter], granted: tuple[int, ...]) -> None:
         """Count, on each entry of `entries` (one lane's, in queue order), the newer ones in
         `granted` that went ahead of it (the `max_bypass` bound)."""
         for entry, passed in zip(entries, bypasses(len(entries), granted), strict=True):
@@ -98,33 +78,21 @@ class Queues:
     def add(self, waiter: Waiter) -> None:
         self._lanes[waiter.lane].append(waiter)
 
-    def remove(self, entry: Entry) -> None:
+    def remove(self, entry: Waiter) -> None:
         with contextlib.suppress(ValueError):
             self._lanes[entry.lane].remove(entry)
-
-    def claim(self, lane: Lane, spec: RuntimeSpec, now: float) -> bool:
-        """Put a claim for `spec` at the head of `lane` unless one is there; True if added."""
-        queue = self._lanes[lane]
-        if any(isinstance(e, Claim) and e.spec.key == spec.key for e in queue):
-            return False
-        queue.insert(0, Claim(spec, now, lane))
-        return True
-
-    def drop_claims(self, key: str) -> None:
-        for queue in self._lanes.values():
-            queue[:] = [e for e in queue if not (isinstance(e, Claim) and e.spec.key == key)]
 
     def fail(self, key: str, error: RouterError) -> None:
         """Everything waiting for `key` ends with `error` (its load failed)."""
         for queue in self._lanes.values():
             for entry in [e for e in queue if e.spec.key == key]:
                 queue.remove(entry)
-                if isinstance(entry, Waiter) and not entry.future.done():
+                if not entry.future.done():
                     entry.future.set_exception(error)
 
     def refuse_all(self, error: RouterError) -> None:
         for queue in self._lanes.values():
             for entry in queue:
-                if isinstance(entry, Waiter) and not entry.future.done():
+                if not entry.future.done():
                     entry.future.set_exception(error)
             queue.clear()

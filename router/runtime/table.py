@@ -1,6 +1,5 @@
-"""What the manager owns: the live runtimes, the lane each one holds (one runtime per lane in
-`runtime.residency: lane`), and the queues. The manager's parts (the pump, the lifecycle, the
-live ledger) are handed this one table; none keeps a copy of it.
+"""What the manager owns: the live runtimes and the queues. The manager's parts (the pump,
+the lifecycle, the live ledger) are handed this one table; none keeps a copy of it.
 """
 
 from __future__ import annotations
@@ -15,13 +14,13 @@ class Table:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self.runtimes: dict[str, Runtime] = {}
-        self.slots: dict[Lane, Runtime | None] = {lane: None for lane in Lane}
         self.queues = Queues()
         self.closing = False
 
     @property
     def by_memory(self) -> bool:
-        """`runtime.residency: memory`: several runtimes per lane, loads evict by memory."""
+        """`runtime.residency: memory`: several runtimes per lane, loads evict by memory
+        (read by the ledger alone: the pump and the decision do not know the mode)."""
         return self._settings.runtime.residency == "memory"
 
     def in_lane(self, lane: Lane) -> list[Runtime]:
@@ -50,19 +49,8 @@ class Table:
         free = self.free(runtime)
         return free is None or free > 0
 
-    def take_lanes(self, runtime: Runtime) -> None:
-        if not self.by_memory:
-            for lane in runtime.spec.occupies:
-                self.slots[lane] = runtime
-
-    def leave_lanes(self, runtime: Runtime) -> None:
-        for lane, holder in self.slots.items():
-            if holder is runtime:
-                self.slots[lane] = None
-
     def drop(self, runtime: Runtime) -> None:
         """Its process is gone: it holds no lane and no memory any more."""
-        self.leave_lanes(runtime)
         if self.runtimes.get(runtime.key) is runtime:
             del self.runtimes[runtime.key]
         runtime.gone.set()

@@ -5,25 +5,25 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.runtime.eta import LaneNow, Policy, Queued, estimate
+from router.runtime.eta import LaneState, Policy, Queued, estimate, lane_now
 from router.runtime.scheduler import LaneView, Phase
 
 MODELS = ("a", "b", "c")
 GROUPED = Policy(max_batch_wait=30.0, order="grouped", max_bypass=8)
 FIFO = Policy(max_batch_wait=30.0, order="fifo")
-EMPTY = LaneNow(LaneView(Phase.EMPTY, None, 0, False))
+EMPTY = lane_now(LaneView(Phase.EMPTY, None, 0, False))
 
 
 def q(model: str, at: float, *, request: bool = True) -> Queued:
     return Queued(f"{model}@text", model, at, 0, request)
 
 
-def lanes() -> st.SearchStrategy[LaneNow]:
-    def build(phase: Phase, model: str, leases: int, elapsed: float) -> LaneNow:
+def lanes() -> st.SearchStrategy[LaneState]:
+    def build(phase: Phase, model: str, leases: int, elapsed: float) -> LaneState:
         if phase is Phase.EMPTY:
             return EMPTY
         leases = leases if phase is Phase.READY else 0
-        return LaneNow(LaneView(phase, f"{model}@text", leases, False), model, elapsed)
+        return lane_now(LaneView(phase, f"{model}@text", leases, False), model, elapsed)
 
     return st.builds(
         build,
@@ -56,10 +56,10 @@ def test_worked_example_grouped_and_fifo() -> None:
 
 
 def test_running_load_counts_only_what_is_left_and_running_work_drains_first() -> None:
-    loading = LaneNow(LaneView(Phase.LOADING, "a@text", 0, False), "a", 4.0)
+    loading = lane_now(LaneView(Phase.LOADING, "a@text", 0, False), "a", 4.0)
     rows = estimate(loading, [q("a", 0)], 1.0, GROUPED, {"a": 10.0}, {})
     assert rows[0]["eta_s"] == 6.0
-    busy = LaneNow(LaneView(Phase.READY, "a@text", 2, False), "a", 0.0)
+    busy = lane_now(LaneView(Phase.READY, "a@text", 2, False), "a", 0.0)
     rows = estimate(busy, [q("b", 0)], 40.0, GROUPED, {"b": 5.0}, {"a": 3.0})
     assert rows[0]["eta_s"] == 11.0  # two running requests of a, then b's load
     rows = estimate(busy, [q("b", 0)], 40.0, GROUPED, {"b": 5.0}, {})
@@ -68,7 +68,7 @@ def test_running_load_counts_only_what_is_left_and_running_work_drains_first() -
 
 def test_a_blocked_load_takes_no_position() -> None:
     queued = [q("b", 0, request=False), q("b", 1)]
-    busy = LaneNow(LaneView(Phase.READY, "a@text", 0, False), "a", 0.0)
+    busy = lane_now(LaneView(Phase.READY, "a@text", 0, False), "a", 0.0)
     rows = estimate(busy, queued, 2.0, GROUPED, {"b": 5.0}, {})
     assert [(r["position"], r["eta_s"]) for r in rows] == [(1, 5.0)]
 
@@ -76,7 +76,7 @@ def test_a_blocked_load_takes_no_position() -> None:
 @settings(max_examples=300, deadline=None)
 @given(lanes(), queues, policies, figures, figures)
 def test_positions_are_one_to_n_and_keep_each_models_order(
-    lane: LaneNow, queued: list[Queued], policy: Policy, loads: dict, per: dict
+    lane: LaneState, queued: list[Queued], policy: Policy, loads: dict, per: dict
 ) -> None:
     rows = estimate(lane, queued, 12.0, policy, loads, per)
     assert [r["position"] for r in rows] == list(range(1, len(queued) + 1))
@@ -89,11 +89,11 @@ def test_positions_are_one_to_n_and_keep_each_models_order(
 @settings(max_examples=300, deadline=None)
 @given(lanes(), queues, policies, figures, figures, st.sampled_from(MODELS))
 def test_eta_is_null_from_the_first_request_needing_a_missing_figure(
-    lane: LaneNow, queued: list[Queued], policy: Policy, loads: dict, per: dict, missing: str
+    lane: LaneState, queued: list[Queued], policy: Policy, loads: dict, per: dict, missing: str
 ) -> None:
     del per[missing]  # `missing` has served no request yet
     rows = estimate(lane, queued, 12.0, policy, loads, per)
-    if lane.view.leases and lane.active_model == missing:  # its running work may count first
+    if any(r.view.leases and r.model == missing for r in lane.residents):  # running work first
         assert [r["eta_s"] is None for r in rows] == sorted(r["eta_s"] is None for r in rows)
         return
     first = next((i for i, r in enumerate(rows) if r["model"] == missing), len(rows))
@@ -103,14 +103,14 @@ def test_eta_is_null_from_the_first_request_needing_a_missing_figure(
     rows = estimate(lane, queued, 12.0, policy, loads, {})
     nulls = [r["eta_s"] is None for r in rows]
     assert nulls == sorted(nulls)  # once unknown, unknown for every later request
-    if lane.view.phase is Phase.EMPTY and rows:
+    if not lane.residents and rows:  # an empty lane
         assert rows[0]["eta_s"] is None or rows[0]["model"] != missing
 
 
 @settings(max_examples=300, deadline=None)
 @given(lanes(), queues, policies, figures, figures)
 def test_eta_grows_with_position(
-    lane: LaneNow, queued: list[Queued], policy: Policy, loads: dict, per: dict
+    lane: LaneState, queued: list[Queued], policy: Policy, loads: dict, per: dict
 ) -> None:
     rows = estimate(lane, queued, 12.0, policy, loads, per)
     etas = [r["eta_s"] for r in rows]
@@ -124,7 +124,7 @@ def test_fifo_serves_in_arrival_order(queued: list[Queued]) -> None:
 
 
 def test_at_the_in_flight_cap_the_loaded_models_request_goes_next() -> None:
-    full = LaneNow(LaneView(Phase.READY, "a@text", 1, False, free=0), "a", 0.0)
+    full = lane_now(LaneView(Phase.READY, "a@text", 1, False, free=0), "a", 0.0)
     policy = Policy(30.0, "grouped", 8, max_in_flight=1)
     rows = estimate(full, [q("b", 0), q("a", 1)], 2.0, policy, {"b": 7.0}, {"a": 2.0})
     assert [(r["model"], r["eta_s"]) for r in rows] == [("a", 2.0), ("b", 11.0)]

@@ -67,7 +67,13 @@ def test_grants_go_to_ready_residents_in_queue_order(lane, order) -> None:  # ty
         assert waiters[i].key == key and r.phase is Phase.READY and not r.unloading
         assert r.free is None or sum(1 for _, k in d.grant if k == key) <= r.free
         if r.victim_since is not None:  # a victim serves its own queue only within its window
-            assert order == "grouped" and now - r.victim_since < WAIT and not r.draining
+            assert not r.draining
+            if order == "grouped":
+                assert now - r.victim_since < WAIT
+            else:  # fifo: only its requests queued ahead of the first one for another model
+                present = {r.key for r in residents}
+                head = next((j for j, w in enumerate(waiters) if w.key not in present), None)
+                assert head is None or i < head
 
 
 @given(lanes())

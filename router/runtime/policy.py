@@ -1,0 +1,202 @@
+"""The one decision of the runtime layer (pure: no I/O, no clock of its own): admission and
+queue order, which runtime drains and stops for a waiting load, and which load is next, for
+one lane, in both residency modes. The pump applies it; the queue ETA (eta.py) replays it.
+
+A snapshot holds the lane's runtimes (`ResidentView`), its waiters in queue order, the time and
+the policy. A runtime a waiting load must see gone first is a *victim* (`victim_since`: the
+arrival of that load's oldest request): with one runtime per lane (`runtime.residency: lane`)
+the lane's occupant is every load's forced victim; with several (`memory`) the victims are the
+memory plan's. So one rule serves both modes:
+
+- A request for a ready runtime that is no victim is granted at once (up to its in-flight cap).
+- A victim keeps serving its own queue while its window is open: the load's oldest request
+  has waited less than `max_batch_wait`, and no request for another model has been passed
+  `max_bypass` times (a grant passes every older request for a model not in the lane). Then it
+  drains, and stops once its last lease is released. An idle victim nobody else asks for stops
+  at once; with `fifo` it serves only its requests queued ahead of the first other one.
+- A runtime nobody needs to stop any more is let out of its drain; an unloading one stops when
+  drained. Running work is never cancelled.
+- `load`: the oldest request's runtime that is not in the lane (the pump plans it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+QueueOrder = Literal["grouped", "fifo"]
+
+
+class Phase(Enum):
+    EMPTY = "empty"  # nothing runs in the lane (or it failed / exited)
+    LOADING = "loading"
+    READY = "ready"
+    STOPPING = "stopping"
+
+
+@dataclass(frozen=True)
+class WaiterView:
+    key: str  # the runtime key the waiter needs
+    enqueued_at: float
+    bypassed: int = 0  # newer requests granted ahead of this one so far
+
+
+@dataclass(frozen=True)
+class ResidentView:
+    key: str
+    phase: Phase
+    leases: int
+    draining: bool  # takes no new leases (a victim's drain)
+    free: int | None = None  # leases it can still take (None: no cap)
+    victim_since: float | None = None  # a waiting load stops it; its oldest request's arrival
+    unloading: bool = False  # an explicit or idle unload: stops when drained
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_batch_wait: float
+    order: QueueOrder = "grouped"
+    max_bypass: int | None = None  # None: the window alone bounds the batching
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    residents: Sequence[ResidentView]
+    waiters: Sequence[WaiterView]
+    now: float
+    policy: Policy
+
+
+@dataclass(frozen=True)
+class Decision:
+    grant: tuple[tuple[int, str], ...] = ()  # (waiter index, runtime key), in queue order
+    drain: frozenset[str] = frozenset()
+    undrain: frozenset[str] = frozenset()
+    stop: frozenset[str] = frozenset()
+    load: str | None = None  # the key of the oldest request for a runtime not in the lane
+
+
+def decide(snapshot: Snapshot) -> Decision:
+    waiters = snapshot.waiters
+    present = {r.key for r in snapshot.residents}
+    others = tuple(i for i, w in enumerate(waiters) if w.key not in present)
+    grant: list[tuple[int, str]] = []
+    drain: set[str] = set()
+    undrain: set[str] = set()
+    stop: set[str] = set()
+    for r in snapshot.residents:
+        if r.phase is not Phase.READY:
+            continue
+        if r.unloading:
+            if r.leases == 0:
+                stop.add(r.key)
+            continue
+        mine = _capped([i for i, w in enumerate(waiters) if w.key == r.key], r.free)
+        if r.victim_since is None:
+            if r.draining:
+                undrain.add(r.key)
+            grant.extend((i, r.key) for i in mine)
+            continue
+        served, leaves = _victim(r, mine, others, snapshot)
+        grant.extend((i, r.key) for i in served)
+        if leaves and not r.draining:
+            drain.add(r.key)
+        if leaves and r.leases == 0:
+            stop.add(r.key)
+    load = waiters[others[0]].key if others else None
+    return Decision(
+        tuple(sorted(grant)), frozenset(drain), frozenset(undrain), frozenset(stop), load
+    )
+
+
+def _capped(indexes: list[int], free: int | None) -> tuple[int, ...]:
+    return tuple(indexes if free is None else indexes[: max(0, free)])
+
+
+def _victim(
+    r: ResidentView, mine: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
+) -> tuple[tuple[int, ...], bool]:
+    """(what a victim still serves, whether it leaves: drains, and stops once idle)."""
+    policy, waiters = snapshot.policy, snapshot.waiters
+    assert r.victim_since is not None
+    if r.draining:
+        return (), True
+    if policy.order == "fifo":
+        head = others[0] if others else len(waiters)
+        ahead = tuple(i for i in mine if i < head)
+        if ahead:
+            return ahead, False
+        # At the in-flight cap: its own older requests wait for it, the others behind them.
+        return (), not any(w.key == r.key for w in waiters[:head])
+    if r.leases == 0 and not mine:
+        return (), True  # idle, and only others wait: swap now
+    if snapshot.now - r.victim_since >= policy.max_batch_wait:
+        return (), True
+    if policy.max_bypass is None:
+        return mine, False
+    served = _within_bypass(waiters, mine, others, policy.max_bypass)
+    if not served and any(waiters[i].bypassed >= policy.max_bypass for i in others):
+        return (), True
+    return served, False  # none: running work goes on, the window may still bring more
+
+
+def _within_bypass(
+    waiters: Sequence[WaiterView], mine: tuple[int, ...], others: tuple[int, ...], max_bypass: int
+) -> tuple[int, ...]:
+    """The prefix of `mine` that passes no older waiter for another model more than
+    `max_bypass` times (a prefix keeps the runtime's own order)."""
+    budget = {i: max_bypass - waiters[i].bypassed for i in others}
+    granted: list[int] = []
+    for m in mine:
+        older = [i for i in budget if i < m]
+        if any(budget[i] <= 0 for i in older):
+            break
+        for i in older:
+            budget[i] -= 1
+        granted.append(m)
+    return tuple(granted)
+
+
+def loaded_for(waiters: Sequence[WaiterView], key: str, order: QueueOrder) -> tuple[int, ...]:
+    """The waiters a runtime that just became ready serves first: those it was loaded for.
+
+    They queued before it was ready, so the batch window of a later waiter for another model
+    may have expired meanwhile; decide() would then stop the new runtime unused and load it
+    again for the same waiters, forever. Grouped: every waiter for `key`; fifo: only those
+    ahead of the first waiter for another model."""
+    mine = tuple(i for i, w in enumerate(waiters) if w.key == key)
+    if order == "fifo":
+        head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
+        return tuple(i for i in mine if i < head)
+    return mine
+
+
+def bypasses(count: int, granted: Sequence[int]) -> list[int]:
+    """How many of the `granted` indexes each of `count` waiters was passed by (queue order)."""
+    return [sum(1 for g in granted if g > i) for i in range(count)]
+
+
+def victim_deadlines(residents: Sequence[ResidentView], max_batch_wait: float) -> tuple[float, ...]:
+    """When the victims' batch windows close (the pump decides again then)."""
+    return tuple(
+        r.victim_since + max_batch_wait
+        for r in residents
+        if r.victim_since is not None and not r.draining
+    )
+
+
+__all__ = [
+    "Decision",
+    "Phase",
+    "Policy",
+    "QueueOrder",
+    "ResidentView",
+    "Snapshot",
+    "WaiterView",
+    "bypasses",
+    "decide",
+    "loaded_for",
+    "victim_deadlines",
+]
