@@ -8,42 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from typing import Any
 
 import httpx
 import pytest
 
-from router.appkeys import CATALOG
-from router.domain import Lane
-from router.runtime.state import spec_for
 from tests.support.harness import RouterHarness, chat, stream_chat, wait_for
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
+from tests.support.residency import sized_models as _models
+from tests.support.residency import start_with_room as _start
 
 pytestmark = pytest.mark.usefixtures("no_measurement")
 
 MIB = 1 << 20
-
-
-def _models(harness: RouterHarness, sizes: dict[str, int]) -> None:
-    for model_id, size in sizes.items():
-        harness.model(model_id)
-        os.truncate(harness.models_dir / f"{model_id}.gguf", size)
-
-
-async def _start(harness: RouterHarness, fit: list[str] | None = None, **runtime: Any) -> Any:
-    """Start with a host budget that holds exactly the models in `fit` (all: unbounded)."""
-    base = harness.settings(residency="memory", **runtime)
-    if fit is None:
-        return await harness.start(base)
-    await harness.start(base)
-    assert harness.app is not None
-    catalog = harness.app[CATALOG]
-    book = harness.runtimes.ledger.book
-    need = sum(book.estimate(spec_for(catalog.require(m), Lane.TEXT)).devices["host"] for m in fit)
-    await harness.close()
-    memory = base.memory.model_copy(update={"host_budget": need, "reserve": 0})
-    return await harness.start(base.model_copy(update={"memory": memory}))
 
 
 def _resident(harness: RouterHarness) -> set[str]:

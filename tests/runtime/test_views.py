@@ -13,9 +13,10 @@ from pathlib import Path
 import aiohttp
 
 from router.config import ModelConfig, Settings
-from router.domain import BackendMode, Lane
+from router.domain import Lane
 from router.records import EventBus
 from router.runtime import Loader, Runtime, RuntimeManager, RuntimeState, spec_for
+from tests.support.configs import text_config
 from tests.support.harness import RouterHarness, chat
 
 
@@ -91,15 +92,7 @@ async def test_a_kobold_request_counts_once_in_the_in_flight_gauge(harness: Rout
 
 
 def _config(tmp_path: Path) -> ModelConfig:
-    return ModelConfig(
-        id="m",
-        path=tmp_path / "m.kcpps",
-        raw={},
-        backend_mode=BackendMode.LLAMA_SDCPP,
-        components={"model_param": tmp_path / "m.gguf"},
-        lanes=frozenset({Lane.TEXT}),
-        image_id=None,
-    )
+    return text_config(tmp_path)
 
 
 async def test_a_move_that_did_not_happen_publishes_nothing(tmp_path: Path) -> None:
