@@ -16,8 +16,8 @@ from router.errors import Conflict, RouterError, ServiceUnavailable
 from router.memory.eviction import Plan, refuse_if_too_large
 from router.memory.ledger import Ledger
 from router.runtime.arrival import ArrivalOrder
+from router.runtime.holdings import Holdings
 from router.runtime.measuring import FigureHooks
-from router.runtime.residency import Book
 from router.runtime.state import Runtime, RuntimeSpec, RuntimeState, primary_lane, spec_for
 from router.runtime.table import Table
 
@@ -29,7 +29,7 @@ class LiveLedger:
     def __init__(self, settings: Settings, table: Table, figures: FigureHooks) -> None:
         self._table = table
         self.figures = figures
-        self.book = Book(settings, figures)
+        self.holdings = Holdings(settings, figures)
         self._arrivals = ArrivalOrder()  # admission awaits estimates, in arrival order
         self._oom_retried: set[str] = set()  # loads retried once after running out of memory
         self.oom_held: set[str] = set()  # ... and held until their raised figure is recorded
@@ -40,14 +40,14 @@ class LiveLedger:
         """Every runtime that holds memory now: loading, ready, stopping, failed and not yet
         exited (the manager drops a runtime only once its process is gone)."""
         waiting_for = self._table.queues.waiting_for
-        return self.book.ledger(
-            self.book.resident(rt, waiting_for(rt.key)) for rt in self._table.runtimes.values()
+        return self.holdings.ledger(
+            self.holdings.resident(rt, waiting_for(rt.key)) for rt in self._table.runtimes.values()
         )
 
     async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         """({runtime key: {"device", "bytes", "source", "by_device"}}, the `devices` rows)."""
-        await self.book.prepare([rt.spec for rt in self._table.runtimes.values()])
-        return self.book.status(self.ledger())
+        await self.holdings.prepare([rt.spec for rt in self._table.runtimes.values()])
+        return self.holdings.status(self.ledger())
 
     # ---- the load plan ----------------------------------------------------------------
 
@@ -56,7 +56,7 @@ class LiveLedger:
         {"dry_run": true}`). Loads, stops and queues nothing."""
         spec = spec_for(config, lane or primary_lane(config))
         refuse_missing(spec)
-        await self.book.prepare([spec, *(rt.spec for rt in self._table.runtimes.values())])
+        await self.holdings.prepare([spec, *(rt.spec for rt in self._table.runtimes.values())])
         return self.plan(spec)
 
     def plan(self, spec: RuntimeSpec) -> Plan:
@@ -65,7 +65,7 @@ class LiveLedger:
         if own is not None and own.state is RuntimeState.SLEEPING:
             # Waking it brings back all it held: planned as a load, not as resident.
             ledger = ledger.exited(spec.key)
-        return self.book.plan(ledger, spec, self._forced(spec))
+        return self.holdings.plan(ledger, spec, self._forced(spec))
 
     def victims(self, spec: RuntimeSpec) -> frozenset[str] | None:
         """The runtimes that must be gone before `spec` starts; None: it cannot start yet
@@ -117,11 +117,13 @@ class LiveLedger:
         # caller, with no await in between) only after every earlier arrival (arrival.py).
         turn = self._arrivals.enter()
         try:
-            await self.book.prepare([spec])
+            await self.holdings.prepare([spec])
             await turn.wait()
             if spec.key not in self._table.runtimes:
-                need, _ = self.book.need(spec)
-                refuse_if_too_large(self.book.budgets, spec.config.id, need.devices, need.source)
+                need, _ = self.holdings.need(spec)
+                refuse_if_too_large(
+                    self.holdings.budgets, spec.config.id, need.devices, need.source
+                )
         finally:
             turn.leave()
 
@@ -130,7 +132,7 @@ class LiveLedger:
     ) -> bool:
         """A load that ran out of memory (its figure is being raised): with several runtimes
         per lane it is retried once, its requests still queued, once the raised figure is in
-        the book, so its new plan evicts what that figure needs. The failure is recorded as
+        the figure book, so its new plan evicts what that figure needs. The failure is recorded as
         usual, the message saying so."""
         if not self._table.by_memory or runtime.key in self._oom_retried:
             return False

@@ -230,7 +230,7 @@ class Lifecycle:
         if not asleep:  # refused or too slow: stopped as the swap would have
             self.begin_stop(runtime)
             return
-        runtime.asleep = True  # the ledger now counts its weights on the host (residency.py)
+        runtime.asleep = True  # the ledger now counts its weights on the host (holdings.py)
         runtime.drain_requests.clear()  # served again only once woken
         self.owner.parked(runtime)
 

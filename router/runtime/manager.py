@@ -376,7 +376,7 @@ class RuntimeManager:
 
     def _view(self, runtime: Runtime) -> RuntimeView:
         idle_unload = self._settings.runtime.idle_unload
-        last_used = self.ledger.book.uses.last(runtime.key)
+        last_used = self.ledger.holdings.uses.last(runtime.key)
         return runtime.view(self._queues.waiting_for(runtime.key), idle_unload, last_used)
 
     async def _enqueue(
@@ -425,7 +425,7 @@ class RuntimeManager:
 
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
-        self.ledger.book.uses.note(runtime.key)
+        self.ledger.holdings.uses.note(runtime.key)
         self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()

@@ -20,11 +20,11 @@ from router.config import Settings
 from router.domain import Lane
 from router.memory.eviction import MemoryRefusal
 from router.runtime import policy
+from router.runtime.holdings import Pending
 from router.runtime.hooks import SwapHooks
 from router.runtime.ledger import LiveLedger
 from router.runtime.lifecycle import Lifecycle
 from router.runtime.queues import Waiter
-from router.runtime.residency import Pending
 from router.runtime.state import Lease, Runtime, RuntimeSpec, RuntimeState
 from router.runtime.table import Table
 

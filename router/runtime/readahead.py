@@ -44,7 +44,7 @@ _FIRST = ("model_param", "sdmodel", "whispermodel", "embeddingsmodel")
 
 
 @dataclass(frozen=True)
-class Plan:
+class ReadPlan:
     """What to read: (file, bytes from its start) in order; `total` the files' whole size."""
 
     reads: tuple[tuple[Path, int], ...]
@@ -73,7 +73,7 @@ def order_files(files: dict[str, tuple[Path, int]]) -> list[tuple[Path, int]]:
     return out
 
 
-def plan(files: Sequence[tuple[Path, int]], room: int) -> Plan:
+def plan(files: Sequence[tuple[Path, int]], room: int) -> ReadPlan:
     """Read the files in order until `room` bytes; the last one read only in part.
 
     Reading more than fits would evict the first pages read (or the outgoing runtime's) from
@@ -87,7 +87,7 @@ def plan(files: Sequence[tuple[Path, int]], room: int) -> Plan:
         take = min(size, left)
         reads.append((path, take))
         left -= take
-    return Plan(tuple(reads), total, max(0, room))
+    return ReadPlan(tuple(reads), total, max(0, room))
 
 
 def room(budget: int, resident: int, available: int) -> int:
@@ -104,7 +104,7 @@ def room(budget: int, resident: int, available: int) -> int:
 class Job:
     key: str
     model: str
-    plan: Plan
+    plan: ReadPlan
     wanted: Callable[[], bool]
     started: float = field(default_factory=time.monotonic)
     bytes: int = 0

@@ -10,7 +10,7 @@ from router.demo_models import write_llama_gguf
 from router.memory.estimate import PROCESS_OVERHEAD, LlamaOptions, llama_footprint
 from router.memory.figures import NoFigures
 from router.memory.shape import read_shape
-from router.runtime.residency import Book
+from router.runtime.holdings import Holdings
 from tests.support.harness import RouterHarness
 
 GIB = 1 << 30
@@ -32,8 +32,8 @@ async def test_status_carries_memory_and_devices(harness: RouterHarness) -> None
 
     assert (await client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
     assert harness.app is not None
-    # The live ledger as it is before any measurement (a Book without figures).
-    book = Book(harness.app[SETTINGS], NoFigures())
+    # The live ledger as it is before any measurement (holdings without figures).
+    book = Holdings(harness.app[SETTINGS], NoFigures())
     ledger = book.ledger(book.resident(rt, 0) for rt in harness.runtimes.runtimes())
     shape = read_shape(str(model))
     assert shape is not None

@@ -59,7 +59,7 @@ async def test_ps_sizes_with_a_gpu_at_the_nvml_seam(
     await client.generate(model="chat-g")
     (loaded,) = (await client.ps()).models
     memory = await _status_memory(harness)
-    book = harness.runtimes.ledger.book
+    book = harness.runtimes.ledger.holdings
     (view,) = harness.runtimes.views()
     need, _ = book.need(view_spec := harness.runtimes.runtimes()[0].spec)
     assert view_spec.key == view.key

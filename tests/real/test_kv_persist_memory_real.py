@@ -28,7 +28,7 @@ async def test_a_memory_eviction_saves_and_the_return_restores(
     base = h.settings(residency="memory")
     await h.start(base)
     assert h.app is not None
-    one = h.runtimes.ledger.book.estimate(spec_for(h.app[CATALOG].require("chat-a"), Lane.TEXT))
+    one = h.runtimes.ledger.holdings.estimate(spec_for(h.app[CATALOG].require("chat-a"), Lane.TEXT))
     await h.close()
     # Room for one of the two (they estimate the same), not both: a load evicts the other.
     budget = one.devices["host"] * 3 // 2

@@ -48,13 +48,13 @@ async def _started(h: RouterHarness, demo: dict[str, Path], fit: int, **runtime:
 def _need(h: RouterHarness, model_id: str) -> int:
     assert h.app is not None
     spec = spec_for(h.app[CATALOG].require(model_id), Lane.TEXT)
-    return h.runtimes.ledger.book.estimate(spec).devices["host"]
+    return h.runtimes.ledger.holdings.estimate(spec).devices["host"]
 
 
 def _held(h: RouterHarness, model_id: str) -> int:
     assert h.app is not None
     spec = spec_for(h.app[CATALOG].require(model_id), Lane.TEXT)
-    return h.runtimes.ledger.book.need(spec)[0].total
+    return h.runtimes.ledger.holdings.need(spec)[0].total
 
 
 def _resident(h: RouterHarness) -> set[str]:

@@ -38,7 +38,7 @@ async def test_a_busy_victim_drains_while_the_incoming_files_are_read_ahead(
     data["analytics"] = {**data["analytics"], "load_capture_enabled": True}
     await h.start(Settings.model_validate(data))
     need = [
-        h.runtimes.ledger.book.estimate(spec_for(h.app[CATALOG].require(m), Lane.TEXT)).devices[
+        h.runtimes.ledger.holdings.estimate(spec_for(h.app[CATALOG].require(m), Lane.TEXT)).devices[
             "host"
         ]
         for m in ("chat-a", "chat-b")

@@ -91,7 +91,7 @@ async def test_a_request_without_a_model_goes_to_the_most_recently_used(
 ) -> None:
     _models(harness, {"chat-a": 4 * MIB, "chat-b": 4 * MIB})
     client = await _start(harness)
-    uses = harness.runtimes.ledger.book.uses
+    uses = harness.runtimes.ledger.holdings.uses
 
     async def unnamed() -> None:  # llama-server's own /completion takes no model
         r = await client.post("/completion", json={"prompt": "hi", "n_predict": 2})

@@ -44,7 +44,7 @@ async def _start(harness: RouterHarness) -> httpx.AsyncClient:
     await harness.start(base)
     assert harness.app is not None
     spec = spec_for(harness.app[CATALOG].require("chat-a"), Lane.TEXT)
-    one = harness.runtimes.ledger.book.estimate(spec).devices["host"]
+    one = harness.runtimes.ledger.holdings.estimate(spec).devices["host"]
     await harness.close()
     # Both fit as estimated; chat-b raised by half no longer fits next to chat-a.
     memory = base.memory.model_copy(update={"host_budget": 2 * one + one // 4, "reserve": 0})

@@ -37,7 +37,7 @@ def _sized(harness: RouterHarness, model_id: str, size: int, **fields: Any) -> N
 def _host_need(harness: RouterHarness, model_id: str, lane: Lane) -> int:
     assert harness.app is not None
     config = harness.app[CATALOG].require(model_id)
-    return harness.runtimes.ledger.book.estimate(spec_for(config, lane)).devices["host"]
+    return harness.runtimes.ledger.holdings.estimate(spec_for(config, lane)).devices["host"]
 
 
 async def _budgeted(harness: RouterHarness, budget: int, **runtime: Any) -> Any:

@@ -1,4 +1,4 @@
-"""The pure decision for a lane with several runtimes (router/runtime/residents.py), over random
+"""The one decision (router/runtime/policy.py) for a lane with several runtimes, over random
 lanes and queues (hypothesis): running work is never cancelled, only victims drain or stop
 (no thrash: a resident model is never loaded again, a request for a ready resident is never
 held back by another model's load), and a victim serves its own queue within its window."""
@@ -8,11 +8,34 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.runtime.residents import ResidentView, decide_many, victim_deadlines
-from router.runtime.scheduler import Phase, WaiterView
+from router.runtime.policy import (
+    Decision,
+    Phase,
+    Policy,
+    QueueOrder,
+    ResidentView,
+    Snapshot,
+    WaiterView,
+    decide,
+    victim_deadlines,
+)
 
 KEYS = ("a", "b", "c", "d")
 WAIT = 10.0
+
+
+def decide_many(
+    residents: list[ResidentView],
+    waiters: list[WaiterView],
+    now: float,
+    max_batch_wait: float,
+    *,
+    order: QueueOrder = "grouped",
+    max_bypass: int | None = None,
+) -> Decision:
+    """The decision on one snapshot of the lane."""
+    rules = Policy(max_batch_wait, order, max_bypass)
+    return decide(Snapshot(residents, waiters, now, rules))
 
 
 @st.composite

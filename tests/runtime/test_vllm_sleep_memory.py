@@ -71,5 +71,5 @@ async def test_a_sleepers_weights_count_on_the_host_and_a_load_stops_it(
 
 
 def _need(h: RouterHarness, model: str) -> dict[str, int]:
-    need, _ = h.runtimes.ledger.book.need(_runtime(h, model).spec)
+    need, _ = h.runtimes.ledger.holdings.need(_runtime(h, model).spec)
     return dict(need.devices)

@@ -41,7 +41,7 @@ async def start_with_room(
     await harness.start(base)
     assert harness.app is not None
     catalog = harness.app[CATALOG]
-    book = harness.runtimes.ledger.book
+    book = harness.runtimes.ledger.holdings
     need = sum(book.estimate(spec_for(catalog.require(m), Lane.TEXT)).devices["host"] for m in fit)
     await harness.close()
     memory = base.memory.model_copy(update={"host_budget": need, "reserve": 0})

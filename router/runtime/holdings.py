@@ -1,6 +1,7 @@
-"""The live memory ledger the runtime manager owns (issue 25; docs/residency.md).
+"""What each live runtime holds in memory (issue 25; docs/residency.md), for the live ledger
+(router/runtime/ledger.py).
 
-`Book` turns the manager's live runtimes into the pure core's `Ledger`: each runtime holds the
+`Holdings` turns the manager's live runtimes into the pure core's `Ledger`: each runtime holds the
 measured figure when `Figures.lookup(config id, launch_fingerprint(...))` has one (source
 "measured"; router/runtime/measuring.py records them), else its estimate, which is
 computed once per configuration version off the event loop (`prepare`) and cached. A stopping
@@ -82,7 +83,7 @@ class Uses:
         return times[-1] if times else 0.0
 
 
-class Book:
+class Holdings:
     def __init__(
         self,
         settings: Settings,
@@ -215,4 +216,4 @@ class Book:
         return per_runtime, rows
 
 
-__all__ = ["RECENT_WINDOW", "Book", "Pending", "Uses"]
+__all__ = ["RECENT_WINDOW", "Holdings", "Pending", "Uses"]
