@@ -31,15 +31,13 @@ from router.errors import RouterError, ServiceUnavailable
 from router.memory.eviction import Plan
 from router.memory.ledger import Ledger
 from router.records import EventBus
-from router.records.request_times import RequestTimes
-from router.runtime import eta, scheduler
-from router.runtime.activity import ActivityReporter
+from router.runtime import scheduler
+from router.runtime.board import QueueBoard
 from router.runtime.hooks import SwapHook, SwapHooks
 from router.runtime.ledger import LiveLedger, shutting_down
 from router.runtime.lifecycle import Lifecycle, LoadErrorSink
 from router.runtime.loader import Loader
 from router.runtime.measuring import FigureHooks, NoFigureHooks
-from router.runtime.policy import Phase
 from router.runtime.pump import Pump
 from router.runtime.queues import Ticket, Waiter
 from router.runtime.state import (
@@ -98,13 +96,8 @@ class RuntimeManager:
         )
         self._idle = asyncio.Event()
         self._idle.set()
-        self.request_times = RequestTimes()  # per config: seconds a lease is held (queue ETAs)
-        # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
-        # which changes every instant, an event only when they differ).
-        self._positions = ActivityReporter(
-            events.publish, self._positions_now, event="queue_position", same=_positions_only
-        )
-        self._activity = ActivityReporter(events.publish, self._activity_now)
+        self._board = QueueBoard(settings, self._table, self._pump, events, clock, usual_load)
+        self.request_times = self._board.request_times
         # Told of every lease that ends (lending's held requests wait for their owner's jobs).
         self.released: list[Callable[[ModelConfig], None]] = []
 
@@ -112,20 +105,9 @@ class RuntimeManager:
     def spawn_count(self) -> int:
         return self._life.spawn_count
 
-    def _activity_now(self) -> dict[str, Any]:
-        """What the `activity` event carries (docs/events.md)."""
-        return {
-            "queued": {lane.value: self._queues.waiting(lane) for lane in Lane},
-            "in_flight": {key: rt.leases for key, rt in self._table.runtimes.items()},
-        }
-
-    def _positions_now(self) -> dict[str, Any]:
-        return {"queue": self.queue_status()}
-
     def _poke(self) -> None:
         """Queue lengths, leases or states changed: `activity` and `queue_position` soon."""
-        self._activity.poke()
-        self._positions.poke()
+        self._board.poke()
 
     def _check_open(self) -> None:
         if self._table.closing:
@@ -303,45 +285,11 @@ class RuntimeManager:
 
     def queue_status(self) -> dict[str, list[Any]]:
         """Every lane's waiting requests in serve order with position and ETA (status, events)."""
-        return {lane.value: [row for _, row in self._ranked(lane)] for lane in Lane}
+        return self._board.queue_status()
 
     def position(self, ticket: Ticket) -> dict[str, Any] | None:
         """The ticket's request's row (position, ETA) while it waits; None once it does not."""
-        waiter = ticket.waiter
-        if waiter is None or waiter.gone:
-            return None
-        return next((row for entry, row in self._ranked(waiter.lane) if entry is waiter), None)
-
-    def _ranked(self, lane: Lane) -> list[tuple[Waiter, dict[str, Any]]]:
-        rt = self._settings.runtime
-        policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        entries = self._queues.entries(lane)
-        queued = [
-            eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed) for e in entries
-        ]
-        lane_state = self._lane_state(lane, entries)
-        models = {q.model for q in queued} | {r.model for r in lane_state.residents}
-        loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
-        per_request = self.request_times.figures()
-        ranked = eta.ranked(lane_state, queued, self._clock(), policy, loads, per_request)
-        return [(entries[i], row) for i, row in ranked]
-
-    def _lane_state(self, lane: Lane, entries: list[Waiter]) -> eta.LaneState:
-        """The lane's runtimes as the pump's decision sees them, and each waiting load's
-        victims (its pending plan's, else what the ledger would name now)."""
-        runtimes = self._table.runtimes
-        residents = tuple(
-            eta.Resident(
-                view,
-                runtimes[view.key].config.id,
-                max(0.0, time.time() - runtimes[view.key].since)
-                if view.phase is Phase.LOADING
-                else 0.0,
-            )
-            for view in self._pump.snapshot(lane).residents
-        )
-        victims = {e.spec.key: self._pump.victims_of(e.spec) for e in entries}
-        return eta.LaneState(residents, victims, exclusive=not self._table.by_memory)
+        return self._board.position(ticket)
 
     def runtimes(self) -> list[Runtime]:
         """The live objects (process handles for tests and tools); decide on `views()`."""
@@ -363,8 +311,7 @@ class RuntimeManager:
 
     async def close(self) -> None:
         self._table.closing = True
-        self._activity.close()
-        self._positions.close()
+        self._board.close()
         self._pump.close()
         await self._life.close()
         await asyncio.gather(
@@ -473,14 +420,6 @@ class RuntimeManager:
 
     async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         return await self.ledger.memory_status()
-
-
-def _positions_only(event: dict[str, Any]) -> Any:
-    """What a `queue_position` change is: the rows without `waiting_s`."""
-    return {
-        lane: [(r["model"], r["position"], r["eta_s"]) for r in rows]
-        for lane, rows in event["queue"].items()
-    }
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from router.runtime.activity import ActivityReporter
-from router.runtime.manager import _positions_only
+from router.runtime.board import _positions_only
 from tests.records.test_event_contents import collect
 from tests.support.harness import RouterHarness, chat
 

@@ -1,0 +1,117 @@
+"""The queue board: every lane's waiting requests in serve order with position and ETA
+(`GET /router/v1/status`, the SSE wait announcements), and the coalesced `activity` and
+`queue_position` events. It reads the manager's table and replays the pump's own decision
+(eta.py) on the pump's snapshot; it changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from router.config import Settings
+from router.domain import Lane
+from router.records import EventBus
+from router.records.request_times import RequestTimes
+from router.runtime import eta
+from router.runtime.activity import ActivityReporter
+from router.runtime.policy import Phase
+from router.runtime.pump import Pump
+from router.runtime.queues import Ticket, Waiter
+from router.runtime.table import Table
+
+
+class QueueBoard:
+    def __init__(
+        self,
+        settings: Settings,
+        table: Table,
+        pump: Pump,
+        events: EventBus,
+        clock: Callable[[], float],
+        usual_load: Callable[[str], float | None],
+    ) -> None:
+        self._settings = settings
+        self._table = table
+        self._pump = pump
+        self._clock = clock
+        self._usual_load = usual_load  # per config: usual load seconds (LoadTimes)
+        self.request_times = RequestTimes()  # per config: seconds a lease is held
+        # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
+        # which changes every instant, an event only when they differ).
+        self._positions = ActivityReporter(
+            events.publish, self._positions_now, event="queue_position", same=_positions_only
+        )
+        self._activity = ActivityReporter(events.publish, self._activity_now)
+
+    def poke(self) -> None:
+        """Queue lengths, leases or states changed: `activity` and `queue_position` soon."""
+        self._activity.poke()
+        self._positions.poke()
+
+    def close(self) -> None:
+        self._activity.close()
+        self._positions.close()
+
+    def queue_status(self) -> dict[str, list[Any]]:
+        return {lane.value: [row for _, row in self._ranked(lane)] for lane in Lane}
+
+    def position(self, ticket: Ticket) -> dict[str, Any] | None:
+        waiter = ticket.waiter
+        if waiter is None or waiter.gone:
+            return None
+        return next((row for entry, row in self._ranked(waiter.lane) if entry is waiter), None)
+
+    def _activity_now(self) -> dict[str, Any]:
+        """What the `activity` event carries (docs/events.md)."""
+        queues = self._table.queues
+        return {
+            "queued": {lane.value: queues.waiting(lane) for lane in Lane},
+            "in_flight": {key: rt.leases for key, rt in self._table.runtimes.items()},
+        }
+
+    def _positions_now(self) -> dict[str, Any]:
+        return {"queue": self.queue_status()}
+
+    def _ranked(self, lane: Lane) -> list[tuple[Waiter, dict[str, Any]]]:
+        rt = self._settings.runtime
+        policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
+        entries = self._table.queues.entries(lane)
+        queued = [
+            eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed) for e in entries
+        ]
+        lane_state = self._lane_state(lane, entries)
+        models = {q.model for q in queued} | {r.model for r in lane_state.residents}
+        loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
+        per_request = self.request_times.figures()
+        ranked = eta.ranked(lane_state, queued, self._clock(), policy, loads, per_request)
+        return [(entries[i], row) for i, row in ranked]
+
+    def _lane_state(self, lane: Lane, entries: list[Waiter]) -> eta.LaneState:
+        """The lane's runtimes as the pump's decision sees them, and each waiting load's
+        victims (its pending plan's, else what the ledger would name now)."""
+        runtimes = self._table.runtimes
+        residents = tuple(
+            eta.Resident(
+                view,
+                runtimes[view.key].config.id,
+                max(0.0, time.time() - runtimes[view.key].since)
+                if view.phase is Phase.LOADING
+                else 0.0,
+            )
+            for view in self._pump.snapshot(lane).residents
+        )
+        victims = {e.spec.key: self._pump.victims_of(e.spec) for e in entries}
+        return eta.LaneState(residents, victims, exclusive=not self._table.by_memory)
+
+
+def _positions_only(event: dict[str, Any]) -> Any:
+    """What a `queue_position` change is: the rows without `waiting_s`."""
+    return {
+        lane: [(r["model"], r["position"], r["eta_s"]) for r in rows]
+        for lane, rows in event["queue"].items()
+    }
+
+
+__all__ = ["QueueBoard"]
