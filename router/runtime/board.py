@@ -102,7 +102,8 @@ class QueueBoard:
             )
             for view in self._pump.snapshot(lane).residents
         )
-        victims = {e.spec.key: self._pump.victims_of(e.spec) for e in entries}
+        specs = {e.spec.key: e.spec for e in entries}  # one plan per waiting runtime
+        victims = {key: self._pump.victims_of(spec) for key, spec in specs.items()}
         return eta.LaneState(residents, victims, exclusive=not self._table.by_memory)
 
 
