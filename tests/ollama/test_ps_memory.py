@@ -11,7 +11,7 @@ import ollama
 import pytest
 
 from router.memory.devices import discover
-from router.runtime import residency
+from router.runtime import holdings
 from tests.memory.test_memory_devices import FakeNvml
 from tests.support.harness import RouterHarness
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
@@ -51,7 +51,7 @@ async def test_ps_sizes_with_a_gpu_at_the_nvml_seam(
     harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = FakeNvml([("RTX A", 8 * GIB, [])])
-    monkeypatch.setattr(residency, "machine_devices", lambda: discover(lambda: fake))
+    monkeypatch.setattr(holdings, "machine_devices", lambda: discover(lambda: fake))
     harness.model("chat-g", gpulayers=99)
     os.truncate(harness.models_dir / "chat-g.gguf", 8 * MIB)
     await harness.start()
@@ -74,7 +74,7 @@ async def test_gpu_budget_drives_an_eviction(
     """Two GPU models on one fake GPU whose budget holds one of them: the dry run and the load
     of the second stop the first (it is in another lane, so only memory can make it go)."""
     fake = FakeNvml([("RTX A", 8 * GIB, [])])
-    monkeypatch.setattr(residency, "machine_devices", lambda: discover(lambda: fake))
+    monkeypatch.setattr(holdings, "machine_devices", lambda: discover(lambda: fake))
     harness.model("chat-g", gpulayers=99)
     harness.model("emb-g", embeddingsgpu=True, embeddingsmodel="emb-g.gguf")
     for name in ("chat-g.gguf", "emb-g.gguf"):

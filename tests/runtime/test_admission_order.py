@@ -13,7 +13,7 @@ import pytest
 
 from router.appkeys import CATALOG
 from router.domain import Lane
-from router.runtime import arrival, residency
+from router.runtime import arrival, holdings
 from router.runtime.queues import Ticket
 from tests.support.harness import RouterHarness
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
@@ -29,7 +29,7 @@ async def test_first_requests_for_unestimated_configs_queue_in_arrival_order(
         h.model(model)
         h.faults_for_model[model] = "--startup-delay 30"  # loading: the requests stay queued
     gate, b_done = threading.Event(), threading.Event()
-    real = residency.estimate_config
+    real = holdings.estimate_config
 
     def slow_for_a(config: Any, *args: Any) -> Any:  # runs in a worker thread
         if config.id == "chat-a":
@@ -39,7 +39,7 @@ async def test_first_requests_for_unestimated_configs_queue_in_arrival_order(
             b_done.set()
         return found
 
-    monkeypatch.setattr(residency, "estimate_config", slow_for_a)
+    monkeypatch.setattr(holdings, "estimate_config", slow_for_a)
     await h.start(h.settings(residency="memory", queue_timeout=60))
     assert h.app is not None
     catalog, manager = h.app[CATALOG], h.runtimes

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from router.memory.devices import discover
-from router.runtime import RuntimeState, residency
+from router.runtime import RuntimeState, holdings
 from tests.memory.test_memory_devices import FakeNvml
 from tests.support.harness import RouterHarness, chat
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
@@ -39,7 +39,7 @@ async def test_a_sleepers_weights_count_on_the_host_and_a_load_stops_it(
 ) -> None:
     h = harness
     fake = FakeNvml([("RTX A", 8 * GIB, [])])
-    monkeypatch.setattr(residency, "machine_devices", lambda: discover(lambda: fake))
+    monkeypatch.setattr(holdings, "machine_devices", lambda: discover(lambda: fake))
     h.model("v-a", "vllm", model_param="v-a.safetensors", router_sleep=1)
     h.model("v-b", "vllm", model_param="v-b.safetensors")
     h.model("chat-c", gpulayers=0)
