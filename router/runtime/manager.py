@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 
 class RuntimeManager:
     """Admission, queueing and the public face over its parts: the table it owns (runtimes,
-    lanes, queues), the live ledger, the lifecycle of each runtime, the pump and the hooks."""
+    queues), the live ledger, the lifecycle of each runtime, the pump, the queue board and the
+    swap hooks. `usual_load` (per config, LoadTimes) feeds the queue ETAs."""
 
     def __init__(
         self,
@@ -74,7 +75,6 @@ class RuntimeManager:
     ) -> None:
         self._settings = settings
         self._clock = clock
-        self._usual_load = usual_load  # per config: usual load seconds (LoadTimes; queue ETAs)
         self._hooks = hooks if isinstance(hooks, SwapHooks) else SwapHooks(hooks)
         self.figures: FigureHooks = figures or NoFigureHooks()  # measured memory (issue 25)
         self._table = Table(settings)
