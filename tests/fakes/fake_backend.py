@@ -294,6 +294,10 @@ def embed(text: str, dim: int = 8) -> list[float]:
     return [round(b / 255.0 - 0.5, 4) for b in digest[:dim]]
 
 
+def base64_vector(vec: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
+
+
 def stem(path: str) -> str:
     return Path(path).stem if path else "model"
 
@@ -528,8 +532,12 @@ async def openai_generate(request: web.Request, st: State, model: str, chat: boo
 def openai_embeddings(body: dict[str, Any], model: str) -> web.Response:
     inputs = body.get("input", "")
     items = inputs if isinstance(inputs, list) else [inputs]
+    # llama-server honours `encoding_format: "base64"` (packed little-endian float32), which
+    # the openai Python client asks for unless told otherwise.
+    encode = base64_vector if body.get("encoding_format") == "base64" else (lambda v: v)
     data = [
-        {"object": "embedding", "index": i, "embedding": embed(str(x))} for i, x in enumerate(items)
+        {"object": "embedding", "index": i, "embedding": encode(embed(str(x)))}
+        for i, x in enumerate(items)
     ]
     n = sum(len(str(x)) // 4 + 1 for x in items)
     return web.json_response(
