@@ -211,9 +211,12 @@ async def test_management_routes_through_the_sdk(harness: RouterHarness) -> None
     with pytest.raises(ollama.ResponseError) as caught:
         await client.delete("qwen")
     assert caught.value.status_code == 400 and "delete" in caught.value.error
+    # A name the router does not serve says what can be pulled; one it serves is a success
+    # (issue 36: Ollama answers success for a model it has; this was a 400).
     with pytest.raises(ollama.ResponseError) as caught:
-        await client.pull("qwen")
+        await client.pull("llama3.2")
     assert caught.value.status_code in (400, 503) and "hf.co/" in caught.value.error
+    assert (await client.pull("qwen")).status == "success"
 
 
 def test_expires_at_follows_the_runtime_deadline() -> None:
