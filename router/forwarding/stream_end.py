@@ -67,7 +67,7 @@ def _error_of(data: bytes, *, always: bool) -> str | None:
         obj = json.loads(text)
     except (ValueError, RecursionError):
         obj = None
-    if always or (isinstance(obj, dict) and "error" in obj):
+    if always or (isinstance(obj, dict) and obj.get("error") not in (None, "", {})):
         return error_message(obj, text)
     return None
 

@@ -85,6 +85,7 @@ def test_an_error_the_stream_went_on_after_or_the_word_in_text_is_no_failure() -
     assert stream_error(SSE, recovered) is None
     words = _sse({"choices": [{"delta": {"content": '{"error": 1}'}}]}, b"[DONE]")
     assert stream_error(SSE, words) is None
+    assert stream_error(SSE, _sse({"type": "response.completed", "error": None})) is None
 
 
 def test_ndjson_records_and_other_bodies() -> None:
