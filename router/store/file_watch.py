@@ -9,7 +9,8 @@ incident (`on_incident`: the app raises a metric and the WebUI banner).
 
 A deleted file is still readable through the connection that holds it open, WAL included:
 its rows, and what was written to it after the `rm`, are copied into the new file with
-SQLite's backup API before that connection closes, so nothing recorded is lost. A replaced
+SQLite's backup API before that connection closes, so nothing recorded is lost; a clean
+close checks once more after its last write (`copy_if_deleted`). A replaced
 file (another one moved to the path) is kept as it is: the old rows are lost, and whatever
 was written between the last check that saw the file intact (`intact_at`) and the detection
 (`detected_at`), as the incident states. When the copy fails (a full disk) the deletion costs
@@ -107,6 +108,20 @@ class FileWatch:
         if self.on_incident is not None:
             self.on_incident(incident)
         return incident
+
+    async def copy_if_deleted(self) -> Path | None:
+        """At close, after the last write: a file deleted since the last check would go with
+        its last handle. Its copy, for the caller to rename to the path once every handle is
+        closed; None when the file is intact (or replaced: that one is kept) or the copy failed."""
+        if change(self._opened, await asyncio.to_thread(identity_of, self.path)) != "deleted":
+            return None
+        copy = await self._copy_out()
+        log.error(
+            "store file %s was deleted while the router ran: %s at close",
+            self.path,
+            "its rows were copied to the path" if copy else "its rows could not be kept",
+        )
+        return copy
 
     async def _reopen(self, kind: str) -> bool:
         """Move to a fresh file at the path; True when the old file's rows were copied into it."""

@@ -63,3 +63,26 @@ async def test_rows_of_a_deleted_store_file_are_copied_into_the_new_one(
         assert (await reopened.summary(0, time.time() + 60))["totals"]["requests"] == 600
     finally:
         await reopened.close()
+
+
+async def test_a_file_deleted_just_before_close_is_copied_back(tmp_path: Path) -> None:
+    """Deleted after the last identity check (an hour away here): the close, which would let
+    the deleted inode go with its last handle, copies it back to the path first."""
+    path = tmp_path / "router.sqlite"
+    settings = AnalyticsSection(flush_interval=3600)
+    store = await Store.open(path, node_id="n1", analytics=settings)
+    try:
+        for i in range(200):
+            store.record_raw(raw(i))
+        await store.flush()
+        path.unlink()
+        for i in range(200, 300):  # still in memory: written to the deleted file at close
+            store.record_raw(raw(i))
+    finally:
+        await store.close()
+    assert stored(path) == (list(range(300)), "ok")
+    reopened = await Store.open(path, node_id="n1", analytics=settings)
+    try:
+        assert (await reopened.summary(0, time.time() + 60))["totals"]["requests"] == 300
+    finally:
+        await reopened.close()
