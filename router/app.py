@@ -183,16 +183,8 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     )
     inflight = InFlight()
     cors = CorsPolicy(settings.server.cors_origins)
-    middlewares: list[Any] = [  # the order of the module docstring
-        edge_errors(settings, route_of),
-        inflight_middleware(inflight),
-        *guards.edge_middlewares(
-            settings, route_of, cors_preflight(cors, _route_for), cors.trusted
-        ),
-        auth.policy_middleware(policy, route_of),
-    ]
     app = web.Application(
-        middlewares=middlewares,
+        middlewares=_middlewares(settings, policy, inflight, cors),
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings
@@ -200,44 +192,42 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         app.on_response_prepare.append(add_allow_origin(cors, route_of))
     app[AUTH] = policy
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
-    app[EVENTS] = EventBus(settings.ui.events_queue)
-    app[METRICS] = metrics or Metrics()
-    app[EVENTS].subscribe_callback(app[METRICS].on_event)
-    app[LOAD_TIMES] = LoadTimes()
-    app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
-    app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
-    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
+    _records(app, settings, metrics or Metrics())
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
     app[INFLIGHT] = inflight
-    app.cleanup_ctx.extend(
-        [
-            _client_session,
-            _store,
-            _catalog,
-            _backend_setup,
-            _figures,
-            _runtimes,
-            inference.ollama_context,
-            inference.responses_context,  # after the runtimes its table points at
-            inference.images_context,
-            inference.comfy_context,
-            site.site_context,
-            site.benchmarks_context,
-            site.guardians_context,
-            _cluster_service,  # built here, run by `_cluster` (lending reads it)
-            lending.lending_context,
-            site.downloads_context,  # before the cluster announces this node
-            _cluster,
-            site.webuis_context,
-        ]
-    )
+    app.cleanup_ctx.extend(_CONTEXTS)
     app.on_shutdown.append(_begin_drain)
     app.on_response_prepare.append(queue_wait.on_prepare)
     app[DISPATCH] = dispatcher(handler_table(settings), names=_names(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", CATCH_ALL, app[DISPATCH])
     return app
+
+
+def _middlewares(
+    settings: Settings, policy: auth.Policy, inflight: InFlight, cors: CorsPolicy
+) -> list[Any]:
+    return [  # the order of the module docstring
+        edge_errors(settings, route_of),
+        inflight_middleware(inflight),
+        *guards.edge_middlewares(
+            settings, route_of, cors_preflight(cors, _route_for), cors.trusted
+        ),
+        auth.policy_middleware(policy, route_of),
+    ]
+
+
+def _records(app: web.Application, settings: Settings, metrics: Metrics) -> None:
+    """The event bus and what listens to every event: the metrics and the load times; the
+    recorder of each request."""
+    app[EVENTS] = EventBus(settings.ui.events_queue)
+    app[METRICS] = metrics
+    app[EVENTS].subscribe_callback(app[METRICS].on_event)
+    app[LOAD_TIMES] = LoadTimes()
+    app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
+    app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
+    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
 
 
 def create_backend_ui_app(main: web.Application) -> web.Application:
@@ -485,3 +475,26 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
     if task is not None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+# create_app's contexts: started in this order and cleaned up in the reverse one.
+_CONTEXTS = (
+    _client_session,
+    _store,
+    _catalog,
+    _backend_setup,
+    _figures,
+    _runtimes,
+    inference.ollama_context,
+    inference.responses_context,  # after the runtimes its table points at
+    inference.images_context,
+    inference.comfy_context,
+    site.site_context,
+    site.benchmarks_context,
+    site.guardians_context,
+    _cluster_service,  # built here, run by `_cluster` (lending reads it)
+    lending.lending_context,
+    site.downloads_context,  # before the cluster announces this node
+    _cluster,
+    site.webuis_context,
+)

@@ -128,13 +128,17 @@ class Store(FileWatch):
         self._events = channel
 
     async def close(self) -> None:
+        copy: Path | None = None
         try:
             if self._events is not None:
                 await self._events.close()  # leftovers go to the in-process writer, closed next
             await self._writer.close()
+            copy = await self.copy_if_deleted()
         finally:
             await self._reader.close()
             await self._db.close()
+        if copy is not None:  # only now: closing the old file deleted its -wal and -shm
+            await asyncio.to_thread(os.replace, copy, self.path)
 
     @property
     def pending(self) -> int:
