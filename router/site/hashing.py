@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from router.memory import read_header
 from router.site.files import FileStat, kind_of
-from router.site.gguf_meta import read_gguf_metadata
 
 CHUNK = 1 << 20
 HASH_WORKERS = 2  # model files share one disk on most boxes; more readers only seek more
@@ -55,7 +55,8 @@ def digest_file(stat: FileStat) -> Digest | None:
                 return None
     except OSError:
         return None
-    meta = read_gguf_metadata(stat.real) if kind_of(stat.real) == "gguf" else None
+    header = read_header(stat.real) if kind_of(stat.real) == "gguf" else None
+    meta = header.inventory() if header is not None else None
     return Digest(sha.hexdigest(), meta)
 
 

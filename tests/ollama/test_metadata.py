@@ -20,8 +20,7 @@ import pytest
 
 from router.demo_models.gguf_llama import write_bert_gguf
 from router.ollama import metadata as meta
-from router.site.gguf_headers import GgufHeaders
-from router.site.gguf_meta import read_gguf_header
+from router.site.gguf_headers import GgufHeaders, read_gguf_header
 from tests.support.harness import RouterHarness
 
 TOOLS_TEMPLATE = (
