@@ -326,7 +326,7 @@ async def test_request_content_never_reaches_the_database(tmp_path: Path) -> Non
         # The response's last bytes go to the writer for the usage report only.
         reply = b'{"choices":[{"message":{"content":"%s"}}],"usage":{"total_tokens":3}}'
         store.record_raw(event(tail=reply % MARKER.encode()))
-    store.start_capture(
+    store.load_attempts.start(
         model="m1",
         backend="llamacpp",
         kcpps={"password": MARKER, "hordekey": MARKER, "model": "/srv/models/m.gguf"},
@@ -347,18 +347,20 @@ async def test_request_content_never_reaches_the_database(tmp_path: Path) -> Non
 async def test_capture_output_is_capped_sequenced_and_paged(tmp_path: Path) -> None:
     # 0.0001 MB = 104 bytes: ten 10-byte chunks fit, the eleventh is cut to 4 and marked.
     store = await open_store(tmp_path, load_capture_enabled=True, load_capture_max_output_mb=0.0001)
-    attempt = store.start_capture(model="m1", backend="llamacpp", asset_hashes={"model": "ab12"})
+    attempt = store.load_attempts.start(
+        model="m1", backend="llamacpp", asset_hashes={"model": "ab12"}
+    )
     for i in range(30):
-        store.capture_output(attempt, "stderr" if i % 2 else "stdout", b"%010d" % i)
-    store.finish_capture(attempt, "failed", exit_code=1, error="died in /home/u/secret/dir")
-    detail = await store.capture_detail(attempt)
+        store.load_attempts.output(attempt, "stderr" if i % 2 else "stdout", b"%010d" % i)
+    store.load_attempts.finish(attempt, "failed", exit_code=1, error="died in /home/u/secret/dir")
+    detail = await store.load_attempts.detail(attempt)
     assert detail is not None
     assert detail["output_bytes"] == 104 and detail["output_truncated"] is True
     assert detail["exit_code"] == 1 and "/home/u" not in detail["error"]
     assert detail["asset_hashes"] == {"model": "ab12"}
     seen, after = [], 0
     while True:
-        page = await store.capture_output_page(attempt, after, 4)
+        page = await store.load_attempts.output_page(attempt, after, 4)
         assert page is not None
         seen.extend(page["chunks"])
         after = page["next_after_sequence"]
@@ -368,7 +370,7 @@ async def test_capture_output_is_capped_sequenced_and_paged(tmp_path: Path) -> N
     assert [c["stream"] for c in seen[:3]] == ["stdout", "stderr", "stdout"]
     assert seen[-1]["truncated"] and not seen[-2]["truncated"]
     assert seen[-1]["data"] == "MDAwMA=="  # base64 of the 4 bytes that fitted: b"0000"
-    assert await store.capture_output_page("nope", 0, 4) is None
+    assert await store.load_attempts.output_page("nope", 0, 4) is None
     await store.close()
 
 
@@ -378,35 +380,35 @@ async def test_capture_list_pages_with_an_opaque_cursor_and_filters(tmp_path: Pa
     for i in range(5):
         kind = "reuse" if i == 4 else "load"
         ids.append(
-            store.start_capture(
+            store.load_attempts.start(
                 model=f"m{i}", backend="kobold", kind=kind, started_at=100.0 + i // 2
             )
         )
-        store.finish_capture(ids[-1], "ready" if i % 2 else "failed")
+        store.load_attempts.finish(ids[-1], "ready" if i % 2 else "failed")
     pages, cursor = [], None
     while True:
-        page = await store.list_captures(CaptureFilter(limit=2, cursor=cursor))
+        page = await store.load_attempts.page(CaptureFilter(limit=2, cursor=cursor))
         pages.append([c["id"] for c in page["captures"]])
         cursor = page["next_cursor"]
         if cursor is None:
             break
     flat = [i for p in pages for i in p]
     assert len(pages) == 3 and sorted(flat) == sorted(ids) and len(set(flat)) == 5
-    reuse = await store.list_captures(CaptureFilter(kind="reuse"))
+    reuse = await store.load_attempts.page(CaptureFilter(kind="reuse"))
     assert [c["model"] for c in reuse["captures"]] == ["m4"]
-    failed = await store.list_captures(CaptureFilter(status="failed", from_ts=101.0))
+    failed = await store.load_attempts.page(CaptureFilter(status="failed", from_ts=101.0))
     assert {c["model"] for c in failed["captures"]} == {"m2", "m4"}
-    assert (await store.list_captures(CaptureFilter(backend="vllm")))["captures"] == []
+    assert (await store.load_attempts.page(CaptureFilter(backend="vllm")))["captures"] == []
     with pytest.raises(BadRequest):
-        await store.list_captures(CaptureFilter(cursor="not-a-cursor"))
+        await store.load_attempts.page(CaptureFilter(cursor="not-a-cursor"))
     await store.close()
 
 
 async def test_capture_off_keeps_calls_harmless(tmp_path: Path) -> None:
     store = await open_store(tmp_path, load_capture_enabled=False)
-    attempt = store.start_capture(model="m", backend="kobold")
-    store.capture_output(attempt, "stdout", b"hello")
-    store.finish_capture(attempt, "ready")
+    attempt = store.load_attempts.start(model="m", backend="kobold")
+    store.load_attempts.output(attempt, "stdout", b"hello")
+    store.load_attempts.finish(attempt, "ready")
     await store.close()
     assert count(store.path, "load_attempts") == 0
 
@@ -482,24 +484,24 @@ def test_argv_without_secrets_redacts_values_and_paths() -> None:
 
 async def test_load_errors_list_newest_first_and_clear(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
-    store.record_load_error({"time": 1.0, "model": "a", "reason": "exit 1", "exit_code": 1})
-    store.record_load_error(
+    store.load_errors.record({"time": 1.0, "model": "a", "reason": "exit 1", "exit_code": 1})
+    store.load_errors.record(
         {"time": 2.0, "model": "b", "reason": "bad /etc/x/y.gguf", "output_tail": ["l1", "l2"]}
     )
-    errors = await store.list_load_errors(10)
+    errors = await store.load_errors.rows(10)
     assert [e["model"] for e in errors] == ["b", "a"]
     assert errors[0]["output_tail"] == "l1\nl2" and errors[0]["reason"] == "bad y.gguf"
-    assert await store.clear_load_errors() == 2
-    assert await store.list_load_errors(10) == []
+    assert await store.load_errors.clear() == 2
+    assert await store.load_errors.rows(10) == []
     await store.close()
 
 
 async def test_disabled_models_persist_across_reopen(tmp_path: Path) -> None:
     store = await open_store(tmp_path)
-    await store.set_disabled("a", True)
-    await store.set_disabled("b", True)
-    await store.set_disabled("b", False)
+    await store.model_states.set_disabled("a", True)
+    await store.model_states.set_disabled("b", True)
+    await store.model_states.set_disabled("b", False)
     await store.close()
     store = await open_store(tmp_path)
-    assert await store.get_disabled() == {"a"}
+    assert await store.model_states.disabled() == {"a"}
     await store.close()

@@ -148,8 +148,8 @@ async def load_captures(request: web.Request) -> web.Response:
         limit=query_int(request.query, "limit", 50, 1, 500),
         cursor=request.query.get("cursor") or None,
     )
-    page = await store.list_captures(filters)
-    body = {"enabled": store.capture_enabled, "nodes": [store.node_id], **page}
+    page = await store.load_attempts.page(filters)
+    body = {"enabled": store.load_attempts.enabled, "nodes": [store.node_id], **page}
     return web.json_response(body)
 
 
@@ -157,7 +157,7 @@ async def load_capture(request: web.Request) -> web.Response:
     store = _store(request)
     _nodes(request, store)
     attempt_id = _path_param(request, "attempt_id")
-    detail = await store.capture_detail(attempt_id)
+    detail = await store.load_attempts.detail(attempt_id)
     if detail is None:
         raise NotFound(f"no load capture {attempt_id!r}")
     return web.json_response(detail)
@@ -169,7 +169,7 @@ async def load_capture_output(request: web.Request) -> web.Response:
     attempt_id = _path_param(request, "attempt_id")
     after = query_int(request.query, "after_sequence", 0, 0, 2**62)
     limit = query_int(request.query, "limit", 200, 1, 1000)
-    page = await store.capture_output_page(attempt_id, after, limit)
+    page = await store.load_attempts.output_page(attempt_id, after, limit)
     if page is None:
         raise NotFound(f"no load capture {attempt_id!r}")
     return web.json_response(page)
@@ -180,10 +180,10 @@ async def load_errors(request: web.Request) -> web.Response:
     store = _store(request)
     _nodes(request, store)
     if request.method == "DELETE":
-        removed = await store.clear_load_errors()
+        removed = await store.load_errors.clear()
         return web.json_response({"removed": removed, "cleared": [store.node_id], "failed": []})
     limit = query_int(request.query, "limit", 100, 1, 1000)
-    errors = await store.list_load_errors(limit)
+    errors = await store.load_errors.rows(limit)
     return web.json_response({"nodes": [store.node_id], "errors": errors})
 
 
