@@ -6,15 +6,13 @@ from __future__ import annotations
 import pytest
 
 from router.cluster import (
-    PROTOCOL_VERSION,
     AllowList,
     ClusterService,
     NodeClient,
-    NodeModel,
-    Snapshot,
 )
 from router.config.schema import ClusterSection
 from router.errors import ClusterError
+from tests.support.snapshots import model, snap
 
 
 def master() -> ClusterService:
@@ -29,11 +27,6 @@ def master() -> ClusterService:
     return ClusterService(section, client, tuple, lambda _: None)
 
 
-def snap(node_id: str, url: str) -> Snapshot:
-    models = (NodeModel(local_id="x", model_hash="h", config_hash="c"),)
-    return Snapshot(protocol=PROTOCOL_VERSION, node_id=node_id, node_url=url, models=models)
-
-
 async def test_register_fills_the_registry_rebuilds_the_list_then_tells_each_follower() -> None:
     service = master()
     heard: list[tuple[str, str, bool]] = []
@@ -44,7 +37,7 @@ async def test_register_fills_the_registry_rebuilds_the_list_then_tells_each_fol
                 (name, node_id, service.registry.node(node_id) is not None)
             )
         )
-    service.register(snap("a", "http://a:8080"), now=5.0)
+    service.register(snap("a", "http://a:8080", model("x")), now=5.0)
     assert heard == [("first", "a", True), ("second", "a", True)]
     assert service._rebuild is not None
     await service._rebuild
