@@ -286,7 +286,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         app[EVENTS].publish("store_replaced", **info)  # the WebUI's banner
 
     store.on_incident = incident
-    app[LOAD_TIMES].seed(await store.load_durations())
+    app[LOAD_TIMES].seed(await store.load_attempts.durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None
     yield
@@ -301,9 +301,9 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
         settings.models.config_dir,
         settings.backend.mode,
         settings.models.file_roots,
-        on_state_change=store.set_disabled,
+        on_state_change=store.model_states.set_disabled,
     )
-    catalog.load_disabled(await store.get_disabled())
+    catalog.load_disabled(await store.model_states.disabled())
     await catalog.refresh()
     for name, problem in catalog.errors.items():
         log.warning("skipped %s: %s", name, problem)
@@ -390,7 +390,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         settings,
         loader,
         app[EVENTS],
-        on_load_error=store.record_load_error,
+        on_load_error=store.load_errors.record,
         observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,

@@ -10,10 +10,12 @@ from router.config.sizes import format_size, parse_size, parse_size_or_auto
 from router.memory.devices import HOST, Device, budgets, discover
 from router.memory.estimate import Estimate, Footprint, LlamaOptions
 from router.memory.eviction import MemoryRefusal, Plan, Victim, plan_load, reload_cost
+from router.memory.gguf import GgufHeader, read_header
 from router.memory.ledger import Ledger, Resident, Usage
 from router.memory.report import MemoryReport, parse_report
 
 __all__ = [
+    "GgufHeader",
     "HOST",
     "Device",
     "Estimate",
@@ -32,6 +34,7 @@ __all__ = [
     "parse_report",
     "parse_size",
     "parse_size_or_auto",
+    "read_header",
     "plan_load",
     "reload_cost",
 ]

@@ -18,6 +18,7 @@ from router.ollama import pull as pl
 from tests.fakes.fake_hub import COMMIT, FakeHub, FakeRepo
 from tests.support.download_helpers import download_settings
 from tests.support.harness import RouterHarness
+from tests.support.ollama import client_for
 
 Q4 = b"GGUF" + bytes(range(256)) * 1024  # 256 KiB: paced by the hub, so progress moves
 Q8 = b"GGUF" + b"q8" * 1000
@@ -44,11 +45,6 @@ async def hub() -> AsyncIterator[FakeHub]:
         yield hub
     finally:
         await hub.close()
-
-
-def client_for(h: RouterHarness) -> ollama.AsyncClient:
-    assert h.server is not None
-    return ollama.AsyncClient(host=str(h.server.make_url("")).rstrip("/"))
 
 
 # ---- pure ------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def _readahead(events: list[dict[str, Any]], result: str | None = None) -> list[
 
 
 async def _captures(h: RouterHarness) -> dict[str, dict[str, Any]]:
-    page = await h.app[STORE].list_captures(CaptureFilter(limit=50))  # type: ignore[index]
+    page = await h.app[STORE].load_attempts.page(CaptureFilter(limit=50))  # type: ignore[index]
     return {c["model"]: c for c in page["captures"]}
 
 
