@@ -9,7 +9,7 @@ planning.py, many.py); its limits: docs/residency.md, "Limits and verification".
 from router.config.sizes import format_size, parse_size, parse_size_or_auto
 from router.memory.devices import HOST, Device, budgets, discover
 from router.memory.estimate import Estimate, Footprint, LlamaOptions
-from router.memory.eviction import MemoryRefusal, Plan, Victim, plan_load, reload_cost
+from router.memory.eviction import MemoryRefusal, Plan, Victim, plan, plan_load, reload_cost
 from router.memory.ledger import Ledger, Resident, Usage
 from router.memory.report import MemoryReport, parse_report
 
@@ -32,6 +32,7 @@ __all__ = [
     "parse_report",
     "parse_size",
     "parse_size_or_auto",
+    "plan",
     "plan_load",
     "reload_cost",
 ]

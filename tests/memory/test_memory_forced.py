@@ -1,4 +1,4 @@
-"""The manager's one load decision over the pure core (router/memory/forced.py), hypothesis:
+"""The load decision (router/memory/eviction.py `plan`), hypothesis:
 forced victims (the lane's own runtime, `router_unload_policy`) come first; memory victims are
 never pinned, never loading, never busy unless the plan waits for a drain; after the listed
 runtimes have gone the load fits; and the answer does not depend on the residents' order, so
@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from router.memory import eviction
 from router.memory.estimate import Estimate
 from router.memory.eviction import MemoryRefusal
-from router.memory.forced import plan_with_forced
 from router.memory.ledger import Ledger, Resident
 
 MIB = 1 << 20
@@ -43,7 +43,7 @@ def cases(draw: st.DrawFn) -> tuple[Ledger, dict[str, str], Estimate]:
 def test_forced_first_memory_victims_safe_and_order_free(case, rnd) -> None:  # type: ignore[no-untyped-def]
     ledger, forced, need = case
     try:
-        plan = plan_with_forced(ledger, "new", "new", need, forced, act_on_memory=True)
+        plan = eviction.plan(ledger, "new", "new", need, forced, act_on_memory=True)
     except MemoryRefusal:
         assert need.devices["host"] > ledger.budgets["host"]
         return
@@ -65,7 +65,7 @@ def test_forced_first_memory_victims_safe_and_order_free(case, rnd) -> None:  # 
         assert left + need.devices["host"] <= ledger.budgets["host"]
     shuffled = list(ledger.residents)
     rnd.shuffle(shuffled)
-    again = plan_with_forced(
+    again = eviction.plan(
         Ledger(ledger.budgets, tuple(shuffled)), "new", "new", need, forced, act_on_memory=True
     )
     assert again == plan
@@ -74,5 +74,5 @@ def test_forced_first_memory_victims_safe_and_order_free(case, rnd) -> None:  # 
 @given(cases())
 def test_lane_residency_never_acts_on_memory(case) -> None:  # type: ignore[no-untyped-def]
     ledger, forced, need = case
-    plan = plan_with_forced(ledger, "new", "new", need, forced, act_on_memory=False)
+    plan = eviction.plan(ledger, "new", "new", need, forced, act_on_memory=False)
     assert {v.key for v in plan.evict} <= set(forced)  # never refused, never a memory victim
