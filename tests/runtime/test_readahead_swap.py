@@ -17,12 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from router.appkeys import EVENTS, STORE
+from router.appkeys import CATALOG, EVENTS, STORE
 from router.config import Settings
 from router.domain import Lane
 from router.runtime import readahead
+from router.runtime.state import spec_for
 from router.store import CaptureFilter
 from tests.support.harness import RouterHarness, chat, wait_for
+from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
 
 CHAT = "/v1/chat/completions"
 CHUNK = 64 << 10
@@ -158,16 +160,42 @@ async def test_an_abandoned_swap_cancels_its_read_ahead(
     assert harness.runtimes.spawn_count == 1  # chat-b never loaded
 
 
-# chat-a's file is 4 bytes, resident while it drains: the budget less 4 is what may be read.
+@dataclass(frozen=True)
+class AboveChatA:
+    """A host budget of what chat-a holds in the ledger (its estimate) plus `extra` bytes."""
+
+    extra: int
+
+
+async def _held_by_chat_a(h: RouterHarness) -> int:
+    """chat-a's host bytes in the ledger, from a router started once to ask."""
+    _setup(h)
+    await h.start(_settings(h))
+    spec = spec_for(h.app[CATALOG].require("chat-a"), Lane.TEXT)
+    held = h.runtimes._book.estimate(spec).devices["host"]
+    await h.close()
+    return held
+
+
+# chat-a is resident while it drains: the room is what the ledger leaves free of the host
+# budget, and never beyond what is available less memory.reserve (router/memory/host.py).
 @pytest.mark.parametrize(
     ("readahead_on", "memory", "results", "planned"),
     [
         (False, {}, [], None),
         (True, {"host_budget": 4, "reserve": 0}, ["skipped"], None),
-        (True, {"host_budget": "1KiB", "reserve": 0}, ["started", "done"], 1020),
+        (True, {"host_budget": AboveChatA(1020), "reserve": 0}, ["started", "done"], 1020),
+        # The whole of RAM as the budget, all of it reserved: nothing is available to read into.
+        (True, {"host_budget": 1 << 50, "reserve": 1 << 50}, ["skipped"], None),
     ],
-    ids=["setting-off", "no-room-in-the-host-budget", "capped-to-the-host-budget"],
+    ids=[
+        "setting-off",
+        "no-room-in-the-host-budget",
+        "capped-to-the-host-budget",
+        "no-room-beyond-the-reserve",
+    ],
 )
+@pytest.mark.usefixtures("no_measurement")  # the ledger holds chat-a's estimate throughout
 async def test_the_host_budget_caps_or_skips_it_and_the_setting_turns_it_off(
     harness: RouterHarness,
     readahead_on: bool,
@@ -175,6 +203,9 @@ async def test_the_host_budget_caps_or_skips_it_and_the_setting_turns_it_off(
     results: list[str],
     planned: int | None,
 ) -> None:
+    budget = memory.get("host_budget")
+    if isinstance(budget, AboveChatA):
+        memory = memory | {"host_budget": await _held_by_chat_a(harness) + budget.extra}
     swap = await _swap(harness, readahead_on, **memory)
     events = swap.events
     assert await wait_for(lambda: any(rt.draining for rt in harness.runtimes.runtimes()), 20)
