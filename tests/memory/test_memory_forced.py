@@ -6,13 +6,15 @@ a dry run and the real load right after it (the same call on the same ledger) ag
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from router.memory import eviction
 from router.memory.estimate import Estimate
 from router.memory.eviction import MemoryRefusal
-from router.memory.ledger import Ledger, Resident
+from router.memory.ledger import Ledger, Resident, State
 
 MIB = 1 << 20
 
@@ -76,3 +78,26 @@ def test_lane_residency_never_acts_on_memory(case) -> None:  # type: ignore[no-u
     ledger, forced, need = case
     plan = eviction.plan(ledger, "new", "new", need, forced, act_on_memory=False)
     assert {v.key for v in plan.evict} <= set(forced)  # never refused, never a memory victim
+
+
+def test_a_forced_victim_still_loading_or_stopping_makes_the_load_wait() -> None:
+    """test-audit section 7: the lane's runtime must be gone before the load starts. One
+    still loading is listed and waited for; one already stopping is not listed (it is
+    leaving) but still waited for; a ready idle one is stopped with no wait."""
+    budgets = {"host": 100 * MIB}
+
+    def forced_plan(state: State) -> eviction.Plan:
+        lane = Resident(key="old", model="old", lane="text", devices={"host": 60 * MIB})
+        ledger = Ledger(budgets, (dataclasses.replace(lane, state=state),))
+        forced = {"old": "the text lane holds one runtime at a time"}
+        return eviction.plan(
+            ledger, "new", "new", Estimate({"host": 70 * MIB}), forced, act_on_memory=True
+        )
+
+    stopping, loading, ready = forced_plan("stopping"), forced_plan("loading"), forced_plan("ready")
+    old = eviction.Victim("old", "old", "text", "the text lane holds one runtime at a time", False)
+    assert (stopping.fits, stopping.evict, stopping.wait) == (True, (), "drain")
+    assert (loading.fits, loading.evict, loading.wait) == (True, (old,), "drain")
+    assert (ready.fits, ready.evict, ready.wait) == (True, (old,), "none")
+    # The rows count the leaving runtime's bytes as used: 60 of 100 MiB, 70 wanted.
+    assert [(d["used"], d["estimate"]) for d in ready.devices] == [(60 * MIB, 70 * MIB)]

@@ -26,21 +26,27 @@ def memory_reads(source: str) -> list[str]:
     prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
-        name = None
-        if isinstance(node, ast.Attribute):
-            name = node.attr
-        elif isinstance(node, ast.Name):
-            name = node.id
-        elif isinstance(node, ast.alias):
-            name = node.name.rpartition(".")[2]
+        line = int(getattr(node, "lineno", 0))
+        name = _name(node)
         if name in CALLS:
-            found.append((node.lineno, name))
+            found.append((line, name))
         if isinstance(node, ast.Import | ast.ImportFrom):
             modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-            found += [(node.lineno, f"import {m}") for m in modules if m.startswith("pynvml")]
+            found += [(line, f"import {m}") for m in modules if m.startswith("pynvml")]
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
-            found += [(node.lineno, repr(s)) for s in STRINGS if s in node.value]
+            found += [(line, repr(s)) for s in STRINGS if s in node.value]
     return [f"{line}: {what}" for line, what in sorted(found)]
+
+
+def _name(node: ast.AST) -> str | None:
+    """The name a node uses: `psutil.virtual_memory`, `virtual_memory`, `import ... as`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.alias):
+        return node.name.rpartition(".")[2]
+    return None
 
 
 def test_no_module_outside_the_memory_package_reads_system_memory() -> None:
