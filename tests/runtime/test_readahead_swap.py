@@ -20,7 +20,7 @@ import pytest
 from router.appkeys import CATALOG, EVENTS, STORE
 from router.config import Settings
 from router.domain import Lane
-from router.runtime import readahead
+from router.runtime import readahead, residency
 from router.runtime.state import spec_for
 from router.store import CaptureFilter
 from tests.support.harness import RouterHarness, chat, wait_for
@@ -242,3 +242,25 @@ async def test_a_failing_read_ahead_is_logged_counted_and_the_swap_goes_on(
     assert 'tensor_router_readahead_total{result="failed"} 1.0' in metrics
     ahead = (await _captures(harness))["chat-b"]["readahead"]
     assert ahead["result"] == "failed" and ahead["done"] is False and ahead["bytes"] == 0
+
+
+@pytest.mark.usefixtures("no_measurement")  # a measured figure would stand in for the estimate
+async def test_the_host_room_reads_no_model_header_on_the_event_loop(
+    harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-ahead asks the live ledger for host room on the event loop (router/memory/
+    host.py). With one runtime per lane nothing estimated chat-a before; its estimate (a GGUF
+    header read, up to a second for a large vocabulary) is read in a worker thread as its load
+    begins, never on the loop at the swap."""
+    on_loop: list[bool] = []
+    real = residency.estimate_config
+
+    def recording(*args: Any) -> Any:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return real(*args)
+
+    monkeypatch.setattr(residency, "estimate_config", recording)
+    swap = await _swap(harness)
+    assert await wait_for(lambda: _readahead(swap.events, "done"), 20), _readahead(swap.events)
+    await swap.finish()
+    assert on_loop and not any(on_loop), on_loop
