@@ -93,6 +93,7 @@ from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
 from router.memory.book import FigureBook
+from router.memory.host import HostRoom
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
@@ -376,7 +377,10 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
     app[KV_CACHES] = kv
-    readahead = ReadAhead(settings, app[EVENTS].publish)
+    # Host memory for the read-ahead and the vLLM sleep is judged by the memory package over
+    # the manager's live ledger (built below; asked only once the manager runs).
+    host = HostRoom(lambda: manager.live_ledger(), settings.memory.reserve)
+    readahead = ReadAhead(settings, app[EVENTS].publish, host)
     loader = Loader(
         settings,
         app[SESSION],
@@ -394,7 +398,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
-        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
+        sleep=VllmSleep(settings, app[SESSION], app[EVENTS], host),
         figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
