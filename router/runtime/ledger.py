@@ -1,6 +1,7 @@
 """The manager's memory side (issue 25; docs/residency.md): the live ledger over the manager's
-table, the load plan `plan()` shared by the dry run and the real load, admission's size check,
-the retry of a load that ran out of memory, and the memory status.
+table, the inputs of the load decision (router/memory/eviction.py `plan`, which decides) for
+the dry run and the real load, each load's victims, admission's size check, the retry of a
+load that ran out of memory, and the memory status.
 """
 
 from __future__ import annotations

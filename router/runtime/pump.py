@@ -222,6 +222,10 @@ class Pump:
             return self._life.wake(asleep)
         runtime = Runtime(spec)
         self._table.runtimes[spec.key] = runtime
+        # Its estimate (a GGUF header read, up to a second) is read off the loop beside the
+        # load: the host room (memory/host.py) reads the ledger on the loop at a later swap,
+        # and with `residency: lane` admission estimates nothing.
+        self._life.spawn(self._ledger.holdings.prepare([spec]))
         self._life.start(runtime)
         return True
 

@@ -2,7 +2,7 @@
 
 A small discrete-time lane runs `decide()` as the manager does: grants take leases that end
 after `service`, a load takes `load` seconds, a stop is instant, a runtime that becomes ready
-first serves the requests it was loaded for (`loaded_for`, as RuntimeCore does), and each
+first serves the requests it was loaded for (`loaded_for`, as the pump does), and each
 later grant counts as a bypass on every older waiter (queues.Queues.note_grants).
 """
 
