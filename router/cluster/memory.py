@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 class MemoryReader(Protocol):
-    """The runtime manager's memory answers (router/runtime/planning.py)."""
+    """The runtime manager's memory answers (router/runtime/ledger.py)."""
 
     async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]: ...
     async def plan(self, config: ModelConfig, lane: Any = None) -> Plan: ...

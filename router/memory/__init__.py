@@ -4,8 +4,8 @@ one, the per-device ledger, the load decision shared by the dry run and the real
 (eviction.plan) and the host room the swap hooks may take (host.py).
 
 The one package that reads system memory and judges it (issue 32; docs/residency.md, "Where
-memory is judged"): the runtime manager's live ledger (router/runtime/residency.py,
-planning.py, many.py), the vLLM sleep, the read-ahead and the site inventory ask it. Its
+memory is judged"): the runtime manager's live ledger (router/runtime/ledger.py,
+holdings.py), the vLLM sleep, the read-ahead and the site inventory ask it. Its
 limits: docs/residency.md, "Limits and verification".
 """
 

@@ -1,5 +1,5 @@
 """The machine's memory devices, discovered once per process (the runtime manager's live
-ledger, router/runtime/residency.py, builds GET /router/v1/status's memory from them)."""
+ledger, router/runtime/holdings.py, builds GET /router/v1/status's memory from them)."""
 
 from __future__ import annotations
 

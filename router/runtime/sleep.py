@@ -75,7 +75,7 @@ class VllmSleep(SwapHook):
             return False
         model = config.model_file(runtime.spec.lane)
         weights = weights_size(model) if model is not None else 0
-        # Asleep, the ledger counts its weights in place of its figure (runtime/residency.py).
+        # Asleep, the ledger counts its weights in place of its figure (runtime/holdings.py).
         room = self._host.room(replacing=runtime.key)
         allowed = may_sleep(True, runtime.spec.family, weights, room)
         if not allowed:
