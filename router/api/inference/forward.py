@@ -15,13 +15,6 @@ from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import web
 
-from router.api.inference import outgoing
-from router.api.inference.choice import choose
-from router.api.inference.guardian import answering
-from router.api.inference.override import Override, Prepare
-from router.api.inference.placing import Facts, gather, needs_guardian, relay_placed, replica
-from router.api.inference.serving import serve
-from router.api.node import relay
 from router.appkeys import PROXY, RECORDER, SETTINGS
 from router.classify import Route
 from router.cluster.placement import Guardian, Lend, LocalFacts, Relay, place
@@ -36,6 +29,13 @@ from router.forwarding import (
     UpstreamRequest,
     read_selector,
 )
+from router.inference import outgoing
+from router.inference.choice import choose
+from router.inference.guardian import answering
+from router.inference.override import Override, Prepare
+from router.inference.placing import Facts, gather, needs_guardian, relay_placed, replica
+from router.inference.relay import relay
+from router.inference.serving import serve
 from router.lending import LENDING, OFFLOAD_RETURNED, Link
 from router.records import RequestInfo
 from router.runtime import Runtime, RuntimeView

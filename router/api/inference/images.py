@@ -31,10 +31,6 @@ from aiohttp import web
 
 from backends.registry import adapter_for
 from router.api.inference import forward as forwarder
-from router.api.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
-from router.api.inference.override import Override
-from router.api.inference.pins import pinned_target
-from router.api.inference.placing import relay_facts
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import (
@@ -57,6 +53,10 @@ from router.forwarding import (
     body_stream,
     read_selector,
 )
+from router.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
+from router.inference.override import Override
+from router.inference.pins import pinned_target
+from router.inference.placing import relay_facts
 from router.media import ImageLane, a1111
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime, RuntimeView

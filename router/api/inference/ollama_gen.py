@@ -19,8 +19,6 @@ from aiohttp import web
 
 from router import ollama as tr
 from router.api.inference import forward as forwarder
-from router.api.inference import selectorless
-from router.api.inference.override import Override
 from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
@@ -28,6 +26,8 @@ from router.edge import Handler, read_json, upstream_request_headers
 from router.errors import BadRequest
 from router.forwarding import Selection
 from router.forwarding.selector import check_model, select_from_header, select_from_query
+from router.inference import selectorless
+from router.inference.override import Override
 from router.runtime import Lease
 
 # Headers the router sets itself on a translated request: the body is new JSON, and the

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.inference.override import Override
-from router.api.inference.placing import relay_target
 from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
 from router.cluster import Target
 from router.config import ModelConfig
@@ -39,6 +37,8 @@ from router.edge import Handler, arrived, matched_route, queue_wait, upstream_re
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
 from router.forwarding.selector import SELECTOR_HEADER as SELECTOR
+from router.inference.override import Override
+from router.inference.placing import relay_target
 from router.records import RequestInfo
 from router.runtime import Lease, choose_config
 

@@ -20,13 +20,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from router.api.inference.forward import forward
-from router.api.inference.override import Override
-from router.api.inference.pins import IdWatcher, WatchingRewriter, pinned_target
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
 from router.domain import MiB
 from router.edge import Handler, match_of, matched_route
 from router.errors import NotFound
 from router.forwarding import ModelRewriter, Selection, read_selector
+from router.inference.override import Override
+from router.inference.pins import IdWatcher, WatchingRewriter, pinned_target
 from router.runtime import Lease, Runtime, RuntimeManager
 
 MAX_REMEMBERED = 10_000

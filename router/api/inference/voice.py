@@ -23,16 +23,16 @@ from aiohttp import web
 
 from backends.whispercpp import INFERENCE_PATH
 from router.api.inference import forward as forwarder
-from router.api.inference.lanes import choose_config
-from router.api.inference.override import Override
-from router.api.inference.placing import Facts, relay_facts
-from router.api.node import stt_target
 from router.appkeys import CATALOG, CLUSTER, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import Handler, matched_route, parse_json_object, upstream_request_headers
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge
 from router.forwarding import Selection, boundary_of, read_selector
+from router.inference.lanes import choose_config
+from router.inference.override import Override
+from router.inference.placing import Facts, relay_facts
+from router.inference.relay import stt_target
 from router.media import FormPart, build_form, ffmpeg, field_part, parse_form, part_name, part_spans
 
 _T = TypeVar("_T")

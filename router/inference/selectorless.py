@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from router.api.node import remote_only
 from router.appkeys import CATALOG, RUNTIMES
 from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest
+from router.inference.remote_models import remote_only
 from router.runtime import active_view
 from router.runtime.default_embedding import no_embedding_model, passthrough_views
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from backends.registry import adapter_for
-from router.api.inference import selectorless
 from router.appkeys import CATALOG, RUNTIMES
 from router.classify import Route
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, family_for
 from router.errors import BadRequest, ModelNotFound, RouteNotFound
 from router.forwarding import Selection
+from router.inference import selectorless
 from router.runtime import choose_config
 
 

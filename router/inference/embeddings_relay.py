@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 
 from aiohttp import web
 
-from router.api.node.inference_relay import target_on
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
 from router.cluster import (
     ClusterService,
@@ -25,6 +24,7 @@ from router.cluster import (
     choose_embedding_runtime,
 )
 from router.domain import BackendMode, Lane
+from router.inference.relay import target_on
 from router.runtime.default_embedding import may_pass_through, passthrough_views
 
 # Ollama's embedding routes are translated to this backend path on every node.

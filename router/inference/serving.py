@@ -11,9 +11,6 @@ import json
 
 from aiohttp import web
 
-from router.api.inference import announce_wait, outgoing
-from router.api.inference.choice import check_served
-from router.api.inference.override import Override
 from router.appkeys import PROXY, RUNTIMES, SETTINGS
 from router.classify import Route
 from router.config import ModelConfig
@@ -30,6 +27,9 @@ from router.forwarding import (
     merge_chat_template_kwargs,
 )
 from router.forwarding.embeddings import EmbeddingDimensions, dimensions_of
+from router.inference import announce_wait, outgoing
+from router.inference.choice import check_served
+from router.inference.override import Override
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime
 from router.runtime.loader import port_in_use

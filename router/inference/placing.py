@@ -9,15 +9,16 @@ import functools
 
 from aiohttp import web
 
-from router.api.inference.override import Override
-from router.api.inference.pins import pinned_target, pinning
-from router.api.node import embeddings_target, relay, remote_target
 from router.cluster import Target, carries_images, has_vision
 from router.cluster.placement import Local, Relay, RelayFacts, place
 from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import matched_route
 from router.forwarding import ProxyResult, Selection
+from router.inference.embeddings_relay import embeddings_target
+from router.inference.override import Override
+from router.inference.pins import pinned_target, pinning
+from router.inference.relay import relay, remote_target
 from router.lending import BORROWED, LENDING, Link
 
 Facts = RelayFacts[Target, Link]
