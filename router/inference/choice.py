@@ -48,7 +48,7 @@ def choose(
 def fallback(request: web.Request, lane: Lane) -> tuple[ModelConfig, Lane]:
     """No selector: the lane's active runtime, else the only config that serves it. An unnamed
     embeddings request never loads a model (too costly a guess): it goes to the default
-    embedding backend or is refused (router/api/inference/selectorless.py)."""
+    embedding backend or is refused (router/inference/selectorless.py)."""
     if lane is Lane.EMBEDDINGS:
         return selectorless.local_embeddings(request, request.path, request.method)
     configs = request.app[CATALOG].configs()

@@ -5,7 +5,7 @@ advertise an embedding component, cluster aliases of one runtime counted once; w
 loaded, pass through to the default embedding backend (router/runtime/default_embedding.py);
 never a load. This node's own runtimes count like any other, and its own default embedding
 backend goes before another node's (no hop). With nothing anywhere, this node answers
-(router/api/inference/selectorless.py; docs/decisions.md, "Selectorless embeddings").
+(router/inference/selectorless.py; docs/decisions.md, "Selectorless embeddings").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""What a surface handler hands `forward` (router/api/inference/forward.py) when it read, checked
-or rewrote the request itself: an `Override`, or a `Prepare` that makes one."""
+"""What a surface handler hands the pipeline's `forward` (router/inference/pipeline.py) when it
+read, checked or rewrote the request itself: an `Override`, or a `Prepare` that makes one. Its
+fields are grouped by what they are about: `Upstream`, `OnLease`, `Pins`, `Serving`."""
 
 from __future__ import annotations
 
@@ -15,65 +16,91 @@ from router.runtime import Lease
 
 
 @dataclass(frozen=True)
-class Override:
-    """What a surface handler changed before forwarding (voice, images, Ollama): the body it
-    already read or rewrote, and optionally another backend path or headers."""
+class Upstream:
+    """What goes to the backend in place of the client's own path and headers."""
 
-    selection: Selection
     path_qs: str | None = None  # backend path and query; default: the request's own
     headers: Mapping[str, str] | None = None  # replaces the forwarded request headers
-    # Called once a runtime is leased: may refuse (raise) or return a rewriter that also
-    # watches the response (router/api/inference/responses.py remembers which runtime made a
-    # response).
-    on_lease: Callable[[Lease, ModelRewriter], ModelRewriter] | None = None
-    # Called once a runtime is leased: how the backend's answer becomes the client's (Ollama
-    # translates OpenAI answers); default: as it is, model IDs rewritten.
+
+    @property
+    def as_sent(self) -> bool:
+        return self.path_qs is None and self.headers is None
+
+
+@dataclass(frozen=True)
+class OnLease:
+    """What happens once a runtime of this node is leased (so never on another node)."""
+
+    # May refuse (raise) or return a rewriter that also watches the response
+    # (router/api/inference/responses.py remembers which runtime made a response).
+    rewriter: Callable[[Lease, ModelRewriter], ModelRewriter] | None = None
+    # How the backend's answer becomes the client's (Ollama translates OpenAI answers);
+    # default: as it is, model IDs rewritten.
     translation: Callable[[Lease], Translation] | None = None
-    # Answered by the router once a runtime is leased, nothing sent (Ollama's load request).
+    # Answered by the router, nothing sent (Ollama's load request).
     answer: Callable[[Lease], web.StreamResponse] | None = None
-    # Placement data (router/cluster/placement.py), never a decision: `follow` is the pin key
-    # of a follow-up (a stored response, an sd-server job) whose id another node may have made;
-    # `remember` the prefix under which the id a relayed answer starts with is pinned to the
-    # node that made it. Either lets a request with `on_lease` be served elsewhere as sent.
+
+    @property
+    def changes_answer(self) -> bool:
+        return self.translation is not None or self.answer is not None
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Placement data (router/cluster/placement.py), never a decision: `follow` is the pin key
+    of a follow-up (a stored response, an sd-server job) whose id another node may have made;
+    `remember` the prefix under which the id a relayed answer starts with is pinned to the node
+    that made it. Either lets a request with an `OnLease.rewriter` be served elsewhere as sent."""
+
     follow: str | None = None
     remember: str | None = None
-    # How this node serves it, when it is placed here (Ollama translates only then: another
-    # node gets the body as sent and translates it for its own backend).
-    here: Callable[[], Override] | None = None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How this node serves the request once the model is chosen."""
+
+    # The lane of the runtime the handler chose, when it is not the route's: an unnamed
+    # Ollama embedding request passed to the default embedding backend (a text runtime).
+    lane: Lane | None = None
     # How long the runtime stays loaded after this request (Ollama's keep_alive; seconds,
     # math.inf = until unloaded); None leaves it as it is.
     keep_alive: float | None = None
     # Answered by the router for the chosen model without leasing (so never loading) a
     # runtime: Ollama's unload request.
     unleased: Callable[[ModelConfig, Lane], Awaitable[web.StreamResponse]] | None = None
-    # The lane of the runtime the handler chose, when it is not the route's: an unnamed
-    # Ollama embedding request passed to the default embedding backend (a text runtime).
-    lane: Lane | None = None
+
+
+@dataclass(frozen=True)
+class Override:
+    """What a surface handler changed before forwarding (voice, images, Ollama): the body it
+    already read or rewrote (`selection`), what goes upstream instead of the request's own,
+    what happens once a runtime is leased, its pins, and how this node serves it: `here`, the
+    override used when it is placed on this node (Ollama translates only then: another node
+    gets the body as sent and translates it for its own backend), and `serving`."""
+
+    selection: Selection
+    upstream: Upstream = Upstream()
+    on_lease: OnLease = OnLease()
+    pins: Pins = Pins()
+    here: Callable[[], Override] | None = None
+    serving: Serving = Serving()
 
     @property
     def plain(self) -> bool:
         """Forwarded as the client sent it (so another cluster node may serve it as sent)."""
-        return (
-            self.path_qs is None
-            and self.headers is None
-            and self.on_lease is None
-            and self.translation is None
-            and self.answer is None
-            and self.unleased is None
-        )
+        return self.on_lease == OnLease() and self._as_sent
 
     @property
     def relayable(self) -> bool:
-        """May be served by another node as the client sent it (`on_lease` only watches a
-        local runtime; a handler that remembers relayed ids accepts a relay)."""
-        return self.plain or (
-            (self.follow is not None or self.remember is not None)
-            and self.path_qs is None
-            and self.headers is None
-            and self.translation is None
-            and self.answer is None
-            and self.unleased is None
-        )
+        """May be served by another node as the client sent it (`on_lease.rewriter` only
+        watches a local runtime; a handler that remembers relayed ids accepts a relay)."""
+        pinned = self.pins.follow is not None or self.pins.remember is not None
+        return self.plain or (pinned and not self.on_lease.changes_answer and self._as_sent)
+
+    @property
+    def _as_sent(self) -> bool:
+        return self.upstream.as_sent and self.serving.unleased is None
 
 
 # A handler that reads and checks the body itself passes this instead of an Override, so its

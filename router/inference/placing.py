@@ -1,27 +1,76 @@
-"""The facts a forwarded request is placed on (router/cluster/placement.py decides): the pinned
-node of a follow-up, the cluster's chosen replica, the lending links that hold a relayed model,
-a selectorless embedding request's rotation, images for a model that cannot read them; and the
-relay of a request placed on another node."""
+"""The place step: the facts a forwarded request is placed on (the pinned node of a follow-up,
+the cluster's chosen replica, the lending links that hold a relayed model, a selectorless
+embedding request's rotation, images for a model that cannot read them, the lending links that
+cover a model served here), the one rule that places it (router/cluster/placement.py) and the
+kind that serves it there (router/inference/kinds.py)."""
 
 from __future__ import annotations
 
-import functools
+from dataclasses import replace
 
 from aiohttp import web
 
 from router.cluster import Target, carries_images, has_vision
-from router.cluster.placement import Local, Relay, RelayFacts, place
+from router.cluster import placement as rule
+from router.cluster.placement import LocalFacts, RelayFacts, place
 from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import matched_route
-from router.forwarding import ProxyResult, Selection
+from router.forwarding import Selection
+from router.inference.choice import choose
+from router.inference.context import Chosen, Context, Kind
 from router.inference.embeddings_relay import embeddings_target
+from router.inference.kinds import Guardian, Lend, Local, Relay, Unleased
 from router.inference.override import Override
-from router.inference.pins import pinned_target, pinning
-from router.inference.relay import relay, remote_target
+from router.inference.pins import pinned_target
+from router.inference.relay import remote_target
 from router.lending import BORROWED, LENDING, Link
 
 Facts = RelayFacts[Target, Link]
+
+
+async def placed(ctx: Context, facts: Facts | None = None) -> tuple[Context, Kind]:
+    """Place the request and name the kind that serves it; the context the kind gets is the
+    one the handler made, or (served here) its `here` form. `facts`: already gathered."""
+    facts = await gather(ctx.http, ctx.override, ctx.route.lane or Lane.TEXT, facts)
+    if facts.relays:  # a relayed model need not be configured here
+        return ctx, kind_of(place(facts, None), None)
+    if ctx.override.here is not None:
+        ctx = replace(ctx, override=ctx.override.here())
+    chosen = _choose(ctx)
+    if ctx.override.serving.unleased is not None:
+        return ctx, Unleased(chosen)
+    return ctx, kind_of(place(facts, _local_facts(ctx, chosen)), chosen)
+
+
+def kind_of(placement: rule.Placement[Target, Link], chosen: Chosen | None) -> Kind:
+    """The kind that serves a placement; `chosen` is None only for a relay."""
+    if isinstance(placement, rule.Relay):
+        return Relay(placement)
+    assert chosen is not None
+    if isinstance(placement, rule.Guardian):
+        return Guardian(chosen)
+    if isinstance(placement, rule.Lend):
+        return Lend(chosen, placement.links)
+    return Local(chosen)
+
+
+def _choose(ctx: Context) -> Chosen:
+    """The configuration that serves it here; the analytics row names it from now on."""
+    config, public_id, lane = choose(ctx.http, ctx.route, ctx.selection, ctx.override.serving.lane)
+    ctx.info.model, ctx.info.lane = public_id, lane.value
+    return Chosen(config, public_id, lane)
+
+
+def _local_facts(ctx: Context, chosen: Chosen) -> LocalFacts[Link]:
+    """What decides among this node's ways: images for a text-only model (asked on the text
+    routes only) and the lending links that cover a request forwarded as sent."""
+    text = (ctx.route.lane or Lane.TEXT) is Lane.TEXT
+    owner = ctx.http.app[LENDING].owner
+    links: tuple[Link, ...] = ()
+    if ctx.override.plain:
+        links = owner.lendable(ctx.http, ctx.selection, chosen.config, chosen.lane)
+    return LocalFacts(text and needs_guardian(chosen.config, ctx.selection), links)
 
 
 async def gather(
@@ -45,54 +94,28 @@ def relay_facts(request: web.Request, override: Override) -> Facts:
     replica and the lending links that hold a relayed slave model. Borrowed work (lent to
     this node, the master's own included) is served here, never relayed."""
     selection, lane = override.selection, matched_route(request).lane or Lane.TEXT
-    pinned = pinned_target(request, override.follow) if override.follow else None
+    pinned = pinned_target(request, override.pins.follow) if override.pins.follow else None
     relayable = override.relayable and request.get(BORROWED) is None and pinned is None
-    chosen = replica(request, selection) if relayable else None
+    chosen = remote_target(request, selection) if relayable else None
     held: tuple[Link, ...] = ()
     if chosen is not None and override.plain:
         held = tuple(request.app[LENDING].owner.lendable_remote(request, selection, chosen, lane))
-    return RelayFacts(pinned, chosen, relayable, held, override.remember)
+    return RelayFacts(pinned, chosen, relayable, held, override.pins.remember)
 
 
 async def _embeddings_facts(request: web.Request) -> Facts | None:
     """Selectorless embeddings on a master: another node's loaded runtime in the rotation
-    (router/api/node/embeddings_relay.py); None when this node serves it."""
+    (router/inference/embeddings_relay.py); None when this node serves it."""
     target = await embeddings_target(request)
     return None if target is None else RelayFacts(chosen=target, relayable=True)
 
 
-def relay_target(request: web.Request, override: Override) -> Target | None:
-    """The node a request served outside `forward` goes to (a realtime WebSocket session is
-    relayed whole), or None when this node serves it: the same placement."""
-    facts = relay_facts(request, override)
-    placement = place(facts, None) if facts.relays else Local()
-    return placement.target if isinstance(placement, Relay) else None
-
-
-def replica(request: web.Request, selection: Selection) -> Target | None:
-    """The cluster registry's replica for the named model; None: this node's (the one place
-    the registry is asked, for a request's placement and for a relay's next replica)."""
-    return remote_target(request, selection)
-
-
-async def relay_placed(
-    request: web.Request,
-    selection: Selection,
-    placement: Relay[Target, Link],
-    result: ProxyResult,
-) -> web.StreamResponse:
-    """A request placed on another node: relayed there, or held here until lent or relayed
-    (a slave's linked model)."""
-    target = placement.target
-    watch = pinning(request, target, placement.remember) if placement.remember else None
-    following = functools.partial(replica, request, selection)
-    to_owner = functools.partial(relay, request, selection, target, result, watch, following)
-    if placement.held:  # a slave's linked model: held here until lent or relayed to its owner
-        lending = request.app[LENDING]
-        return await lending.owner.hold_then_relay(
-            request, selection, placement.held, result, to_owner
-        )
-    return await to_owner()
+def relay_target(request: web.Request, selection: Selection) -> Target | None:
+    """The node a request served outside `forward` goes to, as sent (a realtime WebSocket
+    session is relayed whole), or None when this node serves it: the same placement."""
+    facts = relay_facts(request, Override(selection))
+    placement = place(facts, None) if facts.relays else rule.Local()
+    return placement.target if isinstance(placement, rule.Relay) else None
 
 
 def needs_guardian(config: ModelConfig, selection: Selection) -> bool:

@@ -4,7 +4,7 @@ The lane's active embedding runtime; else the default embedding backend, a loade
 that answers embeddings for the model it holds (router/runtime/default_embedding.py); else
 the refusal naming every embedding model one could select, the cluster's on a master. Never
 a load. On a master the request may first be placed on another node
-(router/api/node/embeddings_relay.py); this is what the node that serves it decides.
+(router/inference/embeddings_relay.py); this is what the node that serves it decides.
 """
 
 from __future__ import annotations

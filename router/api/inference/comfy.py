@@ -20,7 +20,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router.api.inference.forward import forward
 from router.appkeys import CATALOG, COMFY, INFLIGHT, RUNTIMES, SESSION, SETTINGS
 from router.comfy import (
     check_upload_name,
@@ -47,8 +46,7 @@ from router.forwarding import (
     select_from_body,
     select_from_request_parts,
 )
-from router.inference.lanes import active_view, choose_config
-from router.inference.override import Override
+from router.inference import Override, active_view, choose_config, forward
 from router.media import ffmpeg as media_ffmpeg
 from router.media import parse_form
 

@@ -15,7 +15,7 @@ from router.config.availability import MISSING_STATUS
 from router.domain import Lane
 from router.edge import Handler, match_of
 from router.errors import ModelNotFound
-from router.inference.remote_models import find_remote, openai_entry, remote_only, router_entry
+from router.inference import find_remote, openai_entry, remote_only, router_entry
 
 OWNER = "tensor-router"
 

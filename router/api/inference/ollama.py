@@ -27,8 +27,8 @@ from router.cluster.local import context_length
 from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import Handler, read_json
-from router.inference.remote_models import TEXT_SIDE, ollama_tag, remote_only
-from router.inference.remote_models import loaded as remote_loaded
+from router.inference import TEXT_SIDE, ollama_tag, remote_only
+from router.inference import loaded as remote_loaded
 from router.ollama import canonical_name
 from router.ollama import metadata as meta
 from router.site.gguf_headers import GgufHeaders, Header
