@@ -6,8 +6,15 @@ lease a runtime, forward, record. It serves no route itself (docs/architecture.m
 
 from router.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.inference.override import OnLease, Override, Pins, Prepare, Serving, Upstream
-from router.inference.pins import IdWatcher, WatchingRewriter, find_response_id, pinned_target
-from router.inference.pipeline import forward, forward_here, forward_to, recorded, relayed
+from router.inference.pins import IdWatcher, WatchingRewriter, find_response_id
+from router.inference.pipeline import (
+    followed,
+    forward,
+    forward_here,
+    forward_to,
+    recorded,
+    relayed,
+)
 from router.inference.placing import relay_target
 from router.inference.remote_models import (
     TEXT_SIDE,
@@ -34,6 +41,7 @@ __all__ = [
     "choose_config",
     "find_remote",
     "find_response_id",
+    "followed",
     "forward",
     "forward_here",
     "forward_to",
@@ -41,7 +49,6 @@ __all__ = [
     "local_embeddings",
     "ollama_tag",
     "openai_entry",
-    "pinned_target",
     "public_id",
     "recorded",
     "relay_target",

@@ -6,7 +6,8 @@
 for the guardian, lent, served here, where serving.py leases and forwards); `forward_to` sends
 to one known runtime. Every request is recorded once (`recorded`). `relayed` and `forward_here`
 let a handler with a flow of its own for requests served here (images, speech) ask the
-placement first, without gathering its facts itself.
+placement first, and `followed` sends a follow-up to the node that made its id, without the
+handler gathering placement facts itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from aiohttp import web
 
@@ -34,6 +35,7 @@ from router.forwarding import (
 from router.inference import outgoing
 from router.inference.context import Context
 from router.inference.override import Override, Pins, Prepare
+from router.inference.pins import pinned_target
 from router.inference.placing import Facts, placed, relay_facts
 from router.inference.relay import stt_target
 from router.lending import OFFLOAD_RETURNED
@@ -70,6 +72,20 @@ async def relayed(
     override = Override(selection, pins=Pins(remember=remember))
     facts = relay_facts(request, override)
     return await _forward(request, override, facts) if facts.relays else None
+
+
+async def followed(
+    request: web.Request, key: str, source: str, body: Callable[[], Awaitable[Selection]]
+) -> web.StreamResponse | None:
+    """A follow-up whose id another node made (a stored response, an sd-server job): forwarded
+    to that node as sent, under the model name the node knows; None when no node holds the pin
+    `key`. `body` reads what the client sent (only once the follow-up goes there)."""
+    target = pinned_target(request, key)
+    if target is None:
+        return None
+    sent = await body()
+    selection = Selection(target.public.public_id, sent.prefix, sent.complete, source)
+    return await _forward(request, Override(selection, pins=Pins(follow=key)), None)
 
 
 async def _forward(

@@ -56,10 +56,8 @@ from router.forwarding import (
 from router.inference import (
     OnLease,
     Override,
-    Pins,
     active_view,
     choose_config,
-    pinned_target,
     public_id,
     resolve_for_lane,
 )
@@ -379,12 +377,11 @@ JOB_PIN = "sdcpp-job:"
 
 
 async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse | None:
-    target = pinned_target(request, JOB_PIN + job_id)
-    if target is None:
-        return None
-    body = await read_body(request, control_cap(request)) if request.body_exists else b""
-    selection = Selection(target.public.public_id, body, True, "job")
-    return await pipeline.forward(request, Override(selection, pins=Pins(follow=JOB_PIN + job_id)))
+    async def body() -> Selection:
+        sent = await read_body(request, control_cap(request)) if request.body_exists else b""
+        return Selection(None, sent, True)
+
+    return await pipeline.followed(request, JOB_PIN + job_id, "job", body)
 
 
 async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:

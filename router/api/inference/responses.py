@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from functools import partial
 
 from aiohttp import web
 
@@ -30,8 +31,8 @@ from router.inference import (
     Override,
     Pins,
     WatchingRewriter,
+    followed,
     forward,
-    pinned_target,
 )
 from router.runtime import Lease, Runtime, RuntimeManager
 
@@ -107,12 +108,9 @@ async def create(request: web.Request) -> web.StreamResponse:
 
 async def _follow_remote(request: web.Request, response_id: str) -> web.StreamResponse | None:
     """A follow-up for a response another node made: to that node, as sent."""
-    target = pinned_target(request, PIN + response_id)
-    if target is None:
+    response = await followed(request, PIN + response_id, "response", partial(_selection, request))
+    if response is None:
         return None
-    read = await _selection(request)
-    selection = Selection(target.public.public_id, read.prefix, read.complete, "response")
-    response = await forward(request, Override(selection, pins=Pins(follow=PIN + response_id)))
     if request.method == "DELETE" and 200 <= response.status < 300:
         request.app[CLUSTER].unpin(PIN + response_id)
     return response
