@@ -247,7 +247,7 @@ def serving_cost(n: int = 100_000) -> dict[str, Any]:
         request = make_mocked_request("POST", PATH, app=app)
         config: Any = SimpleNamespace(id="plain")
         started = time.perf_counter_ns()
-        for _ in range(n):  # as router/api/inference/forward.py `_forward` does it
+        for _ in range(n):  # as router/inference/kinds.py `Local.serve` does it
             if not borrowed.ungated(request, config, Lane.TEXT):
                 async with borrowed.serving(request, config, Lane.TEXT):
                     pass

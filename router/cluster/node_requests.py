@@ -1,5 +1,5 @@
 """A request for another node's inference route, `/router/v1/node/inference/<path>`: its path
-and the headers that go with it. The master's relay (router/api/node/inference_relay.py) and
+and the headers that go with it. The master's relay (router/inference/relay.py) and
 lending's owner side (router/lending/owner.py) address a node the same way.
 """
 

@@ -1,5 +1,5 @@
 """Where one inference request is served: one pure decision (no I/O), made once per request
-in router/api/inference/forward.py from plain facts gathered by router/api/inference/placing.py.
+in router/inference/placing.py from plain facts gathered there.
 
 The order (docs/cluster.md, docs/guardians.md, docs/lending.md):
 1. a follow-up whose id was made on another node (a stored response, an sd-server job) goes

@@ -76,7 +76,7 @@ class ProxyResult:
     backend_failed: bool = False
     stream: bool = False
     # Sent on to another cluster node, which records the event itself
-    # (router/api/node/inference_relay.py).
+    # (router/inference/relay.py).
     relayed: bool = False
     tail: bytes = field(default=b"", repr=False)  # last bytes, for usage sniffing
 

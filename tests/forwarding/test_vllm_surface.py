@@ -256,7 +256,7 @@ async def test_unknown_or_orphaned_response_ids_are_404(harness: RouterHarness) 
 
 
 def test_response_id_scanner() -> None:
-    from router.api.inference.pins import find_response_id
+    from router.inference.pins import find_response_id
 
     assert find_response_id(b'{"id": "resp_1", "object": "response"}') == "resp_1"
     assert find_response_id(b'{"object": "response", "id": "resp_2"}') == "resp_2"

@@ -21,13 +21,13 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.api.inference import forward_to
 from router.appkeys import CATALOG, MAIN_APP, PROXY, RECORDER, RUNTIMES, SETTINGS, WEBUIS
 from router.classify import BodyMode
 from router.config import Settings
 from router.domain import Surface
 from router.edge import arrived, upstream_request_headers
 from router.errors import BadRequest, Forbidden, NotFound, ServiceUnavailable, Unauthorized
+from router.inference import forward_to
 from router.records import RequestInfo
 from router.runtime import RuntimeView
 from router.webuis import (

@@ -12,7 +12,7 @@ import asyncio
 
 from aiohttp import web
 
-from router.api.inference import forward as forwarder
+from router import inference as pipeline
 from router.appkeys import SETTINGS
 from router.domain import MiB
 from router.edge import Handler, matched_route, parse_json_object
@@ -40,7 +40,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         ) from None
     if selection.complete:
         check_messages(selection.prefix)
-    return await forwarder.forward(request, selection)
+    return await pipeline.forward(request, selection)
 
 
 HANDLERS: dict[str, Handler] = {"anthropic.messages": messages}

@@ -20,9 +20,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from router.api.inference.forward import forward
-from router.api.inference.lanes import active_view, choose_config
-from router.api.inference.override import Override
 from router.appkeys import CATALOG, COMFY, INFLIGHT, RUNTIMES, SESSION, SETTINGS
 from router.comfy import (
     check_upload_name,
@@ -49,6 +46,7 @@ from router.forwarding import (
     select_from_body,
     select_from_request_parts,
 )
+from router.inference import Override, active_view, choose_config, forward
 from router.media import ffmpeg as media_ffmpeg
 from router.media import parse_form
 

@@ -30,11 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from backends.registry import adapter_for
-from router.api.inference import forward as forwarder
-from router.api.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
-from router.api.inference.override import Override
-from router.api.inference.pins import pinned_target
-from router.api.inference.placing import relay_facts
+from router import inference as pipeline
 from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import (
@@ -56,6 +52,14 @@ from router.forwarding import (
     Translation,
     body_stream,
     read_selector,
+)
+from router.inference import (
+    OnLease,
+    Override,
+    active_view,
+    choose_config,
+    public_id,
+    resolve_for_lane,
 )
 from router.media import ImageLane, a1111
 from router.records import RequestInfo
@@ -180,16 +184,15 @@ async def forward(request: web.Request) -> web.StreamResponse:
     selection = await _selection(request)
     # Another cluster node may serve this model, as sent: a job submitted there is pinned to
     # that node for its polls.
-    relayed = Override(selection, remember=JOB_PIN if kind == "submit" else None)
-    facts = relay_facts(request, relayed)
-    if facts.relays:
-        return await forwarder.forward(request, relayed, facts=facts)
+    remember = JOB_PIN if kind == "submit" else None
+    if (relayed := await pipeline.relayed(request, selection, remember=remember)) is not None:
+        return relayed
     if kind == "submit":
         return await _submit(request, selection)
     state = lane_state(request.app)
     token = state.generation_started()
     try:
-        return await forwarder.forward(request, _generation(request, selection), facts=facts)
+        return await pipeline.forward_here(request, _generation(request, selection))
     finally:
         state.generation_ended(token)
 
@@ -216,7 +219,7 @@ def _generation(request: web.Request, selection: Selection) -> Selection | Overr
         local = lease.runtime.local_model_id or model
         return _GenerationAnswer(Rewrite(ModelRewriter(model, local)), fields, model, img2img)
 
-    return Override(fixed, translation=translation)
+    return Override(fixed, on_lease=OnLease(translation=translation))
 
 
 class _GenerationAnswer:
@@ -259,7 +262,7 @@ async def _discovery(request: web.Request) -> web.StreamResponse:
     sdapi = request.path.startswith("/sdapi/")
     if active is not None and not (sdapi and _made_here(active, request, tail)):
         model = public_id(active.config, Lane.IMAGE)
-        return await forwarder.forward(request, Selection(model, b"", not request.body_exists))
+        return await pipeline.forward(request, Selection(model, b"", not request.body_exists))
     if sdapi and tail in _LIST_ROUTES:
         return web.json_response([])
     if sdapi and tail == "progress":
@@ -374,12 +377,11 @@ JOB_PIN = "sdcpp-job:"
 
 
 async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse | None:
-    target = pinned_target(request, JOB_PIN + job_id)
-    if target is None:
-        return None
-    body = await read_body(request, control_cap(request)) if request.body_exists else b""
-    selection = Selection(target.public.public_id, body, True, "job")
-    return await forwarder.forward(request, Override(selection, follow=JOB_PIN + job_id))
+    async def body() -> Selection:
+        sent = await read_body(request, control_cap(request)) if request.body_exists else b""
+        return Selection(None, sent, True)
+
+    return await pipeline.followed(request, JOB_PIN + job_id, "job", body)
 
 
 async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:
@@ -399,7 +401,7 @@ async def _direct(
     request: web.Request, runtime: Runtime, body: Any, info: RequestInfo
 ) -> web.StreamResponse:
     """Forward to one known runtime (job polls must not be re-routed by model selection)."""
-    return await forwarder.forward_to(request, runtime, request.rel_url.raw_path_qs, body, info)
+    return await pipeline.forward_to(request, runtime, request.rel_url.raw_path_qs, body, info)
 
 
 def _info(request: web.Request, model: str) -> RequestInfo:

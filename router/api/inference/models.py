@@ -7,7 +7,6 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.node import find_remote, openai_entry, remote_only, router_entry
 from router.appkeys import CATALOG, RUNTIMES, SETTINGS, STORE
 from router.benchmarks import Summary
 from router.cluster import resident_of
@@ -16,6 +15,7 @@ from router.config.availability import MISSING_STATUS
 from router.domain import Lane
 from router.edge import Handler, match_of
 from router.errors import ModelNotFound
+from router.inference import find_remote, openai_entry, remote_only, router_entry
 
 OWNER = "tensor-router"
 

@@ -22,13 +22,13 @@ from aiohttp import web
 
 from router import __version__
 from router.api.inference import ollama_manage
-from router.api.node import TEXT_SIDE, ollama_tag, remote_only
-from router.api.node import loaded as remote_loaded
 from router.appkeys import CATALOG, GGUF_HEADERS, RUNTIMES
 from router.cluster.local import context_length
 from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import Handler, read_json
+from router.inference import TEXT_SIDE, ollama_tag, remote_only
+from router.inference import loaded as remote_loaded
 from router.ollama import canonical_name
 from router.ollama import metadata as meta
 from router.site.gguf_headers import GgufHeaders, Header

@@ -17,10 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from router import inference as pipeline
 from router import ollama as tr
-from router.api.inference import forward as forwarder
-from router.api.inference import selectorless
-from router.api.inference.override import Override
 from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, Lane, MiB, family_for
@@ -28,6 +26,7 @@ from router.edge import Handler, read_json, upstream_request_headers
 from router.errors import BadRequest
 from router.forwarding import Selection
 from router.forwarding.selector import check_model, select_from_header, select_from_query
+from router.inference import OnLease, Override, Serving, Upstream, local_embeddings
 from router.runtime import Lease
 
 # Headers the router sets itself on a translated request: the body is new JSON, and the
@@ -63,7 +62,7 @@ def _lane(op: tr.LoadKind, config: ModelConfig) -> Lane:
 
 async def _handle(request: web.Request, op: tr.LoadKind) -> web.StreamResponse:
     started_ns = time.time_ns()
-    return await forwarder.forward(request, partial(_override, request, op, started_ns))
+    return await pipeline.forward(request, partial(_override, request, op, started_ns))
 
 
 async def _override(request: web.Request, op: tr.LoadKind, started_ns: int) -> Override:
@@ -121,7 +120,7 @@ def _here(
     if op in ("chat", "generate") and family_for(config.backend_mode, lane) is Family.KOBOLD:
         # KoboldCpp answers /api/chat and /api/generate itself (not /api/embed: translated).
         selection = Selection(public, raw, True, "json:model")
-        return Override(selection, keep_alive=keep_alive)
+        return Override(selection, serving=Serving(keep_alive=keep_alive))
     return _translated(request, op, started_ns, body, public, sent, keep_alive)
 
 
@@ -130,7 +129,7 @@ def _here_unnamed(
 ) -> Override:
     """An embedding request without a model, served on this node: the runtime the selectorless
     rule picks (never a load), named in the answer as Ollama names a model."""
-    config, lane = selectorless.local_embeddings(request, tr.EMBEDDINGS_PATH, "POST")
+    config, lane = local_embeddings(request, tr.EMBEDDINGS_PATH, "POST")
     keep_alive = tr.parse_keep_alive(body.get("keep_alive"))
     if tr.is_load_request(op, body):
         if keep_alive == 0:  # an unload must say what to unload
@@ -138,7 +137,8 @@ def _here_unnamed(
         override = _load_or_unload(request, op, config.id, config.id, tr.EMBEDDINGS_PATH, None)
     else:
         override = _translated(request, op, started_ns, body, config.id, config.id, keep_alive)
-    return dataclasses.replace(override, lane=lane)
+    serving = dataclasses.replace(override.serving, lane=lane)
+    return dataclasses.replace(override, serving=serving)
 
 
 def _translated(
@@ -161,7 +161,12 @@ def _translated(
     headers = upstream_request_headers(request.headers, extra_drop=_REPLACED)
     headers["Content-Type"] = "application/json"
     selection = Selection(public, json.dumps(oai).encode(), True, "json:model")
-    return Override(selection, path, headers, translation=translation, keep_alive=keep_alive)
+    return Override(
+        selection,
+        Upstream(path, headers),
+        OnLease(translation=translation),
+        serving=Serving(keep_alive=keep_alive),
+    )
 
 
 def _load_or_unload(
@@ -181,12 +186,14 @@ def _load_or_unload(
             await request.app[RUNTIMES].expire(config, lane)
             return web.json_response(tr.load_response(op, sent, time.time_ns(), "unload"))
 
-        return Override(selection, path, unleased=unload)
+        return Override(selection, Upstream(path), serving=Serving(unleased=unload))
 
     def loaded(_: Lease) -> web.StreamResponse:
         return web.json_response(tr.load_response(op, sent, time.time_ns()))
 
-    return Override(selection, path, answer=loaded, keep_alive=keep_alive)
+    return Override(
+        selection, Upstream(path), OnLease(answer=loaded), serving=Serving(keep_alive=keep_alive)
+    )
 
 
 def _request(op: tr.LoadKind, body: dict[str, Any], model: str) -> tuple[str, dict[str, Any]]:

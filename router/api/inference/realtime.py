@@ -29,8 +29,6 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.api.inference.override import Override
-from router.api.inference.placing import relay_target
 from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
 from router.cluster import Target
 from router.config import ModelConfig
@@ -39,6 +37,7 @@ from router.edge import Handler, arrived, matched_route, queue_wait, upstream_re
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
 from router.forwarding.selector import SELECTOR_HEADER as SELECTOR
+from router.inference import relay_target
 from router.records import RequestInfo
 from router.runtime import Lease, choose_config
 
@@ -72,7 +71,7 @@ async def connect(request: web.Request) -> web.StreamResponse:
         raise BadRequest("/v1/realtime is a WebSocket: connect with an Upgrade: websocket request")
     route = matched_route(request)
     selection = await read_selector(request, route, 0)
-    target = relay_target(request, Override(selection))
+    target = relay_target(request, selection)
     if target is not None:  # another cluster node serves it; that node records the session
         return await _remote_session(request, target)
     config = _choose(request, selection.model)

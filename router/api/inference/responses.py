@@ -16,17 +16,24 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from functools import partial
 
 from aiohttp import web
 
-from router.api.inference.forward import forward
-from router.api.inference.override import Override
-from router.api.inference.pins import IdWatcher, WatchingRewriter, pinned_target
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
 from router.domain import MiB
 from router.edge import Handler, match_of, matched_route
 from router.errors import NotFound
 from router.forwarding import ModelRewriter, Selection, read_selector
+from router.inference import (
+    IdWatcher,
+    OnLease,
+    Override,
+    Pins,
+    WatchingRewriter,
+    followed,
+    forward,
+)
 from router.runtime import Lease, Runtime, RuntimeManager
 
 MAX_REMEMBERED = 10_000
@@ -93,17 +100,17 @@ async def create(request: web.Request) -> web.StreamResponse:
         return WatchingRewriter(rewriter, watcher)
 
     # Relayed to another cluster node, the id it answers with is pinned to that node.
-    return await forward(request, Override(await _selection(request), on_lease=watch, remember=PIN))
+    return await forward(
+        request,
+        Override(await _selection(request), on_lease=OnLease(watch), pins=Pins(remember=PIN)),
+    )
 
 
 async def _follow_remote(request: web.Request, response_id: str) -> web.StreamResponse | None:
     """A follow-up for a response another node made: to that node, as sent."""
-    target = pinned_target(request, PIN + response_id)
-    if target is None:
+    response = await followed(request, PIN + response_id, "response", partial(_selection, request))
+    if response is None:
         return None
-    read = await _selection(request)
-    selection = Selection(target.public.public_id, read.prefix, read.complete, "response")
-    response = await forward(request, Override(selection, follow=PIN + response_id))
     if request.method == "DELETE" and 200 <= response.status < 300:
         request.app[CLUSTER].unpin(PIN + response_id)
     return response
@@ -130,7 +137,7 @@ async def follow(request: web.Request) -> web.StreamResponse:
         return rewriter
 
     selection = Selection(public_id, read.prefix, read.complete, "response")
-    response = await forward(request, Override(selection, on_lease=same_runtime))
+    response = await forward(request, Override(selection, on_lease=OnLease(same_runtime)))
     if request.method == "DELETE" and 200 <= response.status < 300:
         table.forget(response_id)
     return response

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
-from router.api.inference import forward as forwarder
+from router import inference as pipeline
 from router.appkeys import CATALOG, RAW_BODY, RUNTIMES, SETTINGS
 from router.config import Settings
 from router.domain import BackendMode, Family, Lane
@@ -68,7 +68,7 @@ async def admin(request: web.Request) -> web.StreamResponse:
         check_lora_path(json.loads(body), runtime.config.path.parent, request.app[SETTINGS])
     info = RequestInfo(route.template, route.surface.value, None, arrived(request), time.time())
     info.model = runtime.config.id
-    return await forwarder.forward_to(request, runtime, BACKEND_PATH[op], body, info)
+    return await pipeline.forward_to(request, runtime, BACKEND_PATH[op], body, info)
 
 
 async def _pick_runtime(request: web.Request) -> RuntimeView:

@@ -22,17 +22,14 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from backends.whispercpp import INFERENCE_PATH
-from router.api.inference import forward as forwarder
-from router.api.inference.lanes import choose_config
-from router.api.inference.override import Override
-from router.api.inference.placing import Facts, relay_facts
-from router.api.node import stt_target
-from router.appkeys import CATALOG, CLUSTER, SETTINGS
+from router import inference as pipeline
+from router.appkeys import CATALOG, SETTINGS
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB, family_for
 from router.edge import Handler, matched_route, parse_json_object, upstream_request_headers
 from router.errors import BadRequest, ModelNotFound, PayloadTooLarge
 from router.forwarding import Selection, boundary_of, read_selector
+from router.inference import Override, Upstream, choose_config
 from router.media import FormPart, build_form, ffmpeg, field_part, parse_form, part_name, part_spans
 
 _T = TypeVar("_T")
@@ -47,24 +44,6 @@ TTS_REFUSED = (
 async def _selection(request: web.Request) -> Selection:
     scan_limit = int(request.app[SETTINGS].limits.selector_scan_mb * MiB)
     return await read_selector(request, matched_route(request), scan_limit)
-
-
-async def _relayed(
-    request: web.Request, sel: Selection, *, place: bool = False
-) -> web.StreamResponse | None:
-    """A model served by another cluster node: relayed as sent (that node converts it).
-    `place`: a selectorless speech-to-text request may be placed on another node."""
-    if sel.model is None and place:
-        target = await stt_target(request)
-        if target is None:
-            return None
-        placed = Facts(chosen=target, relayable=True)
-        with request.app[CLUSTER].reserved(target.replica.node_id):
-            return await forwarder.forward(request, sel, facts=placed)
-    facts = relay_facts(request, Override(sel))
-    if not facts.relays:
-        return None
-    return await forwarder.forward(request, sel, facts=facts)
 
 
 def _voice_family(config: ModelConfig) -> Family | None:
@@ -84,7 +63,7 @@ async def translations(request: web.Request) -> web.StreamResponse:
 
 async def _stt(request: web.Request, *, translate: bool) -> web.StreamResponse:
     sel = await _selection(request)
-    if (relayed := await _relayed(request, sel, place=True)) is not None:
+    if (relayed := await pipeline.relayed(request, sel, stt=True)) is not None:
         return relayed
     config = choose_config(request.app, sel.model, Lane.VOICE)
     model = sel.model or config.id
@@ -98,18 +77,18 @@ async def _stt(request: web.Request, *, translate: bool) -> web.StreamResponse:
             "KoboldCpp has no translation endpoint; use /v1/audio/transcriptions, or a "
             "configuration with whispermodel under backend_mode llama_sdcpp or vllm"
         )
-    return await forwarder.forward(request, Selection(model, sel.prefix, sel.complete, sel.source))
+    return await pipeline.forward(request, Selection(model, sel.prefix, sel.complete, sel.source))
 
 
 async def kobold_transcribe(request: web.Request) -> web.StreamResponse:
     """`/api/extra/transcribe`: KoboldCpp takes it as sent; whisper-server gets a form."""
     sel = await _selection(request)
-    if (relayed := await _relayed(request, sel, place=True)) is not None:
+    if (relayed := await pipeline.relayed(request, sel, stt=True)) is not None:
         return relayed
     config = choose_config(request.app, sel.model, Lane.VOICE)
     model = sel.model or config.id
     if _voice_family(config) is not Family.WHISPERCPP:
-        return await forwarder.forward(request, Selection(model, sel.prefix, sel.complete))
+        return await pipeline.forward(request, Selection(model, sel.prefix, sel.complete))
     forced = {"response_format": "json"}  # Kobold's answer is always {"text": ...}
     if boundary_of(request.headers.get("Content-Type", "")) is not None:
         return await _to_whisper(request, sel, model, forced, {})
@@ -197,8 +176,8 @@ async def _send_form(
         request.headers, extra_drop=("x-tensors-model", "content-type")
     )
     headers["Content-Type"] = content_type
-    override = Override(Selection(model, body, True), INFERENCE_PATH, headers)
-    return await forwarder.forward(request, override)
+    override = Override(Selection(model, body, True), Upstream(INFERENCE_PATH, headers))
+    return await pipeline.forward(request, override)
 
 
 async def _convert(request: web.Request, audio: bytes) -> bytes:
@@ -244,7 +223,7 @@ async def _stream_to_whisper(
         if k == "translate" or k not in present
     )
     stream = Selection(model, extra + sel.prefix, False, sel.source)
-    return await forwarder.forward(request, Override(stream, INFERENCE_PATH))
+    return await pipeline.forward(request, Override(stream, Upstream(INFERENCE_PATH)))
 
 
 # ---- text-to-speech -------------------------------------------------------------------------
@@ -253,7 +232,7 @@ async def _stream_to_whisper(
 async def speech(request: web.Request) -> web.StreamResponse:
     """`/v1/audio/speech`, `/api/extra/tts` and the voice lists."""
     sel = await _selection(request)
-    if (relayed := await _relayed(request, sel)) is not None:
+    if (relayed := await pipeline.relayed(request, sel)) is not None:
         return relayed
     config = _speech_config(request, sel.model)
     if config.backend_mode is BackendMode.LLAMA_SDCPP:
@@ -261,7 +240,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     if config.backend_mode is BackendMode.KOBOLD and "ttsmodel" not in config.components:
         raise BadRequest(f"model {config.id!r} has no ttsmodel; name a configuration with one")
     model = sel.model or config.id
-    return await forwarder.forward(request, Selection(model, sel.prefix, sel.complete, sel.source))
+    return await pipeline.forward(request, Selection(model, sel.prefix, sel.complete, sel.source))
 
 
 def _speech_config(request: web.Request, model: str | None) -> ModelConfig:

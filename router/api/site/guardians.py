@@ -1,6 +1,6 @@
 """`/router/v1/site/guardian-models`: assign the multimodal model that answers image requests
 for text-only models (docs/guardians.md). The request-time check the forwarder calls is
-router/api/inference/guardian.py."""
+router/inference/guardian.py."""
 
 from __future__ import annotations
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from router.api.node import target_on
 from router.appkeys import CATALOG, CLUSTER, GUARDIANS, SETTINGS
 from router.cluster import Assignment, Target
 from router.config import ModelConfig
 from router.errors import BadRequest, ServiceUnavailable
+from router.inference.relay import target_on
 from router.records import RequestInfo
 
 GUARDIAN_HINT = (

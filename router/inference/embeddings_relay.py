@@ -5,7 +5,7 @@ advertise an embedding component, cluster aliases of one runtime counted once; w
 loaded, pass through to the default embedding backend (router/runtime/default_embedding.py);
 never a load. This node's own runtimes count like any other, and its own default embedding
 backend goes before another node's (no hop). With nothing anywhere, this node answers
-(router/api/inference/selectorless.py; docs/decisions.md, "Selectorless embeddings").
+(router/inference/selectorless.py; docs/decisions.md, "Selectorless embeddings").
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 
 from aiohttp import web
 
-from router.api.node.inference_relay import target_on
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS
 from router.cluster import (
     ClusterService,
@@ -25,6 +24,7 @@ from router.cluster import (
     choose_embedding_runtime,
 )
 from router.domain import BackendMode, Lane
+from router.inference.relay import target_on
 from router.runtime.default_embedding import may_pass_through, passthrough_views
 
 # Ollama's embedding routes are translated to this backend path on every node.

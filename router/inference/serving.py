@@ -11,13 +11,9 @@ import json
 
 from aiohttp import web
 
-from router.api.inference import announce_wait, outgoing
-from router.api.inference.choice import check_served
-from router.api.inference.override import Override
 from router.appkeys import PROXY, RUNTIMES, SETTINGS
-from router.classify import Route
 from router.config import ModelConfig
-from router.domain import Family, Lane, family_for
+from router.domain import Family, family_for
 from router.edge import queue_wait
 from router.errors import BadGateway
 from router.forwarding import (
@@ -30,6 +26,10 @@ from router.forwarding import (
     merge_chat_template_kwargs,
 )
 from router.forwarding.embeddings import EmbeddingDimensions, dimensions_of
+from router.inference import announce_wait, outgoing
+from router.inference.choice import check_served
+from router.inference.context import Chosen, Context
+from router.inference.override import Override
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime
 from router.runtime.loader import port_in_use
@@ -38,25 +38,18 @@ CHAT_COMPLETIONS = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
 
 
-async def serve(
-    request: web.Request,
-    route: Route,
-    info: RequestInfo,
-    result: ProxyResult,
-    override: Override,
-    config: ModelConfig,
-    public_id: str,
-    lane: Lane,
-) -> web.StreamResponse:
-    """Serve on this node: lease a runtime of `config` and forward to it."""
+async def serve(ctx: Context, chosen: Chosen) -> web.StreamResponse:
+    """Serve on this node: lease a runtime of the chosen config and forward to it."""
+    request, route, info, result = ctx.http, ctx.route, ctx.info, ctx.result
+    override, config, public_id, lane = ctx.override, chosen.config, chosen.public_id, chosen.lane
     family = family_for(config.backend_mode, lane)
     info.family = family.value if family else None
-    backend_path = _path(override.path_qs or request.path)
+    backend_path = _path(override.upstream.path_qs or request.path)
     check_served(route, config, public_id, lane, request, backend_path)
     override = _with_dimensions(override, family, backend_path, public_id)
     for resend in (False, True):
         lease = await announce_wait.ensure(
-            request, override.selection, config, lane, override.keep_alive
+            request, override.selection, config, lane, override.serving.keep_alive
         )
         info.queue_wait_ms += lease.queue_wait_ms
         queue_wait.note(request, info.queue_wait_ms)
@@ -83,7 +76,7 @@ def _with_dimensions(
     if (
         path != EMBEDDINGS
         or family not in (Family.LLAMACPP, Family.KOBOLD)
-        or override.translation is not None
+        or override.on_lease.translation is not None
         or not selection.complete
         or b"dimensions" not in selection.prefix
     ):
@@ -99,7 +92,8 @@ def _with_dimensions(
         local = lease.runtime.local_model_id or public_id
         return EmbeddingDimensions(ModelRewriter(public_id, local), dims)
 
-    return dataclasses.replace(override, translation=translation)
+    on_lease = dataclasses.replace(override.on_lease, translation=translation)
+    return dataclasses.replace(override, on_lease=on_lease)
 
 
 DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds
@@ -142,16 +136,17 @@ async def _send(
     result: ProxyResult,
 ) -> web.StreamResponse:
     """One attempt on the leased runtime: the router's own answer, or the request sent."""
-    if override.answer is not None:
-        response = override.answer(lease)
+    hooks, headers = override.on_lease, override.upstream.headers
+    if hooks.answer is not None:
+        response = hooks.answer(lease)
         result.status = response.status
         return response
     runtime = lease.runtime
-    path_qs = override.path_qs or request.rel_url.raw_path_qs
+    path_qs = override.upstream.path_qs or request.rel_url.raw_path_qs
     also = _answered_paths(runtime, config, _path(path_qs))
     rewriter = ModelRewriter(public_id, runtime.local_model_id or public_id, also)
-    if override.on_lease is not None:
-        rewriter = override.on_lease(lease, rewriter)
+    if hooks.rewriter is not None:
+        rewriter = hooks.rewriter(lease, rewriter)
     selection = override.selection
     # The config's template kwargs go with every chat completion the backend gets, whatever
     # surface the client spoke (an Ollama /api/chat becomes one).
@@ -164,14 +159,12 @@ async def _send(
     upstream = UpstreamRequest(
         request.method,
         runtime.base_url + path_qs,
-        override.headers if override.headers is not None else outgoing.headers(request),
+        outgoing.headers(request) if headers is None else headers,
         body,
         replayable,
         outgoing.abort_drain(request.app[SETTINGS], runtime.spec.family),
     )
-    translation = (
-        override.translation(lease) if override.translation is not None else Rewrite(rewriter)
-    )
+    translation = hooks.translation(lease) if hooks.translation is not None else Rewrite(rewriter)
     overhead_ms = outgoing.overhead(info, result, lease.queue_wait_ms / 1000.0)
     response = await request.app[PROXY].forward(request, upstream, translation, result, overhead_ms)
     if result.backend_failed:

@@ -7,13 +7,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from backends.registry import adapter_for
-from router.api.inference import selectorless
 from router.appkeys import CATALOG, RUNTIMES
 from router.classify import Route
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane, family_for
 from router.errors import BadRequest, ModelNotFound, RouteNotFound
 from router.forwarding import Selection
+from router.inference import selectorless
 from router.runtime import choose_config
 
 
@@ -48,7 +48,7 @@ def choose(
 def fallback(request: web.Request, lane: Lane) -> tuple[ModelConfig, Lane]:
     """No selector: the lane's active runtime, else the only config that serves it. An unnamed
     embeddings request never loads a model (too costly a guess): it goes to the default
-    embedding backend or is refused (router/api/inference/selectorless.py)."""
+    embedding backend or is refused (router/inference/selectorless.py)."""
     if lane is Lane.EMBEDDINGS:
         return selectorless.local_embeddings(request, request.path, request.method)
     configs = request.app[CATALOG].configs()

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from router.api.node import target_on
 from router.appkeys import CLUSTER, SETTINGS
 from router.cluster import Target
 from router.forwarding import ModelRewriter, StreamRewriter
+from router.inference.relay import target_on
 
 SCAN_LIMIT = 64 * 1024  # the id comes first; a body that hides it deeper is not followed
 _LEADING_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*"([^"\\]{1,256})"')

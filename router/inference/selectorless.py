@@ -4,18 +4,18 @@ The lane's active embedding runtime; else the default embedding backend, a loade
 that answers embeddings for the model it holds (router/runtime/default_embedding.py); else
 the refusal naming every embedding model one could select, the cluster's on a master. Never
 a load. On a master the request may first be placed on another node
-(router/api/node/embeddings_relay.py); this is what the node that serves it decides.
+(router/inference/embeddings_relay.py); this is what the node that serves it decides.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from router.api.node import remote_only
 from router.appkeys import CATALOG, RUNTIMES
 from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import BadRequest
+from router.inference.remote_models import remote_only
 from router.runtime import active_view
 from router.runtime.default_embedding import no_embedding_model, passthrough_views
 

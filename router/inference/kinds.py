@@ -1,0 +1,112 @@
+"""The placement kinds: how a request is served once placed (router/cluster/placement.py
+decides, router/inference/placing.py picks the kind). Each has one `serve(ctx)`.
+
+- `Relay`: another node serves it as sent (held here first when lending links cover it);
+- `Guardian`: the named model cannot read the request's images; its guardian answers, on
+  another node or here (where its own lending links may lend it);
+- `Lend`: offered to a helper node over lending links first, else served here;
+- `Local`: served here, gated by the helper side of lending when this node lends itself out;
+- `Unleased`: answered for the chosen model without leasing a runtime (Ollama's unload).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, replace
+
+from aiohttp import web
+
+from router.cluster import Target
+from router.cluster import placement as rule
+from router.inference.context import Chosen, Context, Kind
+from router.inference.guardian import answering
+from router.inference.pins import pinning
+from router.inference.relay import relay, remote_target
+from router.inference.serving import serve
+from router.lending import LENDING, Link
+
+
+@dataclass(frozen=True)
+class Local:
+    chosen: Chosen
+    links: tuple[Link, ...] = ()  # the lending links it was offered over and not taken
+
+    async def serve(self, ctx: Context) -> web.StreamResponse:
+        request, (config, lane) = ctx.http, (self.chosen.config, self.chosen.lane)
+        lending = request.app[LENDING]
+        if lending.helper.ungated(request, config, lane):
+            return await serve(ctx, self.chosen)
+        with lending.owner.finishing(self.links):
+            async with lending.helper.serving(request, config, lane):
+                return await serve(ctx, self.chosen)
+
+
+@dataclass(frozen=True)
+class Lend:
+    chosen: Chosen
+    links: tuple[Link, ...]
+
+    async def serve(self, ctx: Context) -> web.StreamResponse:
+        """Offered over the lending links first (docs/lending.md); else served here."""
+        held_from = time.monotonic()
+        owner = ctx.http.app[LENDING].owner
+        lent = await owner.lend(ctx.http, ctx.selection, self.links, ctx.result)
+        if lent is not None:
+            return lent
+        # Held time is waiting, not work: the cost fits read duration less queue wait.
+        ctx.info.queue_wait_ms += (time.monotonic() - held_from) * 1000.0
+        return await Local(self.chosen, self.links).serve(ctx)
+
+
+@dataclass(frozen=True)
+class Guardian:
+    chosen: Chosen  # the text-only model the client named
+
+    async def serve(self, ctx: Context) -> web.StreamResponse:
+        request, selection = ctx.http, ctx.selection
+        config, target = answering(request, self.chosen.config, ctx.info)
+        if target is not None:
+            following = functools.partial(remote_target, request, selection)
+            return await relay(request, selection, target, ctx.result, None, following)
+        # The guardian answers here; its own lending links may still lend it.
+        chosen = replace(self.chosen, config=config)
+        lending = request.app[LENDING]
+        plain = ctx.override.plain
+        links = lending.owner.lendable(request, selection, config, chosen.lane) if plain else ()
+        here: Kind = Lend(chosen, tuple(links)) if links else Local(chosen)
+        return await here.serve(ctx)
+
+
+@dataclass(frozen=True)
+class Relay:
+    placed: rule.Relay[Target, Link]
+
+    async def serve(self, ctx: Context) -> web.StreamResponse:
+        """Relayed to another node, or held here until lent or relayed (a slave's linked
+        model)."""
+        request, selection, target = ctx.http, ctx.selection, self.placed.target
+        remember = self.placed.remember
+        watch = pinning(request, target, remember) if remember else None
+        following = functools.partial(remote_target, request, selection)
+        to_owner = functools.partial(
+            relay, request, selection, target, ctx.result, watch, following
+        )
+        if not self.placed.held:
+            return await to_owner()
+        owner = request.app[LENDING].owner
+        return await owner.hold_then_relay(
+            request, selection, self.placed.held, ctx.result, to_owner
+        )
+
+
+@dataclass(frozen=True)
+class Unleased:
+    chosen: Chosen
+
+    async def serve(self, ctx: Context) -> web.StreamResponse:
+        unleased = ctx.override.serving.unleased
+        assert unleased is not None
+        response = await unleased(self.chosen.config, self.chosen.lane)
+        ctx.result.status = response.status
+        return response
