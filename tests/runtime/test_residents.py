@@ -1,9 +1,14 @@
-"""The one decision (router/runtime/policy.py) for a lane with several runtimes, over random
-lanes and queues (hypothesis): running work is never cancelled, only victims drain or stop
-(no thrash: a resident model is never loaded again, a request for a ready resident is never
-held back by another model's load), and a victim serves its own queue within its window."""
+"""The one decision (router/runtime/policy.py) over random lanes and queues (hypothesis), in
+both residency modes at once: each lane is drawn either as `runtime.residency: lane` (at most one
+runtime, the occupant being every other load's forced victim, as scheduler.resident builds it)
+or as `memory` (several runtimes, victims by a memory plan). Running work is never cancelled,
+only victims drain or stop (no thrash: a resident model is never loaded again, a request for a
+ready resident is never held back by another model's load), and a victim serves its own queue
+within its window."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +24,7 @@ from router.runtime.policy import (
     decide,
     victim_deadlines,
 )
+from router.runtime.scheduler import LaneView, resident
 
 KEYS = ("a", "b", "c", "d")
 WAIT = 10.0
@@ -39,20 +45,22 @@ def decide_many(
 
 
 @st.composite
+def _resident_view(draw: st.DrawFn, key: str) -> ResidentView:
+    return ResidentView(
+        key,
+        draw(st.sampled_from(list(Phase)[1:])),  # loading, ready, stopping
+        draw(st.integers(0, 3)),
+        draw(st.booleans()),
+        draw(st.one_of(st.none(), st.integers(0, 2))),
+        draw(st.one_of(st.none(), st.floats(0, 30))),
+        draw(st.booleans()),
+    )
+
+
+@st.composite
 def lanes(draw: st.DrawFn) -> tuple[list[ResidentView], list[WaiterView], float]:
-    keys = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3))
-    residents = [
-        ResidentView(
-            key,
-            draw(st.sampled_from(list(Phase)[1:])),  # loading, ready, stopping
-            draw(st.integers(0, 3)),
-            draw(st.booleans()),
-            draw(st.one_of(st.none(), st.integers(0, 2))),
-            draw(st.one_of(st.none(), st.floats(0, 30))),
-            draw(st.booleans()),
-        )
-        for key in keys
-    ]
+    """A lane in either residency mode (drawn): `lane` holds at most one runtime whose victim
+    window is the oldest other waiter's arrival; `memory` holds up to three with any victims."""
     waiters = draw(
         st.lists(
             st.builds(WaiterView, st.sampled_from(KEYS), st.floats(0, 30), st.integers(0, 10)),
@@ -60,7 +68,20 @@ def lanes(draw: st.DrawFn) -> tuple[list[ResidentView], list[WaiterView], float]
         )
     )
     waiters.sort(key=lambda w: w.enqueued_at)
-    return residents, waiters, draw(st.floats(0, 60))
+    now = draw(st.floats(0, 60))
+    if draw(st.sampled_from(["lane", "memory"])) == "lane":
+        keys = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=1))
+        views = [draw(_resident_view(key)) for key in keys]
+        occupants = [
+            replace(
+                resident(LaneView(v.phase, v.key, v.leases, v.draining, v.free), waiters),
+                unloading=v.unloading,
+            )
+            for v in views
+        ]
+        return occupants, waiters, now
+    keys = draw(st.lists(st.sampled_from(KEYS), unique=True, max_size=3))
+    return [draw(_resident_view(key)) for key in keys], waiters, now
 
 
 @given(lanes(), st.sampled_from(["grouped", "fifo"]))
