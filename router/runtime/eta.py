@@ -4,20 +4,21 @@ The serve order comes from replaying the scheduler itself (`scheduler.decide()` 
 `loaded_for()`) on a snapshot of the lane, as if nothing else arrived and each granted request
 finished before the next decision. The ETA walks that order with measured figures only:
 
-- the usual load time of each configuration that must load (`LoadTimes`), minus the time the
-  current load has already taken;
+- each swap as `swap_cost` counts it (`step_seconds`): the drain of the requests running on
+  the runtimes it stops (they run at once: the youngest one's remaining time), their KV save
+  and stop, the load and the KV restore, less what a stop or load under way already took;
 - the measured time one request of a configuration holds its runtime (`RequestTimes`), for each
-  request served ahead (and each one running when the lane must drain first).
+  request served ahead.
 
-Requests are counted one after another: when a backend serves several at once the ETA is an
-upper estimate. When a figure the walk needs is missing, that request's ETA and every later
-one's is `None`: a number is only shown when every part of it was measured.
+Requests granted in the replay are counted one after another: when a backend serves several at
+once the ETA is an upper estimate. When a figure the walk needs is missing, that request's ETA
+and every later one's is `None`: a number is only shown when every part of it was measured.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from router.runtime.scheduler import (
@@ -28,6 +29,13 @@ from router.runtime.scheduler import (
     bypasses,
     decide,
     loaded_for,
+)
+from router.runtime.swap_cost import (
+    Evicted,
+    Timings,
+    drain_seconds,
+    eviction_seconds,
+    load_seconds,
 )
 
 
@@ -47,6 +55,10 @@ class LaneNow:
     view: LaneView
     active_model: str | None = None
     loading_elapsed: float = 0.0  # seconds the current load has taken (phase LOADING)
+    running_for: float = 0.0  # seconds the youngest running request has run (its leases)
+    stopping_for: float = 0.0  # seconds the current stop has taken (phase STOPPING)
+    # Several runtimes per lane: the runtimes a pending load (by runtime key) stops first.
+    victims: Mapping[str, tuple[Evicted, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Step:
     count: int = 0  # drain: requests running
     index: int = -1  # serve: the entry's index in the snapshot
     elapsed: float = 0.0  # finish_load: seconds that load has already taken
+    evicts: tuple[Evicted, ...] = ()  # load: the runtimes that leave for it first
 
 
 def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Policy) -> list[Step]:
@@ -77,6 +90,8 @@ def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Pol
     steps: list[Step] = []
     cap = policy.max_in_flight or None
     elapsed = lane.loading_elapsed  # only the load under way at the snapshot has begun
+    leaving: list[Evicted] = []  # stopped since the last load: that load waits for them
+    victims = dict(lane.victims)
     for _ in range(4 * len(queued) + 8):
         if not left:
             break
@@ -102,10 +117,13 @@ def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Pol
             if d.undrain:
                 view = replace(view, draining=False, leases=0, free=cap)
             else:
+                leaving += [Evicted(active_model)] if active_model else []
                 view, active_model = LaneView(Phase.EMPTY, None, 0, False, cap), None
         elif d.load is not None:
             active_model = models[d.load]
-            steps.append(Step("load", active_model))
+            evicts = (*leaving, *victims.pop(d.load, ()))
+            steps.append(Step("load", active_model, evicts=evicts))
+            leaving = []
             elapsed = 0.0
             view = LaneView(Phase.LOADING, d.load, 0, False, cap)
         elif view.phase is Phase.LOADING:
@@ -117,6 +135,9 @@ def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Pol
             steps += [Step("serve", queued[i].model, index=i) for i in first]
             left = [i for i in left if i not in first]
         elif view.phase is Phase.STOPPING:
+            leaving += (
+                [Evicted(active_model, stopping_for=lane.stopping_for)] if active_model else []
+            )
             view, active_model = LaneView(Phase.EMPTY, None, 0, False, cap), None
         elif view.leases:
             steps.append(Step("drain", active_model, count=view.leases))
@@ -136,7 +157,8 @@ def estimate(
     request_seconds: Mapping[str, float],
 ) -> list[dict[str, Any]]:
     """The lane's requests in serve order: `model`, `position` (1..n), `waiting_s`, `eta_s`
-    (seconds until it is granted, `None` when a needed figure is missing)."""
+    (seconds until it is granted, `None` when a needed figure is missing). Stops, KV saves and
+    restores cost nothing here; `ranked(..., timings=)` counts them."""
     return [row for _, row in ranked(lane, queued, now, policy, load_seconds, request_seconds)]
 
 
@@ -147,30 +169,39 @@ def ranked(
     policy: Policy,
     load_seconds: Mapping[str, float],
     request_seconds: Mapping[str, float],
+    timings: Timings | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
-    """`estimate()`, each row with the index of its entry in `queued`."""
+    """`estimate()`, each row with the index of its entry in `queued`; `timings` (every part
+    of a swap) replaces `load_seconds` and `request_seconds` when given."""
+    timings = timings or Timings(load_seconds, request_seconds)
     t: float | None = 0.0
     rows: list[tuple[int, dict[str, Any]]] = []
     for step in serve_steps(lane, queued, now, policy):
         if step.kind == "serve":
             entry = queued[step.index]
-            if entry.request:
-                rows.append((step.index, _row(entry, len(rows) + 1, now, t)))
-                t = _plus(t, request_seconds, entry.model, 1.0)
-        elif step.kind == "drain":
-            t = _plus(t, request_seconds, step.model, float(step.count))
-        elif step.kind == "finish_load":  # a "load" step only marks where it begins
-            usual = load_seconds.get(step.model or "")
-            rest = None if usual is None else max(0.0, usual - step.elapsed)
-            t = None if t is None or rest is None else t + rest
+            if not entry.request:
+                continue  # a blocked load: it takes no position and holds no lease
+            rows.append((step.index, _row(entry, len(rows) + 1, now, t)))
+        cost = step_seconds(step, timings, lane.running_for)
+        t = None if t is None or cost is None else t + cost
     return rows
 
 
-def _plus(
-    t: float | None, figures: Mapping[str, float], model: str | None, times: float
-) -> float | None:
-    figure = figures.get(model or "")
-    return None if t is None or figure is None else t + figure * times
+def step_seconds(step: Step, timings: Timings, running_for: float = 0.0) -> float | None:
+    """What one replayed step costs (swap_cost): a served request its usual time, a drain the
+    rest of the running requests, a load the eviction of its victims, the end of a load what
+    is left of it and its KV restore. `running_for`: the age of the youngest running request
+    (only the snapshot's running requests drain; the replay's own grants end as served)."""
+    model = step.model or ""
+    if step.kind == "serve":
+        return timings.request.get(model)
+    if step.kind == "drain":
+        return drain_seconds(timings, model, step.count, running_for)
+    if step.kind == "load":
+        return eviction_seconds(timings, step.evicts)
+    if step.kind == "finish_load":
+        return load_seconds(timings, model, step.elapsed)
+    return 0.0
 
 
 def _row(entry: Queued, position: int, now: float, eta: float | None) -> dict[str, Any]:

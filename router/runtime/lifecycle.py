@@ -19,6 +19,7 @@ from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.memory.measure import ReportLines
 from router.records import EventBus
 from router.records.request_times import RequestTimes
+from router.records.swap_times import SwapTimes
 from router.runtime import scheduler
 from router.runtime.activity import ActivityReporter
 from router.runtime.arrival import ArrivalOrder
@@ -90,6 +91,7 @@ class RuntimeCore:
         self._idle.set()
         self.spawn_count = 0
         self.request_times = RequestTimes()  # per config: seconds a lease is held (queue ETAs)
+        self.swap_times = SwapTimes()  # per config: KV save, stop, KV restore (queue ETAs)
         self._usual_load = usual_load  # per config: usual load seconds (LoadTimes; queue ETAs)
         # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
         # which changes every instant, an event only when they differ).
@@ -173,7 +175,9 @@ class RuntimeCore:
             seen.finished("ok", None, None)
         runtime.attach(launched)
         if self._kv is not None:  # bounded by its own deadline; never fails the load
+            started = time.monotonic()
             await self._kv.restore(runtime)
+            self.swap_times.restore.add(runtime.config.id, time.monotonic() - started)
         self._oom_retried.discard(runtime.key)
         moved = self._move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
@@ -346,9 +350,14 @@ class RuntimeCore:
     async def _finish_stop(self, runtime: Runtime) -> None:
         # Drained (no lease) and not yet signalled: save its KV cache, bounded by its deadline.
         # A crash goes through _stop_failed instead and saves nothing.
+        model = runtime.config.id
+        started = time.monotonic()
         if self._kv is not None:
             await self._kv.save(runtime)
+            self.swap_times.save.add(model, time.monotonic() - started)
+        stopping = time.monotonic()
         await self._stop_now(runtime)
+        self.swap_times.stop.add(model, time.monotonic() - stopping)
         self._move(runtime, RuntimeState.STOPPED, "unloaded")
         self._vacate(runtime)
 

@@ -27,7 +27,7 @@ from typing import Any
 from router.config import ModelConfig
 from router.domain import Family, Lane
 from router.errors import ServiceUnavailable
-from router.runtime import eta, scheduler
+from router.runtime import eta, eta_inputs, scheduler
 from router.runtime.many import ManyLanes
 from router.runtime.planning import shutting_down
 from router.runtime.queues import Claim, Entry, Ticket, Waiter
@@ -212,13 +212,7 @@ class RuntimeManager(ManyLanes):
     def _ranked(self, lane: Lane) -> list[tuple[Entry, dict[str, Any]]]:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
-        runtime = self._slots[lane] if not self._book.acts else self._loading_in(lane)
-        loading = runtime is not None and runtime.state is RuntimeState.LOADING
-        lane_now = eta.LaneNow(
-            self._lane_view(lane, runtime),
-            runtime.config.id if runtime else None,
-            max(0.0, time.time() - runtime.since) if runtime and loading else 0.0,
-        )
+        lane_now = self._lane_now(lane)
         entries = self._queues.entries(lane)
         queued = [
             eta.Queued(
@@ -227,10 +221,35 @@ class RuntimeManager(ManyLanes):
             for e in entries
         ]
         models = {q.model for q in queued} | {lane_now.active_model or ""}
-        loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
-        per_request = self.request_times.figures()
-        ranked = eta.ranked(lane_now, queued, self._clock(), policy, loads, per_request)
+        kv_on = self._kv is not None
+        timings = eta_inputs.timings(
+            models, self._usual_load, self.request_times, self.swap_times, kv_on
+        )
+        now = self._clock()
+        ranked = eta.ranked(lane_now, queued, now, policy, {}, {}, timings)
         return [(entries[i], row) for i, row in ranked]
+
+    def _lane_now(self, lane: Lane) -> eta.LaneNow:
+        """The lane as the ETA replays it: its runtime (several per lane: the one loading),
+        how far its load or stop has got, and the victims of each pending load."""
+        runtime = self._slots[lane] if not self._book.acts else self._loading_in(lane)
+        now, wall = self._clock(), time.time()
+        victims = {
+            key: tuple(eta_inputs.evicted(self._runtimes[v], now, wall) for v in sorted(p.victims))
+            for key, p in self._evicting_many.items()
+            if all(v in self._runtimes for v in p.victims)
+        }
+        if runtime is None:
+            return eta.LaneNow(self._lane_view(lane, None), victims=victims)
+        elapsed = max(0.0, wall - runtime.since)
+        return eta.LaneNow(
+            self._lane_view(lane, runtime),
+            runtime.config.id,
+            elapsed if runtime.state is RuntimeState.LOADING else 0.0,
+            eta_inputs.running_for(runtime, now),
+            elapsed if runtime.state is RuntimeState.STOPPING else 0.0,
+            victims,
+        )
 
     def runtimes(self) -> list[Runtime]:
         """The live objects (process handles for tests and tools); decide on `views()`."""
@@ -317,12 +336,14 @@ class RuntimeManager(ManyLanes):
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
         self._book.uses.note(runtime.key)
+        granted = self._clock()
+        runtime.lease_starts.append(granted)
         self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
-        granted = self._clock()
 
         def release(held: Runtime) -> None:
+            held.lease_starts.remove(granted)
             self.request_times.add(held.config.id, self._clock() - granted)
             self._release(held)
 

@@ -61,7 +61,9 @@ def test_running_load_counts_only_what_is_left_and_running_work_drains_first() -
     assert rows[0]["eta_s"] == 6.0
     busy = LaneNow(LaneView(Phase.READY, "a@text", 2, False), "a", 0.0)
     rows = estimate(busy, [q("b", 0)], 40.0, GROUPED, {"b": 5.0}, {"a": 3.0})
-    assert rows[0]["eta_s"] == 11.0  # two running requests of a, then b's load
+    # The two running requests of a run at once (issue 32: the drain is the remaining time of
+    # the youngest, 3 s here, not one after the other), then b's load.
+    assert rows[0]["eta_s"] == 8.0
     rows = estimate(busy, [q("b", 0)], 40.0, GROUPED, {"b": 5.0}, {})
     assert rows[0]["eta_s"] is None  # a's request time never measured: no number
 
