@@ -43,6 +43,20 @@ class Planning(RuntimeCore):
         await self._book.prepare([rt.spec for rt in self._runtimes.values()])
         return self._book.status(self.live_ledger())
 
+    def memory_now(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """`memory_status()` of this very moment, without waiting (GET /router/v1/status): a
+        runtime whose estimate is still being read (in the background, started here) is left
+        out until it is known, instead of holding the answer."""
+        runtimes = list(self._runtimes.values())
+        self._book.refresh(rt.spec for rt in runtimes)
+        return self._book.status(
+            self._book.ledger(
+                self._book.resident(rt, self._queues.waiting_for(rt.key))
+                for rt in runtimes
+                if self._book.cached(rt.spec)
+            )
+        )
+
     # ---- the one decision -------------------------------------------------------------
 
     async def plan(self, config: ModelConfig, lane: Lane | None = None) -> Plan:
