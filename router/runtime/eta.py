@@ -10,8 +10,9 @@ finished before the next decision. The ETA walks that order with measured figure
 - the measured time one request of a configuration holds its runtime (`RequestTimes`), for each
   request served ahead.
 
-Requests granted in the replay are counted one after another: when a backend serves several at
-once the ETA is an upper estimate. When a figure the walk needs is missing, that request's ETA
+Requests granted together (one run of `serve` steps, up to the in-flight cap) run at once: the
+next step waits for the longest of them (its measured lease time includes any queueing inside
+the backend). When a figure the walk needs is missing, that request's ETA
 and every later one's is `None`: a number is only shown when every part of it was measured.
 """
 
@@ -174,17 +175,34 @@ def ranked(
     """`estimate()`, each row with the index of its entry in `queued`; `timings` (every part
     of a swap) replaces `load_seconds` and `request_seconds` when given."""
     timings = timings or Timings(load_seconds, request_seconds)
+    cap = policy.max_in_flight or None
     t: float | None = 0.0
+    batch: list[float | None] = []  # the request times of the requests granted together
     rows: list[tuple[int, dict[str, Any]]] = []
     for step in serve_steps(lane, queued, now, policy):
-        if step.kind == "serve":
-            entry = queued[step.index]
-            if not entry.request:
-                continue  # a blocked load: it takes no position and holds no lease
-            rows.append((step.index, _row(entry, len(rows) + 1, now, t)))
-        cost = step_seconds(step, timings, lane.running_for)
-        t = None if t is None or cost is None else t + cost
+        if step.kind != "serve":
+            t, batch = _after(t, batch), []
+            cost = step_seconds(step, timings, lane.running_for)
+            t = None if t is None or cost is None else t + cost
+            continue
+        entry = queued[step.index]
+        if not entry.request:
+            continue  # a blocked load: it takes no position and holds no lease
+        if cap is not None and len(batch) >= cap:  # the runtime takes no more at once
+            t, batch = _after(t, batch), []
+        rows.append((step.index, _row(entry, len(rows) + 1, now, t)))
+        batch.append(step_seconds(step, timings))
     return rows
+
+
+def _after(t: float | None, batch: Sequence[float | None]) -> float | None:
+    """When requests granted together (in one run of serve steps, up to the in-flight cap)
+    have ended: they run at once, so with the longest of them."""
+    if not batch:
+        return t
+    if t is None or any(b is None for b in batch):
+        return None
+    return t + max(b or 0.0 for b in batch)
 
 
 def step_seconds(step: Step, timings: Timings, running_for: float = 0.0) -> float | None:

@@ -73,8 +73,11 @@ def test_each_replayed_step_costs_what_the_model_says() -> None:
 def test_lane_mode_eta_counts_drain_save_stop_load_and_restore() -> None:
     busy = LaneNow(LaneView(Phase.READY, "a@text", 2, False), "a", running_for=0.5)
     rows = ranked(busy, [q("b", 0), q("b", 1)], 40.0, GROUPED, {}, {}, FULL)
-    # drain 1.0 + a's save 0.5 + stop 0.25 + b's load 6.0 + restore 0.375 = 8.125; the
-    # second b request comes after the first one's 2.5 s (counted one after another).
+    # drain 1.0 + a's save 0.5 + stop 0.25 + b's load 6.0 + restore 0.375 = 8.125; both b
+    # requests are granted together once b is ready.
+    assert [r["eta_s"] for _, r in rows] == [8.1, 8.1]
+    capped = Policy(30.0, "grouped", 8, max_in_flight=1)  # one at a time: the second waits
+    rows = ranked(busy, [q("b", 0), q("b", 1)], 40.0, capped, {}, {}, FULL)
     assert [r["eta_s"] for _, r in rows] == [8.1, 10.6]
 
 
