@@ -12,8 +12,9 @@ finished before the next decision. The ETA walks that order with measured figure
 
 Requests granted together (one run of `serve` steps, up to the in-flight cap) run at once: the
 next step waits for the longest of them (its measured lease time includes any queueing inside
-the backend). When a figure the walk needs is missing, that request's ETA
-and every later one's is `None`: a number is only shown when every part of it was measured.
+the backend). When a figure the walk needs is missing, that request's ETA and every later
+one's (but those granted in the same instant) is `None`: a number is only shown when every part
+of it was measured.
 """
 
 from __future__ import annotations
