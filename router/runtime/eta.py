@@ -119,7 +119,7 @@ def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Pol
             if d.undrain:
                 view = replace(view, draining=False, leases=0, free=cap)
             else:
-                leaving += [Evicted(active_model)] if active_model else []
+                leaving += _leaving(active_model)
                 view, active_model = LaneView(Phase.EMPTY, None, 0, False, cap), None
         elif d.load is not None:
             active_model = models[d.load]
@@ -137,9 +137,7 @@ def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Pol
             steps += [Step("serve", queued[i].model, index=i) for i in first]
             left = [i for i in left if i not in first]
         elif view.phase is Phase.STOPPING:
-            leaving += (
-                [Evicted(active_model, stopping_for=lane.stopping_for)] if active_model else []
-            )
+            leaving += _leaving(active_model, lane.stopping_for)
             view, active_model = LaneView(Phase.EMPTY, None, 0, False, cap), None
         elif view.leases:
             steps.append(Step("drain", active_model, count=view.leases))
@@ -148,6 +146,11 @@ def serve_steps(lane: LaneNow, queued: Sequence[Queued], now: float, policy: Pol
             break
     steps += [Step("serve", queued[i].model, index=i) for i in left]  # defensive: never lost
     return steps
+
+
+def _leaving(model: str | None, stopping_for: float = 0.0) -> list[Evicted]:
+    """The lane's runtime as the next load's victim (none when the lane is empty)."""
+    return [Evicted(model, stopping_for=stopping_for)] if model else []
 
 
 def estimate(
