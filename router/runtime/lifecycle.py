@@ -90,8 +90,7 @@ class RuntimeCore:
         self._idle = asyncio.Event()
         self._idle.set()
         self.spawn_count = 0
-        self.request_times = RequestTimes()  # per config: seconds a lease is held (queue ETAs)
-        self.swap_times = SwapTimes()  # per config: KV save, stop, KV restore (queue ETAs)
+        self.request_times, self.swap_times = RequestTimes(), SwapTimes()  # queue ETAs' figures
         self._usual_load = usual_load  # per config: usual load seconds (LoadTimes; queue ETAs)
         # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
         # which changes every instant, an event only when they differ).
