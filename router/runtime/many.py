@@ -156,7 +156,6 @@ class ManyLanes(Planning):
             for lane in spec.occupies:
                 self._slots[lane] = runtime
         self._runtimes[spec.key] = runtime
-        self._book.refresh([spec])  # its estimate is read while it loads: status never waits
         self.spawn_count += 1
         self._spawn(self._load(runtime))
 
