@@ -28,6 +28,7 @@ SCRIPTS = [
     "kv_return",
     "readahead",
     "residency",
+    "eta",
 ]
 
 

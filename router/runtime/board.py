@@ -14,9 +14,9 @@ from router.config import Settings
 from router.domain import Lane
 from router.records import EventBus
 from router.records.request_times import RequestTimes
-from router.runtime import eta
+from router.records.swap_times import SwapTimes
+from router.runtime import eta, eta_inputs
 from router.runtime.activity import ActivityReporter
-from router.runtime.policy import Phase
 from router.runtime.pump import Pump
 from router.runtime.queues import Ticket, Waiter
 from router.runtime.table import Table
@@ -31,13 +31,17 @@ class QueueBoard:
         events: EventBus,
         clock: Callable[[], float],
         usual_load: Callable[[str], float | None],
+        swaps: tuple[SwapTimes, bool],
     ) -> None:
+        """`swaps`: the lifecycle's swap times, and whether any hook works around a swap (its
+        save and restore are counted then)."""
         self._settings = settings
         self._table = table
         self._pump = pump
         self._clock = clock
         self._usual_load = usual_load  # per config: usual load seconds (LoadTimes)
         self.request_times = RequestTimes()  # per config: seconds a lease is held
+        self._swap_times, self._hooked = swaps
         # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
         # which changes every instant, an event only when they differ).
         self._positions = ActivityReporter(
@@ -83,23 +87,18 @@ class QueueBoard:
         ]
         lane_state = self._lane_state(lane, entries)
         models = {q.model for q in queued} | {r.model for r in lane_state.residents}
-        loads = {m: u for m in models if (u := self._usual_load(m)) is not None}
-        per_request = self.request_times.figures()
-        ranked = eta.ranked(lane_state, queued, self._clock(), policy, loads, per_request)
+        timings = eta_inputs.timings(
+            models, self._usual_load, self.request_times, self._swap_times, self._hooked
+        )
+        ranked = eta.ranked(lane_state, queued, self._clock(), policy, {}, {}, timings)
         return [(entries[i], row) for i, row in ranked]
 
     def _lane_state(self, lane: Lane, entries: list[Waiter]) -> eta.LaneState:
         """The lane's runtimes as the pump's decision sees them, and each waiting load's
         victims (its pending plan's, else what the ledger would name now)."""
-        runtimes = self._table.runtimes
+        runtimes, now, wall = self._table.runtimes, self._clock(), time.time()
         residents = tuple(
-            eta.Resident(
-                view,
-                runtimes[view.key].config.id,
-                max(0.0, time.time() - runtimes[view.key].since)
-                if view.phase is Phase.LOADING
-                else 0.0,
-            )
+            eta_inputs.resident(view, runtimes[view.key], now, wall)
             for view in self._pump.snapshot(lane).residents
         )
         specs = {e.spec.key: e.spec for e in entries}  # one plan per waiting runtime

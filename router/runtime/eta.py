@@ -2,16 +2,21 @@
 
 The serve order comes from replaying the one decision itself (`policy.decide()` and
 `loaded_for()`, in both residency modes) on a snapshot of the lane, as if nothing else arrived
-and each granted request finished before the next decision. The ETA walks that order with measured figures only:
+and each granted request finished before the next decision. The ETA walks that order with
+measured figures only:
 
-- the usual load time of each configuration that must load (`LoadTimes`), minus the time the
-  current load has already taken;
+- each swap as `swap_cost` counts it (`step_seconds`): the runtimes the replayed decision stops
+  for a load (in both residency modes: each load step's `evicts`) drain (their running requests
+  run at once: the youngest one's remaining time), save their KV cache and stop, together (the
+  slowest counts); then the load and the KV restore, less what a stop or load under way took;
 - the measured time one request of a configuration holds its runtime (`RequestTimes`), for each
-  request served ahead (and each one running when the lane must drain first).
+  request served ahead.
 
-Requests are counted one after another: when a backend serves several at once the ETA is an
-upper estimate. When a figure the walk needs is missing, that request's ETA and every later
-one's is `None`: a number is only shown when every part of it was measured.
+Requests granted together (one run of `serve` steps, up to the in-flight cap) run at once: the
+next step waits for the longest of them (its measured lease time includes any queueing inside
+the backend). When a figure the walk needs is missing, that request's ETA and every later
+one's (but those granted in the same instant) is `None`: a number is only shown when every part
+of it was measured.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from typing import Any
 from router.runtime import policy as one
 from router.runtime.policy import Phase, ResidentView, WaiterView, bypasses, decide, loaded_for
 from router.runtime.scheduler import LaneView
+from router.runtime.swap_cost import (
+    Evicted,
+    Timings,
+    drain_seconds,
+    eviction_seconds,
+    load_seconds,
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,12 @@ class Resident:
     view: ResidentView
     model: str
     loading_elapsed: float = 0.0  # seconds its load has taken (phase LOADING)
+    running_for: float = 0.0  # seconds the youngest of its running requests has run
+    stopping_for: float = 0.0  # seconds its KV save and stop have taken (phase STOPPING)
+
+    def leaving(self) -> Evicted:
+        """This runtime as a load's victim: what it still has to do before it is gone."""
+        return Evicted(self.model, self.view.leases, self.running_for, self.stopping_for)
 
 
 @dataclass(frozen=True)
@@ -57,13 +75,20 @@ class LaneState:
 
 
 def lane_now(
-    view: LaneView, active_model: str | None = None, loading_elapsed: float = 0.0
+    view: LaneView,
+    active_model: str | None = None,
+    loading_elapsed: float = 0.0,
+    *,
+    running_for: float = 0.0,
+    stopping_for: float = 0.0,
 ) -> LaneState:
     """A lane that holds one runtime (`runtime.residency: lane`) described by its `LaneView`."""
     if view.phase is Phase.EMPTY or view.active is None:
         return LaneState(exclusive=True)
     resident = ResidentView(view.active, view.phase, view.leases, view.draining, view.free)
-    return LaneState((Resident(resident, active_model or "", loading_elapsed),), exclusive=True)
+    model = active_model or ""
+    occupant = Resident(resident, model, loading_elapsed, running_for, stopping_for)
+    return LaneState((occupant,), exclusive=True)
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,8 @@ class Step:
     count: int = 0  # drain: requests running
     index: int = -1  # serve: the entry's index in the snapshot
     elapsed: float = 0.0  # finish_load: seconds that load has already taken
+    evicts: tuple[Evicted, ...] = ()  # load: the runtimes that leave for it first
+    running_for: float = 0.0  # drain: seconds the youngest running request has run
 
 
 class _Replay:
@@ -97,6 +124,7 @@ class _Replay:
         self.left = list(range(len(queued)))
         self.bypassed = {i: q.bypassed for i, q in enumerate(queued)}
         self.pending: dict[str, tuple[frozenset[str], float]] = {}  # load -> (victims, since)
+        self.leaving: dict[str, Evicted] = {}  # gone since: the loads they left for wait
         self.steps: list[Step] = []
 
     def waiters(self, *, counted: bool = True) -> list[WaiterView]:
@@ -151,17 +179,15 @@ class _Replay:
         for key in d.undrain:
             r = self.residents[key]
             self.residents[key] = replace(r, view=replace(r.view, draining=False))
-        for key in d.drain | d.stop:
-            r = self.residents[key]
-            if r.view.leases:  # its running work ends first
-                self.steps.append(Step("drain", r.model, count=r.view.leases))
-            self.residents.pop(key)
+        for key in d.drain | d.stop:  # its running work ends first, then it saves and stops
+            self.leaving[key] = self.residents.pop(key).leaving()
 
     def load(self, key: str) -> bool:
         """The load of `key` begins once its victims are gone; False when it waits."""
+        waited: frozenset[str] | None = None  # the victims it pended for (None: it did not)
         if key in self.pending:
-            victims, _ = self.pending[key]
-            if victims & self.residents.keys():
+            waited, _ = self.pending[key]
+            if waited & self.residents.keys():
                 return False
             del self.pending[key]
         victims = self.victims_of(key) & self.residents.keys()
@@ -170,7 +196,8 @@ class _Replay:
             self.pending[key] = (victims, since)
             return True
         model = next(self.queued[i].model for i in self.left if self.queued[i].key == key)
-        self.steps.append(Step("load", model))
+        gone = [k for k in self.leaving if waited is None or k in waited]
+        self.steps.append(Step("load", model, evicts=tuple(self.leaving.pop(k) for k in gone)))
         view = ResidentView(key, Phase.LOADING, 0, False, self.cap)
         self.residents[key] = Resident(view, model)
         return True
@@ -198,12 +225,13 @@ class _Replay:
                 return True
         for key, r in self.residents.items():
             if r.view.phase is not Phase.READY:  # stopping: gone once it has exited
-                del self.residents[key]
+                self.leaving[key] = self.residents.pop(key).leaving()
                 return True
         for key, r in self.residents.items():
             if r.view.leases:
-                self.steps.append(Step("drain", r.model, count=r.view.leases))
-                self.residents[key] = replace(r, view=replace(r.view, leases=0, free=self.cap))
+                self.steps.append(Step("drain", r.model, r.view.leases, running_for=r.running_for))
+                view = replace(r.view, leases=0, free=self.cap)
+                self.residents[key] = replace(r, view=view, running_for=0.0)
                 return True
         return False
 
@@ -230,7 +258,8 @@ def estimate(
     request_seconds: Mapping[str, float],
 ) -> list[dict[str, Any]]:
     """The lane's requests in serve order: `model`, `position` (1..n), `waiting_s`, `eta_s`
-    (seconds until it is granted, `None` when a needed figure is missing)."""
+    (seconds until it is granted, `None` when a needed figure is missing). Stops, KV saves and
+    restores cost nothing here; `ranked(..., timings=)` counts them."""
     return [row for _, row in ranked(lane, queued, now, policy, load_seconds, request_seconds)]
 
 
@@ -241,30 +270,56 @@ def ranked(
     policy: Policy,
     load_seconds: Mapping[str, float],
     request_seconds: Mapping[str, float],
+    timings: Timings | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
-    """`estimate()`, each row with the index of its entry in `queued`."""
+    """`estimate()`, each row with the index of its entry in `queued`; `timings` (every part
+    of a swap) replaces `load_seconds` and `request_seconds` when given."""
+    timings = timings or Timings(load_seconds, request_seconds)
+    cap = policy.max_in_flight or None
     t: float | None = 0.0
+    batch: list[float | None] = []  # the request times of the requests granted together
     rows: list[tuple[int, dict[str, Any]]] = []
     for step in serve_steps(lane, queued, now, policy):
-        if step.kind == "serve":
-            entry = queued[step.index]
-            if entry.request:
-                rows.append((step.index, _row(entry, len(rows) + 1, now, t)))
-                t = _plus(t, request_seconds, entry.model, 1.0)
-        elif step.kind == "drain":
-            t = _plus(t, request_seconds, step.model, float(step.count))
-        elif step.kind == "finish_load":  # a "load" step only marks where it begins
-            usual = load_seconds.get(step.model or "")
-            rest = None if usual is None else max(0.0, usual - step.elapsed)
-            t = None if t is None or rest is None else t + rest
+        if step.kind != "serve":
+            t, batch = _after(t, batch), []
+            cost = step_seconds(step, timings)
+            t = None if t is None or cost is None else t + cost
+            continue
+        entry = queued[step.index]
+        if not entry.request:
+            continue  # a blocked load: it takes no position and holds no lease
+        if cap is not None and len(batch) >= cap:  # the runtime takes no more at once
+            t, batch = _after(t, batch), []
+        rows.append((step.index, _row(entry, len(rows) + 1, now, t)))
+        batch.append(step_seconds(step, timings))
     return rows
 
 
-def _plus(
-    t: float | None, figures: Mapping[str, float], model: str | None, times: float
-) -> float | None:
-    figure = figures.get(model or "")
-    return None if t is None or figure is None else t + figure * times
+def _after(t: float | None, batch: Sequence[float | None]) -> float | None:
+    """When requests granted together (in one run of serve steps, up to the in-flight cap)
+    have ended: they run at once, so with the longest of them."""
+    if not batch:
+        return t
+    if t is None or any(b is None for b in batch):
+        return None
+    return t + max(b or 0.0 for b in batch)
+
+
+def step_seconds(step: Step, timings: Timings, running_for: float | None = None) -> float | None:
+    """What one replayed step costs (swap_cost): a served request its usual time, a drain the
+    rest of the running requests (`running_for`: the youngest one's age, else the step's), a
+    load the eviction of its victims, the end of a load what is left of it and its KV restore."""
+    model = step.model or ""
+    if step.kind == "serve":
+        return timings.request.get(model)
+    if step.kind == "drain":
+        age = step.running_for if running_for is None else running_for
+        return drain_seconds(timings, model, step.count, age)
+    if step.kind == "load":
+        return eviction_seconds(timings, step.evicts)
+    if step.kind == "finish_load":
+        return load_seconds(timings, model, step.elapsed)
+    return 0.0
 
 
 def _row(entry: Queued, position: int, now: float, eta: float | None) -> dict[str, Any]:

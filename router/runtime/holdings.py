@@ -14,6 +14,7 @@ drops it, which happens only once its process has exited.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -99,6 +100,7 @@ class Holdings:
         self._estimates: dict[tuple[str, str, str], Estimate] = {}
         self._fingerprints: dict[tuple[Any, ...], str] = {}
         self._weights_cache: dict[tuple[str, str, str], int] = {}
+        self._refreshing: dict[tuple[str, str, str], asyncio.Task[None]] = {}
 
     @property
     def acts(self) -> bool:
@@ -126,6 +128,22 @@ class Holdings:
         missing = {self._key(s): s for s in specs if self._key(s) not in self._estimates}
         for spec in missing.values():
             await asyncio.to_thread(self.estimate, spec)
+
+    def cached(self, spec: RuntimeSpec) -> bool:
+        return self._key(spec) in self._estimates
+
+    def refresh(self, specs: Iterable[RuntimeSpec]) -> None:
+        """Estimate what is not cached yet in the background (one task per configuration
+        version), so a status never waits for header reads (issue 32)."""
+        for spec in specs:
+            key = self._key(spec)
+            if key not in self._estimates and key not in self._refreshing:
+                task = asyncio.get_running_loop().create_task(self.prepare([spec]))
+                self._refreshing[key] = task
+                task.add_done_callback(functools.partial(self._refreshed, key))
+
+    def _refreshed(self, key: tuple[str, str, str], _task: asyncio.Task[None]) -> None:
+        self._refreshing.pop(key, None)
 
     def need(self, spec: RuntimeSpec) -> tuple[Estimate, float | None]:
         """(bytes per device and their source, measured load seconds): the measured (or, after

@@ -70,6 +70,11 @@ class SwapHooks:
         self._hooks = tuple(hooks)
         self._parked: dict[str, SwapHook] = {}
 
+    @property
+    def empty(self) -> bool:
+        """No hook: nothing happens around a swap (the ETA counts no save or restore)."""
+        return not self._hooks
+
     def launch_args(self, spec: LaunchSpec) -> list[str]:
         return [arg for hook in self._hooks for arg in hook.launch_args(spec)]
 

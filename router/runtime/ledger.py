@@ -50,6 +50,21 @@ class LiveLedger:
         await self.holdings.prepare([rt.spec for rt in self._table.runtimes.values()])
         return self.holdings.status(self.ledger())
 
+    def memory_now(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """`memory_status()` of this very moment, without waiting (GET /router/v1/status): a
+        runtime whose estimate is still being read (in the background, started here) is left
+        out until it is known, instead of holding the answer."""
+        runtimes = list(self._table.runtimes.values())
+        self.holdings.refresh(rt.spec for rt in runtimes)
+        waiting_for = self._table.queues.waiting_for
+        return self.holdings.status(
+            self.holdings.ledger(
+                self.holdings.resident(rt, waiting_for(rt.key))
+                for rt in runtimes
+                if self.holdings.cached(rt.spec)
+            )
+        )
+
     # ---- the load plan ----------------------------------------------------------------
 
     async def dry_run(self, config: ModelConfig, lane: Lane | None = None) -> Plan:

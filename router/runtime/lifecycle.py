@@ -16,6 +16,7 @@ from router.config import Settings
 from router.errors import LoadFailed, RouterError, ServiceUnavailable
 from router.memory.measure import ReportLines
 from router.records import EventBus
+from router.records.swap_times import SwapTimes
 from router.runtime.hooks import SwapHooks
 from router.runtime.loader import Launched, Loader
 from router.runtime.progress import LoadProgress
@@ -64,6 +65,7 @@ class Lifecycle:
         self._owner: Owner | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.spawn_count = 0
+        self.swap_times = SwapTimes()  # per config: hook work around a swap, stops (queue ETAs)
 
     def attach(self, owner: Owner) -> None:
         self._owner = owner
@@ -125,7 +127,9 @@ class Lifecycle:
             seen.finished("ok", None, None)
         runtime.attach(launched)
         # KV restore, memory measurement: bounded by their own deadlines; never fail the load.
+        started = time.monotonic()
         await self._hooks.after_ready(runtime, launched, report.lines)
+        self.swap_times.restore.add(runtime.config.id, time.monotonic() - started)
         moved = self.move(runtime, RuntimeState.READY, "ready", load_seconds=launched.load_seconds)
         assert moved, "only _load moves a loading runtime"
         self.spawn(self._watch_exit(runtime))
@@ -274,8 +278,12 @@ class Lifecycle:
     async def _finish_stop(self, runtime: Runtime) -> None:
         # Drained (no lease) and not yet signalled: save its KV cache, bounded by its deadline.
         # A crash goes through _stop_failed instead and saves nothing.
+        model, started = runtime.config.id, time.monotonic()
         await self._hooks.before_stop(runtime)
+        stopping = time.monotonic()
+        self.swap_times.save.add(model, stopping - started)
         await self.stop_now(runtime)
+        self.swap_times.stop.add(model, time.monotonic() - stopping)
         self.move(runtime, RuntimeState.STOPPED, "unloaded")
         self.owner.gone(runtime)
 

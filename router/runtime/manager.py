@@ -96,7 +96,10 @@ class RuntimeManager:
         )
         self._idle = asyncio.Event()
         self._idle.set()
-        self._board = QueueBoard(settings, self._table, self._pump, events, clock, usual_load)
+        swaps = (self._life.swap_times, not self._hooks.empty)
+        self._board = QueueBoard(
+            settings, self._table, self._pump, events, clock, usual_load, swaps
+        )
         self.request_times = self._board.request_times
         # Told of every lease that ends (lending's held requests wait for their owner's jobs).
         self.released: list[Callable[[ModelConfig], None]] = []
@@ -373,12 +376,14 @@ class RuntimeManager:
     def _grant(self, runtime: Runtime, arrived: float) -> Lease:
         runtime.leases += 1
         self.ledger.holdings.uses.note(runtime.key)
+        granted = self._clock()
+        runtime.lease_starts.append(granted)  # the ETA's drain: the youngest running request
         self._poke()
         runtime.cancel_idle_timer()
         self._idle.clear()
-        granted = self._clock()
 
         def release(held: Runtime) -> None:
+            held.lease_starts.remove(granted)
             self.request_times.add(held.config.id, self._clock() - granted)
             self._release(held)
 
@@ -420,6 +425,9 @@ class RuntimeManager:
 
     async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         return await self.ledger.memory_status()
+
+    def memory_now(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        return self.ledger.memory_now()
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]

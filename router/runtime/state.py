@@ -62,6 +62,7 @@ class Runtime:
         self.spec = spec
         self.state = RuntimeState.LOADING
         self.leases = 0
+        self.lease_starts: list[float] = []  # the manager's clock at each running lease's grant
         self.drain_requests: set[Lane] = set()
         self.unload_requested = False
         # SLEEPING and its sleep call succeeded: the weights are in host RAM, the GPU is free.

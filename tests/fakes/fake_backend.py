@@ -81,6 +81,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--dying-for": "dying_for",
     "--parallel": "parallel",
     "--slot-save-path": "slot_save_path",
+    "--slot-delay": "slot_delay",
 }
 _BOOL = {
     "--native-model-path": "native_model_path",
@@ -153,6 +154,7 @@ class Opts:
     # spend generations on every fake load); files go to --slot-save-path like the real one.
     slot_actions: bool = False
     slot_save_path: str = ""
+    slot_delay: float = 0.0  # seconds each slot save and restore takes (a big KV cache)
     sleep_mode: bool = False  # vLLM --enable-sleep-mode: /sleep, /wake_up, /is_sleeping
     wake_fails: bool = False  # vLLM: /wake_up answers 500 (the router must load afresh)
     positional: list[str] = field(default_factory=list)
@@ -632,6 +634,8 @@ def llamacpp_routes(st: State) -> web.RouteTableDef:
     @r.post("/v1/chat/completions")
     @r.post("/chat/completions")
     async def chat(request: web.Request) -> Any:
+        if o.slot_actions:  # the conversation now sits in slot 0: a KV save has it to keep
+            st.slot_prompt[0] = json.dumps((await json_body(request)).get("messages", ""))
         return await openai_generate(request, st, model_id, chat=True)
 
     @r.post("/v1/completions")
@@ -716,6 +720,8 @@ async def slot_action(request: web.Request, st: State) -> web.Response:
         st.slot_prompt.pop(slot, None)
         return web.json_response({"id_slot": slot, "n_erased": 1})
     name = str((await json_body(request)).get("filename", ""))
+    if action in ("save", "restore"):
+        await asyncio.sleep(st.o.slot_delay)
     if not st.o.slot_save_path or not name or "/" in name:
         return oai_error(400, "Invalid filename", "invalid_request_error")
     if action == "save" and slot in st.slot_prompt:

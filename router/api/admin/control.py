@@ -62,10 +62,12 @@ async def shutdown(request: web.Request) -> web.StreamResponse:
 
 
 async def status(request: web.Request) -> web.StreamResponse:
+    # One moment: nothing below awaits, so the runtimes, their memory and the queue agree,
+    # and a swap in progress never holds the answer (issue 32). Estimates not read yet are
+    # read in the background; their runtimes show `memory: null` meanwhile.
     runtimes = request.app[RUNTIMES]
     snapshot = runtimes.snapshot()
-    # The live ledger the manager decides on (estimates computed off the loop, cached).
-    memory, devices = await runtimes.memory_status()
+    memory, devices = runtimes.memory_now()
     for entry in snapshot:
         held = memory.get(entry["runtime"])
         entry["memory"] = None if held is None else {k: held[k] for k in _MEMORY_KEYS}
