@@ -50,6 +50,7 @@ from router.api import HANDLERS, admin, inference, node, site
 from router.appkeys import (
     AUTH,
     BACKEND_SETUP,
+    BACKENDS,
     CATALOG,
     CLUSTER,
     DISPATCH,
@@ -67,13 +68,14 @@ from router.appkeys import (
     RECORDER,
     ROUTE,
     RUNTIMES,
-    SESSION,
     SESSIONS,
     SETTINGS,
     SHUTDOWN,
     STORE,
     UI_LOGINS,
 )
+from router.backend_client import BackendClient
+from router.backend_client.session import SESSION
 from router.classify import ROUTES, Route, match
 from router.cluster import (
     AllowList,
@@ -269,6 +271,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         app[SESSION] = session
+        app[BACKENDS] = BackendClient(session, app[EVENTS])
         runtime = app[SETTINGS].runtime
         app[PROXY] = Proxy(
             session,
@@ -384,12 +387,12 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     reaped = reap_stale(pid_dir)
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
-    kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    kv = KvCaches(settings, app[BACKENDS], state_dir(settings) / "kv-cache")
     app[KV_CACHES] = kv
     readahead = ReadAhead(settings, app[EVENTS].publish)
     loader = Loader(
         settings,
-        app[SESSION],
+        app[BACKENDS],
         pid_dir,
         env_overlay=app[LAUNCH_OPTIONS].env_for,
         extra_args=kv.launch_args,
@@ -404,7 +407,7 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
-        sleep=VllmSleep(settings, app[SESSION], app[EVENTS]),
+        sleep=VllmSleep(settings, app[BACKENDS]),
         figures=app[FIGURES],
     )
     app[RUNTIMES] = manager

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from router.backend_client import BackendClient
 from router.config import Settings
 from router.config.kcpps import parse_kcpps
 from router.domain import BackendMode, Lane
@@ -94,7 +95,7 @@ async def setup(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
     events.subscribe_callback(seen.append)
     runtime = Runtime(spec_for(config, Lane.TEXT))
     async with aiohttp.ClientSession() as session:
-        kv = KvCaches(settings, session, tmp_path / "kv", events)
+        kv = KvCaches(settings, BackendClient(session, events), tmp_path / "kv")
         runtime.argv = ["llama-server", "-m", str(model), *kv.launch_args(runtime.spec)]
         fake = FakeSlots(kv.folder(runtime.spec))
         app = web.Application()
