@@ -27,7 +27,7 @@ from typing import Any
 from router.config import ModelConfig
 from router.domain import Family, Lane
 from router.errors import ServiceUnavailable
-from router.runtime import eta, scheduler
+from router.runtime import death, eta, scheduler
 from router.runtime.many import ManyLanes
 from router.runtime.planning import shutting_down
 from router.runtime.queues import Claim, Entry, Ticket, Waiter
@@ -168,6 +168,15 @@ class RuntimeManager(ManyLanes):
     def report_failure(self, runtime: Runtime, reason: str) -> None:
         """The proxy saw a backend that no longer serves (R9): kill it; the next request relaunches."""
         self._fail_running(runtime, reason)
+
+    async def confirm_death(self, runtime: Runtime) -> bool:
+        """A request failed before any answer: True (and the runtime failed) only when its
+        process has really exited (router/runtime/death.py); a live backend keeps serving."""
+        code = await death.exit_code(runtime)
+        if code is None:
+            return False
+        self.report_failure(runtime, f"the backend exited with code {code}")
+        return True
 
     # ---- read API: snapshots, never the live objects to decide on -----------------------
 
