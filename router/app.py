@@ -95,6 +95,7 @@ from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound, RouterError
 from router.forwarding import Proxy
 from router.memory.book import FigureBook
+from router.memory.host import HostRoom
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
@@ -185,16 +186,8 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     )
     inflight = InFlight()
     cors = CorsPolicy(settings.server.cors_origins)
-    middlewares: list[Any] = [  # the order of the module docstring
-        edge_errors(settings, route_of),
-        inflight_middleware(inflight),
-        *guards.edge_middlewares(
-            settings, route_of, cors_preflight(cors, _route_for), cors.trusted
-        ),
-        auth.policy_middleware(policy, route_of),
-    ]
     app = web.Application(
-        middlewares=middlewares,
+        middlewares=_middlewares(settings, policy, inflight, cors),
         client_max_size=int(settings.limits.max_control_body_mb * 1024 * 1024),
     )
     app[SETTINGS] = settings
@@ -202,44 +195,42 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         app.on_response_prepare.append(add_allow_origin(cors, route_of))
     app[AUTH] = policy
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
-    app[EVENTS] = EventBus(settings.ui.events_queue)
-    app[METRICS] = metrics or Metrics()
-    app[EVENTS].subscribe_callback(app[METRICS].on_event)
-    app[LOAD_TIMES] = LoadTimes()
-    app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
-    app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
-    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
+    _records(app, settings, metrics or Metrics())
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
     app[INFLIGHT] = inflight
-    app.cleanup_ctx.extend(
-        [
-            _client_session,
-            _store,
-            _catalog,
-            _backend_setup,
-            _figures,
-            _runtimes,
-            inference.ollama_context,
-            inference.responses_context,  # after the runtimes its table points at
-            inference.images_context,
-            inference.comfy_context,
-            site.site_context,
-            site.benchmarks_context,
-            site.guardians_context,
-            _cluster_service,  # built here, run by `_cluster` (lending reads it)
-            lending.lending_context,
-            site.downloads_context,  # before the cluster announces this node
-            _cluster,
-            site.webuis_context,
-        ]
-    )
+    app.cleanup_ctx.extend(_CONTEXTS)
     app.on_shutdown.append(_begin_drain)
     app.on_response_prepare.append(queue_wait.on_prepare)
     app[DISPATCH] = dispatcher(handler_table(settings), names=_names(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", CATCH_ALL, app[DISPATCH])
     return app
+
+
+def _middlewares(
+    settings: Settings, policy: auth.Policy, inflight: InFlight, cors: CorsPolicy
+) -> list[Any]:
+    return [  # the order of the module docstring
+        edge_errors(settings, route_of),
+        inflight_middleware(inflight),
+        *guards.edge_middlewares(
+            settings, route_of, cors_preflight(cors, _route_for), cors.trusted
+        ),
+        auth.policy_middleware(policy, route_of),
+    ]
+
+
+def _records(app: web.Application, settings: Settings, metrics: Metrics) -> None:
+    """The event bus and what listens to every event: the metrics and the load times; the
+    recorder of each request."""
+    app[EVENTS] = EventBus(settings.ui.events_queue)
+    app[METRICS] = metrics
+    app[EVENTS].subscribe_callback(app[METRICS].on_event)
+    app[LOAD_TIMES] = LoadTimes()
+    app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
+    app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
+    app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
 
 
 def create_backend_ui_app(main: web.Application) -> web.Application:
@@ -299,7 +290,7 @@ async def _store(app: web.Application) -> AsyncIterator[None]:
         app[EVENTS].publish("store_replaced", **info)  # the WebUI's banner
 
     store.on_incident = incident
-    app[LOAD_TIMES].seed(await store.load_durations())
+    app[LOAD_TIMES].seed(await store.load_attempts.durations())
     # Off means off: no row is even built (bench/analytics compares the two).
     app[RECORDER].sink = store if settings.analytics.enabled else None
     yield
@@ -314,9 +305,9 @@ async def _catalog(app: web.Application) -> AsyncIterator[None]:
         settings.models.config_dir,
         settings.backend.mode,
         settings.models.file_roots,
-        on_state_change=store.set_disabled,
+        on_state_change=store.model_states.set_disabled,
     )
-    catalog.load_disabled(await store.get_disabled())
+    catalog.load_disabled(await store.model_states.disabled())
     await catalog.refresh()
     for name, problem in catalog.errors.items():
         log.warning("skipped %s: %s", name, problem)
@@ -389,7 +380,10 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
     kv = KvCaches(settings, app[BACKENDS], state_dir(settings) / "kv-cache")
     app[KV_CACHES] = kv
-    readahead = ReadAhead(settings, app[EVENTS].publish)
+    # Host memory for the read-ahead and the vLLM sleep is judged by the memory package over
+    # the manager's live ledger (built below; asked only once the manager runs).
+    host = HostRoom(lambda: manager.live_ledger(), settings.memory.reserve)
+    readahead = ReadAhead(settings, app[EVENTS].publish, host)
     loader = Loader(
         settings,
         app[BACKENDS],
@@ -403,11 +397,11 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         settings,
         loader,
         app[EVENTS],
-        on_load_error=store.record_load_error,
+        on_load_error=store.load_errors.record,
         observer=observer_factory(store, readahead.at_load),
         usual_load=app[LOAD_TIMES].usual,
         kv=kv,
-        sleep=VllmSleep(settings, app[BACKENDS]),
+        sleep=VllmSleep(settings, app[BACKENDS], host),
         figures=app[FIGURES],
     )
     app[RUNTIMES] = manager
@@ -488,3 +482,26 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
     if task is not None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+# create_app's contexts: started in this order and cleaned up in the reverse one.
+_CONTEXTS = (
+    _client_session,
+    _store,
+    _catalog,
+    _backend_setup,
+    _figures,
+    _runtimes,
+    inference.ollama_context,
+    inference.responses_context,  # after the runtimes its table points at
+    inference.images_context,
+    inference.comfy_context,
+    site.site_context,
+    site.benchmarks_context,
+    site.guardians_context,
+    _cluster_service,  # built here, run by `_cluster` (lending reads it)
+    lending.lending_context,
+    site.downloads_context,  # before the cluster announces this node
+    _cluster,
+    site.webuis_context,
+)

@@ -95,14 +95,7 @@ async def serve(
     app = create_app(settings)
     stop = stop or asyncio.Event()
     app[SHUTDOWN] = stop.set
-    runner = web.AppRunner(
-        app,
-        handle_signals=False,
-        shutdown_timeout=HANDLER_GRACE,  # the drain itself is _drain() below (R27/R28)
-        handler_cancellation=True,
-        access_log=None,
-        **listener.runner_kwargs(settings),
-    )
+    runner = _runner(app, settings)
     await runner.setup()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -112,16 +105,7 @@ async def serve(
         # One guard for every listener: the connection cap covers the whole router.
         guard = listener.ConnectionGuard(settings)
         guard.cluster_peers = await _master_addresses(settings)
-        sites = [listener.capped_site(runner, settings, guard=guard)]
-        sites += [
-            listener.capped_site(runner, settings, host, port, guard=guard)
-            for host, port in extra_binds
-        ]
-        server = settings.server
-        binds = [(server.host, server.port, "server.bind")]
-        binds += [(host, port, "--ollama") for host, port in extra_binds]
-        for site, (host, port, setting) in zip(sites, binds, strict=True):
-            await _bind(site, host, port, setting)
+        sites = await _listen(runner, settings, extra_binds, guard)
         names = [site.name for site in sites]
         ui_runner = _backend_ui_runner(app, settings)
         if ui_runner is not None:
@@ -141,6 +125,37 @@ async def serve(
         if ui_runner is not None:  # it borrows the main app's resources: closed first
             await ui_runner.cleanup()
         await runner.cleanup()
+
+
+def _runner(app: web.Application, settings: Settings) -> web.AppRunner:
+    return web.AppRunner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=HANDLER_GRACE,  # the drain itself is _drain() below (R27/R28)
+        handler_cancellation=True,
+        access_log=None,
+        **listener.runner_kwargs(settings),
+    )
+
+
+async def _listen(
+    runner: web.AppRunner,
+    settings: Settings,
+    extra_binds: Sequence[tuple[str, int]],
+    guard: listener.ConnectionGuard,
+) -> list[listener.GuardedTCPSite]:
+    """The `server.bind` listener and the `--ollama` ones, bound (ListenError otherwise)."""
+    sites = [listener.capped_site(runner, settings, guard=guard)]
+    sites += [
+        listener.capped_site(runner, settings, host, port, guard=guard)
+        for host, port in extra_binds
+    ]
+    server = settings.server
+    binds = [(server.host, server.port, "server.bind")]
+    binds += [(host, port, "--ollama") for host, port in extra_binds]
+    for site, (host, port, setting) in zip(sites, binds, strict=True):
+        await _bind(site, host, port, setting)
+    return sites
 
 
 class ListenError(OSError):

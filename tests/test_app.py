@@ -153,6 +153,19 @@ def test_check_config_names_key_and_file_of_a_broken_yaml(tmp_path: Path) -> Non
     assert "runtime.load_timeout" in result.output and "router.yaml" in result.output
 
 
+def test_check_config_refuses_an_unknown_router_key(tmp_path: Path) -> None:
+    (tmp_path / "kcpps").mkdir()
+    (tmp_path / "kcpps" / "chat.kcpps").write_text(
+        json.dumps({"model_param": "chat.gguf", "router_kv_persit": "off"})
+    )
+    yaml = tmp_path / "router.yaml"
+    yaml.write_text("models:\n  config_dir: ./kcpps\n")
+    result = CliRunner().invoke(main, ["check-config", "--config", str(yaml)])
+    assert result.exit_code == 1
+    assert "chat" in result.output and "router_kv_persit is not a router key" in result.output
+    assert "router_kv_persist, router_pin" in result.output  # the known keys are listed
+
+
 def test_check_config_accepts_the_example() -> None:
     result = CliRunner().invoke(
         main, ["check-config", "--config", str(REPO / "configs" / "router.example.yaml")]

@@ -22,7 +22,7 @@ from router.cluster.guardians import (
 from router.cluster.identity import PublicModel, Replica, merge, public_image_id
 from router.cluster.local import node_models, snapshot
 from router.cluster.memory import NodeMemory, devices_of, read_node_memory, resident_of
-from router.cluster.node_requests import node_headers, node_path_qs
+from router.cluster.node_requests import Asked, node_headers, node_path_qs
 from router.cluster.protocol import (
     MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
@@ -45,6 +45,7 @@ from router.cluster.service import ClusterService, Target
 from router.cluster.urls import AllowList, listener_url, normalize_base_url
 
 __all__ = [
+    "Asked",
     "DeviceMemory",
     "Fit",
     "NodeMemory",

@@ -4,7 +4,8 @@ Assignments have a scope (`cluster`, `node` or `model`); the most specific one w
 "carries images" when an OpenAI message has an `image_url` / `input_image` content part, an
 Ollama message or generate body has a non-empty `images` list, or an Anthropic message has an
 `image` block. The check is two steps so plain chats pay almost nothing: a byte scan for the
-telltale keys, and only then a JSON parse of the body. Pure: no I/O.
+telltale keys, and only then a JSON parse of the body. Pure but for `GuardianTable`, the
+owner of the assignments in force, which writes through the store part it is handed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from router.config import ModelConfig
 from router.errors import BadRequest
@@ -38,6 +39,15 @@ class Assignment:
             "model_id": self.model_id,
             "guardian": {"node_id": self.guardian_node_id, "model_id": self.guardian_model_id},
         }
+
+    def row(self) -> tuple[str, str, str, str, str]:
+        return (
+            self.scope,
+            self.node_id,
+            self.model_id,
+            self.guardian_node_id,
+            self.guardian_model_id,
+        )
 
 
 def has_vision(config: ModelConfig) -> bool:
@@ -135,11 +145,44 @@ def _text(body: Mapping[str, Any], name: str, default: str) -> str:
     return value
 
 
-class GuardianTable:
-    """The assignments in force, replaced whole when one changes (requests read it lock-free)."""
+class GuardianRows(Protocol):
+    """Where assignments persist (`Store.guardians`, router/store/guardians.py)."""
 
-    def __init__(self, assignments: Iterable[Assignment] = ()) -> None:
+    async def rows(self) -> list[dict[str, Any]]: ...
+
+    async def save(self, row: tuple[str, str, str, str, str]) -> None: ...
+
+    async def delete(self, scope: str, node_id: str, model_id: str) -> int: ...
+
+
+class GuardianTable:
+    """The assignments in force, replaced whole when one changes (requests read it lock-free).
+    A change goes to the store first, then the stored set is put in force (`assign`, `clear`)."""
+
+    def __init__(self, stored: GuardianRows, assignments: Iterable[Assignment] = ()) -> None:
+        self.stored = stored
         self.assignments: tuple[Assignment, ...] = tuple(assignments)
+
+    @classmethod
+    async def load(cls, stored: GuardianRows) -> GuardianTable:
+        table = cls(stored)
+        await table.reload()
+        return table
+
+    async def reload(self) -> None:
+        self.assignments = tuple(Assignment(**row) for row in await self.stored.rows())
+
+    async def assign(self, assignment: Assignment) -> None:
+        """Store `assignment` (replacing the one of its scope and key), then put it in force."""
+        await self.stored.save(assignment.row())
+        await self.reload()
+
+    async def clear(self, scope: str, node_id: str, model_id: str) -> int:
+        """Remove the assignment of that scope and key; how many were removed (0 or 1)."""
+        removed = await self.stored.delete(scope, node_id, model_id)
+        if removed:
+            await self.reload()
+        return removed
 
     def resolve(self, node_id: str, model_id: str) -> Assignment | None:
         return resolve(self.assignments, node_id, model_id) if self.assignments else None

@@ -5,8 +5,12 @@ lending's owner side (router/lending/owner.py) address a node the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from router.forwarding import Selection
 from router.forwarding.selector import SELECTOR_HEADER
@@ -34,11 +38,28 @@ _FORWARDED_HEADERS = frozenset(
 )
 
 
-def node_headers(
-    request: web.Request, token: str, selection: Selection, local_id: str
-) -> CIMultiDict[str]:
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a request sent on to another node takes from the client's: its method, its URL
+    (path and query) and its headers. Taken once from the aiohttp request (`Asked.of`), so the
+    parts that address a node read values, not the request."""
+
+    method: str
+    url: URL
+    headers: Mapping[str, str]
+
+    @classmethod
+    def of(cls, request: web.BaseRequest) -> Asked:
+        return cls(request.method, request.rel_url, request.headers)
+
+    @property
+    def path(self) -> str:
+        return self.url.path
+
+
+def node_headers(asked: Asked, token: str, selection: Selection, local_id: str) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
-    for name, value in request.headers.items():
+    for name, value in asked.headers.items():
         if name.lower() in _FORWARDED_HEADERS:
             out.add(name, value)
     if selection.source == "header":
@@ -47,8 +68,8 @@ def node_headers(
     return out
 
 
-def node_path_qs(request: web.Request, selection: Selection, local_id: str) -> str:
-    url = request.rel_url
+def node_path_qs(asked: Asked, selection: Selection, local_id: str) -> str:
+    url = asked.url
     if selection.source and selection.source.startswith("query:"):
         url = url.update_query({selection.source.split(":", 1)[1]: local_id})
     return INFERENCE_PREFIX + url.raw_path_qs

@@ -76,6 +76,9 @@ class ClusterService:
         self._rebuild: asyncio.Task[None] | None = None
         self.last_registration: float | None = None
         self.registration_error: str | None = None
+        # Who follows a node's (re)registration (lending pushes its state to it): the owner
+        # of each follow-up subscribes here rather than the handler calling each of them.
+        self.on_registered: list[Callable[[str], None]] = []
         for url in cluster.slave_urls:
             client.allowed.add(url)
         if cluster.master_url:
@@ -176,6 +179,14 @@ class ClusterService:
             return True
         self.last_registration, self.registration_error = time.time(), None
         return True
+
+    def register(self, snap: Snapshot, now: float) -> None:
+        """A master takes a slave's registration: the registry, the merged list, then each
+        subscriber (`on_registered`) in the order they subscribed."""
+        self.registry.register(snap, now)
+        self.changed()
+        for follow in self.on_registered:
+            follow(snap.node_id)
 
     def local_models(self) -> tuple[NodeModel, ...]:
         return self._local_models()

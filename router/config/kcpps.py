@@ -84,6 +84,7 @@ def parse_kcpps(
         )
     raw = _normalize_keys(_load_object(data))
     migrate_legacy(raw)
+    router_keys.check_known(raw)
     ignored = _strip_refused(raw)
     _check_resolved(raw)
     mode = _backend_mode(raw.get("backend_mode"), default_mode)

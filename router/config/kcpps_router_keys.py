@@ -14,6 +14,31 @@ from router.config.unload_policy import PolicyError, parse_triggers
 
 ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 MAX_ALIASES = 32
+PREFIX = "router_"
+# Every `router_*` key the router reads; `router_vision` is read where guardians pick a
+# helper model (router/cluster/guardians.py).
+KNOWN_KEYS = frozenset(
+    {
+        "router_aliases",
+        "router_jinja_kwargs_precedence",
+        "router_kv_persist",
+        "router_pin",
+        "router_sleep",
+        "router_unload_policy",
+        "router_vision",
+    }
+)
+
+
+def check_known(keys: Iterable[str]) -> None:
+    """Refuse a `router_*` key the router does not read: the prefix is the router's, so a
+    typo such as `router_kv_persit` would otherwise reach KoboldCpp and change nothing."""
+    for key in keys:
+        if key.startswith(PREFIX) and key not in KNOWN_KEYS:
+            raise KcppsError(
+                f"{short(key)} is not a router key (a typo?); the router's own keys are "
+                + ", ".join(sorted(KNOWN_KEYS))
+            )
 
 
 def unload_triggers(value: Any) -> frozenset[str]:
@@ -90,8 +115,11 @@ def flag(key: str, value: Any) -> bool:
 
 __all__ = [
     "ALIAS_PATTERN",
+    "KNOWN_KEYS",
     "MAX_ALIASES",
+    "PREFIX",
     "aliases",
+    "check_known",
     "flag",
     "jinja_precedence",
     "kv_persist",

@@ -55,6 +55,11 @@ class Refused(Exception):
     """A request S22 forbids: never sent."""
 
 
+class Unreachable(Exception):
+    """The host's name does not resolve (no network, or a DNS failure): nothing to refuse, the
+    host cannot be reached, which a 502 says rather than the 403 of a refusal."""
+
+
 def resolve(host: str, port: int) -> list[IPAddress]:
     literal = literal_address(host)
     if literal is not None:
@@ -96,6 +101,11 @@ class _Registry:
     def check(self, url: str) -> None:
         origin = origin_of(url)
         addresses = resolve(origin.host, origin.port) if origin.host else []
+        if not addresses and origin.host and origin.scheme in ("http", "https"):
+            raise Unreachable(
+                f"cannot reach {origin.host}: the name does not resolve "
+                "(no network connection, or a DNS failure)"
+            )
         with self._lock:
             policies = list(self._policies.values())
         reasons = [refusal(url, addresses, p) for p in policies] or ["no download service runs"]
@@ -126,6 +136,8 @@ def _hub_call(action: Callable[[], _T], what: str) -> _T:
         return action()
     except Refused as exc:
         raise Forbidden(str(exc), code="download_refused") from None
+    except Unreachable as exc:
+        raise BadGateway(f"{what}: {exc}", code="hub_unreachable") from None
     except RevisionNotFoundError:
         raise NotFound(f"{what}: no such revision", code="revision_not_found") from None
     except GatedRepoError:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx2
 
-from router.downloads.hub import REGISTRY, GuardedTransport, Refused
+from router.downloads.hub import REGISTRY, GuardedTransport, Refused, Unreachable
 from router.downloads.plan import RepoFile
 from router.downloads.ssrf import Origin, next_hop
 
@@ -95,7 +95,7 @@ def _open(
         sent = {**headers, **(auth if keep else {})}
         try:
             REGISTRY.check(url)  # before httpx2 sees it: a file: URL is refused, not unsupported
-        except Refused as exc:
+        except (Refused, Unreachable) as exc:
             raise TransferError(str(exc)) from None
         response = client.send(client.build_request("GET", url, headers=sent), stream=True)
         if not response.is_redirect:

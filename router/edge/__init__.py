@@ -19,6 +19,7 @@ from router.edge.bodies import (
 from router.edge.errors import ARRIVED, edge_errors
 from router.edge.guards import Handler, Middleware, RouteOf, split_host, surface_of
 from router.edge.headers import (
+    SSE_HEADERS,
     downstream_response_headers,
     is_streaming,
     mark_streaming,
@@ -36,6 +37,7 @@ from router.edge.request import arrived, match_of, matched_route
 from router.edge.sessions import Sessions
 
 __all__ = [
+    "SSE_HEADERS",
     "ARRIVED",
     "RAW_BODY",
     "Handler",

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from router.domain import Surface
+from router.edge.headers import SSE_HEADERS
 from router.errors import RouterError, error_body
 
 ANNOUNCED: web.RequestKey[web.StreamResponse] = web.RequestKey("announced", web.StreamResponse)
@@ -24,11 +25,7 @@ ANNOUNCED: web.RequestKey[web.StreamResponse] = web.RequestKey("announced", web.
 async def start(request: web.Request) -> web.StreamResponse:
     out = web.StreamResponse(
         status=200,
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        },
+        headers=SSE_HEADERS,
     )
     await out.prepare(request)
     request[ANNOUNCED] = out

@@ -37,6 +37,13 @@ _REQUEST_DROP = (
 _RESPONSE_DROP = HOP_BY_HOP | {"content-length", "server", "date"}
 
 STREAMING_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl")
+# The router's own server-sent event streams (waits, downloads, setup jobs, the event feed):
+# never cached, and passed on event by event by a buffering proxy (nginx).
+SSE_HEADERS: Mapping[str, str] = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
 
 
 def _connection_tokens(headers: Mapping[str, str]) -> set[str]:

@@ -25,6 +25,7 @@ from router.forwarding.selector import (
     select_from_request_parts,
 )
 from router.forwarding.sse import Event, SSEParser, encode_event
+from router.forwarding.stream_end import error_message, stream_error
 
 __all__ = [
     "AbortDrain",
@@ -45,9 +46,11 @@ __all__ = [
     "boundary_of",
     "encode_event",
     "encode_line",
+    "error_message",
     "merge_chat_template_kwargs",
     "read_selector",
     "select_from_body",
     "select_from_request_parts",
+    "stream_error",
     "terminal_error_event",
 ]

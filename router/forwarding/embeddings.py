@@ -1,13 +1,17 @@
 """OpenAI `/v1/embeddings` `dimensions` for backends that ignore it (llama-server, KoboldCpp):
 the answer's vectors are cut to the first N values and renormalised to unit length, as Ollama
 does for `/api/embed` and as a Matryoshka model's shorter vectors are meant to be used.
+A vector asked for with `encoding_format: "base64"` (the `openai` Python client's default) is
+cut the same way: decoded from little-endian float32, cut, renormalised and encoded again.
 vLLM applies `dimensions` itself and gets the request as sent.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +35,16 @@ def truncate(vec: list[float], dimensions: int) -> list[float]:
     head = vec[:dimensions]
     norm = math.sqrt(sum(x * x for x in head))
     return [x / norm for x in head] if norm else head
+
+
+def truncate_base64(encoded: str, dimensions: int) -> str:
+    """`truncate` for a base64 vector: OpenAI's encoding is packed little-endian float32."""
+    raw = base64.b64decode(encoded, validate=True)
+    if len(raw) % 4:
+        raise ValueError("a base64 embedding is not a whole number of float32 values")
+    vec = list(struct.unpack(f"<{len(raw) // 4}f", raw))
+    head = truncate(vec, dimensions)
+    return base64.b64encode(struct.pack(f"<{len(head)}f", *head)).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -58,8 +72,10 @@ class _Truncated(_WholeRewrite):
             answer = json.loads(super().flush())
             for item in answer["data"]:
                 vec = item["embedding"]
-                if isinstance(vec, list):  # base64 answers are passed as they are
+                if isinstance(vec, str):
+                    item["embedding"] = truncate_base64(vec, self._dimensions)
+                else:
                     item["embedding"] = truncate(vec, self._dimensions)
-        except (ValueError, KeyError, TypeError, RecursionError):
+        except (ValueError, KeyError, TypeError, RecursionError, struct.error):
             raise BadGateway("the backend's embeddings answer is not the OpenAI shape") from None
         return json.dumps(answer).encode()

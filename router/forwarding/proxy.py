@@ -5,7 +5,8 @@
 - Only connection *establishment* is retried (R30): a request the backend may have received is
   never sent twice (R31), and nothing is retried after the first byte reached the client (R32).
 - A backend that fails mid-stream ends the stream with a terminal error event in the stream's
-  own format, so no client hangs or mistakes a cut stream for a finished one (R9, R10).
+  own format, so no client hangs or mistakes a cut stream for a finished one (R9, R10). One
+  that ends the stream with its own error event is recorded as failed too (stream_end.py).
 - A client that goes away cancels the upstream request; it is recorded as 499 (R23). For a
   backend configured with `drain_on_abort` the answer is read to its end instead, bounded
   (R23b, router/forwarding/drain.py).
@@ -35,6 +36,7 @@ from router.edge.inflight import DRAIN_DEADLINE, InFlight
 from router.errors import BadGateway, GatewayTimeout
 from router.forwarding.drain import AbortDrain, Drains
 from router.forwarding.reply import MAX_WHOLE_READ, Reply, Translation
+from router.forwarding.stream_end import stream_error
 
 TAIL_BYTES = 4096  # the last bytes of an answer, kept for the usage report
 WRITE_EWMA = 0.1  # weight of the newest whole answer in the running write-cost estimate
@@ -299,6 +301,7 @@ class Proxy:
                     await self._send(request, out, result, reply.body.feed(chunk))
             await self._send(request, out, result, reply.body.flush())
             await out.write_eof()
+            _note_stream_error(out, result)
         except ClientStalled as exc:
             # The client stopped reading (R22): free the backend slot rather than hold it open.
             result.aborted, result.status, result.error_message = True, 499, str(exc)
@@ -431,6 +434,15 @@ def _headers(resp: aiohttp.ClientResponse, reply: Reply) -> CIMultiDict[str]:
 def _reason(resp: aiohttp.ClientResponse, reply: Reply) -> str | None:
     # The backend's reason phrase only for its own status; aiohttp words any other.
     return resp.reason if reply.status == resp.status else None
+
+
+def _note_stream_error(out: web.StreamResponse, result: ProxyResult) -> None:
+    """A stream the backend ended with an error event instead of the answer's end: the client
+    got that error, so the analytics record a failure (502, as for a stream cut mid-answer)
+    with the backend's message, not the 200 its status line said."""
+    message = stream_error(out.content_type, result.tail)
+    if message is not None:
+        result.status, result.error_message = 502, message
 
 
 def _client_left(exc: BaseException) -> bool:

@@ -34,7 +34,7 @@ from router.lending.decisions import Decision
 from router.lending.gate import Gate, GateTimeout, LaneGates, Outcome
 from router.lending.keys import BORROWED, BORROWED_OWNER, BORROWED_RESTORE
 from router.lending.state import LendingState
-from router.lending.wire import OFFLOAD_RETURNED
+from router.lending.wire import OFFLOAD_RETURNED, Lent
 from router.runtime import RuntimeView
 
 
@@ -73,7 +73,9 @@ class Helper:
         model is enrolled; a borrowed one is refused, handed back or counted as borrowed."""
         allow_load = request.get(BORROWED)
         if allow_load is not None:
-            async with self._borrowed(request, config, lane, allow_load=allow_load):
+            restore = request.get(BORROWED_RESTORE, False)
+            lent = Lent(allow_load, restore, request.get(BORROWED_OWNER))
+            async with self._borrowed(config, lane, lent):
                 yield
             return
         lane_gates = self._lane_gates(lane)
@@ -109,9 +111,7 @@ class Helper:
             gate.leave(borrowed=False)
 
     @contextlib.asynccontextmanager
-    async def _borrowed(
-        self, request: web.Request, config: ModelConfig, lane: Lane, *, allow_load: bool
-    ) -> AsyncIterator[None]:
+    async def _borrowed(self, config: ModelConfig, lane: Lane, lent: Lent) -> AsyncIterator[None]:
         lending = self.lending
         runtimes, table = lending.runtimes, lending.links
         views = runtimes.views()
@@ -123,7 +123,7 @@ class Helper:
                 f"this node has its own {lane} work; the request goes back to its owner",
                 code=OFFLOAD_RETURNED,
             )
-        if not allow_load and not any(v.config.id == config.id and v.ready for v in views):
+        if not lent.allow_load and not any(v.config.id == config.id and v.ready for v in views):
             raise Conflict(
                 f"{config.id!r} is not loaded and the link forbids a load", code=OFFLOAD_RETURNED
             )
@@ -131,8 +131,7 @@ class Helper:
         restore = lending.restorer
         restore.borrowed_arrived(lane.value)
         try:
-            owner = request.get(BORROWED_OWNER)
-            await self._enter(gate, config, borrowed=True, owner=owner)
+            await self._enter(gate, config, borrowed=True, owner=lent.owner)
         except BaseException:
             restore.borrowed_done(lane.value)
             raise
@@ -142,7 +141,7 @@ class Helper:
             before,
             before.id if before else None,
             config.id,
-            wanted=request.get(BORROWED_RESTORE, False),
+            wanted=lent.restore,
         )
         table.borrowed[lane.value] = table.borrowed.get(lane.value, 0) + 1
         try:

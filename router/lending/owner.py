@@ -24,7 +24,14 @@ from collections.abc import Awaitable, Callable, Iterator
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.cluster import NodeEntry, PeerUnreachable, Target, node_headers, node_path_qs
+from router.cluster import (
+    Asked,
+    NodeEntry,
+    PeerUnreachable,
+    Target,
+    node_headers,
+    node_path_qs,
+)
 from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import BadGateway, GatewayTimeout
@@ -42,12 +49,13 @@ from router.lending.planning import (
     needed_tokens,
 )
 from router.lending.state import LendingState
-from router.lending.wire import OFFLOAD_RETURNED, lent_headers
+from router.lending.wire import OFFLOAD_RETURNED, lent_headers, returned_message
 
 LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # Paths whose follow-ups must find the node that made them (stored responses, sd-server jobs)
 # are never lent: only the relay pins them.
 _NOT_LENT = ("/v1/responses", "/sdcpp/")
+Answer = tuple[int, str | None, bytes]  # a helper's status, content type and whole body
 _AFTER_S = 0.001  # a hold's own end: looked at just after it, when it has surely passed
 
 
@@ -59,15 +67,15 @@ class Owner:
         self.planner = planner
         self.book = lending.book
 
-    def _gated(self, request: web.Request, selection: Selection, lane: Lane) -> bool:
+    def _gated(self, asked: Asked, selection: Selection, lane: Lane) -> bool:
         """Whether this request may be held and lent at all. The caller passes only requests
-        forwarded as the client sent them (a rewritten one cannot be served as sent elsewhere)."""
+        forwarded as the client sent them (a rewritten one cannot be served as sent elsewhere)
+        and never a borrowed one."""
         return (
             self.lending.master
             and lane in LENDING_LANES
             and selection.complete
-            and request.get(BORROWED) is None
-            and not request.path.startswith(_NOT_LENT)
+            and not asked.path.startswith(_NOT_LENT)
             and not _streams(selection.prefix)
         )
 
@@ -75,20 +83,20 @@ class Owner:
         self, request: web.Request, selection: Selection, config: ModelConfig, lane: Lane
     ) -> tuple[Link, ...]:
         """The links this request for the master's own `config` may be lent over (empty: none)."""
-        return self._owned(request, selection, lane, (self.lending.node_id, config.id))
+        return self._owned(_asked(request), selection, lane, (self.lending.node_id, config.id))
 
     def lendable_remote(
         self, request: web.Request, selection: Selection, target: Target, lane: Lane
     ) -> tuple[Link, ...]:
         """The links of the slave model `target` names, when this request may be held for it."""
         replica = target.replica
-        return self._owned(request, selection, lane, (replica.node_id, replica.local_id))
+        return self._owned(_asked(request), selection, lane, (replica.node_id, replica.local_id))
 
     def _owned(
-        self, request: web.Request, selection: Selection, lane: Lane, owner: tuple[str, str]
+        self, asked: Asked | None, selection: Selection, lane: Lane, owner: tuple[str, str]
     ) -> tuple[Link, ...]:
         table = self.lending.links
-        if not table.links or not self._gated(request, selection, lane):
+        if not table.links or asked is None or not self._gated(asked, selection, lane):
             return ()
         return table.owned(lane.value, *owner)
 
@@ -167,7 +175,8 @@ class Owner:
                 if lease is not None:
                     holding.unhold(owner, need)
                     held = False
-                    return await self._lend_over(request, selection, lease, links, result)
+                    asked = Asked.of(request)
+                    return await self._lend_over(asked, selection, lease, links, result)
                 await self.book.wakeups.wait(owner, self._bound(owner, wake_by))
         finally:
             if held:
@@ -233,7 +242,7 @@ class Owner:
 
     async def _lend_over(
         self,
-        request: web.Request,
+        asked: Asked,
         selection: Selection,
         lease: Lease,
         links: tuple[Link, ...],
@@ -246,12 +255,12 @@ class Owner:
         holding.count(holding.lent, lease.owner, 1)
         started = time.monotonic()
         holding.started.setdefault(lease.key, []).append(started)
-        record_to(self.lending.decisions, "dispatch", "lent", lease, detail={"path": request.path})
+        record_to(self.lending.decisions, "dispatch", "lent", lease, detail={"path": asked.path})
         try:
             answer, why = (
                 (None, "link_removed")
                 if link is None
-                else await self._lend_once(request, selection, link, lease, result)
+                else await self._lend_once(asked, selection, link, lease, result)
             )
         finally:
             self.book.table.release(lease.key)
@@ -268,7 +277,7 @@ class Owner:
 
     async def _lend_once(
         self,
-        request: web.Request,
+        asked: Asked,
         selection: Selection,
         link: Link,
         lease: Lease,
@@ -282,38 +291,18 @@ class Owner:
             return None, "helper_not_registered"
         rewriter = ModelRewriter(selection.model or link.owner_model_id, link.helper_model_id)
         body = rewriter.request_body(selection.prefix) if selection.prefix else b""
-        base = self._helper_base(entry)
-        path_qs = node_path_qs(request, selection, link.helper_model_id)
-        headers = node_headers(
-            request, self.lending.settings.cluster.token or "", selection, link.helper_model_id
-        )
-        headers.popall("Accept-Encoding", None)  # the answer's model IDs are rewritten here
-        # Named outright: the request may have had no selector (the lane's model was used here).
-        headers[SELECTOR_HEADER] = link.helper_model_id
-        headers.update(
-            lent_headers(
-                link.owner, allow_load=link.load_if_unloaded, restore=lease.restore_helper_model
-            )
-        )
+        target = (self._helper_base(entry), node_path_qs(asked, selection, link.helper_model_id))
+        headers = self._lent_headers(asked, selection, link, lease)
         owner_fit, helper_fit = self.planner.fits_of(lease)
         cut = cut_after(lease.load_helper_model, helper_fit, owner_fit)
         # The master's own node is no relay target: nothing to reserve there.
         with contextlib.nullcontext() if itself else service.reserved(link.helper_node_id):
-            try:
-                status, content_type, raw = await self._exchange(
-                    request.method, (base, path_qs), body, headers, cut
-                )
-            except _NotStarted:
-                return None, f"helper_not_started within {cut or 0:g}s"
-            except (PeerUnreachable, GatewayTimeout) as err:
-                # A connection refused or lost, or silent past the connect or idle deadline
-                # (aiohttp's socket timeouts are connection errors): the helper is down.
-                if entry is not None:
-                    service.node_failed(entry.node_url, f"a lent request failed: {err}")
-                return None, "helper_unreachable"
-            except (BadGateway, TimeoutError):
-                return None, "forward_failed"  # a malformed or cut-short answer
-        returned = _returned(raw) if status == 409 else None
+            exchange = self._exchange(asked.method, target, body, headers, cut)
+            answer, why = await self._sent(exchange, cut, entry)
+        if answer is None:
+            return None, why
+        status, content_type, raw = answer
+        returned = returned_message(raw) if status == 409 else None
         if returned is not None or status >= 500:
             return (
                 None,
@@ -325,6 +314,40 @@ class Owner:
         if content_type:
             out.headers["Content-Type"] = content_type
         return out, ""
+
+    def _lent_headers(
+        self, asked: Asked, selection: Selection, link: Link, lease: Lease
+    ) -> CIMultiDict[str]:
+        """The node headers of a lent request: the helper's model named, the lending marks."""
+        token = self.lending.settings.cluster.token or ""
+        headers = node_headers(asked, token, selection, link.helper_model_id)
+        headers.popall("Accept-Encoding", None)  # the answer's model IDs are rewritten here
+        # Named outright: the request may have had no selector (the lane's model was used here).
+        headers[SELECTOR_HEADER] = link.helper_model_id
+        headers.update(
+            lent_headers(
+                link.owner, allow_load=link.load_if_unloaded, restore=lease.restore_helper_model
+            )
+        )
+        return headers
+
+    async def _sent(
+        self, exchange: Awaitable[Answer], cut: float | None, entry: NodeEntry | None
+    ) -> tuple[Answer | None, str]:
+        """The `exchange`'s answer, or None and why the helper gave none (a helper found down
+        is marked failed: `entry` None is the master's own node)."""
+        try:
+            return await exchange, ""
+        except _NotStarted:
+            return None, f"helper_not_started within {cut or 0:g}s"
+        except (PeerUnreachable, GatewayTimeout) as err:
+            # A connection refused or lost, or silent past the connect or idle deadline
+            # (aiohttp's socket timeouts are connection errors): the helper is down.
+            if entry is not None:
+                self.lending.cluster.node_failed(entry.node_url, f"a lent request failed: {err}")
+            return None, "helper_unreachable"
+        except (BadGateway, TimeoutError):
+            return None, "forward_failed"  # a malformed or cut-short answer
 
     def _helper_base(self, entry: NodeEntry | None) -> str:
         """The helper node's base URL; `entry` None: the master's own model is the helper,
@@ -340,7 +363,7 @@ class Owner:
         body: bytes,
         headers: CIMultiDict[str],
         cut: float | None,
-    ) -> tuple[int, str | None, bytes]:
+    ) -> Answer:
         """Send a lent request through the node client's streamed mode and read the answer
         whole; its status, content type and body. The answer's head must come within `cut`
         seconds (when priced); the connection within 5 s; then the body under the idle
@@ -373,6 +396,12 @@ def _streams(body: bytes) -> bool:
     return isinstance(doc, dict) and doc.get("stream") is True
 
 
+def _asked(request: web.Request) -> Asked | None:
+    """What lending reads of a client's request; None for a borrowed one (it is served where
+    it was lent, never lent on)."""
+    return None if request.get(BORROWED) is not None else Asked.of(request)
+
+
 def owner_of(links: tuple[Link, ...]) -> OwnerKey:
     first = links[0]
     return (first.lane, first.owner_node_id, first.owner_model_id)
@@ -380,15 +409,3 @@ def owner_of(links: tuple[Link, ...]) -> OwnerKey:
 
 class _NotStarted(Exception):
     """The helper did not start answering in time: the owner takes the request back."""
-
-
-def _returned(raw: bytes) -> str | None:
-    """The helper's message when it handed the request back (409 `offload_returned`)."""
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    error = doc.get("error") if isinstance(doc, dict) else None
-    if isinstance(error, dict) and error.get("code") == OFFLOAD_RETURNED:
-        return str(error.get("message", ""))[:512]
-    return None

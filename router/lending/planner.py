@@ -57,7 +57,7 @@ class Planner:
         values = self.lending.values
         store = self.lending.store
         samples = await store.costs.samples(time.time() - values.scheduling_sample_window)
-        loads = await store.load_durations()
+        loads = await store.load_attempts.durations()
         jobs = [(model, lane, job_seconds(ms, wait)) for model, lane, ms, wait in samples]
         self.book.costs = fit_costs(jobs, loads, values.scheduling_min_samples)
 

@@ -127,19 +127,26 @@ def plan_owner(
             outcome = "skipped" if probe is None else "probe"
             rows.append(PlanRow(link, outcome, price.reasons, probe, price.detail()))
             continue
-        lease = Lease(
-            link.lane,
-            *link.owner,
-            *link.helper,
-            load_helper_model=not view.loaded,
-            restore_helper_model=link.restore_after_borrow and view.displaces and not view.loaded,
-            helper_slots=price.slots,
-            probe=False,
-            expires=now + ttl,
-            ttl_ms=int(ttl * 1000),
-        )
+        lease = _granted(link, view, price.slots, ttl, now)
         rows.append(PlanRow(link, "granted", price.reasons, lease, price.detail()))
     return tuple(rows)
+
+
+def _granted(link: Link, view: HelperView, slots: int, ttl: float, now: float) -> Lease:
+    """The lease a priced link gets: `slots` at once for `ttl`; the helper loads the owner's
+    model when it has not, and goes back to its own after when the link asks and it displaced
+    one."""
+    return Lease(
+        link.lane,
+        *link.owner,
+        *link.helper,
+        load_helper_model=not view.loaded,
+        restore_helper_model=link.restore_after_borrow and view.displaces and not view.loaded,
+        helper_slots=slots,
+        probe=False,
+        expires=now + ttl,
+        ttl_ms=int(ttl * 1000),
+    )
 
 
 def probe_due(view: HelperView, values: LendingSettings) -> bool:

@@ -23,13 +23,14 @@ from aiohttp import web
 from router import __version__
 from router.appkeys import CLUSTER, RUNTIMES, SETTINGS, STORE
 from router.config import LendingSettings, Settings
+from router.errors import InternalError
 from router.lending.decisions import Decision, DecisionLog, decision_row
 from router.lending.helper import Helper
-from router.lending.links import Link, LinkTable
+from router.lending.links import Link, LinkTable, replace_links
 from router.lending.owner import Owner
 from router.lending.planner import Planner
 from router.lending.push import LINKS_PATH, SETTINGS_PATH, Pusher
-from router.lending.settings import LendingLayers, usable_saved
+from router.lending.settings import LendingLayers, apply_batch, resolve, usable_saved
 from router.lending.state import LendingState
 from router.store import Store
 
@@ -61,6 +62,7 @@ class Lending(LendingState):
             await self.planner.refit()
         self.planner.start()
         self.runtimes.released.append(self.owner.job_ended)
+        self.cluster.on_registered.append(self.registered)
         if self.master:
             self.pusher = Pusher(self.payloads, lambda: self.cluster)
             self.pusher.start()
@@ -68,6 +70,8 @@ class Lending(LendingState):
     async def close(self) -> None:
         with contextlib.suppress(ValueError):
             self.runtimes.released.remove(self.owner.job_ended)
+        with contextlib.suppress(ValueError):
+            self.cluster.on_registered.remove(self.registered)
         await self.restorer.close()
         await self.planner.close()
         self.decisions.sink = None  # the store closes after this service
@@ -83,7 +87,7 @@ class Lending(LendingState):
         return [(SETTINGS_PATH, {"settings": values}), (LINKS_PATH, {"links": links})]
 
     def registered(self, node_id: str) -> None:
-        """A slave (re)registered: push the lending state to it."""
+        """A slave (re)registered (`ClusterService.on_registered`): push the lending state to it."""
         if self.pusher is not None:
             self.pusher.node(node_id)
 
@@ -96,6 +100,61 @@ class Lending(LendingState):
         log's retention, and the push to the slaves (which sends what is in force when it runs)."""
         self.store.lending.decision_retention = values.offload_decisions_retention
         self.links_changed()
+
+    # -- writes: the handlers pass values, this service changes its state -------------------
+
+    async def replace_links(
+        self, lane: str, anchor: tuple[str, str], links: tuple[Link, ...]
+    ) -> int:
+        """Every link of `anchor` on `lane` replaced by `links`: in the store (one transaction),
+        then in force, then pushed. Returns how many stored links were removed."""
+        rows = [
+            (link.lane, *link.owner, *link.helper, link.load_if_unloaded, link.restore_after_borrow)
+            for link in links
+        ]
+        removed = await self.store.links.replace(lane, anchor, rows)
+        self.links.links = replace_links(self.links.links, lane, anchor, links)
+        self.links_changed()
+        return removed
+
+    def take_links(self, links: tuple[Link, ...]) -> None:
+        """A slave takes its master's links: only the tuple is replaced, so the borrowed
+        counts and the helpers' statuses stay (the master's store is the one that persists)."""
+        self.links.links = links
+
+    async def save_settings(self, batch: Any | None) -> LendingLayers:
+        """A master's save from the site: `batch` over the saved layer (None: back to the config
+        file), validated whole, stored, in force and pushed as one step under the layers' lock
+        (no other save slips between the check and the write). Returns the layers after it."""
+        layers = self.saved_layers()
+        async with layers.lock:
+            saved: dict[str, Any] = {}
+            if batch is None:
+                values = resolve(layers.config, {})
+            else:
+                retention = self.settings.analytics.raw_retention
+                saved, values = apply_batch(batch, layers.saved, layers.config, retention)
+            await self.store.lending.replace_saved(saved)
+            layers.saved, layers.values = saved, values
+            self.settings_changed(values)
+        # A shorter retention takes effect now rather than at the next hourly pass.
+        await self.store.lending.prune_decisions(values.offload_decisions_retention)
+        return layers
+
+    def take_settings(self, values: LendingSettings) -> None:
+        """A slave takes its master's resolved values: they win over its own file until it
+        restarts (it is pushed them again each time it registers)."""
+        self.layers.values = values
+        self.store.lending.decision_retention = values.offload_decisions_retention
+        if isinstance(self.layers, LendingLayers):
+            self.layers.pushed = True
+
+    def saved_layers(self) -> LendingLayers:
+        """The settings with their layers (config file, saved, lock), as `lending_context`
+        loads them; InternalError for a service built with bare values."""
+        if not isinstance(self.layers, LendingLayers):
+            raise InternalError("the lending settings were not loaded with their layers")
+        return self.layers
 
 
 async def load_layers(settings: Settings, store: Store) -> LendingLayers:

@@ -1,6 +1,7 @@
 """The lending settings' layers (docs/lending.md): default < config file < value saved from the
 WebUI. Pure: resolving the layers, validating a saved batch whole, describing each key for the
-WebUI. The site route (router/api/site/lending_settings.py) does the store and the push.
+WebUI. The service (`Lending.save_settings`, router/lending/service.py) does the store and
+the push.
 """
 
 from __future__ import annotations

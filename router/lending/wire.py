@@ -10,6 +10,7 @@ error code `OFFLOAD_RETURNED`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -70,3 +71,15 @@ def parse_lent(headers: Mapping[str, str]) -> Lent | None:
         restore=headers.get(OFFLOAD_RESTORE_HEADER) == "1",
         owner=parse_owner(raw_owner) if raw_owner is not None else None,
     )
+
+
+def returned_message(raw: bytes) -> str | None:
+    """The helper's message when it handed the request back (409 `offload_returned`)."""
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(error, dict) and error.get("code") == OFFLOAD_RETURNED:
+        return str(error.get("message", ""))[:512]
+    return None

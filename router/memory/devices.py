@@ -1,5 +1,10 @@
 """The memory devices of this machine: the host (RAM, via psutil) and each GPU NVML reports.
 
+With measure.py this is the only module that reads system memory (an import contract in
+pyproject.toml and tests/memory/test_memory_readers.py hold it): the rest of the router asks
+the memory package (the site inventory `host_device`, the read-ahead and the vLLM sleep
+host.py's `HostRoom`).
+
 NVML sits behind a seam (`load_nvml`): the PyPI package `nvidia-ml-py` provides the module
 `pynvml`, and tests hand in a fake module with the same few functions. A machine without the
 NVIDIA driver (or without the package) has the host alone; that is said once in the log, not on
@@ -52,6 +57,11 @@ def load_nvml() -> ModuleType | None:
 
 def host_device() -> Device:
     return Device(HOST, "host", "host memory", int(psutil.virtual_memory().total))
+
+
+def host_available() -> int:
+    """Host memory the kernel reports available now (free plus what it can reclaim)."""
+    return int(psutil.virtual_memory().available)
 
 
 def discover(nvml_loader: Callable[[], ModuleType | Any | None] = load_nvml) -> tuple[Device, ...]:
@@ -122,4 +132,13 @@ def budgets(
     return out
 
 
-__all__ = ["HOST", "Device", "budgets", "discover", "gpu_devices", "gpu_process_bytes"]
+__all__ = [
+    "HOST",
+    "Device",
+    "budgets",
+    "discover",
+    "gpu_devices",
+    "gpu_process_bytes",
+    "host_available",
+    "host_device",
+]

@@ -1,13 +1,21 @@
-"""Which runtimes a load must stop to fit (pure): the dry run and the real load call this one
-function, so a dry run names exactly what the load right after it would evict.
+"""The load decision (pure; docs/residency.md): which runtimes a load of one runtime must
+stop, and whether it must wait. The dry run and the real load call this one function, `plan`,
+so a dry run names exactly what the load right after it would evict.
 
-The rule (docs/residency.md): a load that fits its devices' free budget evicts nothing. Else it
-evicts the set of idle, unpinned, ready runtimes with the lowest expected reload cost (measured
-load time x recent use) that makes it fit; a runtime a client's `keep_alive` still holds is
-chosen only when no set without one fits; ties go to fewer victims, then the least recently
-used. A busy runtime is never evicted while idle ones suffice; when only busy ones (or ones
-already stopping) can free enough, the load waits for them to drain (`wait: "drain"`). A
-pinned runtime is never chosen. A load larger than a device's whole budget is refused.
+`plan` first takes the runtimes the load stops whatever memory says (`forced`: the lanes it
+needs, `router_unload_policy`); they come first in `evict` (the lane's own runtime, then those
+the policy names). Their bytes count as free for the memory choice: the load starts only once
+they have exited, so no memory is counted twice. A forced runtime already stopping is not
+listed (it is leaving anyway), but the load still waits for it, as for one still loading.
+
+Then the memory choice over the rest of the ledger (`plan_load`): a load that fits its devices'
+free budget evicts nothing. Else it evicts the set of idle, unpinned, ready runtimes with the
+lowest expected reload cost (measured load time x recent use) that makes it fit; a runtime a
+client's `keep_alive` still holds is chosen only when no set without one fits; ties go to
+fewer victims, then the least recently used. A busy runtime is never evicted while idle ones
+suffice; when only busy ones (or ones already stopping) can free enough, the load waits for
+them to drain (`wait: "drain"`). A pinned runtime is never chosen. A load larger than a
+device's whole budget is refused.
 """
 
 from __future__ import annotations
@@ -73,18 +81,62 @@ def reload_cost(resident: Resident) -> float:
     return seconds * resident.recent_uses
 
 
-def plan_load(ledger: Ledger, model: str, key: str, estimate: Estimate) -> Plan:
-    need = {d: b for d, b in estimate.devices.items() if b > 0}
-    rows = tuple(
+def plan(
+    ledger: Ledger,
+    model: str,
+    key: str,
+    need: Estimate,
+    forced: Mapping[str, str],
+    *,
+    act_on_memory: bool,
+) -> Plan:
+    """The load decision. `forced`: runtime key -> reason. With `act_on_memory` False
+    (`runtime.residency: lane`) memory is reported (`fits`, `devices`) but neither refuses nor
+    evicts anything."""
+    current = ledger.get(key)
+    if current is not None and current.state != "stopping" and key not in forced:
+        return plan_load(ledger, model, key, need)  # resident: fits, nothing evicted
+    leaving = [r for r in ledger.residents if r.key in forced]
+    rest = Ledger(ledger.budgets, tuple(r for r in ledger.residents if r.key not in forced))
+    try:
+        memory = plan_load(rest, model, key, need)
+    except MemoryRefusal:
+        if act_on_memory:
+            raise
+        memory = Plan(model, False, (), (), "none")
+    # The rows show the whole ledger's use, the forced victims' bytes included.
+    rows = tuple(row | {"used": ledger.used(row["device"])} for row in memory.devices)
+    rows = rows or _device_rows(ledger, need)
+    stops = tuple(
+        Victim(r.key, r.model, r.lane, forced[r.key], r.busy)
+        for r in sorted(leaving, key=lambda r: (r.busy, r.last_used, r.key))
+        if r.state != "stopping"
+    )
+    waits = any(r.busy or r.state != "ready" for r in leaving)
+    evict = stops + (memory.evict if act_on_memory else ())
+    drain = waits or (act_on_memory and memory.wait == "drain")
+    return Plan(model, memory.fits, rows, evict, "drain" if drain else "none")
+
+
+def _device_rows(ledger: Ledger, estimate: Estimate) -> tuple[dict[str, Any], ...]:
+    """The dry run's `devices`: per device the load needs, its budget, use and the need."""
+    return tuple(
         {
             "device": d,
             "budget": ledger.budgets.get(d, 0),
             "used": ledger.used(d),
-            "estimate": need[d],
+            "estimate": b,
             "source": estimate.source,
         }
-        for d in need
+        for d, b in estimate.devices.items()
+        if b > 0
     )
+
+
+def plan_load(ledger: Ledger, model: str, key: str, estimate: Estimate) -> Plan:
+    """The memory choice alone (no forced victims): what `plan` asks of the ledger's rest."""
+    need = {d: b for d, b in estimate.devices.items() if b > 0}
+    rows = _device_rows(ledger, estimate)
     current = ledger.get(key)
     if current is not None and current.state != "stopping":
         return Plan(model, True, rows, (), "none")
@@ -198,6 +250,7 @@ __all__ = [
     "MemoryRefusal",
     "Plan",
     "Victim",
+    "plan",
     "plan_load",
     "refuse_if_too_large",
     "reload_cost",

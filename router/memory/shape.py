@@ -1,18 +1,15 @@
 """What a GGUF header says about a model's memory: layers, KV heads, head sizes, windows.
 
-The only I/O of the estimate (`read_shape`); everything else works on `ModelShape`. The `gguf`
-reader memory-maps the file and touches only the header pages and the tensor index.
+The only I/O of the estimate (`read_shape`, through the one GGUF reader, router/memory/gguf.py);
+everything else works on `ModelShape`.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger(__name__)
+from router.memory.gguf import read_header
 
 # Architectures whose sliding-window layers follow a fixed pattern when the file states the
 # window but no pattern (llama.cpp's defaults): every Nth layer is a full-attention layer.
@@ -39,33 +36,16 @@ class ModelShape:
 
 def read_shape(path: str) -> ModelShape | None:
     """The shape of a GGUF file, or None when it is not a readable GGUF with an architecture.
-
-    Cached per file version (path, size, mtime): the Python reader parses the whole tokenizer
-    array, about a second for a 150k-token vocabulary, and the status asks on every poll."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return _read_shape(path, st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _read_shape(path: str, _size: int, _mtime_ns: int) -> ModelShape | None:
-    import gguf
-
-    try:
-        reader = gguf.GGUFReader(path, "r")
-    except Exception as exc:  # a damaged header raises anything from ValueError to IndexError
-        log.debug("no GGUF shape for %s: %s", path, exc)
-        return None
-    arch = _get(reader, "general.architecture")
-    if not isinstance(arch, str):
+    The header comes from the one reader and its cache (router/memory/gguf.py): the status
+    asks on every poll, and the inventory and the Ollama routes read the same headers."""
+    header = read_header(path)
+    if header is None or header.architecture is None:
         return None
     return shape_from_fields(
-        arch,
-        {k.removeprefix(arch + "."): _get(reader, k) for k in reader.fields if k.startswith(arch)},
-        n_vocab=len(_get(reader, "tokenizer.ggml.tokens") or ()),
-        tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors),
+        header.architecture,
+        header.arch_fields,
+        n_vocab=header.n_vocab,
+        tensor_bytes=header.tensor_bytes,
     )
 
 
@@ -111,16 +91,6 @@ def _swa_layers(arch: str, n_layer: int, window: int | None, pattern: Any) -> fr
     if every <= 0:
         return frozenset(range(n_layer))  # a window and no pattern: every layer slides
     return frozenset(i for i in range(n_layer) if (i + 1) % every)
-
-
-def _get(reader: Any, key: str) -> Any:
-    field = reader.get_field(key)
-    if field is None:
-        return None
-    try:
-        return field.contents()
-    except (ValueError, IndexError, UnicodeDecodeError):
-        return None
 
 
 def _int(value: Any) -> int:

@@ -1,5 +1,5 @@
 """A model's Ollama metadata (`details`, `model_info`, `capabilities`, `expires_at`) from its
-GGUF header, as `router/site/gguf_meta.py` `read_gguf_header` reads it. Pure: the header is
+GGUF header, as `router/site/gguf_headers.py` `read_gguf_header` reads it. Pure: the header is
 read off the event loop and cached per file (router/site/gguf_headers.py).
 
 Ollama's own rules (server/images.go, format/format.go): `family` is `general.architecture`,

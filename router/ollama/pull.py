@@ -129,6 +129,16 @@ def file_progress(item: RepoFile, completed: int) -> dict[str, Any]:
     }
 
 
+def already_served() -> list[dict[str, Any]]:
+    """The records of a pull of a model that is already here: nothing to fetch, success."""
+    return [
+        status("pulling manifest"),
+        status("verifying sha256 digest"),
+        status("writing manifest"),
+        status("success"),
+    ]
+
+
 def job_records(job: Job, seen: dict[str, int]) -> list[dict[str, Any]]:
     """What changed in `job` since the last call (`seen`: path -> bytes reported)."""
     out = []

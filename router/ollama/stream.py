@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from router.errors import BadGateway, sanitize
-from router.forwarding import Event, SSEParser, encode_line
+from router.forwarding import Event, SSEParser, encode_line, error_message
 from router.ollama.responses import (
     Kind,
     done_reason,
@@ -51,7 +51,7 @@ class _Translator:
         except ValueError:
             obj = None
         if name == "error" or (isinstance(obj, dict) and "error" in obj):
-            return self.fail(_error_message(obj, text))
+            return self.fail(error_message(obj, text))
         if not isinstance(obj, dict):
             return self.fail("the backend sent an unreadable stream event")
         if obj.get("usage") is not None:
@@ -194,14 +194,6 @@ class NdjsonStream:
             if self._state.ended:
                 break
         return b"".join(out)
-
-
-def _error_message(obj: Any, text: str) -> str:
-    err = obj.get("error") if isinstance(obj, dict) else (obj if obj is not None else text)
-    if isinstance(err, dict):
-        err = err.get("message") or json.dumps(err)
-    message = err if isinstance(err, str) else json.dumps(err)
-    return message or "the backend reported an error"
 
 
 def _text(value: Any) -> str:

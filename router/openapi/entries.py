@@ -285,8 +285,9 @@ ENTRIES: Mapping[str, Entry] = {
     ),
     "ollama.root": Entry("Ollama's liveness probe: `Ollama is running`", _ok(TEXT)),
     "ollama.pull": Entry(
-        "Pull a Hugging Face GGUF (`hf.co/{owner}/{repository}:{quantization}`): Ollama's "
-        "progress records (NDJSON, or the last one as JSON with `stream: false`)",
+        "Pull a Hugging Face GGUF (`hf.co/{owner}/{repository}:{quantization}`), or a name "
+        "the router already serves (success, nothing fetched): Ollama's progress records "
+        "(NDJSON, or the last one as JSON with `stream: false`)",
         _ok(_PULL),
         request=json_schema(
             {
@@ -297,7 +298,8 @@ ENTRIES: Mapping[str, Entry] = {
                     "stream": {"type": "boolean"},
                 },
             },
-            "`model` (or `name`): hf.co/{owner}/{repository}[:{quantization}]",
+            "`model` (or `name`): hf.co/{owner}/{repository}[:{quantization}], or a served "
+            "model's name",
         ),
     ),
     "ollama.manage": Entry(

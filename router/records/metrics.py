@@ -124,68 +124,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
-            "tensor_router_requests",
-            "Requests answered, by route template, lane and status class.",
-            ["route", "lane", "status_class"],
-            registry=r,
-        )
-        self.duration = Histogram(
-            "tensor_router_request_duration_seconds",
-            "Whole request time.",
-            ["lane"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ttfb = Histogram(
-            "tensor_router_time_to_first_byte_seconds",
-            "Time until the backend's response headers arrived.",
-            ["lane"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.queue_wait = Histogram(
-            "tensor_router_queue_wait_seconds",
-            "Time from arrival to the start of backend work.",
-            ["lane"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.loads = Counter(
-            "tensor_router_loads", "Backend loads, by result.", ["family", "result"], registry=r
-        )
-        self.kv_cache = Counter(
-            "tensor_router_kv_cache_operations",
-            "KV cache saves and restores (docs/swaps.md), by action and result"
-            " (ok, none, passed, rejected, failed, timeout).",
-            ["action", "result"],
-            registry=r,
-        )
-        self.readahead = Counter(
-            "tensor_router_readahead",
-            "Read-aheads of an incoming model's files during a drain (docs/swaps.md), by result"
-            " (started, done, stopped, cancelled, skipped, failed).",
-            ["result"],
-            registry=r,
-        )
-        self.store_replaced = Counter(
-            "tensor_router_store_file_replaced",
-            "Times the store file was found deleted or replaced and a fresh one opened.",
-            registry=r,
-        )
-        self.load_duration = Histogram(
-            "tensor_router_load_duration_seconds",
-            "Spawn to ready.",
-            ["family"],
-            buckets=_LOAD_BUCKETS,
-            registry=r,
-        )
-        self.runtime_state = Gauge(
-            "tensor_router_runtime_state",
-            "1 for the state each runtime is in.",
-            ["runtime", "state"],
-            registry=r,
-        )
+        self.requests, self.duration, self.ttfb, self.queue_wait = _request_series(r)
+        self.loads, self.kv_cache, self.readahead, self.store_replaced = _event_counters(r)
+        self.load_duration, self.runtime_state = _runtime_series(r)
         self._gauges: RuntimeGauges | None = None
         self._memory = MemoryGauges()
         r.register(self._memory)
@@ -241,3 +182,80 @@ class Metrics:
             return generate_latest(self.registry)
         finally:
             self._memory.figures = MemoryFigures()
+
+
+def _request_series(r: CollectorRegistry) -> tuple[Counter, Histogram, Histogram, Histogram]:
+    """Per request (observe_request)."""
+    requests = Counter(
+        "tensor_router_requests",
+        "Requests answered, by route template, lane and status class.",
+        ["route", "lane", "status_class"],
+        registry=r,
+    )
+    duration = Histogram(
+        "tensor_router_request_duration_seconds",
+        "Whole request time.",
+        ["lane"],
+        buckets=_LATENCY_BUCKETS,
+        registry=r,
+    )
+    ttfb = Histogram(
+        "tensor_router_time_to_first_byte_seconds",
+        "Time until the backend's response headers arrived.",
+        ["lane"],
+        buckets=_LATENCY_BUCKETS,
+        registry=r,
+    )
+    queue_wait = Histogram(
+        "tensor_router_queue_wait_seconds",
+        "Time from arrival to the start of backend work.",
+        ["lane"],
+        buckets=_LATENCY_BUCKETS,
+        registry=r,
+    )
+    return requests, duration, ttfb, queue_wait
+
+
+def _event_counters(r: CollectorRegistry) -> tuple[Counter, Counter, Counter, Counter]:
+    """Counted from the bus (on_event), and the store's file replacements (the app)."""
+    loads = Counter(
+        "tensor_router_loads", "Backend loads, by result.", ["family", "result"], registry=r
+    )
+    kv_cache = Counter(
+        "tensor_router_kv_cache_operations",
+        "KV cache saves and restores (docs/swaps.md), by action and result"
+        " (ok, none, passed, rejected, failed, timeout).",
+        ["action", "result"],
+        registry=r,
+    )
+    readahead = Counter(
+        "tensor_router_readahead",
+        "Read-aheads of an incoming model's files during a drain (docs/swaps.md), by result"
+        " (started, done, stopped, cancelled, skipped, failed).",
+        ["result"],
+        registry=r,
+    )
+    store_replaced = Counter(
+        "tensor_router_store_file_replaced",
+        "Times the store file was found deleted or replaced and a fresh one opened.",
+        registry=r,
+    )
+    return loads, kv_cache, readahead, store_replaced
+
+
+def _runtime_series(r: CollectorRegistry) -> tuple[Histogram, Gauge]:
+    """Load times and runtime states, from the bus (on_event)."""
+    load_duration = Histogram(
+        "tensor_router_load_duration_seconds",
+        "Spawn to ready.",
+        ["family"],
+        buckets=_LOAD_BUCKETS,
+        registry=r,
+    )
+    runtime_state = Gauge(
+        "tensor_router_runtime_state",
+        "1 for the state each runtime is in.",
+        ["runtime", "state"],
+        registry=r,
+    )
+    return load_duration, runtime_state

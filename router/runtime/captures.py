@@ -33,7 +33,7 @@ class CaptureObserver:
 
     def launched(self, argv: list[str]) -> None:
         config = self._runtime.config
-        self.attempt_id = self._store.start_capture(
+        self.attempt_id = self._store.load_attempts.start(
             model=config.id,
             backend=self._runtime.spec.family.value,
             kind=self._kind,
@@ -48,11 +48,11 @@ class CaptureObserver:
 
     def output(self, stream: str, line: bytes) -> None:
         if self.attempt_id is not None:
-            self._store.capture_output(self.attempt_id, stream, line + b"\n")
+            self._store.load_attempts.output(self.attempt_id, stream, line + b"\n")
 
     def finished(self, status: str, exit_code: int | None, error: str | None) -> None:
         if self.attempt_id is not None:
-            self._store.finish_capture(self.attempt_id, status, exit_code, error)
+            self._store.load_attempts.finish(self.attempt_id, status, exit_code, error)
 
 
 def observer_factory(
@@ -62,7 +62,7 @@ def observer_factory(
     `readahead(key)`: what the read-ahead had done when that load began (ReadAhead.at_load)."""
 
     def make(runtime: Runtime) -> CaptureObserver | None:
-        if not store.capture_enabled:
+        if not store.load_attempts.enabled:
             return None
         return CaptureObserver(store, runtime, readahead=readahead)
 

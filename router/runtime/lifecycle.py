@@ -145,6 +145,10 @@ class RuntimeCore:
 
     async def _load(self, runtime: Runtime) -> None:
         self._events.publish("loading", **runtime.identity())  # created in LOADING
+        # Its estimate (a GGUF header read, up to a second) is read off the loop beside the
+        # load: the host room (memory/host.py) reads the ledger on the loop at a later swap,
+        # and with `residency: lane` admission estimates nothing.
+        self._spawn(self._book.prepare([runtime.spec]))
         seen = self._observer(runtime) if self._observer else None
         progress = LoadProgress(self._events.publish, runtime.identity())
         report = ReportLines()  # the backend's memory report, for the measurement

@@ -1,5 +1,6 @@
-"""The manager's memory side (issue 25; docs/residency.md): the live ledger, the one load
-decision `plan()` shared by the dry run and the real load, and the memory status.
+"""The manager's memory side (issue 25; docs/residency.md): the live ledger, the inputs of
+the load decision (router/memory/eviction.py `plan`, which decides) for the dry run and the
+real load, and the memory status.
 
 `RuntimeManager` builds on this class; it adds nothing to `RuntimeCore`'s state but the
 `Book` (and, for several runtimes per lane, the plans of pending loads: many.py).
@@ -43,7 +44,7 @@ class Planning(RuntimeCore):
         await self._book.prepare([rt.spec for rt in self._runtimes.values()])
         return self._book.status(self.live_ledger())
 
-    # ---- the one decision -------------------------------------------------------------
+    # ---- asking the load decision ----------------------------------------------------
 
     async def plan(self, config: ModelConfig, lane: Lane | None = None) -> Plan:
         """What loading `config` on `lane` would do now: the dry run (`POST /router/v1/load

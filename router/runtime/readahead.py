@@ -9,7 +9,8 @@ on the loop, that the swap is still wanted, so a swap abandoned by its waiters c
 
 Nothing here may delay or fail a request: every failure is logged, published as a `readahead`
 event (docs/events.md) and counted (`tensor_router_readahead_total`), and the load goes on.
-The amount read is capped by `plan()` (pure) to what fits in host memory (`room()`).
+The amount read is capped by `plan()` (pure) to the host room the memory package grants
+(router/memory/host.py: the ledger's host budget, `memory.reserve`, the memory available now).
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from router.config import Settings
 from router.config.availability import needed_files
-from router.memory.devices import HOST, budgets, host_device
+from router.memory.host import HostRoom
 from router.runtime.loader import LaunchSpec
 
 log = logging.getLogger(__name__)
@@ -89,13 +88,6 @@ def plan(files: Sequence[tuple[Path, int]], room: int) -> Plan:
     return Plan(tuple(reads), total, max(0, room))
 
 
-def room(budget: int, resident: int, available: int) -> int:
-    """Bytes the read-ahead may fill: the host budget less what resident runtimes' files hold
-    (the outgoing runtime is still loaded while it drains), and never more than the memory the
-    kernel reports available now (beyond it, reading evicts what it just read)."""
-    return max(0, min(budget - resident, available))
-
-
 # ---- one read-ahead -----------------------------------------------------------------------
 
 
@@ -143,16 +135,13 @@ def read_chunk(path: Path, offset: int, buffer: bytearray, length: int, end: int
 
 
 class ReadAhead:
-    def __init__(
-        self,
-        settings: Settings,
-        publish: Publish,
-        *,
-        available: Callable[[], int] = lambda: int(psutil.virtual_memory().available),
-    ) -> None:
+    def __init__(self, settings: Settings, publish: Publish, host: HostRoom) -> None:
         self._settings = settings
         self._publish = publish
-        self._available = available
+        # The room to fill: the ledger's free host budget (the outgoing runtime is still in it
+        # while it drains), never beyond what is available now (else reading evicts what it
+        # just read), less `memory.reserve`.
+        self._host = host
         self._jobs: dict[str, Job] = {}  # by runtime key, until its load begins
         self._tasks: set[asyncio.Task[None]] = set()
         self._at_load: dict[str, dict[str, Any] | None] = {}  # figures frozen as a load began
@@ -173,7 +162,7 @@ class ReadAhead:
         if (running and running.result == "reading") or any(r.key == spec.key for r in resident):
             return  # already reading, or it runs already
         try:
-            job = self._plan_job(spec, resident, lambda: wants(spec.key))
+            job = self._plan_job(spec, lambda: wants(spec.key))
         except Exception as exc:  # never let the swap pay for a read-ahead's trouble
             self._failed(spec.key, spec.config.id, exc)
             return
@@ -212,17 +201,10 @@ class ReadAhead:
             job.stop = "cancelled"
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _plan_job(
-        self, spec: LaunchSpec, resident: list[LaunchSpec], wanted: Callable[[], bool]
-    ) -> Job:
+    def _plan_job(self, spec: LaunchSpec, wanted: Callable[[], bool]) -> Job:
         files = {k: (p, _size(p)) for k, p in needed_files(spec.config, _lanes(spec)).items()}
-        held = sum(
-            _size(p) for r in resident for p in set(needed_files(r.config, _lanes(r)).values())
-        )
-        memory = self._settings.memory
-        budget = budgets((host_device(),), memory.host_budget, "auto", memory.reserve)[HOST]
-        the_room = room(budget, held, self._available())
-        return Job(spec.key, spec.config.id, plan(order_files(files), the_room), wanted)
+        the_plan = plan(order_files(files), self._host.room())
+        return Job(spec.key, spec.config.id, the_plan, wanted)
 
     async def _run(self, job: Job) -> None:
         try:

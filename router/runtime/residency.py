@@ -21,12 +21,12 @@ from typing import Any
 
 from router.config import Settings
 from router.config.schema import PROGRAM_SECTIONS, ProgramSection
+from router.memory import eviction
 from router.memory.devices import Device, budgets
 from router.memory.estimate import Estimate
 from router.memory.eviction import Plan
 from router.memory.figures import Figures, NoFigures
 from router.memory.fingerprint import launch_fingerprint
-from router.memory.forced import plan_with_forced
 from router.memory.ledger import Ledger, Resident, State, Usage
 from router.memory.sizing import estimate_config
 from router.memory.status import machine_devices
@@ -192,7 +192,7 @@ class Book:
 
     def plan(self, ledger: Ledger, spec: RuntimeSpec, forced: Mapping[str, str]) -> Plan:
         need, _ = self.need(spec)
-        return plan_with_forced(
+        return eviction.plan(
             ledger, spec.config.id, spec.key, need, forced, act_on_memory=self.acts
         )
 

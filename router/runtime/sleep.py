@@ -22,24 +22,22 @@ import asyncio
 import logging
 from pathlib import Path
 
-import psutil
-
 from router.backend_client import BackendClient, Outcome
 from router.config import Settings
 from router.domain import Family
+from router.memory.host import HostRoom
 from router.runtime.state import Runtime
 
 log = logging.getLogger(__name__)
 
 SLEEP_LEVEL = 1
-# Host memory kept free after the sleeping model's weights arrive there.
-HOST_RESERVE = 2 << 30
 
 
-def may_sleep(wanted: bool, family: Family, weights: int, available: int) -> bool:
+def may_sleep(wanted: bool, family: Family, weights: int, room: int) -> bool:
     """Pure: a `router_sleep` vLLM runtime sleeps when its weights (moved to host RAM by a
-    level-1 sleep) fit in the host memory available now with `HOST_RESERVE` to spare."""
-    return wanted and family is Family.VLLM and weights + HOST_RESERVE <= available
+    level-1 sleep) fit in the host room the memory package grants (router/memory/host.py:
+    the ledger's host budget and `memory.reserve`)."""
+    return wanted and family is Family.VLLM and weights <= room
 
 
 def weights_size(path: Path) -> int:
@@ -55,22 +53,27 @@ def weights_size(path: Path) -> int:
 class VllmSleep:
     """The sleep and wake calls; each bounded, each answering True or False, never raising."""
 
-    def __init__(self, settings: Settings, client: BackendClient):
+    def __init__(self, settings: Settings, client: BackendClient, host: HostRoom):
         self._settings = settings
         self._client = client
+        self._host = host  # the memory package judges host memory, not this module
 
     def wanted(self, runtime: Runtime) -> bool:
-        """Sleep instead of stop? Stats the model's files and reads host memory (cheap)."""
+        """Sleep instead of stop? Stats the model's files and asks for host room (cheap)."""
         config = runtime.config
         if not (config.sleep and runtime.spec.family is Family.VLLM and runtime.base_url):
             return False
         model = config.model_file(runtime.spec.lane)
         weights = weights_size(model) if model is not None else 0
-        available = psutil.virtual_memory().available
-        allowed = may_sleep(True, runtime.spec.family, weights, available)
+        # Asleep, the ledger counts its weights in place of its figure (runtime/residency.py).
+        room = self._host.room(replacing=runtime.key)
+        allowed = may_sleep(True, runtime.spec.family, weights, room)
         if not allowed:
             log.info(
-                "%s: host memory does not allow a sleep (%d bytes free)", runtime.key, available
+                "%s: host memory does not allow a sleep (%d bytes of weights, %d of room)",
+                runtime.key,
+                weights,
+                room,
             )
         return allowed
 

@@ -22,7 +22,6 @@ from router.site.configs import (
 )
 from router.site.cook import CookPlan, plan_cook, probe_model_file
 from router.site.files import FileStat, kind_of, scan_roots, suspicious
-from router.site.gguf_meta import read_gguf_metadata
 from router.site.hashing import Digest, HashCache, Hasher, HashRows, digest_file
 from router.site.index import Located, SiteFiles
 from router.site.inventory import file_records, model_record, runtime_record
@@ -64,7 +63,6 @@ __all__ = [
     "plan_cook",
     "portable_slots",
     "probe_model_file",
-    "read_gguf_metadata",
     "remove_file",
     "render",
     "runnable",

@@ -1,4 +1,4 @@
-"""GGUF headers of model files, read once per file in a worker thread and kept.
+"""GGUF headers of model files for the Ollama routes, read once per file in a worker thread.
 
 The key is the file's SHA-256 when the catalog has hashed it (the same file under two names is
 read once), else its resolved path, size and mtime (a file that changes is read again). The
@@ -16,16 +16,27 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from router.site.gguf_meta import read_gguf_header
+from router.memory import read_header
 
 log = logging.getLogger(__name__)
 
-Header = dict[str, Any]
+Header = dict[str, Any]  # `GgufHeader.ollama()`
 Key = tuple[str, ...]
 READERS = 2  # model files share one disk on most boxes
 
 
+def read_gguf_header(path: str) -> Header | None:
+    """What Ollama's /api/show tells about the model in `path`, from the one GGUF reader
+    (router/memory/gguf.py, which the estimate and the inventory share). Blocking."""
+    header = read_header(path)
+    return header.ollama() if header is not None else None
+
+
 class GgufHeaders:
+    """The Ollama routes' bounded, off-loop front of the one reader: a read under way is
+    shared, and the answers are indexed by asset hash (the same bytes under another name are
+    not read again) or file version; the parse itself is cached by the reader."""
+
     def __init__(
         self, read: Callable[[str], Header | None] = read_gguf_header, readers: int = READERS
     ) -> None:

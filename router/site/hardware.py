@@ -1,8 +1,9 @@
 """This node's hardware for the site inventory's `hardware` field (docs/site.md).
 
 Read once per process (it does not change while the router runs) from the OS: CPU count and
-model, memory, and the accelerators the kernel exposes (NVIDIA and AMD device nodes, DRM render
-nodes). Nothing is probed by running a program.
+model, and the accelerators the kernel exposes (NVIDIA and AMD device nodes, DRM render nodes);
+the memory from the memory package (router/memory/devices.py), the only reader of system
+memory. Nothing is probed by running a program.
 """
 
 from __future__ import annotations
@@ -13,17 +14,16 @@ import platform
 from pathlib import Path
 from typing import Any
 
-import psutil
+from router.memory.devices import host_device
 
 
 @functools.cache
 def hardware() -> dict[str, Any]:
-    memory = psutil.virtual_memory()
     return {
         "cpu_count": os.cpu_count() or 1,
         "cpu_model": _cpu_model(),
         "architecture": platform.machine() or None,
-        "memory_bytes": int(memory.total),
+        "memory_bytes": host_device().total,
         "accelerators": _accelerators(),
     }
 

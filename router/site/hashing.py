@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from router.memory import read_header
 from router.site.files import FileStat, kind_of
-from router.site.gguf_meta import read_gguf_metadata
 
 CHUNK = 1 << 20
 HASH_WORKERS = 2  # model files share one disk on most boxes; more readers only seek more
@@ -35,11 +35,11 @@ Hasher = Callable[[FileStat], Digest | None]
 
 
 class HashRows(Protocol):
-    """The store's side: rows of `file_hashes` (router/store/store.py implements it)."""
+    """The store's side: rows of `file_hashes` (`Store.file_hashes` implements it)."""
 
-    async def file_hashes(self) -> dict[str, tuple[int, int, str, str | None]]: ...
+    async def rows(self) -> dict[str, tuple[int, int, str, str | None]]: ...
 
-    def add_file_hash(self, row: tuple[str, int, int, str, str | None, float]) -> None: ...
+    def add(self, row: tuple[str, int, int, str, str | None, float]) -> None: ...
 
 
 def digest_file(stat: FileStat) -> Digest | None:
@@ -55,7 +55,8 @@ def digest_file(stat: FileStat) -> Digest | None:
                 return None
     except OSError:
         return None
-    meta = read_gguf_metadata(stat.real) if kind_of(stat.real) == "gguf" else None
+    header = read_header(stat.real) if kind_of(stat.real) == "gguf" else None
+    meta = header.inventory() if header is not None else None
     return Digest(sha.hexdigest(), meta)
 
 
@@ -74,7 +75,7 @@ class HashCache:
 
     async def known(self) -> dict[str, tuple[int, int, str, str | None]]:
         """Every cached row: resolved path -> (size, mtime_ns, sha256, metadata JSON)."""
-        return await self.rows.file_hashes()
+        return await self.rows.rows()
 
     async def digests(self, stats: Iterable[FileStat]) -> dict[str, Digest]:
         """Resolved path -> Digest for each file that could be read; cached ones are not read."""
@@ -110,9 +111,7 @@ class HashCache:
         # timed out on a long cold inventory) is not lost.
         if digest is not None:
             meta = json.dumps(digest.metadata) if digest.metadata is not None else None
-            self.rows.add_file_hash(
-                (stat.real, stat.size, stat.mtime_ns, digest.sha256, meta, time.time())
-            )
+            self.rows.add((stat.real, stat.size, stat.mtime_ns, digest.sha256, meta, time.time()))
         return digest
 
 

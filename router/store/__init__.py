@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from router.store.captures import CaptureFilter, argv_without_secrets, sanitize_kcpps
+    from router.store.load_attempts import LoadAttempts
     from router.store.store import Store
 
 _HOMES = {
     "CaptureFilter": "router.store.captures",
     "argv_without_secrets": "router.store.captures",
     "sanitize_kcpps": "router.store.captures",
+    "LoadAttempts": "router.store.load_attempts",
     "Store": "router.store.store",
 }
 
-__all__ = ["CaptureFilter", "Store", "argv_without_secrets", "sanitize_kcpps"]
+__all__ = ["CaptureFilter", "LoadAttempts", "Store", "argv_without_secrets", "sanitize_kcpps"]
 
 
 def __getattr__(name: str) -> Any:

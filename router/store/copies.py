@@ -41,12 +41,18 @@ def backup(source: Path, dest: Path) -> int:
         dst = sqlite3.connect(dest)
         try:
             src.backup(dst, pages=-1)
-            dst.execute("PRAGMA journal_mode = DELETE")
+            self_contained(dst)
         finally:
             dst.close()
     finally:
         src.close()
     return dest.stat().st_size
+
+
+def self_contained(copy: sqlite3.Connection) -> None:
+    """A copy's header says WAL as its source's did: rollback mode makes it one file, so no
+    `-wal` beside its path (perhaps another database's) is ever read as its own."""
+    copy.execute("PRAGMA journal_mode = DELETE")
 
 
 def temp_copy_path(path: Path) -> Path:

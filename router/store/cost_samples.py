@@ -1,6 +1,6 @@
 """The samples a node's cost fits read (router/lending/costs.py): its own successful jobs
 inside the sample window, newest first per (model, lane), capped so a busy day stays a cheap
-read. Loads come from `Store.load_durations` (every successful load). `Store.costs`."""
+read. Loads come from `Store.load_attempts.durations` (every successful load). `Store.costs`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Cached file hashes in the store (`file_hashes`, router/site/hashing.py): the store's part
-behind `Store.file_hashes` and `add_file_hash`."""
+`Store.file_hashes`: `rows` and `add`."""
 
 from __future__ import annotations
 

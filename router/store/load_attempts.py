@@ -1,6 +1,6 @@
 """Load captures in the store (`load_attempts`, `load_output_chunks`; docs/store.md): each load
 attempt's sanitised launch (router/store/captures.py) and the backend's output up to the cap.
-The store's part behind `Store.start_capture`, `capture_output`, `finish_capture` and the reads.
+`Store.load_attempts`: `start`, `output` and `finish` as a load runs, then the reads.
 
 Recording is synchronous and only appends to the writer's buffer: a backend's output never
 waits on disk.
@@ -55,18 +55,21 @@ class LoadAttempts:
 
     def start(
         self,
+        *,
         model: str | None,
         backend: str | None,
-        kind: str,
-        lane: str | None,
-        kcpps: Mapping[str, Any] | None,
-        asset_hashes: Mapping[str, str] | None,
-        argv: Iterable[str],
-        home_dirs: Iterable[str],
-        started_at: float | None,
-        readahead: Mapping[str, Any] | None,
+        kind: str = "load",
+        lane: str | None = None,
+        kcpps: Mapping[str, Any] | None = None,
+        asset_hashes: Mapping[str, str] | None = None,
+        argv: Iterable[str] = (),
+        home_dirs: Iterable[str] = (),
+        started_at: float | None = None,
+        readahead: Mapping[str, Any] | None = None,
     ) -> str:
-        """Open an attempt record; returns its id. With capture off, the id is inert."""
+        """Open an attempt record; returns its id. With capture off, the id is inert.
+        `readahead`: what the read-ahead of the model's files had done when the load began
+        (docs/swaps.md); None when none ran for this load."""
         attempt_id = uuid.uuid4().hex
         if not self.enabled:
             return attempt_id
@@ -111,9 +114,9 @@ class LoadAttempts:
         self,
         attempt_id: str,
         status: str,
-        exit_code: int | None,
-        error: str | None,
-        ended_at: float | None,
+        exit_code: int | None = None,
+        error: str | None = None,
+        ended_at: float | None = None,
     ) -> None:
         live = self._live.pop(attempt_id, None)
         if live is None:
@@ -142,7 +145,7 @@ class LoadAttempts:
         cursor_out = cap.encode_cursor(last["started_at"], last["id"]) if more and last else None
         return {"captures": page, "next_cursor": cursor_out}
 
-    async def durations(self, per_model: int) -> dict[str, list[float]]:
+    async def durations(self, per_model: int = 10) -> dict[str, list[float]]:
         """Seconds of the last successful loads of each model, oldest first."""
         durations: dict[str, list[float]] = {}
         async with self._db.reader.execute(cap.LOAD_DURATIONS, (per_model,)) as cursor:
@@ -158,7 +161,7 @@ class LoadAttempts:
         return None if row is None else cap.attempt_dict(cap.DETAIL_COLUMNS, row)
 
     async def output_page(
-        self, attempt_id: str, after_sequence: int, limit: int
+        self, attempt_id: str, after_sequence: int = 0, limit: int = 200
     ) -> dict[str, Any] | None:
         detail = await self.detail(attempt_id)
         if detail is None:

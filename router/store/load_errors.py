@@ -1,6 +1,6 @@
 """Load errors in the store (`load_errors`, docs/store.md): one row per failed load, its
 reason sanitised and the backend's output cut to its tail. The store's part behind
-`Store.record_load_error`, `list_load_errors` and `clear_load_errors`."""
+`Store.load_errors`: `record`, `rows` and `clear`."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class LoadErrors:
         )
         self._db.writer.add_op(Op(_INSERT, row), urgent=True)
 
-    async def rows(self, limit: int) -> list[dict[str, Any]]:
+    async def rows(self, limit: int = 100) -> list[dict[str, Any]]:
         sql = f"SELECT {', '.join(_COLUMNS)} FROM load_errors ORDER BY time DESC, id DESC LIMIT ?"
         return await self._db.dicts(sql, (limit,), _COLUMNS)
 

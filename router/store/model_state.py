@@ -1,5 +1,5 @@
 """Model state in the store (`model_state`): which models an admin disabled, kept across
-restarts. The store's part behind `Store.get_disabled` and `set_disabled`."""
+restarts. `Store.model_states`: `disabled` and `set_disabled`."""
 
 from __future__ import annotations
 

@@ -52,38 +52,13 @@ Raw = tuple[Any, ...]
 
 def row_from_raw(raw: Raw) -> Row:
     """The stored row for one request: rounding and usage parsing happen here, off the loop."""
-    (
-        wall,
-        route,
-        surface,
-        lane,
-        model,
-        node_id,
-        backend,
-        status,
-        upstream_status,
-        message,
-        queue_wait_ms,
-        ttfb_ms,
-        duration_s,
-        bytes_in,
-        bytes_out,
-        aborted,
-        tail,
-    ) = raw[:17]
+    # wall .. error_message are stored as recorded; the rest is rounded, folded or parsed.
+    as_recorded, status = raw[:10], raw[7]
+    queue_wait_ms, ttfb_ms, duration_s, bytes_in, bytes_out, aborted, tail = raw[10:17]
     answered_by = raw[17] if len(raw) > 17 else None
     usage = sniff_usage(tail)
     return (
-        wall,
-        route,
-        surface,
-        lane,
-        model,
-        node_id,
-        backend,
-        status,
-        upstream_status,
-        message,
+        *as_recorded,
         round(queue_wait_ms, 3),
         None if ttfb_ms is None else round(ttfb_ms, 3),
         round(duration_s * 1000.0, 3),

@@ -1,11 +1,11 @@
 """`Store`: the node's SQLite file (analytics, load captures, load errors, model state, file
 hashes), and its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`,
 `lending`, `memory` (each a small class handed an `Access`: the writer, the reader and the
-settle-before-read). The load captures, load errors, model state and file hashes are parts too
-(load_attempts.py, load_errors.py, model_state.py, file_hashes.py), reached through the
-store's own methods; this module composes them: open, the writer, settle, retention, copies.
+settle-before-read), and `load_attempts`, `load_errors`, `model_states`, `file_hashes` the
+same way: callers use the part (`store.load_errors.record(...)`), never a forwarding method.
+This module composes them: open, the writer, settle, retention, copies, and the analytics.
 
-All writes go through one `Writer` task; the recording calls (`record`, `capture_output`, ...)
+All writes go through one `Writer` task; the recording calls (`record_raw`, `load_attempts.output`, ...)
 are synchronous and only append to memory, so request handlers never wait on disk. Reads use a
 second connection (WAL lets it read while the writer writes) after draining what is pending,
 so an admin sees what was recorded a moment ago.
@@ -19,7 +19,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ import aiosqlite
 
 from router.config import AnalyticsSection
 from router.errors import InternalError, StoreUnavailable
-from router.store import captures as cap
 from router.store import copies, ranges
 from router.store.access import Access
 from router.store.benchmarks import BenchmarkRuns
@@ -78,10 +77,10 @@ class Store(FileWatch):
         self.links = RoutingLinks(access)
         self.lending = LendingRows(access)
         self.memory = MemoryFigureRows(access)
-        self._attempts = LoadAttempts(access, node_id, settings)
-        self._load_errors = LoadErrors(access, node_id)
-        self._model_state = ModelStates(access)
-        self._file_hashes = FileHashes(access)
+        self.load_attempts = LoadAttempts(access, node_id, settings)
+        self.load_errors = LoadErrors(access, node_id)
+        self.model_states = ModelStates(access)
+        self.file_hashes = FileHashes(access)
         self._events: EventChannel | None = None  # the writer process, when analytics is on
         self._last_retention = time.monotonic()
         self.schema_version = 0
@@ -128,13 +127,17 @@ class Store(FileWatch):
         self._events = channel
 
     async def close(self) -> None:
+        copy: Path | None = None
         try:
             if self._events is not None:
                 await self._events.close()  # leftovers go to the in-process writer, closed next
             await self._writer.close()
+            copy = await self.copy_if_deleted()
         finally:
             await self._reader.close()
             await self._db.close()
+        if copy is not None:  # only now: closing the old file deleted its -wal and -shm
+            await asyncio.to_thread(os.replace, copy, self.path)
 
     @property
     def pending(self) -> int:
@@ -226,92 +229,6 @@ class Store(FileWatch):
         for sql, params in ranges.expiry(time.time(), self.settings.raw_retention):
             self._writer.add_op(Op(sql, params))
         return await future
-
-    # -- load captures (router/store/load_attempts.py) ----------------------------------
-
-    @property
-    def capture_enabled(self) -> bool:
-        return self.settings.load_capture_enabled
-
-    def start_capture(
-        self,
-        *,
-        model: str | None,
-        backend: str | None,
-        kind: str = "load",
-        lane: str | None = None,
-        kcpps: Mapping[str, Any] | None = None,
-        asset_hashes: Mapping[str, str] | None = None,
-        argv: Iterable[str] = (),
-        home_dirs: Iterable[str] = (),
-        started_at: float | None = None,
-        readahead: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Open an attempt record; returns its id. With capture off, the id is inert.
-        `readahead`: what the read-ahead of the model's files had done when the load began
-        (docs/swaps.md); None when none ran for this load."""
-        return self._attempts.start(
-            model, backend, kind, lane, kcpps, asset_hashes, argv, home_dirs, started_at, readahead
-        )
-
-    def capture_output(self, attempt_id: str, stream: str, data: bytes) -> None:
-        """Buffer one chunk of a backend's output; cheap no-op once the cap is reached."""
-        self._attempts.output(attempt_id, stream, data)
-
-    def finish_capture(
-        self,
-        attempt_id: str,
-        status: str,
-        exit_code: int | None = None,
-        error: str | None = None,
-        ended_at: float | None = None,
-    ) -> None:
-        self._attempts.finish(attempt_id, status, exit_code, error, ended_at)
-
-    async def list_captures(self, filters: cap.CaptureFilter) -> dict[str, Any]:
-        return await self._attempts.page(filters)
-
-    async def load_durations(self, per_model: int = 10) -> dict[str, list[float]]:
-        """Seconds of the last successful loads of each model, oldest first."""
-        return await self._attempts.durations(per_model)
-
-    async def capture_detail(self, attempt_id: str) -> dict[str, Any] | None:
-        return await self._attempts.detail(attempt_id)
-
-    async def capture_output_page(
-        self, attempt_id: str, after_sequence: int = 0, limit: int = 200
-    ) -> dict[str, Any] | None:
-        return await self._attempts.output_page(attempt_id, after_sequence, limit)
-
-    # -- load errors (router/store/load_errors.py) --------------------------------------
-
-    def record_load_error(self, error: Mapping[str, Any]) -> None:
-        self._load_errors.record(error)
-
-    async def list_load_errors(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self._load_errors.rows(limit)
-
-    async def clear_load_errors(self) -> int:
-        return await self._load_errors.clear()
-
-    # -- model state (router/store/model_state.py) --------------------------------------
-
-    async def get_disabled(self) -> set[str]:
-        return await self._model_state.disabled()
-
-    async def set_disabled(self, model_id: str, disabled: bool) -> None:
-        """Persist one model's state; returns once it is on disk."""
-        await self._model_state.set_disabled(model_id, disabled)
-
-    # -- file hashes (router/site/hashing.py, router/store/file_hashes.py) --------------
-
-    async def file_hashes(self) -> dict[str, tuple[int, int, str, str | None]]:
-        """Resolved path -> (size, mtime_ns, sha256, metadata JSON) for every cached file."""
-        return await self._file_hashes.rows()
-
-    def add_file_hash(self, row: tuple[str, int, int, str, str | None, float]) -> None:
-        """Buffer one upsert, O(1); written with the next batch (a read settles it first)."""
-        self._file_hashes.add(row)
 
     # -- consistent copies (router/store/copies.py) -------------------------------------
 

@@ -160,8 +160,10 @@ function showStoreIncident(incident) {
   box.hidden = false;
   box.append(h('p', { 'data-kind': 'store_replaced' },
     `The analytics store file was ${incident.change} while the router ran; a fresh file was opened `
-    + `at ${formatDateTime(incident.detected_at)}. Lost: every row of the old file, and what was `
-    + `written since ${formatDateTime(incident.intact_at)}.`));
+    + `at ${formatDateTime(incident.detected_at)}. `
+    + (incident.copied
+      ? 'Every row of the old file was copied into it: nothing recorded was lost.'
+      : `Lost: every row of the old file, and what was written since ${formatDateTime(incident.intact_at)}.`)));
 }
 
 function startEvents() {

@@ -9,7 +9,7 @@ import os
 import struct
 import time
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,18 +20,10 @@ import pytest
 from backends.process import SupervisedProcess
 from tests.fakes import fake_backend as fb
 from tests.fakes.wrappers import fake_argv, write_fake_binary
-from tests.support import proctree
 from tests.support.harness import free_port, wait_http
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_tree")]
 HOST = "127.0.0.1"
-
-
-@pytest.fixture(autouse=True)
-def clean_tree() -> Iterator[None]:
-    proctree.enable_subreaper()
-    yield
-    proctree.assert_no_leftovers()
 
 
 @asynccontextmanager

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -24,15 +23,8 @@ from tests.fakes.wrappers import fake_argv, write_setsid_wrapper
 from tests.support import proctree
 from tests.support.signal_spy import spy_on_signals
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("clean_tree")]
 PY = sys.executable
-
-
-@pytest.fixture(autouse=True)
-def clean_tree() -> Iterator[None]:
-    proctree.enable_subreaper()
-    yield
-    proctree.assert_no_leftovers()
 
 
 def py(code: str) -> list[str]:

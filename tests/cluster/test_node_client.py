@@ -47,12 +47,6 @@ async def peer() -> AsyncIterator[Peer]:
     await runner.cleanup()
 
 
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
-
-
 def client_for(session: aiohttp.ClientSession, peer: Peer, total: float = 30.0) -> NodeClient:
     return NodeClient(session, "secret", AllowList([peer.base]), total)
 

@@ -7,7 +7,6 @@ model)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -18,12 +17,6 @@ from router.cluster import NodeClient, PeerUnreachable, listener_url
 from router.cluster.urls import AllowList
 from router.errors import BadGateway, ClusterError, GatewayTimeout
 from tests.support.harness import free_port
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 async def serve(app: web.Application) -> tuple[web.AppRunner, str]:

@@ -21,10 +21,7 @@ from router.cluster import (
     public_image_id,
 )
 from router.errors import ClusterError, DuplicateNode
-
-
-def model(local_id: str, h: str = "m1", c: str = "c1", **kw: object) -> NodeModel:
-    return NodeModel(local_id=local_id, model_hash=h, config_hash=c, **kw)  # type: ignore[arg-type]
+from tests.support.snapshots import model, snap
 
 
 @pytest.mark.parametrize(
@@ -173,10 +170,6 @@ def test_stt_tiers() -> None:
 def test_stt_ties_rotate() -> None:
     idle = [stt("a"), stt("b")]
     assert [choose_stt_node(idle, t).node_id for t in range(3)] == ["a", "b", "a"]  # type: ignore[union-attr]
-
-
-def snap(node_id: str, url: str, *models: NodeModel, protocol: int = PROTOCOL_VERSION) -> Snapshot:
-    return Snapshot(protocol=protocol, node_id=node_id, node_url=url, models=models)
 
 
 def registry() -> Registry:

@@ -4,7 +4,6 @@ where models are listed, refused when two configurations claim one name (docs/kc
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +37,6 @@ def test_aliases_are_parsed_and_checked(tmp_path: Path) -> None:
         parse(tmp_path, router_aliases=["chat"])
     with pytest.raises(KcppsError, match="list"):
         parse(tmp_path, router_aliases="gpt-4o")
-
-
-@pytest.fixture
-async def cat(tmp_path: Path) -> AsyncIterator[Catalog]:
-    catalog = Catalog(tmp_path, BackendMode.LLAMA_SDCPP)
-    yield catalog
-    await catalog.close()
 
 
 async def test_two_configs_claiming_one_name_are_refused(tmp_path: Path, cat: Catalog) -> None:

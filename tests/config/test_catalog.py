@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,6 @@ async def all_hashed(cat: Catalog) -> None:
 
 def real_paths(folder: Path, *names: str) -> list[str]:
     return sorted(os.path.realpath(folder / n) for n in names)
-
-
-@pytest.fixture
-async def cat(tmp_path: Path) -> AsyncIterator[Catalog]:
-    catalog = Catalog(tmp_path, BackendMode.LLAMA_SDCPP)
-    yield catalog
-    await catalog.close()
 
 
 async def test_add_change_remove(tmp_path: Path, cat: Catalog) -> None:

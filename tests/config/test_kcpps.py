@@ -221,6 +221,32 @@ def test_router_settings_bad_values_name_the_key(key: str, value: Any) -> None:
     refused({"model_param": "a.gguf", key: value}, key)
 
 
+# Issue 36: the `router_` prefix is the router's; a typo used to reach KoboldCpp silently.
+@pytest.mark.parametrize("key", ["router_kv_persit", "--router-kv-persit", "router_future"])
+def test_an_unknown_router_key_is_refused_naming_it_and_the_known_ones(key: str) -> None:
+    message = refused({"model_param": "a.gguf", key: "off"}, "not a router key")
+    assert message.startswith(key.lstrip("-").replace("-", "_"))
+    assert "router_kv_persist" in message and "router_aliases" in message
+
+
+def test_every_known_router_key_is_accepted() -> None:
+    config = parse(
+        {
+            "model_param": "a.gguf",
+            "backend_mode": "vllm",
+            "router_aliases": ["x"],
+            "router_jinja_kwargs_precedence": "client",
+            "router_kv_persist": "off",
+            "router_pin": True,
+            "router_sleep": 1,
+            "router_unload_policy": "text",
+            "router_vision": True,
+            "routerish": 1,  # not the prefix: KoboldCpp's to judge
+        }
+    )
+    assert config.raw["router_vision"] is True and config.raw["routerish"] == 1
+
+
 @pytest.mark.parametrize("arg", ["--host", "--port=9", "--trust-remote-code", "--api-key"])
 def test_serve_args_refuse_router_owned_flags(arg: str) -> None:
     refused({"model_param": "a", "backend_mode": "vllm", "serve_args": [arg, "x"]}, "serve_args")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import Any
 
 import pytest
 
@@ -178,6 +179,18 @@ async def test_s22_gated_access_and_the_token_stays_on_the_endpoint(
     assert hub.requests_to("cdn") and all(s[3] is None for s in hub.requests_to("cdn"))
 
 
+async def _redirected_job(harness: RouterHarness, hub: FakeHub, target: str) -> dict[str, Any]:
+    """The finished job of a file the hub redirects to `target`."""
+    hub.redirect = {"config.json": target}
+    client = await harness.start(download_settings(harness, hub))
+    job = (
+        await client.post(
+            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]}
+        )
+    ).json()
+    return await wait_job(client, job["id"])
+
+
 @pytest.mark.parametrize(
     "target",
     [
@@ -190,16 +203,17 @@ async def test_s22_gated_access_and_the_token_stays_on_the_endpoint(
 async def test_s22_redirects_to_forbidden_addresses_are_refused(
     harness: RouterHarness, hub: FakeHub, target: str
 ) -> None:
-    hub.redirect = {"config.json": target}
-    client = await harness.start(download_settings(harness, hub))
-    job = (
-        await client.post(
-            f"{BASE}/jobs", json={"repository": "acme/tiny", "files": ["config.json"]}
-        )
-    ).json()
-    done = await wait_job(client, job["id"])
+    done = await _redirected_job(harness, hub, target)
     assert done["state"] == "failed" and "refused" in done["error"], done
     assert library_files(harness.tmp / "library") == []
+
+
+async def test_a_redirect_to_a_name_that_does_not_resolve_cannot_reach_it(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
+    """Issue 36: a network failure, said as one, not as an S22 refusal."""
+    done = await _redirected_job(harness, hub, "https://cdn.invalid/x")
+    assert done["state"] == "failed" and "cannot reach cdn.invalid" in done["error"], done
 
 
 async def test_pause_keeps_the_part_and_resume_continues_with_a_range(

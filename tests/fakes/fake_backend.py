@@ -71,6 +71,7 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--ttft": "ttft",
     "--crash-after-tokens": "crash_after",
     "--hang-after-tokens": "hang_after",
+    "--error-after-tokens": "error_after",
     "--slow-health": "slow_health",
     "--refuse-for": "refuse_for",
     "--record-requests": "record_requests",
@@ -133,6 +134,9 @@ class Opts:
     ttft: float = 0.0
     crash_after: int | None = None
     hang_after: int | None = None
+    # a stream ends with llama-server's error event after this many tokens, as when the
+    # context fills mid-answer (no finish chunk, no [DONE])
+    error_after: int | None = None
     slow_health: float = 0.0
     # llama-server builds that name the model by its -m path in /completion answers
     native_model_path: bool = False
@@ -192,6 +196,7 @@ def _set(o: Opts, name: str, value: str) -> None:
         "exit_at_start",
         "crash_after",
         "hang_after",
+        "error_after",
         "port",
         "ctx",
         "tokens",
@@ -292,6 +297,10 @@ def summarize(value: Any) -> Any:
 def embed(text: str, dim: int = 8) -> list[float]:
     digest = hashlib.sha256(text.encode()).digest()
     return [round(b / 255.0 - 0.5, 4) for b in digest[:dim]]
+
+
+def base64_vector(vec: list[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
 
 
 def stem(path: str) -> str:
@@ -514,6 +523,11 @@ async def openai_generate(request: web.Request, st: State, model: str, chat: boo
         first = chunk(None, None)
         first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
         await resp.write(sse_data(first))
+    if st.o.error_after is not None:
+        await produce(st, min(n, st.o.error_after), emit)
+        await resp.write(sse_data({"error": CONTEXT_EXCEEDED}))
+        await resp.write_eof()
+        return resp
     await produce(st, n, emit)
     await resp.write(sse_data(chunk(None, "length")))
     if (body.get("stream_options") or {}).get("include_usage"):
@@ -528,8 +542,12 @@ async def openai_generate(request: web.Request, st: State, model: str, chat: boo
 def openai_embeddings(body: dict[str, Any], model: str) -> web.Response:
     inputs = body.get("input", "")
     items = inputs if isinstance(inputs, list) else [inputs]
+    # llama-server honours `encoding_format: "base64"` (packed little-endian float32), which
+    # the openai Python client asks for unless told otherwise.
+    encode = base64_vector if body.get("encoding_format") == "base64" else (lambda v: v)
     data = [
-        {"object": "embedding", "index": i, "embedding": embed(str(x))} for i, x in enumerate(items)
+        {"object": "embedding", "index": i, "embedding": encode(embed(str(x)))}
+        for i, x in enumerate(items)
     ]
     n = sum(len(str(x)) // 4 + 1 for x in items)
     return web.json_response(
@@ -540,6 +558,13 @@ def openai_embeddings(body: dict[str, Any], model: str) -> web.Response:
             "usage": {"prompt_tokens": n, "total_tokens": n},
         }
     )
+
+
+CONTEXT_EXCEEDED = {
+    "code": 400,
+    "message": "Context size has been exceeded.",
+    "type": "exceed_context_size_error",
+}
 
 
 def oai_error(status: int, message: str, kind: str) -> web.Response:

@@ -129,7 +129,9 @@ async def test_an_unnamed_ollama_embed_arriving_in_pieces(harness: RouterHarness
         step = len(body) // 5 + 1
         for start in range(0, len(body), step):
             yield body[start : start + step]
-            await asyncio.sleep(0.05)
+            # A client's pause between pieces (pacing, nothing is polled): long enough that
+            # the router reads each piece on its own.
+            await asyncio.sleep(0.1)
 
     reply = await client.post(
         "/api/embed", content=pieces(), headers={"Content-Type": "application/json"}

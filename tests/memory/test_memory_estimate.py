@@ -18,6 +18,7 @@ from router.memory.devices import Device
 from router.memory.estimate import (
     KV_TYPE_BYTES,
     PROCESS_OVERHEAD,
+    Footprint,
     LlamaOptions,
     file_estimate,
     kv_bytes,
@@ -144,6 +145,26 @@ def test_split_keeps_every_byte(gpu_layers: int | None, n_gpus: int, kv_on_host:
     assert est.devices["host"] >= foot.overhead
     if n_gpus == 0 or gpu_layers == 0:
         assert set(est.devices) == {"host"}
+
+
+def test_the_split_counts_the_output_layer() -> None:
+    """llama.cpp offloads n_layer + 1 layers (the output layer is one more): with n_layer 4 a
+    layer is a fifth of the weights and of the KV; the compute buffer goes where the layers
+    go, the process overhead stays on the host. Exact bytes per device, not only their sum."""
+    s = shape(n_layer=4, n_head_kv=(4,) * 4)
+    foot = Footprint(weights=5000, kv=1000, compute=300, overhead=24)
+
+    def split(gpu_layers: int | None, gpus: int = 1, kv_on_host: bool = False) -> dict[str, int]:
+        opts = LlamaOptions(gpu_layers=gpu_layers, kv_on_host=kv_on_host)
+        return dict(split_llama(foot, s, opts, tuple(f"gpu{i}" for i in range(gpus))).devices)
+
+    assert split(2) == {"host": 3624, "gpu0": 2700}  # 2 of 5: 2000 + 400 + 300 on the GPU
+    assert split(4) == {"host": 1224, "gpu0": 5100}  # 4 of 5, not all of them
+    assert split(5) == split(None) == {"host": 24, "gpu0": 6300}  # all 5
+    assert split(9) == split(5)  # more than there are: all
+    assert split(2, gpus=2) == {"host": 3624, "gpu0": 1350, "gpu1": 1350}
+    assert split(2, kv_on_host=True) == {"host": 4024, "gpu0": 2300}  # KV: all on the host
+    assert split(0) == {"host": 6324}
 
 
 def test_files_and_vllm() -> None:

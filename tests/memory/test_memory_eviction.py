@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.memory.estimate import Estimate
-from router.memory.eviction import MemoryRefusal, plan_load, reload_cost
+from router.memory.eviction import EXACT_LIMIT, MemoryRefusal, plan_load, reload_cost
 from router.memory.ledger import Ledger, Resident, Usage
 
 GIB = 1 << 30
@@ -199,3 +199,43 @@ def test_greedy_beyond_the_exact_limit_still_fits_and_skips_busy() -> None:
     keys = [v.key for v in plan.evict]
     assert plan.wait == "none" and len(keys) == 3
     assert keys == ["r01", "r02", "r03"]  # the cheapest idle ones, cheapest first
+
+
+# test-audit section 7, memory rows: exact answers that fail when the rule breaks.
+
+
+def test_the_reload_cost_weighs_recent_use() -> None:
+    """Load seconds x recent uses: a runtime nobody used lately is free to evict, however slow
+    it is to load; one never measured costs 1 s plus its bytes at 1 GiB/s per use."""
+    hot = resident("hot", devices={"host": 4 * GIB}, load_seconds=10.0, recent_uses=10)
+    stale = resident("stale", devices={"host": 4 * GIB}, load_seconds=20.0, recent_uses=0)
+    fresh = resident("fresh", devices={"host": 2 * GIB}, recent_uses=3)
+    assert (reload_cost(hot), reload_cost(stale), reload_cost(fresh)) == (100.0, 0.0, 9.0)
+    ledger = Ledger({"host": 9 * GIB}, (hot, stale))  # room for one of them beside the load
+    plan = plan_load(ledger, "new", "new", Estimate({"host": 4 * GIB}))
+    assert (plan.fits, plan.wait) == (True, "none")
+    assert [v.answer() for v in plan.evict] == [
+        {
+            "model": "stale",
+            "lane": "text",
+            "reason": "idle; reload cost 0.0 (load 20.0 s measured x 0 recent uses)",
+        }
+    ]
+
+
+@pytest.mark.parametrize("busy", [11, 13], ids=["exact-pass", "greedy-pass"])
+def test_both_passes_prefer_the_idle_victim(busy: int) -> None:
+    """1 idle runtime (50 s to load) and busy ones that cost 1 each: only the idle one and a
+    busy one together free enough, so the load drains. Up to 12 candidates every set is
+    tried; beyond, the greedy pass must rank idle before busy as the exact pass does, though
+    the busy ones are cheaper per byte."""
+    idle = resident("idle", load_seconds=50.0, recent_uses=1, last_used=1.0)
+    others = tuple(
+        resident(f"b{i:02}", load_seconds=1.0, recent_uses=1, busy=True, last_used=float(i))
+        for i in range(busy)
+    )
+    assert len(others) + 1 > EXACT_LIMIT if busy == 13 else len(others) + 1 <= EXACT_LIMIT
+    ledger = Ledger({"host": (busy + 3) * GIB}, (idle, *others))  # 2 GiB free, 4 GiB needed
+    plan = plan_load(ledger, "new", "new", Estimate({"host": 4 * GIB}))
+    assert (plan.fits, plan.wait) == (True, "drain")
+    assert [(v.key, v.busy) for v in plan.evict] == [("idle", False), ("b00", True)]

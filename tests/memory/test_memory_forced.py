@@ -1,4 +1,4 @@
-"""The manager's one load decision over the pure core (router/memory/forced.py), hypothesis:
+"""The load decision (router/memory/eviction.py `plan`), hypothesis:
 forced victims (the lane's own runtime, `router_unload_policy`) come first; memory victims are
 never pinned, never loading, never busy unless the plan waits for a drain; after the listed
 runtimes have gone the load fits; and the answer does not depend on the residents' order, so
@@ -6,13 +6,15 @@ a dry run and the real load right after it (the same call on the same ledger) ag
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
+from router.memory import eviction
 from router.memory.estimate import Estimate
 from router.memory.eviction import MemoryRefusal
-from router.memory.forced import plan_with_forced
-from router.memory.ledger import Ledger, Resident
+from router.memory.ledger import Ledger, Resident, State
 
 MIB = 1 << 20
 
@@ -43,7 +45,7 @@ def cases(draw: st.DrawFn) -> tuple[Ledger, dict[str, str], Estimate]:
 def test_forced_first_memory_victims_safe_and_order_free(case, rnd) -> None:  # type: ignore[no-untyped-def]
     ledger, forced, need = case
     try:
-        plan = plan_with_forced(ledger, "new", "new", need, forced, act_on_memory=True)
+        plan = eviction.plan(ledger, "new", "new", need, forced, act_on_memory=True)
     except MemoryRefusal:
         assert need.devices["host"] > ledger.budgets["host"]
         return
@@ -65,7 +67,7 @@ def test_forced_first_memory_victims_safe_and_order_free(case, rnd) -> None:  # 
         assert left + need.devices["host"] <= ledger.budgets["host"]
     shuffled = list(ledger.residents)
     rnd.shuffle(shuffled)
-    again = plan_with_forced(
+    again = eviction.plan(
         Ledger(ledger.budgets, tuple(shuffled)), "new", "new", need, forced, act_on_memory=True
     )
     assert again == plan
@@ -74,5 +76,28 @@ def test_forced_first_memory_victims_safe_and_order_free(case, rnd) -> None:  # 
 @given(cases())
 def test_lane_residency_never_acts_on_memory(case) -> None:  # type: ignore[no-untyped-def]
     ledger, forced, need = case
-    plan = plan_with_forced(ledger, "new", "new", need, forced, act_on_memory=False)
+    plan = eviction.plan(ledger, "new", "new", need, forced, act_on_memory=False)
     assert {v.key for v in plan.evict} <= set(forced)  # never refused, never a memory victim
+
+
+def test_a_forced_victim_still_loading_or_stopping_makes_the_load_wait() -> None:
+    """test-audit section 7: the lane's runtime must be gone before the load starts. One
+    still loading is listed and waited for; one already stopping is not listed (it is
+    leaving) but still waited for; a ready idle one is stopped with no wait."""
+    budgets = {"host": 100 * MIB}
+
+    def forced_plan(state: State) -> eviction.Plan:
+        lane = Resident(key="old", model="old", lane="text", devices={"host": 60 * MIB})
+        ledger = Ledger(budgets, (dataclasses.replace(lane, state=state),))
+        forced = {"old": "the text lane holds one runtime at a time"}
+        return eviction.plan(
+            ledger, "new", "new", Estimate({"host": 70 * MIB}), forced, act_on_memory=True
+        )
+
+    stopping, loading, ready = forced_plan("stopping"), forced_plan("loading"), forced_plan("ready")
+    old = eviction.Victim("old", "old", "text", "the text lane holds one runtime at a time", False)
+    assert (stopping.fits, stopping.evict, stopping.wait) == (True, (), "drain")
+    assert (loading.fits, loading.evict, loading.wait) == (True, (old,), "drain")
+    assert (ready.fits, ready.evict, ready.wait) == (True, (old,), "none")
+    # The rows count the leaving runtime's bytes as used: 60 of 100 MiB, 70 wanted.
+    assert [(d["used"], d["estimate"]) for d in ready.devices] == [(60 * MIB, 70 * MIB)]

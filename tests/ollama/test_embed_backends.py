@@ -4,7 +4,10 @@ as `/api/embed` does (the official `ollama` and `openai` clients, fake backends)
 
 from __future__ import annotations
 
+import base64
 import math
+import struct
+from typing import Any
 
 import ollama
 import openai
@@ -43,12 +46,20 @@ async def test_ollama_embed_on_koboldcpp(harness: RouterHarness) -> None:
     assert len(cut.embeddings[0]) == 3 and unit(list(cut.embeddings[0]))
 
 
+# Without encoding_format the openai client asks for base64 and decodes it itself (issue 36:
+# the router passed base64 answers whole, 8 values where 4 were asked for).
+FORMATS = [{"encoding_format": "float"}, {}]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=["float", "base64"])
 @pytest.mark.parametrize("model", ["embed", "kobold-embed"])
-async def test_openai_embeddings_honour_dimensions(harness: RouterHarness, model: str) -> None:
+async def test_openai_embeddings_honour_dimensions(
+    harness: RouterHarness, model: str, fmt: dict[str, Any]
+) -> None:
     client = openai.AsyncOpenAI(base_url=base(harness) + "/v1", api_key="unused")
-    full = await client.embeddings.create(model=model, input=["a", "b"])
+    full = await client.embeddings.create(model=model, input=["a", "b"], **fmt)
     assert [len(d.embedding) for d in full.data] == [FULL, FULL]
-    cut = await client.embeddings.create(model=model, input=["a", "b"], dimensions=4)
+    cut = await client.embeddings.create(model=model, input=["a", "b"], dimensions=4, **fmt)
     assert cut.model == model
     assert [len(d.embedding) for d in cut.data] == [4, 4]
     assert all(unit(d.embedding) for d in cut.data)
@@ -67,3 +78,14 @@ async def test_bad_dimensions_are_refused(harness: RouterHarness) -> None:
         "/v1/embeddings", json={"model": "embed", "input": "a", "dimensions": 0}
     )
     assert r.status_code == 400 and "dimensions" in r.text
+
+
+async def test_a_base64_answer_is_cut_in_its_own_encoding(harness: RouterHarness) -> None:
+    """On the wire the cut vector stays base64: 4 packed little-endian float32 values."""
+    assert harness.client is not None
+    body = {"model": "embed", "input": "a", "dimensions": 4, "encoding_format": "base64"}
+    r = await harness.client.post("/v1/embeddings", json=body)
+    assert r.status_code == 200, r.text
+    raw = base64.b64decode(r.json()["data"][0]["embedding"])
+    assert len(raw) == 4 * 4
+    assert unit(list(struct.unpack("<4f", raw)))

@@ -10,7 +10,6 @@ import math
 import time
 from collections.abc import AsyncIterator
 
-import ollama
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from router.errors import BadRequest
 from router.ollama.keep_alive import parse_keep_alive
 from tests.support.harness import RouterHarness, wait_for
+from tests.support.ollama import client_for
 
 
 @pytest.fixture
@@ -28,11 +28,6 @@ async def harness(harness: RouterHarness) -> RouterHarness:
     h.model("chat-b")
     h.model("embed", embeddingsmodel="embed.gguf")
     return h
-
-
-def client_for(h: RouterHarness) -> ollama.AsyncClient:
-    assert h.server is not None
-    return ollama.AsyncClient(host=str(h.server.make_url("")).rstrip("/"))
 
 
 def status(h: RouterHarness, model: str) -> str:

@@ -20,9 +20,9 @@ import pytest
 
 from router.demo_models.gguf_llama import write_bert_gguf
 from router.ollama import metadata as meta
-from router.site.gguf_headers import GgufHeaders
-from router.site.gguf_meta import read_gguf_header
+from router.site.gguf_headers import GgufHeaders, read_gguf_header
 from tests.support.harness import RouterHarness
+from tests.support.ollama import client_for
 
 TOOLS_TEMPLATE = (
     "{% if tools %}{% for tool in tools %}{{ tool | tojson }}{% endfor %}{% endif %}"
@@ -60,11 +60,6 @@ async def harness(harness: RouterHarness) -> RouterHarness:
     write_bert_gguf(h.models_dir / "embed.gguf", seed=1)
     h.model("plain")  # "GGUF" and nothing else: no readable header
     return h
-
-
-def client_for(h: RouterHarness) -> ollama.AsyncClient:
-    assert h.server is not None
-    return ollama.AsyncClient(host=str(h.server.make_url("")).rstrip("/"))
 
 
 # ---- pure ------------------------------------------------------------------------------
@@ -211,9 +206,12 @@ async def test_management_routes_through_the_sdk(harness: RouterHarness) -> None
     with pytest.raises(ollama.ResponseError) as caught:
         await client.delete("qwen")
     assert caught.value.status_code == 400 and "delete" in caught.value.error
+    # A name the router does not serve says what can be pulled; one it serves is a success
+    # (issue 36: Ollama answers success for a model it has; this was a 400).
     with pytest.raises(ollama.ResponseError) as caught:
-        await client.pull("qwen")
+        await client.pull("llama3.2")
     assert caught.value.status_code in (400, 503) and "hf.co/" in caught.value.error
+    assert (await client.pull("qwen")).status == "success"
 
 
 def test_expires_at_follows_the_runtime_deadline() -> None:

@@ -7,23 +7,18 @@ from __future__ import annotations
 
 import os
 
-import ollama
 import pytest
 
 from router.memory.devices import discover
 from router.runtime import residency
 from tests.memory.test_memory_devices import FakeNvml
 from tests.support.harness import RouterHarness
+from tests.support.ollama import client_for
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("no_measurement")
 
 MIB, GIB = 1 << 20, 1 << 30
-
-
-def client_for(h: RouterHarness) -> ollama.AsyncClient:
-    assert h.server is not None
-    return ollama.AsyncClient(host=str(h.server.make_url("")).rstrip("/"))
 
 
 async def _status_memory(h: RouterHarness) -> dict[str, object]:

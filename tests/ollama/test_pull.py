@@ -11,12 +11,14 @@ from collections.abc import AsyncIterator
 import ollama
 import pytest
 
+from router.config import Settings
 from router.downloads.plan import RepoFile
 from router.errors import BadRequest
 from router.ollama import pull as pl
 from tests.fakes.fake_hub import COMMIT, FakeHub, FakeRepo
 from tests.support.download_helpers import download_settings
 from tests.support.harness import RouterHarness
+from tests.support.ollama import client_for
 
 Q4 = b"GGUF" + bytes(range(256)) * 1024  # 256 KiB: paced by the hub, so progress moves
 Q8 = b"GGUF" + b"q8" * 1000
@@ -43,11 +45,6 @@ async def hub() -> AsyncIterator[FakeHub]:
         yield hub
     finally:
         await hub.close()
-
-
-def client_for(h: RouterHarness) -> ollama.AsyncClient:
-    assert h.server is not None
-    return ollama.AsyncClient(host=str(h.server.make_url("")).rstrip("/"))
 
 
 # ---- pure ------------------------------------------------------------------------------
@@ -156,3 +153,49 @@ async def test_a_second_pull_of_a_file_being_pulled_is_a_409(
         await client.pull("hf.co/acme/Qwen-GGUF:Q4_K_M")
     assert caught.value.status_code == 409 and "Qwen-Q4_K_M.gguf" in caught.value.error
     assert [r.status async for r in first][-1] == "success"
+
+
+# ---- issue 36: a served model, and a hub that cannot be reached ------------------------------
+
+
+@pytest.mark.parametrize("name", ["m", "m:latest", "gpt-4o-mini"])
+async def test_pulling_a_served_model_is_a_success(harness: RouterHarness, name: str) -> None:
+    """Ollama answers success for a model it has; without the downloads service too."""
+    harness.model("m", router_aliases=["gpt-4o-mini"])
+    client = await harness.start()
+    whole = await client.post("/api/pull", json={"model": name, "stream": False})
+    assert whole.status_code == 200 and whole.json() == {"status": "success"}
+    records = [r async for r in await client_for(harness).pull(name, stream=True)]
+    assert [r.status for r in records][0] == "pulling manifest"
+    assert records[-1].status == "success"
+    assert sorted(p.name for p in harness.kcpps_dir.iterdir()) == ["m.kcpps"]  # nothing written
+
+
+def _endpoint(harness: RouterHarness, hub: FakeHub, endpoint: str) -> Settings:
+    settings = download_settings(harness, hub)
+    section = settings.downloads.model_copy(update={"endpoint": endpoint})
+    return settings.model_copy(update={"downloads": section})
+
+
+async def test_an_offline_hub_is_a_502_saying_it_cannot_be_reached(
+    harness: RouterHarness, hub: FakeHub
+) -> None:
+    """A name that does not resolve is a network failure (502), not an S22 refusal (403)."""
+    client = await harness.start(_endpoint(harness, hub, "https://hub.invalid"))
+    r = await client.post("/api/pull", json={"model": "hf.co/acme/Qwen-GGUF:Q4_K_M"})
+    assert r.status_code == 502, r.text
+    assert set(r.json()) == {"error"}  # Ollama's error shape
+    assert "cannot reach hub.invalid" in r.json()["error"]
+    # The router's own download API shares the hub code: the same answer in its own shape.
+    own = await client.post(
+        "/router/v1/site/download/repository", json={"repository": "acme/Qwen-GGUF"}
+    )
+    assert own.status_code == 502 and "cannot reach hub.invalid" in own.text, own.text
+    assert own.json()["error"]["code"] == "hub_unreachable"
+
+
+async def test_an_s22_refusal_stays_a_403(harness: RouterHarness, hub: FakeHub) -> None:
+    """Plain http off loopback is refused before anything is sent: still a 403."""
+    client = await harness.start(_endpoint(harness, hub, "http://192.0.2.1"))
+    r = await client.post("/api/pull", json={"model": "hf.co/acme/Qwen-GGUF:Q4_K_M"})
+    assert r.status_code == 403 and "refused" in r.json()["error"], r.text

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import ollama
 import pytest
 
 from tests.support.harness import RouterHarness
+from tests.support.ollama import client_for
 
 
 @pytest.fixture
@@ -15,11 +15,6 @@ async def router(harness: RouterHarness) -> RouterHarness:
     harness.model("embed", embeddingsmodel="embed.gguf")
     await harness.start()
     return harness
-
-
-def client_for(h: RouterHarness) -> ollama.AsyncClient:
-    assert h.server is not None
-    return ollama.AsyncClient(host=str(h.server.make_url("")).rstrip("/"))
 
 
 async def test_ollama_chat_non_streamed(router: RouterHarness) -> None:

@@ -109,6 +109,25 @@ async def test_openai_embeddings(
     assert real_harness.runtimes.status_of("embed") == "ready"
 
 
+# Issue 36: the router cuts `dimensions` for llama-server (which ignores it); base64 answers,
+# the openai client's default, were passed whole (every value, not the 8 asked for).
+@pytest.mark.parametrize("fmt", [{"encoding_format": "float"}, {}], ids=["float", "base64"])
+async def test_openai_embeddings_dimensions(
+    real_harness: RouterHarness, demo_text: dict[str, Path], fmt: dict[str, str]
+) -> None:
+    client = await started(real_harness, demo_text)
+    full = await client.embeddings.create(model="embed", input="hello world", **fmt)
+    cut = await client.embeddings.create(model="embed", input="hello world", dimensions=8, **fmt)
+    head, vec = full.data[0].embedding[:8], cut.data[0].embedding
+    assert len(full.data[0].embedding) == 32 and len(vec) == 8
+    assert math.isclose(math.sqrt(sum(x * x for x in vec)), 1.0, rel_tol=1e-5)
+    norm = math.sqrt(sum(x * x for x in head))
+    assert all(
+        math.isclose(c, h / norm, rel_tol=1e-4, abs_tol=1e-6)
+        for c, h in zip(vec, head, strict=True)
+    )
+
+
 # Random-weight chat models echo the template's last token ("\n") whatever they are asked, so
 # the greedy text alone cannot tell chat-a from chat-b; the log-probabilities of the chosen
 # tokens can (they differ by ~0.2 between the models, and by ~1e-4 when llama-server batches

@@ -1,4 +1,5 @@
-"""Read-ahead (issue 26): what to read and the host-memory cap, pure (router/runtime/readahead.py)."""
+"""Read-ahead (issue 26): what to read within the host room, pure (router/runtime/readahead.py;
+the room itself: tests/memory/test_memory_host.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.runtime.readahead import order_files, plan, room
+from router.runtime.readahead import order_files, plan
 
 sizes = st.lists(st.integers(min_value=1, max_value=1 << 40), max_size=6)
 
@@ -48,24 +49,3 @@ def test_the_same_file_twice_and_empty_files_are_read_once_or_not_at_all() -> No
         {"model_param": (same, 10), "embeddingsmodel": (same, 10), "lora": (Path("/e"), 0)}
     )
     assert files == [(same, 10)]
-
-
-@given(
-    st.integers(min_value=0, max_value=1 << 40),
-    st.integers(min_value=0, max_value=1 << 40),
-    st.integers(min_value=0, max_value=1 << 40),
-)
-def test_room_is_the_budget_less_residents_and_never_above_available(
-    budget: int, resident: int, available: int
-) -> None:
-    got = room(budget, resident, available)
-    assert 0 <= got <= available
-    assert got <= max(0, budget - resident)
-    assert got == max(0, min(budget - resident, available))
-
-
-def test_room_examples() -> None:
-    gib = 1 << 30
-    assert room(15 * gib, 4 * gib, 20 * gib) == 11 * gib  # the budget less the outgoing model
-    assert room(15 * gib, 4 * gib, 2 * gib) == 2 * gib  # little memory free now
-    assert room(4 * gib, 6 * gib, 20 * gib) == 0  # residents already over budget: skip

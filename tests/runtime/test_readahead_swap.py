@@ -17,12 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from router.appkeys import EVENTS, STORE
+from router.appkeys import CATALOG, EVENTS, STORE
 from router.config import Settings
 from router.domain import Lane
-from router.runtime import readahead
+from router.runtime import readahead, residency
+from router.runtime.state import spec_for
 from router.store import CaptureFilter
 from tests.support.harness import RouterHarness, chat, wait_for
+from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
 
 CHAT = "/v1/chat/completions"
 CHUNK = 64 << 10
@@ -92,7 +94,7 @@ def _readahead(events: list[dict[str, Any]], result: str | None = None) -> list[
 
 
 async def _captures(h: RouterHarness) -> dict[str, dict[str, Any]]:
-    page = await h.app[STORE].list_captures(CaptureFilter(limit=50))  # type: ignore[index]
+    page = await h.app[STORE].load_attempts.page(CaptureFilter(limit=50))  # type: ignore[index]
     return {c["model"]: c for c in page["captures"]}
 
 
@@ -158,16 +160,42 @@ async def test_an_abandoned_swap_cancels_its_read_ahead(
     assert harness.runtimes.spawn_count == 1  # chat-b never loaded
 
 
-# chat-a's file is 4 bytes, resident while it drains: the budget less 4 is what may be read.
+@dataclass(frozen=True)
+class AboveChatA:
+    """A host budget of what chat-a holds in the ledger (its estimate) plus `extra` bytes."""
+
+    extra: int
+
+
+async def _held_by_chat_a(h: RouterHarness) -> int:
+    """chat-a's host bytes in the ledger, from a router started once to ask."""
+    _setup(h)
+    await h.start(_settings(h))
+    spec = spec_for(h.app[CATALOG].require("chat-a"), Lane.TEXT)
+    held = h.runtimes._book.estimate(spec).devices["host"]
+    await h.close()
+    return held
+
+
+# chat-a is resident while it drains: the room is what the ledger leaves free of the host
+# budget, and never beyond what is available less memory.reserve (router/memory/host.py).
 @pytest.mark.parametrize(
     ("readahead_on", "memory", "results", "planned"),
     [
         (False, {}, [], None),
         (True, {"host_budget": 4, "reserve": 0}, ["skipped"], None),
-        (True, {"host_budget": "1KiB", "reserve": 0}, ["started", "done"], 1020),
+        (True, {"host_budget": AboveChatA(1020), "reserve": 0}, ["started", "done"], 1020),
+        # The whole of RAM as the budget, all of it reserved: nothing is available to read into.
+        (True, {"host_budget": 1 << 50, "reserve": 1 << 50}, ["skipped"], None),
     ],
-    ids=["setting-off", "no-room-in-the-host-budget", "capped-to-the-host-budget"],
+    ids=[
+        "setting-off",
+        "no-room-in-the-host-budget",
+        "capped-to-the-host-budget",
+        "no-room-beyond-the-reserve",
+    ],
 )
+@pytest.mark.usefixtures("no_measurement")  # the ledger holds chat-a's estimate throughout
 async def test_the_host_budget_caps_or_skips_it_and_the_setting_turns_it_off(
     harness: RouterHarness,
     readahead_on: bool,
@@ -175,6 +203,9 @@ async def test_the_host_budget_caps_or_skips_it_and_the_setting_turns_it_off(
     results: list[str],
     planned: int | None,
 ) -> None:
+    budget = memory.get("host_budget")
+    if isinstance(budget, AboveChatA):
+        memory = memory | {"host_budget": await _held_by_chat_a(harness) + budget.extra}
     swap = await _swap(harness, readahead_on, **memory)
     events = swap.events
     assert await wait_for(lambda: any(rt.draining for rt in harness.runtimes.runtimes()), 20)
@@ -211,3 +242,25 @@ async def test_a_failing_read_ahead_is_logged_counted_and_the_swap_goes_on(
     assert 'tensor_router_readahead_total{result="failed"} 1.0' in metrics
     ahead = (await _captures(harness))["chat-b"]["readahead"]
     assert ahead["result"] == "failed" and ahead["done"] is False and ahead["bytes"] == 0
+
+
+@pytest.mark.usefixtures("no_measurement")  # a measured figure would stand in for the estimate
+async def test_the_host_room_reads_no_model_header_on_the_event_loop(
+    harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-ahead asks the live ledger for host room on the event loop (router/memory/
+    host.py). With one runtime per lane nothing estimated chat-a before; its estimate (a GGUF
+    header read, up to a second for a large vocabulary) is read in a worker thread as its load
+    begins, never on the loop at the swap."""
+    on_loop: list[bool] = []
+    real = residency.estimate_config
+
+    def recording(*args: Any) -> Any:
+        on_loop.append(threading.current_thread() is threading.main_thread())
+        return real(*args)
+
+    monkeypatch.setattr(residency, "estimate_config", recording)
+    swap = await _swap(harness)
+    assert await wait_for(lambda: _readahead(swap.events, "done"), 20), _readahead(swap.events)
+    await swap.finish()
+    assert on_loop and not any(on_loop), on_loop

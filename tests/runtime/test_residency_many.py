@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from router.appkeys import CATALOG
+from router.appkeys import CATALOG, EVENTS
 from router.domain import Lane
 from router.runtime.state import spec_for
-from tests.support.harness import RouterHarness, chat, stream_chat, wait_for
+from tests.support.bus_wait import after_events
+from tests.support.harness import RouterHarness, chat, stream_chat
 from tests.support.residency import no_measurement  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.usefixtures("no_measurement")
@@ -88,12 +89,13 @@ async def test_a_busy_victim_finishes_its_stream_before_it_stops(harness: Router
     harness.faults_for_model["chat-b"] = f"--gate {gate}"
     _models(harness, {"chat-a": 4 * MIB, "chat-b": 4 * MIB})
     client = await _start(harness, fit=["chat-a"], max_batch_wait=0)
+    bus = harness.app[EVENTS]
     assert (await client.post("/router/v1/load", json={"model": "chat-b"})).status_code == 200
     # The gate holds chat-b's generation: the stream is running (leased) until it opens.
     stream = asyncio.create_task(stream_chat(client, chat("chat-b", stream=True, max_tokens=16)))
-    assert await wait_for(lambda: harness.runtimes.views()[0].leases == 1, 20)
+    assert await after_events(bus, lambda: harness.runtimes.views()[0].leases == 1)
     load = asyncio.create_task(_ask(client, "chat-a"))  # needs chat-b gone: it drains
-    assert await wait_for(lambda: harness.runtimes.views()[0].draining, 20)
+    assert await after_events(bus, lambda: harness.runtimes.views()[0].draining)
     assert not load.done() and _resident(harness) == {"chat-b"}
     gate.touch()
     status, events = await stream
@@ -146,7 +148,9 @@ async def test_a_stopping_victim_keeps_its_bytes_until_it_exited(harness: Router
     client = await _start(harness, fit=["chat-a"])
     assert (await client.post("/router/v1/load", json={"model": "chat-b"})).status_code == 200
     ask = asyncio.create_task(_ask(client, "chat-a"))  # chat-b must go first
-    assert await wait_for(lambda: harness.runtimes.views()[0].state.value == "stopping", 20)
+    assert await after_events(
+        harness.app[EVENTS], lambda: harness.runtimes.views()[0].state.value == "stopping"
+    )
     status = (await client.get("/router/v1/status")).json()
     (stopping,) = status["runtimes"]
     assert stopping["model"] == "chat-b" and stopping["memory"]["bytes"] > 0

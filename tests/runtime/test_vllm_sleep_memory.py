@@ -73,3 +73,42 @@ async def test_a_sleepers_weights_count_on_the_host_and_a_load_stops_it(
 def _need(h: RouterHarness, model: str) -> dict[str, int]:
     need, _ = h.runtimes._book.need(_runtime(h, model).spec)
     return dict(need.devices)
+
+
+WEIGHTS = 64 * MIB
+
+
+@pytest.mark.parametrize(
+    ("memory", "sleeps"),
+    [
+        ({"host_budget": WEIGHTS, "reserve": 0}, True),  # exactly room for the weights
+        ({"host_budget": WEIGHTS - 1, "reserve": 0}, False),
+        # The whole of RAM as the budget, all of it reserved: nothing is available.
+        ({"host_budget": 1 << 50, "reserve": 1 << 50}, False),
+    ],
+    ids=["room-for-the-weights", "no-room-in-the-host-budget", "no-room-beyond-the-reserve"],
+)
+async def test_the_sleep_asks_the_ledger_for_host_room(
+    harness: RouterHarness, memory: dict[str, int], sleeps: bool
+) -> None:
+    """One runtime per lane: the swap to v-b evicts v-a, which sleeps only when its weights
+    fit the host room the memory package grants (router/memory/host.py): the host budget less
+    what other runtimes hold (v-a's own figure is replaced by its weights), and no more than
+    what is available less `memory.reserve`. Otherwise it stops, as a swap would."""
+    h = harness
+    h.model("v-a", "vllm", model_param="v-a.safetensors", router_sleep=1)
+    h.model("v-b", "vllm", model_param="v-b.safetensors")
+    os.truncate(h.models_dir / "v-a.safetensors", WEIGHTS)  # sparse: the weights' size
+    base = h.settings(stop_grace=2)
+    client = await h.start(
+        base.model_copy(update={"memory": base.memory.model_copy(update=memory)})
+    )
+
+    assert (await client.post(CHAT, json=chat("v-a", max_tokens=2))).status_code == 200
+    a = _runtime(h, "v-a")
+    assert (await client.post(CHAT, json=chat("v-b", max_tokens=2))).status_code == 200
+    if sleeps:
+        assert a.state is RuntimeState.SLEEPING and a.process.returncode is None
+    else:
+        assert a.state is RuntimeState.STOPPED and a.process.returncode is not None
+        assert h.runtimes.status_of("v-a") == "unloaded"

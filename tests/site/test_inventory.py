@@ -160,13 +160,13 @@ async def test_a_read_survives_the_client_that_asked(harness: RouterHarness) -> 
     reads.gate = threading.Event()
     assert h.app is not None
     store, added = h.app[STORE], asyncio.Event()
-    keep = store.add_file_hash
+    keep = store.file_hashes.add
 
     def spy(row: tuple[str, int, int, str, str | None, float]) -> None:
         keep(row)
         added.set()
 
-    store.add_file_hash = spy  # type: ignore[method-assign]
+    store.file_hashes.add = spy  # type: ignore[method-assign]
     pending = asyncio.create_task(client.get(INV))
     await asyncio.to_thread(reads.entered.wait, 10)
     pending.cancel()  # the client goes away while its file is being read

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from router.memory.devices import host_device
 from tests.support.harness import RouterHarness
 
 pytestmark = pytest.mark.timeout(90)
@@ -21,6 +22,9 @@ async def test_inventory_carries_benchmark_and_hardware(harness: RouterHarness) 
     hardware = first["nodes"][0]["hardware"]
     assert hardware["cpu_count"] == (os.cpu_count() or 1)
     assert hardware["memory_bytes"] > 0 and isinstance(hardware["accelerators"], list)
+    # The memory package's host device: the ledger's own figure (tests/memory/
+    # test_memory_readers.py holds that no other module reads it).
+    assert hardware["memory_bytes"] == host_device().total
     assert all(m["benchmark"] is None for m in first["models"])
     run = await client.post(
         "/router/v1/benchmarks/run", json={"model_id": "chat", "sections": ["llm"]}

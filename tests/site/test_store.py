@@ -114,12 +114,12 @@ async def test_flush_reports_this_node_as_persisted(store: Store, client: TestCl
 
 
 async def test_load_captures_list_detail_and_output(store: Store, client: TestClient) -> None:
-    attempt = store.start_capture(
+    attempt = store.load_attempts.start(
         model="m", backend="llamacpp", kcpps={"password": "x", "model": "/m/a.gguf"}
     )
-    store.capture_output(attempt, "stdout", b"loading\n")
-    store.capture_output(attempt, "stderr", b"ready\n")
-    store.finish_capture(attempt, "ready", exit_code=None)
+    store.load_attempts.output(attempt, "stdout", b"loading\n")
+    store.load_attempts.output(attempt, "stderr", b"ready\n")
+    store.load_attempts.finish(attempt, "ready", exit_code=None)
     resp = await client.get(f"{SITE}/load-captures", params={"status": "ready", "limit": "1"})
     body = await resp.json()
     assert body["enabled"] is True and [c["id"] for c in body["captures"]] == [attempt]
@@ -145,7 +145,9 @@ async def test_load_captures_list_detail_and_output(store: Store, client: TestCl
 
 
 async def test_load_errors_get_and_delete(store: Store, client: TestClient) -> None:
-    store.record_load_error({"model": "m", "backend": "kobold", "reason": "exit 3", "exit_code": 3})
+    store.load_errors.record(
+        {"model": "m", "backend": "kobold", "reason": "exit 3", "exit_code": 3}
+    )
     body = await (await client.get(f"{SITE}/load-errors")).json()
     assert [e["exit_code"] for e in body["errors"]] == [3]
     resp = await client.delete(f"{SITE}/load-errors")

@@ -21,6 +21,7 @@ from router.store import ranges as rg
 from router.store.db import connect, discover_migrations, migrate
 from router.store.rows import INSERT_EVENT, row_from_raw
 from tests.support.harness import RouterHarness, raw_record
+from tests.support.store import open_store
 
 NOW = 1_796_000_000.0  # the anchor passed as `now` / `to`; events are seeded before it
 
@@ -189,12 +190,7 @@ def close_means(got: Any, want: Any) -> Any:
     return want
 
 
-async def open_store(tmp_path: Path, **kw: Any) -> Store:
-    kw.setdefault("flush_interval", 0.2)
-    kw.setdefault("raw_retention", 10 * 365 * 86400.0)  # the seeded NOW may be in the future
-    return await Store.open(
-        tmp_path / "router.sqlite", node_id="n1", analytics=AnalyticsSection(**kw)
-    )
+KEEP_ALL = 10 * 365 * 86400.0  # raw_retention: the seeded NOW may be in the future
 
 
 @pytest.mark.parametrize("name", list(rg.RANGES))
@@ -202,7 +198,8 @@ async def test_range_numbers_equal_a_hand_computation(tmp_path: Path, name: str)
     rng = random.Random(name)
     span = rg.RANGES[name].span * 1.3  # some events fall before the window
     events = seeded_events(rng, 600, span)
-    store = await open_store(tmp_path)  # the writer process and the trigger, as in production
+    # The writer process and the trigger, as in production.
+    store = await open_store(tmp_path, raw_retention=KEEP_ALL)
     try:
         for e in events:
             store.record_raw(as_raw(e))
@@ -221,7 +218,7 @@ async def test_range_numbers_equal_a_hand_computation(tmp_path: Path, name: str)
 async def test_histogram_percentiles_stay_within_the_bin_error(tmp_path: Path) -> None:
     rng = random.Random(5)
     events = seeded_events(rng, 400, 3000)
-    store = await open_store(tmp_path, writer_process=False)
+    store = await open_store(tmp_path, raw_retention=KEEP_ALL, writer_process=False)
     try:
         for e in events:
             store.record_raw(as_raw(e))

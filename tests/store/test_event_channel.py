@@ -15,13 +15,16 @@ from typing import Any
 
 import psutil
 
-from router.config import AnalyticsSection
-from router.store import Store, event_writer
+from router.store import event_writer
 from router.store.channel import FRAME_ROWS
 from router.store.rows import COLUMNS, Raw, row_from_raw
 from tests.support.harness import raw_record
+from tests.support.store import open_store
 
 SCRIPT = Path(event_writer.__file__).resolve()
+# The in-process buffer's timer never fires within a test: what is committed came through the
+# writer process or an explicit flush.
+SLOW_FLUSH = 3600
 
 
 def raw(i: int, **kw: Any) -> Raw:
@@ -37,15 +40,8 @@ def stored(path: Path) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
-async def open_store(tmp_path: Path, **kw: Any) -> Store:
-    kw.setdefault("flush_interval", 3600)
-    return await Store.open(
-        tmp_path / "router.sqlite", node_id="n1", analytics=AnalyticsSection(**kw)
-    )
-
-
 async def test_events_are_committed_by_the_writer_process(tmp_path: Path) -> None:
-    store = await open_store(tmp_path)
+    store = await open_store(tmp_path, flush_interval=SLOW_FLUSH)
     channel = store._events
     assert channel is not None and channel.pid is not None
     helper = psutil.Process(channel.pid)
@@ -63,7 +59,7 @@ async def test_events_are_committed_by_the_writer_process(tmp_path: Path) -> Non
 
 async def test_a_killed_writer_process_loses_nothing(tmp_path: Path) -> None:
     """Frames the process never acknowledged, and later events, reach the in-process writer."""
-    store = await open_store(tmp_path)
+    store = await open_store(tmp_path, flush_interval=SLOW_FLUSH)
     channel = store._events
     assert channel is not None and channel.pid is not None
     blocker = sqlite3.connect(store.path, isolation_level=None)
@@ -89,8 +85,8 @@ async def test_a_killed_writer_process_loses_nothing(tmp_path: Path) -> None:
 
 
 async def test_no_writer_process_when_analytics_is_off_or_in_process(tmp_path: Path) -> None:
-    off = await open_store(tmp_path / "off", enabled=False)
-    inline = await open_store(tmp_path / "inline", writer_process=False)
+    off = await open_store(tmp_path / "off", enabled=False, flush_interval=SLOW_FLUSH)
+    inline = await open_store(tmp_path / "inline", writer_process=False, flush_interval=SLOW_FLUSH)
     try:
         assert off._events is None and inline._events is None
         inline.record_raw(raw(1))
@@ -109,7 +105,7 @@ def frame(seq: int, raws: list[Raw]) -> bytes:
 
 def schema(tmp_path: Path) -> Path:
     async def create() -> Path:
-        store = await open_store(tmp_path, enabled=False)
+        store = await open_store(tmp_path, enabled=False, flush_interval=SLOW_FLUSH)
         await store.close()
         return store.path
 
@@ -164,7 +160,7 @@ async def test_a_record_that_cannot_be_encoded_costs_only_itself(tmp_path: Path)
     class Opaque:  # local: pickle cannot encode it, SQLite cannot bind it
         pass
 
-    store = await open_store(tmp_path)
+    store = await open_store(tmp_path, flush_interval=SLOW_FLUSH)
     channel = store._events
     assert channel is not None
     store.record_raw(raw(0))

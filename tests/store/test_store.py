@@ -17,27 +17,16 @@ from typing import Any
 
 import pytest
 
-from router.config import AnalyticsSection
 from router.errors import BadRequest, InternalError
-from router.store import CaptureFilter, Store, argv_without_secrets, sanitize_kcpps
+from router.store import CaptureFilter, argv_without_secrets, sanitize_kcpps
 from router.store import writer as writer_module
 from router.store.db import discover_migrations
 from router.store.rows import Raw
 from tests.support.harness import raw_record
+from tests.support.store import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "ZZ-PROMPT-MARKER-7f3a9c"
-
-
-def section(**kw: Any) -> AnalyticsSection:
-    kw.setdefault("flush_interval", 0.2)
-    return AnalyticsSection(**kw)
-
-
-async def open_store(tmp_path: Path, **kw: Any) -> Store:
-    return await Store.open(
-        tmp_path / "data" / "router.sqlite", node_id="n1", analytics=section(**kw)
-    )
 
 
 def event(*, time: float = 1_764_400_000.0, duration_ms: float = 10.0, **fields: Any) -> Raw:
@@ -61,7 +50,7 @@ def integrity(path: Path) -> str:
 
 
 async def test_record_never_waits_on_a_locked_database(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, flush_interval=0.05)
+    store = await open_store(tmp_path / "data", flush_interval=0.05)
     blocker = sqlite3.connect(store.path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # the writer's next transaction must wait for this
     try:
@@ -89,7 +78,7 @@ async def test_record_never_waits_on_a_locked_database(tmp_path: Path) -> None:
 
 
 async def test_close_persists_every_buffered_event(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, flush_interval=3600)
+    store = await open_store(tmp_path / "data", flush_interval=3600)
     for i in range(1000):
         store.record_raw(event(bytes_in=i))
     await store.close()
@@ -100,7 +89,7 @@ async def test_bound_wakes_the_writer_and_drops_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(writer_module, "MAX_PENDING", 50)
-    store = await open_store(tmp_path, flush_interval=3600, writer_process=False)
+    store = await open_store(tmp_path / "data", flush_interval=3600, writer_process=False)
     for i in range(500):
         store.record_raw(event(bytes_in=i))
     assert store.stats.overflows > 0
@@ -164,7 +153,7 @@ def test_sigkill_loses_at_most_one_flush_window(tmp_path: Path) -> None:
 async def test_sustained_load_with_concurrent_backup_and_flush(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = await open_store(tmp_path, flush_interval=0.5)
+    store = await open_store(tmp_path / "data", flush_interval=0.5)
     recorded, durations = 0, []
     stop = time.monotonic() + 10.0
 
@@ -224,7 +213,7 @@ async def test_sustained_load_with_concurrent_backup_and_flush(
 async def test_database_and_wal_files_are_owner_only(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
-        store = await open_store(tmp_path)
+        store = await open_store(tmp_path / "data")
         store.record_raw(event())
         await store.flush()
         store.record_raw(event())
@@ -238,23 +227,23 @@ async def test_database_and_wal_files_are_owner_only(tmp_path: Path) -> None:
 
 
 async def test_migrations_apply_once_and_refuse_a_newer_schema(tmp_path: Path) -> None:
-    store = await open_store(tmp_path)
+    store = await open_store(tmp_path / "data")
     latest = len(discover_migrations())
     assert latest >= 2 and store.schema_version == latest
     path = store.path
     await store.close()
-    store = await open_store(tmp_path)  # reopening applies nothing twice
+    store = await open_store(tmp_path / "data")  # reopening applies nothing twice
     await store.close()
     with sqlite3.connect(path) as db:
         versions = db.execute("SELECT version FROM schema_version").fetchall()
         assert versions == [(n,) for n in range(1, latest + 1)]
         db.execute("INSERT INTO schema_version VALUES (99, '0099_future.sql', 0)")
     with pytest.raises(InternalError, match="newer"):
-        await open_store(tmp_path)
+        await open_store(tmp_path / "data")
 
 
 async def test_retention_runs_at_open_and_on_demand(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, raw_retention=3600)
+    store = await open_store(tmp_path / "data", raw_retention=3600)
     now = time.time()
     store.record_raw(event(time=now - 7200))
     store.record_raw(event(time=now))
@@ -263,7 +252,7 @@ async def test_retention_runs_at_open_and_on_demand(tmp_path: Path) -> None:
     assert await store.enforce_retention() == 1
     store.record_raw(event(time=now - 7200))
     await store.close()
-    store = await open_store(tmp_path, raw_retention=3600)
+    store = await open_store(tmp_path / "data", raw_retention=3600)
     assert count(store.path) == 1
     await store.close()
 
@@ -272,7 +261,7 @@ async def test_retention_runs_at_open_and_on_demand(tmp_path: Path) -> None:
 
 
 async def test_summary_counts_errors_aborts_percentiles_and_buckets(tmp_path: Path) -> None:
-    store = await open_store(tmp_path)
+    store = await open_store(tmp_path / "data")
     t0 = 1_700_000_000.0
     for i in range(1, 21):
         store.record_raw(event(time=t0 + i, duration_ms=float(i), queue_wait_ms=float(i) / 10))
@@ -300,7 +289,7 @@ async def test_summary_counts_errors_aborts_percentiles_and_buckets(tmp_path: Pa
 
 
 async def test_summary_percentiles_are_nearest_rank_and_empty_is_none(tmp_path: Path) -> None:
-    store = await open_store(tmp_path)
+    store = await open_store(tmp_path / "data")
     empty = await store.summary(0, 10)
     assert empty["totals"]["requests"] == 0 and empty["totals"]["duration_ms"]["p50"] is None
     for i, duration in enumerate((4.0, 1.0, 3.0, 2.0)):
@@ -314,19 +303,19 @@ async def test_summary_percentiles_are_nearest_rank_and_empty_is_none(tmp_path: 
 
 
 async def test_disabled_analytics_records_nothing(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, enabled=False)
+    store = await open_store(tmp_path / "data", enabled=False)
     store.record_raw(event())
     await store.close()
     assert count(store.path) == 0
 
 
 async def test_request_content_never_reaches_the_database(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, load_capture_enabled=True)
+    store = await open_store(tmp_path / "data", load_capture_enabled=True)
     for _ in range(50):
         # The response's last bytes go to the writer for the usage report only.
         reply = b'{"choices":[{"message":{"content":"%s"}}],"usage":{"total_tokens":3}}'
         store.record_raw(event(tail=reply % MARKER.encode()))
-    store.start_capture(
+    store.load_attempts.start(
         model="m1",
         backend="llamacpp",
         kcpps={"password": MARKER, "hordekey": MARKER, "model": "/srv/models/m.gguf"},
@@ -346,19 +335,23 @@ async def test_request_content_never_reaches_the_database(tmp_path: Path) -> Non
 
 async def test_capture_output_is_capped_sequenced_and_paged(tmp_path: Path) -> None:
     # 0.0001 MB = 104 bytes: ten 10-byte chunks fit, the eleventh is cut to 4 and marked.
-    store = await open_store(tmp_path, load_capture_enabled=True, load_capture_max_output_mb=0.0001)
-    attempt = store.start_capture(model="m1", backend="llamacpp", asset_hashes={"model": "ab12"})
+    store = await open_store(
+        tmp_path / "data", load_capture_enabled=True, load_capture_max_output_mb=0.0001
+    )
+    attempt = store.load_attempts.start(
+        model="m1", backend="llamacpp", asset_hashes={"model": "ab12"}
+    )
     for i in range(30):
-        store.capture_output(attempt, "stderr" if i % 2 else "stdout", b"%010d" % i)
-    store.finish_capture(attempt, "failed", exit_code=1, error="died in /home/u/secret/dir")
-    detail = await store.capture_detail(attempt)
+        store.load_attempts.output(attempt, "stderr" if i % 2 else "stdout", b"%010d" % i)
+    store.load_attempts.finish(attempt, "failed", exit_code=1, error="died in /home/u/secret/dir")
+    detail = await store.load_attempts.detail(attempt)
     assert detail is not None
     assert detail["output_bytes"] == 104 and detail["output_truncated"] is True
     assert detail["exit_code"] == 1 and "/home/u" not in detail["error"]
     assert detail["asset_hashes"] == {"model": "ab12"}
     seen, after = [], 0
     while True:
-        page = await store.capture_output_page(attempt, after, 4)
+        page = await store.load_attempts.output_page(attempt, after, 4)
         assert page is not None
         seen.extend(page["chunks"])
         after = page["next_after_sequence"]
@@ -368,45 +361,45 @@ async def test_capture_output_is_capped_sequenced_and_paged(tmp_path: Path) -> N
     assert [c["stream"] for c in seen[:3]] == ["stdout", "stderr", "stdout"]
     assert seen[-1]["truncated"] and not seen[-2]["truncated"]
     assert seen[-1]["data"] == "MDAwMA=="  # base64 of the 4 bytes that fitted: b"0000"
-    assert await store.capture_output_page("nope", 0, 4) is None
+    assert await store.load_attempts.output_page("nope", 0, 4) is None
     await store.close()
 
 
 async def test_capture_list_pages_with_an_opaque_cursor_and_filters(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, load_capture_enabled=True)
+    store = await open_store(tmp_path / "data", load_capture_enabled=True)
     ids = []
     for i in range(5):
         kind = "reuse" if i == 4 else "load"
         ids.append(
-            store.start_capture(
+            store.load_attempts.start(
                 model=f"m{i}", backend="kobold", kind=kind, started_at=100.0 + i // 2
             )
         )
-        store.finish_capture(ids[-1], "ready" if i % 2 else "failed")
+        store.load_attempts.finish(ids[-1], "ready" if i % 2 else "failed")
     pages, cursor = [], None
     while True:
-        page = await store.list_captures(CaptureFilter(limit=2, cursor=cursor))
+        page = await store.load_attempts.page(CaptureFilter(limit=2, cursor=cursor))
         pages.append([c["id"] for c in page["captures"]])
         cursor = page["next_cursor"]
         if cursor is None:
             break
     flat = [i for p in pages for i in p]
     assert len(pages) == 3 and sorted(flat) == sorted(ids) and len(set(flat)) == 5
-    reuse = await store.list_captures(CaptureFilter(kind="reuse"))
+    reuse = await store.load_attempts.page(CaptureFilter(kind="reuse"))
     assert [c["model"] for c in reuse["captures"]] == ["m4"]
-    failed = await store.list_captures(CaptureFilter(status="failed", from_ts=101.0))
+    failed = await store.load_attempts.page(CaptureFilter(status="failed", from_ts=101.0))
     assert {c["model"] for c in failed["captures"]} == {"m2", "m4"}
-    assert (await store.list_captures(CaptureFilter(backend="vllm")))["captures"] == []
+    assert (await store.load_attempts.page(CaptureFilter(backend="vllm")))["captures"] == []
     with pytest.raises(BadRequest):
-        await store.list_captures(CaptureFilter(cursor="not-a-cursor"))
+        await store.load_attempts.page(CaptureFilter(cursor="not-a-cursor"))
     await store.close()
 
 
 async def test_capture_off_keeps_calls_harmless(tmp_path: Path) -> None:
-    store = await open_store(tmp_path, load_capture_enabled=False)
-    attempt = store.start_capture(model="m", backend="kobold")
-    store.capture_output(attempt, "stdout", b"hello")
-    store.finish_capture(attempt, "ready")
+    store = await open_store(tmp_path / "data", load_capture_enabled=False)
+    attempt = store.load_attempts.start(model="m", backend="kobold")
+    store.load_attempts.output(attempt, "stdout", b"hello")
+    store.load_attempts.finish(attempt, "ready")
     await store.close()
     assert count(store.path, "load_attempts") == 0
 
@@ -481,25 +474,25 @@ def test_argv_without_secrets_redacts_values_and_paths() -> None:
 
 
 async def test_load_errors_list_newest_first_and_clear(tmp_path: Path) -> None:
-    store = await open_store(tmp_path)
-    store.record_load_error({"time": 1.0, "model": "a", "reason": "exit 1", "exit_code": 1})
-    store.record_load_error(
+    store = await open_store(tmp_path / "data")
+    store.load_errors.record({"time": 1.0, "model": "a", "reason": "exit 1", "exit_code": 1})
+    store.load_errors.record(
         {"time": 2.0, "model": "b", "reason": "bad /etc/x/y.gguf", "output_tail": ["l1", "l2"]}
     )
-    errors = await store.list_load_errors(10)
+    errors = await store.load_errors.rows(10)
     assert [e["model"] for e in errors] == ["b", "a"]
     assert errors[0]["output_tail"] == "l1\nl2" and errors[0]["reason"] == "bad y.gguf"
-    assert await store.clear_load_errors() == 2
-    assert await store.list_load_errors(10) == []
+    assert await store.load_errors.clear() == 2
+    assert await store.load_errors.rows(10) == []
     await store.close()
 
 
 async def test_disabled_models_persist_across_reopen(tmp_path: Path) -> None:
-    store = await open_store(tmp_path)
-    await store.set_disabled("a", True)
-    await store.set_disabled("b", True)
-    await store.set_disabled("b", False)
+    store = await open_store(tmp_path / "data")
+    await store.model_states.set_disabled("a", True)
+    await store.model_states.set_disabled("b", True)
+    await store.model_states.set_disabled("b", False)
     await store.close()
-    store = await open_store(tmp_path)
-    assert await store.get_disabled() == {"a"}
+    store = await open_store(tmp_path / "data")
+    assert await store.model_states.disabled() == {"a"}
     await store.close()

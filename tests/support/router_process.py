@@ -21,6 +21,12 @@ import yaml
 from tests.support.harness import PROGRAM_SECTIONS, RouterHarness, free_port, wait_for
 
 CLI = Path(sys.executable).with_name("tensor-router")
+# A router answers /health 2-3 s after its launch on a quiet box (importing it alone takes
+# 1.3-1.7 s). On a 2-core machine at load 10 (two suites at once, backends compiling) 15 s
+# was not enough: 22 cluster tests failed with an empty log and all passed alone. The bound
+# costs time only when a router really never answers; one that exits fails at once.
+START_BOUND = 90.0
+HEALTH_POLL = 0.1  # seconds between /health attempts (each has its own 2 s timeout)
 
 
 def gone(pid: int) -> bool:
@@ -91,18 +97,32 @@ class RouterProcess:
 
     async def start(self) -> None:
         self.launch()
+        await self.answered()
+
+    async def answered(self, bound: float | None = None) -> None:
+        """Wait for the launched process's first 200 on /health; fail at once, with its log,
+        when it exits first, and with its log when `bound` (START_BOUND) passes."""
+        bound = START_BOUND if bound is None else bound
         assert self.proc is not None
+        end = time.monotonic() + bound
         async with httpx.AsyncClient(base_url=self.base) as c:
-            end = time.monotonic() + 15
             while time.monotonic() < end:
-                assert self.proc.poll() is None, self.log.read_text()[-2000:]
+                code = self.proc.poll()
+                if code is not None:
+                    raise AssertionError(
+                        f"the router exited with code {code} before it answered /health:\n"
+                        + self.log.read_text()[-4000:]
+                    )
                 try:
-                    if (await c.get("/health", timeout=1)).status_code == 200:
+                    if (await c.get("/health", timeout=2)).status_code == 200:
                         return
                 except httpx.HTTPError:
                     pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("the router never answered /health:\n" + self.log.read_text())
+                await asyncio.sleep(HEALTH_POLL)
+        raise AssertionError(
+            f"the router never answered /health within {bound:.0f} s (still running; an empty "
+            "log means it had not even finished its imports):\n" + self.log.read_text()[-4000:]
+        )
 
     @property
     def pid(self) -> int:

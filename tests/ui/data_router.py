@@ -108,7 +108,7 @@ async def _capture(
     error: str | None = None,
     readahead: dict[str, Any] | None = None,
 ) -> str:
-    attempt = store.start_capture(
+    attempt = store.load_attempts.start(
         model=model,
         backend="llamacpp",
         kind="load",
@@ -124,8 +124,8 @@ async def _capture(
         readahead=readahead,
     )
     for stream, line in lines:
-        store.capture_output(attempt, stream, line + b"\n")
-    store.finish_capture(attempt, status, exit_code, error, ended_at=started + 2.5)
+        store.load_attempts.output(attempt, stream, line + b"\n")
+    store.load_attempts.finish(attempt, status, exit_code, error, ended_at=started + 2.5)
     return attempt
 
 
@@ -197,7 +197,7 @@ def seed(path: Path, now: float) -> dict[str, Any]:
             lines=console_lines(),
             readahead=READAHEAD,
         )
-        store.record_load_error(
+        store.load_errors.record(
             {
                 "time": now - 300,
                 "model": "beta",
@@ -205,7 +205,7 @@ def seed(path: Path, now: float) -> dict[str, Any]:
                 "reason": "the backend exited with code 9 while serving",
             }
         )
-        store.record_load_error(
+        store.load_errors.record(
             {
                 "time": now - 200,
                 "model": "artist",
@@ -228,7 +228,7 @@ def seed(path: Path, now: float) -> dict[str, Any]:
             lines=lines,
             error="exited with code 3",
         )
-        store.record_load_error(
+        store.load_errors.record(
             {
                 "time": now - 100,
                 "model": "beta",

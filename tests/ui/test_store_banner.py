@@ -1,5 +1,5 @@
-"""The store file deleted while the router runs: detected by its inode, a fresh file with the
-schema, an error in the log, a metric, and a banner in the WebUI (docs/store.md).
+"""The store file deleted while the router runs: detected by its inode, a fresh file holding the
+old file's rows, an error in the log, a metric, and a banner in the WebUI (docs/store.md).
 
 Its own router (the session one is shared by the other UI tests), with a short
 `flush_interval` so the writer's identity check runs every 0.3 s; a real headless browser.
@@ -60,12 +60,12 @@ def test_a_deleted_store_file_is_reopened_and_the_webui_says_so(
 
     banner = page.locator("#notices")
     expect(banner).to_contain_text("was deleted while the router ran", timeout=15_000)
-    expect(banner).to_contain_text("Lost: every row of the old file")
-    # A fresh file with the schema takes what is recorded from now on.
+    # The deleted file was still open: its rows were copied into the fresh one.
+    expect(banner).to_contain_text("copied into it: nothing recorded was lost")
     assert db.exists() and db.stat().st_ino != old_inode
     assert http.post("/v1/chat/completions", json=chat("chat-a")).status_code == 200
     assert http.post("/router/v1/site/analytics/flush").status_code == 200
-    wait_until(lambda: _count(db) == 1, "the new request in the fresh file", 10)
+    wait_until(lambda: _count(db) == 4, "the old rows and the new request in the fresh file", 10)
     metrics = http.get("/metrics").text
     assert "tensor_router_store_file_replaced_total 1.0" in metrics
     log = router.log.read_text()

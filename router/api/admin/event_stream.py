@@ -19,15 +19,12 @@ import time
 from aiohttp import web
 
 from router.appkeys import EVENTS, INFLIGHT, RUNTIMES, SETTINGS, STORE
+from router.edge import SSE_HEADERS
 from router.edge.inflight import ended_at_deadline
 from router.records import EventBus
 from router.records.events import Event, Subscription, resync_event
 
-HEADERS = {
-    "Content-Type": "text/event-stream",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",  # nginx: pass each event at once
-}
+HEADERS = SSE_HEADERS
 HEARTBEAT = b": heartbeat\n\n"
 RETRY_MS = 2000  # the browser's first reconnect delay (the UI backs off further itself)
 

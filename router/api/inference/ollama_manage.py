@@ -19,6 +19,7 @@ from router.downloads import Downloads, Job, State, UnsafeName
 from router.downloads.plan import RepoFile
 from router.edge import Handler, read_json
 from router.errors import BadRequest, Conflict, RouterError, ServiceUnavailable
+from router.ollama import canonical_name
 from router.ollama import pull as pl
 
 NDJSON = "application/x-ndjson"
@@ -48,10 +49,16 @@ async def manage(request: web.Request) -> web.StreamResponse:
 
 async def pull(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, required=True, types=None)
-    name = pl.parse_pull_name(body.get("model") or body.get("name"))
+    wanted = body.get("model") or body.get("name")
     stream = body.get("stream", True)
     if not isinstance(stream, bool | None):
         raise BadRequest("stream must be a boolean", param="stream")
+    catalog = request.app[CATALOG]
+    if isinstance(wanted, str) and catalog.resolve(canonical_name(wanted)) is not None:
+        # Ollama answers success for a model it already has; so does the router for one it
+        # serves (a config ID or alias), whatever backend serves it.
+        return await _answer(request, _listed(pl.already_served()), stream)
+    name = pl.parse_pull_name(wanted)
     service = request.app.get(DOWNLOADS)
     if service is None:
         raise ServiceUnavailable("pulling needs the downloads service (downloads.enabled: true)")
@@ -66,7 +73,13 @@ async def pull(request: web.Request) -> web.StreamResponse:
     job = None
     if plan.files:
         job = await service.start_job(plan, confirm_replace=False, confirm_unsafe=False)
-    records = _pull(request, service, name, files, job)
+    return await _answer(request, _pull(request, service, name, files, job), stream)
+
+
+async def _answer(
+    request: web.Request, records: AsyncIterator[dict[str, Any]], stream: bool | None
+) -> web.StreamResponse:
+    """The progress records as Ollama sends them: NDJSON lines, or the last one alone."""
     if stream is False:
         return await _whole(records)
     response: web.StreamResponse | None = None
@@ -81,9 +94,14 @@ async def pull(request: web.Request) -> web.StreamResponse:
             raise
         # Started: Ollama's mid-stream error is one more record, status kept.
         await response.write(json.dumps({"error": exc.message}).encode() + b"\n")
-    assert response is not None  # _pull always yields
+    assert response is not None  # every record source yields
     await response.write_eof()
     return response
+
+
+async def _listed(records: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    for record in records:
+        yield record
 
 
 async def _whole(records: AsyncIterator[dict[str, Any]]) -> web.StreamResponse:

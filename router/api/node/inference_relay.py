@@ -17,6 +17,7 @@ from aiohttp import web
 
 from router.appkeys import CATALOG, CLUSTER, PROXY, RUNTIMES, SETTINGS
 from router.cluster import (
+    Asked,
     ClusterService,
     SttNode,
     Target,
@@ -111,9 +112,10 @@ async def _relay_once(
     else:  # the selector sat in the prefix; the rest streams through untouched
         rest = Selection(selection.model, prefix, False, selection.source)
         body = body_stream(rest, request)
-    url = service.client.url(target.node_url, node_path_qs(request, selection, local_id))
+    asked = Asked.of(request)
+    url = service.client.url(target.node_url, node_path_qs(asked, selection, local_id))
     token = request.app[SETTINGS].cluster.token or ""
-    headers = node_headers(request, token, selection, local_id)
+    headers = node_headers(asked, token, selection, local_id)
     # Never replayed by the proxy itself: an unreachable node is retried here, on another one.
     upstream = UpstreamRequest(request.method, url, headers, body, False)
     result.bytes_in, result.relayed = len(prefix), True

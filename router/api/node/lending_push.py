@@ -1,10 +1,10 @@
 """The node routes of the lending push (docs/lending.md), cluster token only:
 
 - `POST /router/v1/node/offload/settings` `{"settings": {<every lending key>}}`: a slave puts
-  its master's resolved values in force (`app[LENDING].values`); they win over its own file
+  its master's resolved values in force (`Lending.take_settings`); they win over its own file
   until it restarts, and it is pushed again each time it registers.
 - `POST /router/v1/node/routing-links` `{"links": [...]}`: a slave replaces its link table
-  (in memory: the master's store is the one copy that persists), keeping its counters.
+  (`Lending.take_links`: in memory, the master's store is the one copy that persists).
 - `GET` on both: what is in force on this node.
 
 The master's side of the push is the `Lending` service (router/lending/service.py:
@@ -49,11 +49,7 @@ async def take_settings(request: web.Request) -> web.StreamResponse:
         first = err.errors(include_url=False)[0]
         key = str(first["loc"][0]) if first["loc"] else "settings"
         raise BadRequest(f"{key}: {first['msg']}", param=key) from None
-    lending = request.app[LENDING]
-    lending.layers.values = values
-    lending.store.lending.decision_retention = values.offload_decisions_retention
-    if isinstance(lending.layers, LendingLayers):
-        lending.layers.pushed = True
+    request.app[LENDING].take_settings(values)
     return web.json_response({"ok": True})
 
 
@@ -84,8 +80,7 @@ async def take_links(request: web.Request) -> web.StreamResponse:
     if not isinstance(entries, list) or len(entries) > MAX_PUSHED_LINKS:
         raise BadRequest(f"links must be a list of at most {MAX_PUSHED_LINKS}", param="links")
     links = tuple(_link(entry, index) for index, entry in enumerate(entries))
-    # Only the tuple is replaced: the borrowed counts and the helper statuses stay.
-    request.app[LENDING].links.links = links
+    request.app[LENDING].take_links(links)
     return web.json_response({"ok": True, "links": len(links)})
 
 

@@ -51,9 +51,7 @@ async def register(request: web.Request) -> web.StreamResponse:
         snap = Snapshot.model_validate(body)
     except ValidationError as err:
         raise ClusterError(f"the snapshot is not valid: {err.error_count()} problem(s)") from None
-    service.registry.register(snap, time.time())
-    service.changed()
-    request.app[LENDING].registered(snap.node_id)  # its lending settings and links
+    service.register(snap, time.time())  # lending follows: it pushes its state to the node
     return web.json_response({"ok": True})
 
 

@@ -19,11 +19,12 @@ from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import DOWNLOADS, SITE_FILES, STORE
+from router.api.site.downloads import downloads_of
+from router.appkeys import SITE_FILES, STORE
 from router.downloads import Downloads, State, UnsafeName
 from router.downloads.assets import hf_uri, pinned_origin
 from router.edge import addressed_node
-from router.errors import NotFound, RouterError, ServiceUnavailable
+from router.errors import NotFound, RouterError
 from router.site import SiteFiles
 
 Document = Callable[[web.Request, Mapping[str, Any]], Awaitable[tuple[str, dict[str, Any]]]]
@@ -32,20 +33,11 @@ MAX_ASSET_JOBS = 100
 log = logging.getLogger(__name__)
 
 
-def _service(request: web.Request) -> Downloads:
-    service = request.app.get(DOWNLOADS)
-    if service is None:
-        raise ServiceUnavailable(
-            "downloads are off (downloads.enabled: false)", code="downloads_disabled"
-        )
-    return service
-
-
 async def start(
     request: web.Request, body: dict[str, Any], document: Document, resolve_doc: ResolveDoc
 ) -> web.Response:
     node_id = addressed_node(request)
-    service = _service(request)
+    service = downloads_of(request)
     name, doc = await document(request, body)
     results = await resolve_doc(request.app[SITE_FILES], doc)  # a malformed document is a 400 now
     for result in results:
@@ -144,7 +136,7 @@ def _view(service: Downloads, job: dict[str, Any]) -> dict[str, Any]:
 
 async def status(request: web.Request, job_id: str) -> web.Response:
     addressed_node(request)
-    service = _service(request)
+    service = downloads_of(request)
     job = service.asset_jobs.get(job_id)
     if job is None:
         raise NotFound(f"no model-assets job {job_id[:64]!r}", param="id")

@@ -11,21 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import DOWNLOADS, STORE
-from router.downloads import Downloads, UnsafeName
+from router.api.site.downloads import downloads_of
+from router.appkeys import STORE
+from router.downloads import UnsafeName
 from router.downloads.assets import hf_uri
 from router.downloads.names import check_path, check_repo_id, is_commit, is_sha256
 from router.edge import addressed_node
-from router.errors import BadRequest, Conflict, ServiceUnavailable
-
-
-def _service(request: web.Request) -> Downloads:
-    service = request.app.get(DOWNLOADS)
-    if service is None:
-        raise ServiceUnavailable(
-            "downloads are off (downloads.enabled: false)", code="downloads_disabled"
-        )
-    return service
+from router.errors import BadRequest, Conflict
 
 
 def _sha(body: dict[str, Any]) -> str:
@@ -50,7 +42,7 @@ async def candidates(request: web.Request, body: dict[str, Any]) -> web.Response
     _no_token(body)
     if not isinstance(filename, str) or not filename or "/" in filename or len(filename) > 255:
         raise BadRequest("filename must be a bare file name", param="filename")
-    service = _service(request)
+    service = downloads_of(request)
     found = await asyncio.to_thread(service.hub.candidates, sha, filename)
     learned = await request.app[STORE].downloads.asset_origin(sha)
     origin = (
@@ -82,7 +74,7 @@ async def bind(request: web.Request, body: dict[str, Any]) -> web.Response:
     if not is_commit(commit):
         raise BadRequest("commit must be 40 lowercase hex digits", param="commit")
     assert isinstance(commit, str)
-    repo = await _service(request).repository(repository, commit)
+    repo = await downloads_of(request).repository(repository, commit)
     if repo.commit != commit:
         raise Conflict(f"{repository}@{commit[:12]} resolves to {repo.commit[:12]}", param="commit")
     listed = next((f for f in repo.files if f.path == path), None)

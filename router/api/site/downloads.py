@@ -22,7 +22,7 @@ from router.downloads import (
     repository_of,
     search_query,
 )
-from router.edge import Handler, addressed_node, match_of, read_json
+from router.edge import SSE_HEADERS, Handler, addressed_node, match_of, read_json
 from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import encode_event
@@ -31,7 +31,9 @@ SSE_HEARTBEAT = 15.0
 Action = Callable[[web.Request, Downloads, dict[str, Any]], Awaitable[web.StreamResponse]]
 
 
-def _service(request: web.Request) -> Downloads:
+def downloads_of(request: web.Request) -> Downloads:
+    """The download service, or 503 `downloads_disabled` when downloads are off (every site
+    route that downloads asks here)."""
     service = request.app.get(DOWNLOADS)
     if service is None:
         raise ServiceUnavailable(
@@ -117,24 +119,24 @@ def _posted(action: Action) -> Handler:
     async def handler(request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
         addressed_node(request)
-        return await action(request, _service(request), body)
+        return await action(request, downloads_of(request), body)
 
     return handler
 
 
 async def library_route(request: web.Request) -> web.StreamResponse:
     addressed_node(request)
-    return await library(request, _service(request), {})
+    return await library(request, downloads_of(request), {})
 
 
 async def job_route(request: web.Request) -> web.StreamResponse:
-    service = _service(request)
+    service = downloads_of(request)
     addressed_node(request)
     return web.json_response(service.get(match_of(request).params["job_id"]).to_json())
 
 
 async def events_route(request: web.Request) -> web.StreamResponse:
-    service = _service(request)
+    service = downloads_of(request)
     addressed_node(request)
     return await events(request, service.get(match_of(request).params["job_id"]))
 
@@ -143,7 +145,7 @@ def _job_action(name: str) -> Handler:
     """pause, resume or cancel the job named in the path."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        service = _service(request)
+        service = downloads_of(request)
         addressed_node(request)
         job = await getattr(service, name)(match_of(request).params["job_id"])
         return web.json_response(job.to_json())
@@ -155,13 +157,7 @@ async def events(request: web.Request, job: Job) -> web.StreamResponse:
     """Server-sent events: what happened so far (after Last-Event-ID), then live, until the
     job ends or pauses; comments keep idle proxies from closing the stream."""
     after = _last_event_id(request)
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     if request.method == "HEAD":
         return response

@@ -11,7 +11,6 @@ from aiohttp import web
 
 from router.appkeys import CATALOG, CLUSTER, GUARDIANS, SETTINGS, STORE
 from router.cluster import (
-    Assignment,
     GuardianTable,
     has_vision,
     parse_assignment,
@@ -23,8 +22,7 @@ from router.errors import BadRequest, NotFound
 
 
 async def guardians_context(app: web.Application) -> AsyncIterator[None]:
-    rows = await app[STORE].guardians.rows()
-    app[GUARDIANS] = GuardianTable(Assignment(**row) for row in rows)
+    app[GUARDIANS] = await GuardianTable.load(app[STORE].guardians)
     yield
 
 
@@ -67,15 +65,7 @@ async def guardian_models(request: web.Request) -> web.StreamResponse:
             "multimodal model (a configuration with mmproj, or vLLM with router_vision: true)",
             param="guardian",
         )
-    row = (
-        assignment.scope,
-        assignment.node_id,
-        assignment.model_id,
-        assignment.guardian_node_id,
-        assignment.guardian_model_id,
-    )
-    await request.app[STORE].guardians.save(row)
-    await _reload(request)
+    await request.app[GUARDIANS].assign(assignment)
     return web.json_response({"ok": True, "assignment": assignment.to_dict()})
 
 
@@ -91,16 +81,10 @@ def _listing(request: web.Request) -> web.Response:
 
 async def _clear(request: web.Request) -> web.Response:
     scope, node_id, model_id = parse_key(request.query, request.app[SETTINGS].cluster.node_id)
-    removed = await request.app[STORE].guardians.delete(scope, node_id, model_id)
+    removed = await request.app[GUARDIANS].clear(scope, node_id, model_id)
     if not removed:
         raise NotFound(f"no {scope}-scope guardian assignment matches")
-    await _reload(request)
     return web.json_response({"ok": True, "removed": removed})
-
-
-async def _reload(request: web.Request) -> None:
-    rows = await request.app[STORE].guardians.rows()
-    request.app[GUARDIANS].assignments = tuple(Assignment(**row) for row in rows)
 
 
 HANDLERS: dict[str, Handler] = {"site.guardian_models": guardian_models}

@@ -28,7 +28,7 @@ _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no", 
 
 async def site_context(app: web.Application) -> AsyncIterator[None]:
     """The node's file index; its hash cache lives in the store opened before it."""
-    app[SITE_FILES] = SiteFiles(app[SETTINGS].models.file_roots, app[STORE])
+    app[SITE_FILES] = SiteFiles(app[SETTINGS].models.file_roots, app[STORE].file_hashes)
     yield
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import CLUSTER, SETTINGS, STORE
+from router.appkeys import CLUSTER, SETTINGS
 from router.cluster import NodeModel
 from router.edge import Handler, node_named, read_json, refuse_addresses
 from router.errors import BadRequest, NotFound
@@ -19,7 +19,6 @@ from router.lending import (
     Side,
     ineligible_reason,
     parse_links,
-    replace_links,
 )
 
 Known = dict[tuple[str, str], NodeModel]
@@ -117,14 +116,7 @@ async def _replace(request: web.Request, lane: str) -> web.Response:
     if anchor not in known:
         raise NotFound(f"no {lane} model {anchor[1]!r} on node {anchor[0]!r}", param="anchor")
     _check(links, lane, known)
-    rows = [
-        (link.lane, *link.owner, *link.helper, link.load_if_unloaded, link.restore_after_borrow)
-        for link in links
-    ]
-    await request.app[STORE].links.replace(lane, anchor, rows)
-    table = request.app[LENDING].links
-    table.links = replace_links(table.links, lane, anchor, links)
-    request.app[LENDING].links_changed()
+    await request.app[LENDING].replace_links(lane, anchor, links)
     return web.json_response(
         {
             "ok": True,
@@ -140,12 +132,9 @@ async def _delete(request: web.Request, lane: str) -> web.Response:
     if not model_id:
         raise BadRequest("model_id is required", param="model_id")
     anchor = (node_named(request) or own, model_id)  # any node with the model: no relay
-    removed = await request.app[STORE].links.replace(lane, anchor, [])
+    removed = await request.app[LENDING].replace_links(lane, anchor, ())
     if not removed:
         raise NotFound(f"no {lane} links for {model_id[:256]!r} on node {anchor[0][:64]!r}")
-    table = request.app[LENDING].links
-    table.links = replace_links(table.links, lane, anchor, ())
-    request.app[LENDING].links_changed()
     return web.json_response({"ok": True, "removed": removed})
 
 

@@ -19,7 +19,7 @@ from backends.recipes import Recipe
 from backends.registry import adapter_for
 from router.appkeys import BACKEND_SETUP, INFLIGHT, LAUNCH_OPTIONS, RUNTIMES, SETTINGS
 from router.domain import Family, Lane
-from router.edge import Handler, addressed_node, match_of, query_int, read_json
+from router.edge import SSE_HEADERS, Handler, addressed_node, match_of, query_int, read_json
 from router.edge.inflight import ended_at_deadline
 from router.errors import BadRequest, NotFound
 from router.forwarding import encode_event
@@ -150,13 +150,7 @@ async def backends_init_events(request: web.Request) -> web.StreamResponse:
     stored = service.stored_job(job_id) if job is None else None
     if job is None and stored is None:
         raise _no_job(job_id)
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
+    response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     if job is None:  # a job of an earlier router run: its final state, once
         await response.write(

@@ -17,13 +17,14 @@ import os
 import sqlite3
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from aiohttp import web
 
 from router.appkeys import STORE
 from router.edge import addressed_node, match_of, node_filter, query_int, refuse_addresses
 from router.errors import BadRequest, NotFound, ServiceUnavailable, sanitize
-from router.store import CaptureFilter, Store
+from router.store import CaptureFilter, LoadAttempts, Store
 from router.store.ranges import RANGES
 
 log = logging.getLogger(__name__)
@@ -148,31 +149,34 @@ async def load_captures(request: web.Request) -> web.Response:
         limit=query_int(request.query, "limit", 50, 1, 500),
         cursor=request.query.get("cursor") or None,
     )
-    page = await store.list_captures(filters)
-    body = {"enabled": store.capture_enabled, "nodes": [store.node_id], **page}
+    page = await store.load_attempts.page(filters)
+    body = {"enabled": store.load_attempts.enabled, "nodes": [store.node_id], **page}
     return web.json_response(body)
 
 
-async def load_capture(request: web.Request) -> web.Response:
+def _capture(request: web.Request) -> tuple[LoadAttempts, str]:
+    """The load captures of this node and the attempt the path names."""
     store = _store(request)
     _nodes(request, store)
-    attempt_id = _path_param(request, "attempt_id")
-    detail = await store.capture_detail(attempt_id)
-    if detail is None:
+    return store.load_attempts, _path_param(request, "attempt_id")
+
+
+def _found(attempt_id: str, answer: dict[str, Any] | None) -> web.Response:
+    if answer is None:
         raise NotFound(f"no load capture {attempt_id!r}")
-    return web.json_response(detail)
+    return web.json_response(answer)
+
+
+async def load_capture(request: web.Request) -> web.Response:
+    captures, attempt_id = _capture(request)
+    return _found(attempt_id, await captures.detail(attempt_id))
 
 
 async def load_capture_output(request: web.Request) -> web.Response:
-    store = _store(request)
-    _nodes(request, store)
-    attempt_id = _path_param(request, "attempt_id")
+    captures, attempt_id = _capture(request)
     after = query_int(request.query, "after_sequence", 0, 0, 2**62)
     limit = query_int(request.query, "limit", 200, 1, 1000)
-    page = await store.capture_output_page(attempt_id, after, limit)
-    if page is None:
-        raise NotFound(f"no load capture {attempt_id!r}")
-    return web.json_response(page)
+    return _found(attempt_id, await captures.output_page(attempt_id, after, limit))
 
 
 async def load_errors(request: web.Request) -> web.Response:
@@ -180,10 +184,10 @@ async def load_errors(request: web.Request) -> web.Response:
     store = _store(request)
     _nodes(request, store)
     if request.method == "DELETE":
-        removed = await store.clear_load_errors()
+        removed = await store.load_errors.clear()
         return web.json_response({"removed": removed, "cleared": [store.node_id], "failed": []})
     limit = query_int(request.query, "limit", 100, 1, 1000)
-    errors = await store.list_load_errors(limit)
+    errors = await store.load_errors.rows(limit)
     return web.json_response({"nodes": [store.node_id], "errors": errors})
 
 

@@ -11,7 +11,8 @@ import {
 import { pageHref } from '../lib/url.js';
 
 export const LANES = ['text', 'image', 'voice', 'embeddings', 'music'];
-const REFRESH_MS = 5000; // in-flight and queue counts, reread while no `activity` event came
+// The status is reread this often: no event carries a runtime's memory figures.
+const REFRESH_MS = 5000;
 // A load's memory is measured just after `ready`, off the event loop, and no event says when
 // it is in: the status is reread once this long after each `ready` (docs/residency.md).
 const MEASURED_MS = 3000;
@@ -53,7 +54,9 @@ export function reduce(state, event) {
   const old = runtimes.get(event.runtime);
   switch (event.event) {
     case 'state':
-      runtimes.set(event.runtime, { ...event });
+      // The stream opens with one per runtime, without the memory only /status carries:
+      // what the event lacks is kept, or the bars would read "0 B used" until a snapshot.
+      runtimes.set(event.runtime, { ...old, ...event });
       break;
     case 'loading':
       runtimes.set(event.runtime, loadingRecord(event));
@@ -291,9 +294,8 @@ export default {
         measuredTimers.add(setTimeout(() => live.resync(), MEASURED_MS));
       }
       else if (event.event === 'failed') onFailed(event, view, refreshErrors);
-      else if (event.event === 'activity') view.liveCounts = true;
     });
-    const timers = startTimers(root, ctx, live, view);
+    const timers = startTimers(root, ctx, live);
     await Promise.all([refreshErrors(), readUsualTimes(ctx, view)]);
     return () => {
       timers.forEach(clearInterval);
@@ -314,15 +316,16 @@ async function readUsualTimes(ctx, view) {
   }
 }
 
-function startTimers(root, ctx, live, view) {
+function startTimers(root, ctx, live) {
   const tick = setInterval(() => {
     for (const span of root.querySelectorAll('[data-elapsed-since]')) {
       span.textContent = formatSeconds(Math.max(0, Date.now() / 1000 - Number(span.dataset.elapsedSince)));
     }
   }, 1000);
   const refresh = setInterval(() => {
-    // A stream with `activity` events keeps the counts live itself: nothing to reread.
-    if (view.liveCounts || document.visibilityState !== 'visible') return;
+    // Also while `activity` events keep the counts live: they carry no memory figures, and
+    // on a busy router they never stop, so skipping the reread then left the bars stale.
+    if (document.visibilityState !== 'visible') return;
     if (ctx.events.status === 'connected') live.resync();
   }, REFRESH_MS);
   return [tick, refresh];
