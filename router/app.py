@@ -50,6 +50,7 @@ from router.api import HANDLERS, admin, inference, node, site
 from router.appkeys import (
     AUTH,
     BACKEND_SETUP,
+    BACKENDS,
     CATALOG,
     CLUSTER,
     DISPATCH,
@@ -67,13 +68,14 @@ from router.appkeys import (
     RECORDER,
     ROUTE,
     RUNTIMES,
-    SESSION,
     SESSIONS,
     SETTINGS,
     SHUTDOWN,
     STORE,
     UI_LOGINS,
 )
+from router.backend_client import BackendClient
+from router.backend_client.session import SESSION
 from router.classify import ROUTES, Route, match
 from router.cluster import (
     AllowList,
@@ -261,6 +263,7 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         app[SESSION] = session
+        app[BACKENDS] = BackendClient(session, app[EVENTS])
         runtime = app[SETTINGS].runtime
         app[PROXY] = Proxy(
             session,
@@ -376,17 +379,17 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
     reaped = reap_stale(pid_dir)
     if reaped:
         log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
-    kv = KvCaches(settings, app[SESSION], state_dir(settings) / "kv-cache", app[EVENTS])
+    kv = KvCaches(settings, app[BACKENDS], state_dir(settings) / "kv-cache")
     app[KV_CACHES] = kv
     # Host memory for the read-ahead and the vLLM sleep is judged by the memory package over
     # the manager's live ledger (built below; asked only once the manager runs).
     host = HostRoom(lambda: manager.live_ledger(), settings.memory.reserve)
     readahead = ReadAhead(settings, app[EVENTS].publish, host)
-    sleep = VllmSleep(settings, app[SESSION], app[EVENTS], host)
+    sleep = VllmSleep(settings, app[BACKENDS], host)
     # KV restore runs before the measurement, so the figure includes the restored cache.
     hooks = SwapHooks([kv, readahead, sleep, app[FIGURES]])
     loader = Loader(
-        settings, app[SESSION], pid_dir, env_overlay=app[LAUNCH_OPTIONS].env_for, hooks=hooks
+        settings, app[BACKENDS], pid_dir, env_overlay=app[LAUNCH_OPTIONS].env_for, hooks=hooks
     )
     store = app[STORE]
     manager = RuntimeManager(

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import aiohttp
 from aiohttp import web
 
 from router.edge import bodies, request
@@ -17,6 +16,7 @@ from router.edge import bodies, request
 from router.edge.errors import ARRIVED as ARRIVED
 
 if TYPE_CHECKING:
+    from router.backend_client import BackendClient
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService, GuardianTable
     from router.comfy.state import ComfyState
@@ -43,7 +43,8 @@ SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 CATALOG: web.AppKey[Catalog] = web.AppKey("catalog")
 EVENTS: web.AppKey[EventBus] = web.AppKey("events")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
-SESSION: web.AppKey[aiohttp.ClientSession] = web.AppKey("session")
+# The router's own calls to backends (router/backend_client); the raw session is not here.
+BACKENDS: web.AppKey[BackendClient] = web.AppKey("backend_client")
 RUNTIMES: web.AppKey[RuntimeManager] = web.AppKey("runtimes")
 PROXY: web.AppKey[Proxy] = web.AppKey("proxy")
 STORE: web.AppKey[Store] = web.AppKey("store")

@@ -2,8 +2,8 @@
 
 The runner leases the runtime through `RuntimeManager.ensure()` (so a probe queues, swaps and
 batches like any client request) and calls a probe with the lease; the probe speaks the
-backend's own API on the lease's loopback URL, with the benchmark service's own client
-session (runner.py says why). Each workload is small and fixed, so runs of one model compare
+backend's own API on the lease's loopback URL, through the benchmark service's own backend
+client (runner.py says why). Each workload is small and fixed, so runs of one model compare
 with each other. The parsing of what comes
 back is pure (`llm_sample`, `chunk_fields`) and unit-tested.
 """
@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from router.backend_client import UNBOUNDED, BackendClient, Reply
 from router.benchmarks.model import Measured, Sample
 from router.config import ModelConfig
 from router.runtime import Lease
@@ -34,16 +35,15 @@ SPEECH_TEXT = "This is a short benchmark sentence."
 MUSIC_BODY = {"prompt": "calm piano", "duration": 5}
 AUDIO_SECONDS = 1.0
 ERROR_SNIPPET = 200
-# The run's timeout_seconds bounds every probe (runner.py); the session's default would cut
-# a slow image or load at five minutes and be mistaken for it.
-UNBOUNDED = aiohttp.ClientTimeout(total=None)
+# The run's timeout_seconds bounds every probe (runner.py), so each call is UNBOUNDED: the
+# session's default would cut a slow image or load at five minutes and be mistaken for it.
 
 
 class ProbeFailed(Exception):
     """The backend answered, but not with what the section measures."""
 
 
-Probe = Callable[[aiohttp.ClientSession, Lease, ModelConfig], Awaitable[Sample]]
+Probe = Callable[[BackendClient, Lease, ModelConfig], Awaitable[Sample]]
 
 
 def _ms(since: float) -> float:
@@ -54,22 +54,20 @@ def _model(lease: Lease, config: ModelConfig) -> str:
     return lease.runtime.local_model_id or config.id
 
 
-async def _timed_json(session: aiohttp.ClientSession, url: str, **send: Any) -> tuple[Any, float]:
+async def _timed_json(client: BackendClient, url: str, **send: Any) -> tuple[Any, float]:
     """POST, the JSON answer and how long the exchange took (ms)."""
     started = time.monotonic()
-    async with session.post(url, timeout=UNBOUNDED, **send) as resp:
-        answer = await _json(resp)
-    return answer, _ms(started)
-
-
-async def _json(resp: aiohttp.ClientResponse) -> Any:
-    raw = await resp.read()
-    if resp.status != 200:
-        raise ProbeFailed(f"the backend answered {resp.status}: {_snippet(raw)}")
+    reply = _answered(await client.fetch("POST", url, deadline=UNBOUNDED, **send))
     try:
-        return json.loads(raw)
+        return json.loads(reply.body), _ms(started)
     except ValueError:
-        raise ProbeFailed(f"the backend's answer is not JSON: {_snippet(raw)}") from None
+        raise ProbeFailed(f"the backend's answer is not JSON: {_snippet(reply.body)}") from None
+
+
+def _answered(reply: Reply, *, empty_ok: bool = True) -> Reply:
+    if reply.status != 200 or not (empty_ok or reply.body):
+        raise ProbeFailed(f"the backend answered {reply.status}: {_snippet(reply.body)}")
+    return reply
 
 
 def _snippet(raw: bytes) -> str:
@@ -139,7 +137,7 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) and value >= 0 else None
 
 
-async def llm(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
+async def llm(client: BackendClient, lease: Lease, config: ModelConfig) -> Sample:
     body = {
         "model": _model(lease, config),
         "messages": [{"role": "user", "content": PROMPT}],
@@ -149,8 +147,8 @@ async def llm(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig)
         "stream_options": {"include_usage": True},
     }
     stream, started = Stream(), time.monotonic()
-    async with session.post(
-        lease.base_url + "/v1/chat/completions", json=body, timeout=UNBOUNDED
+    async with client.stream(
+        "POST", lease.base_url + "/v1/chat/completions", json=body, deadline=UNBOUNDED
     ) as resp:
         if resp.status != 200:
             raise ProbeFailed(f"the backend answered {resp.status}: {_snippet(await resp.read())}")
@@ -172,9 +170,9 @@ async def llm(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig)
 # ---- embed, image, voice, music --------------------------------------------------------
 
 
-async def embed(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
+async def embed(client: BackendClient, lease: Lease, config: ModelConfig) -> Sample:
     body = {"model": _model(lease, config), "input": EMBED_INPUTS}
-    answer, took = await _timed_json(session, lease.base_url + "/v1/embeddings", json=body)
+    answer, took = await _timed_json(client, lease.base_url + "/v1/embeddings", json=body)
     data = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(data, list) or not data:
         raise ProbeFailed("the backend's answer has no embeddings")
@@ -189,26 +187,24 @@ async def embed(session: aiohttp.ClientSession, lease: Lease, config: ModelConfi
     return sample
 
 
-async def image(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
+async def image(client: BackendClient, lease: Lease, config: ModelConfig) -> Sample:
     # A1111's txt2img: sd-server and KoboldCpp both serve it, with the same body.
-    answer, took = await _timed_json(session, lease.base_url + "/sdapi/v1/txt2img", json=IMAGE_BODY)
+    answer, took = await _timed_json(client, lease.base_url + "/sdapi/v1/txt2img", json=IMAGE_BODY)
     images = answer.get("images") if isinstance(answer, dict) else None
     if not isinstance(images, list) or not images:
         raise ProbeFailed("the backend's answer has no image")
     return {"request_ms": Measured(took, "ms"), "images": Measured(float(len(images)), "count")}
 
 
-async def voice(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
+async def voice(client: BackendClient, lease: Lease, config: ModelConfig) -> Sample:
     """Transcription when the configuration has a speech-to-text model, else speech."""
     if "ttsmodel" in config.components and "whispermodel" not in config.components:
-        return await _speech(session, lease, config)
+        return await _speech(client, lease, config)
     form = aiohttp.FormData()
     form.add_field("file", tone_wav(AUDIO_SECONDS), filename="bench.wav", content_type="audio/wav")
     form.add_field("model", _model(lease, config))
     form.add_field("response_format", "json")
-    answer, took = await _timed_json(
-        session, lease.base_url + "/v1/audio/transcriptions", data=form
-    )
+    answer, took = await _timed_json(client, lease.base_url + "/v1/audio/transcriptions", data=form)
     if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
         raise ProbeFailed("the backend's answer has no transcript")
     return {
@@ -217,25 +213,20 @@ async def voice(session: aiohttp.ClientSession, lease: Lease, config: ModelConfi
     }
 
 
-async def _speech(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
+async def _speech(client: BackendClient, lease: Lease, config: ModelConfig) -> Sample:
     body = {"model": _model(lease, config), "input": SPEECH_TEXT}
     started = time.monotonic()
-    async with session.post(
-        lease.base_url + "/v1/audio/speech", json=body, timeout=UNBOUNDED
-    ) as resp:
-        raw = await resp.read()
-        if resp.status != 200 or not raw:
-            raise ProbeFailed(f"the backend answered {resp.status}: {_snippet(raw)}")
+    url = lease.base_url + "/v1/audio/speech"
+    reply = await client.fetch("POST", url, json=body, deadline=UNBOUNDED)
+    raw = _answered(reply, empty_ok=False).body
     return {"request_ms": Measured(_ms(started), "ms"), "audio_bytes": Measured(len(raw), "bytes")}
 
 
-async def music(session: aiohttp.ClientSession, lease: Lease, config: ModelConfig) -> Sample:
+async def music(client: BackendClient, lease: Lease, config: ModelConfig) -> Sample:
     started = time.monotonic()
     url = lease.base_url + "/api/extra/music/generate"
-    async with session.post(url, json=MUSIC_BODY, timeout=UNBOUNDED) as resp:
-        raw = await resp.read()
-        if resp.status != 200:
-            raise ProbeFailed(f"the backend answered {resp.status}: {_snippet(raw)}")
+    reply = await client.fetch("POST", url, json=MUSIC_BODY, deadline=UNBOUNDED)
+    raw = _answered(reply).body
     return {"request_ms": Measured(_ms(started), "ms"), "bytes": Measured(len(raw), "bytes")}
 
 

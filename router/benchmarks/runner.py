@@ -20,8 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
+from router.backend_client import BackendClient, BackendFault, fresh_connections_client
 from router.benchmarks.model import (
     FAILED,
     RUN_SECTION,
@@ -64,13 +63,13 @@ class Benchmarks:
         self,
         node_id: str,
         runtimes: RuntimeManager,
-        session: aiohttp.ClientSession,
+        client: BackendClient,
         events: EventBus,
         store: Store,
     ) -> None:
         self.node_id = node_id
         self._runtimes = runtimes
-        self._session = session
+        self._client = client
         self._events = events
         self._store = store
         self._current: Run | None = None
@@ -197,8 +196,8 @@ class Benchmarks:
         except RouterError as exc:
             return Iteration(_since(started), error=exc.message)
         try:
-            sample = await PROBES[section](self._session, lease, config)
-        except (ProbeFailed, aiohttp.ClientError, ValueError) as exc:
+            sample = await PROBES[section](self._client, lease, config)
+        except (ProbeFailed, BackendFault, ValueError) as exc:
             return Iteration(_since(started), error=str(exc) or repr(exc))
         finally:
             lease.release()
@@ -254,14 +253,13 @@ async def benchmarks_service(
 ) -> AsyncIterator[Benchmarks]:
     """The service for the app's lifetime; rows a crashed router left `running` are failed.
 
-    Probes use a session of their own that opens a connection per request: a pooled keep-alive
-    connection llama-server had closed after a streamed answer failed the next iteration (real
-    tier), and a fresh loopback connection costs well under a millisecond.
+    Probes use a backend client of their own that opens a connection per request: a pooled
+    keep-alive connection llama-server had closed after a streamed answer failed the next
+    iteration (real tier), and a fresh loopback connection costs well under a millisecond.
     """
     await store.benchmarks.fail_unfinished(STOPPED, time.time())
-    connector = aiohttp.TCPConnector(force_close=True, limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        service = Benchmarks(node_id, runtimes, session, events, store)
+    async with fresh_connections_client() as client:
+        service = Benchmarks(node_id, runtimes, client, events, store)
         try:
             yield service
         finally:

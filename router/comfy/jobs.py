@@ -22,8 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
+from router.backend_client import BackendClient, Reply
 from router.comfy.transcode import TranscodeError, container_of, transcode
 from router.config import ModelConfig
 from router.domain import Lane
@@ -94,12 +93,11 @@ def _decode(value: Any, what: str) -> bytes:
         raise JobFailed(f"the backend's {what} is not valid base64") from None
 
 
-async def _json(resp: aiohttp.ClientResponse, what: str) -> dict[str, Any]:
-    raw = await resp.read()
-    if resp.status >= 400:
-        raise JobFailed(f"{what} failed with HTTP {resp.status}: {_excerpt(raw)}")
+def _json(reply: Reply, what: str) -> dict[str, Any]:
+    if reply.status >= 400:
+        raise JobFailed(f"{what} failed with HTTP {reply.status}: {_excerpt(reply.body)}")
     try:
-        body = json.loads(raw)
+        body = json.loads(reply.body)
     except ValueError:
         raise JobFailed(f"{what} answered with something that is not JSON") from None
     if not isinstance(body, dict):
@@ -107,34 +105,34 @@ async def _json(resp: aiohttp.ClientResponse, what: str) -> dict[str, Any]:
     return body
 
 
-async def kobold_video(session: aiohttp.ClientSession, base: str, body: dict[str, Any]) -> bytes:
+async def kobold_video(client: BackendClient, base: str, body: dict[str, Any]) -> bytes:
     """KoboldCpp renders the clip in one call and answers with the container in `images[0]`."""
-    async with session.post(f"{base}/sdapi/v1/txt2img", json=body) as resp:
-        answer = await _json(resp, "KoboldCpp /sdapi/v1/txt2img")
+    reply = await client.fetch("POST", f"{base}/sdapi/v1/txt2img", json=body)
+    answer = _json(reply, "KoboldCpp /sdapi/v1/txt2img")
     images = answer.get("images")
     return _decode(images[0] if isinstance(images, list) and images else None, "video")
 
 
-async def sdcpp_video(session: aiohttp.ClientSession, base: str, body: dict[str, Any]) -> bytes:
-    async with session.post(f"{base}/sdcpp/v1/vid_gen", json=body) as resp:
-        submitted = await _json(resp, "sd-server /sdcpp/v1/vid_gen")
+async def sdcpp_video(client: BackendClient, base: str, body: dict[str, Any]) -> bytes:
+    reply = await client.fetch("POST", f"{base}/sdcpp/v1/vid_gen", json=body)
+    submitted = _json(reply, "sd-server /sdcpp/v1/vid_gen")
     job_id = submitted.get("id")
     if not isinstance(job_id, str) or not job_id.replace("_", "").replace("-", "").isalnum():
         raise JobFailed("sd-server did not return a job id")
     try:
-        return await _poll_sdcpp(session, base, job_id)
+        return await _poll_sdcpp(client, base, job_id)
     except asyncio.CancelledError:
         # Router shutdown: a queued job would otherwise still run on the backend.
         with contextlib.suppress(Exception):
-            await asyncio.shield(_cancel_sdcpp(session, base, job_id))
+            await asyncio.shield(_cancel_sdcpp(client, base, job_id))
         raise
 
 
-async def _poll_sdcpp(session: aiohttp.ClientSession, base: str, job_id: str) -> bytes:
+async def _poll_sdcpp(client: BackendClient, base: str, job_id: str) -> bytes:
     delay = _POLL_START
     while True:
-        async with session.get(f"{base}/sdcpp/v1/jobs/{job_id}") as resp:
-            job = await _json(resp, f"sd-server job {job_id}")
+        reply = await client.fetch("GET", f"{base}/sdcpp/v1/jobs/{job_id}")
+        job = _json(reply, f"sd-server job {job_id}")
         status = job.get("status")
         if status == "completed":
             result = job.get("result") or {}
@@ -147,10 +145,8 @@ async def _poll_sdcpp(session: aiohttp.ClientSession, base: str, job_id: str) ->
         delay = min(delay * 2, _POLL_MAX)
 
 
-async def _cancel_sdcpp(session: aiohttp.ClientSession, base: str, job_id: str) -> None:
-    timeout = aiohttp.ClientTimeout(total=2)
-    async with session.post(f"{base}/sdcpp/v1/jobs/{job_id}/cancel", timeout=timeout) as resp:
-        await resp.read()
+async def _cancel_sdcpp(client: BackendClient, base: str, job_id: str) -> None:
+    await client.fetch("POST", f"{base}/sdcpp/v1/jobs/{job_id}/cancel", deadline=2)
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -169,7 +165,7 @@ class JobRunner:
     def __init__(
         self,
         scratch: Path,
-        session: aiohttp.ClientSession,
+        client: BackendClient,
         runtimes: RuntimeManager,
         inflight: InFlight | None = None,
     ) -> None:
@@ -178,7 +174,7 @@ class JobRunner:
         for folder in (self.outputs, self.work):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             _clear(folder)  # jobs live in memory: files of an earlier run can never be served
-        self._session = session
+        self._client = client
         self._runtimes = runtimes
         self._inflight = inflight  # a running job counts in the graceful stop's drain (R27)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
@@ -251,10 +247,10 @@ class JobRunner:
                 self._fail(job, _STOPPED)  # a failure; keep the cancel going
                 raise asyncio.CancelledError from None
             self._fail(job, str(exc))
-        except RouterError as exc:  # the runtime could not be leased (load failed, shutdown)
+        # The runtime could not be leased (load failed, shutdown), or the backend connection
+        # failed (the client's BackendFault says how).
+        except RouterError as exc:
             self._fail(job, sanitize(exc.message)[:_ERROR_CHARS])
-        except aiohttp.ClientError as exc:
-            self._fail(job, f"the backend connection failed: {type(exc).__name__}")
         except Exception as exc:  # a job must end in a state /history can show
             log.exception("ComfyUI video job %s failed", job.prompt_id)
             self._fail(job, sanitize(f"internal error: {exc}")[:_ERROR_CHARS])
@@ -262,8 +258,8 @@ class JobRunner:
     async def _generate(self, call: BackendCall) -> bytes:
         async with self._runtimes.lease(call.config, Lane.IMAGE) as lease:
             if call.kind == "kobold":
-                return await kobold_video(self._session, lease.base_url, call.body)
-            return await sdcpp_video(self._session, lease.base_url, call.body)
+                return await kobold_video(self._client, lease.base_url, call.body)
+            return await sdcpp_video(self._client, lease.base_url, call.body)
 
     async def _finish(self, job: Job, raw: bytes, ffmpeg: str) -> None:
         found = container_of(raw)

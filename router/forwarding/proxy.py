@@ -131,15 +131,9 @@ class Proxy:
         result: ProxyResult,
         overhead_ms: Callable[[], float],
     ) -> web.StreamResponse:
-        # No socket read timeout: it would also run while a non-streamed answer is computed.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
         sent_at = time.monotonic()
         deadline = asyncio.get_running_loop().time() + self._response_timeout
-        try:
-            async with asyncio.timeout_at(deadline):
-                resp = await self._opened(upstream, timeout)
-        except TimeoutError:
-            raise self._too_slow() from None
+        resp = await self._opened_by(upstream, deadline)
         kept = False
         try:
             result.upstream_status = resp.status
@@ -147,7 +141,6 @@ class Proxy:
             reply = translation.reply(
                 resp.status, resp.headers.get("Content-Type", ""), resp.content_length
             )
-            headers = _headers(resp, reply)
             result.stream = reply.streaming
             announced: web.StreamResponse | None = request.get(ANNOUNCED)
             if announced is not None:  # started while the request waited (edge/announce.py)
@@ -155,18 +148,9 @@ class Proxy:
                 return announced
             if reply.whole:
                 return await self._answer_whole(
-                    request, resp, headers, reply, result, overhead_ms, deadline
+                    request, resp, _headers(resp, reply), reply, result, overhead_ms, deadline
                 )
-            out = web.StreamResponse(
-                status=reply.status, reason=_reason(resp, reply), headers=headers
-            )
-            if resp.content_length is not None and reply.same_length:
-                out.content_length = resp.content_length
-            out.headers["X-Router-Overhead-Ms"] = f"{overhead_ms():.3f}"
-            await out.prepare(request)
-            result.status = reply.status
-            await self._pump(request, resp, out, reply, result)
-            return out
+            return await self._stream(request, resp, reply, result, overhead_ms)
         except BaseException as exc:
             if upstream.abort_drain is not None and _client_left(exc):
                 self._drains.start(_ready(resp), upstream.abort_drain)  # R23b
@@ -177,6 +161,37 @@ class Proxy:
         finally:
             if not kept:
                 resp.release()
+
+    async def _opened_by(
+        self, upstream: UpstreamRequest, deadline: float
+    ) -> aiohttp.ClientResponse:
+        """The backend's response head, by `deadline` (loop time), else the 504."""
+        # No socket read timeout: it would also run while a non-streamed answer is computed.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._opened(upstream, timeout)
+        except TimeoutError:
+            raise self._too_slow() from None
+
+    async def _stream(
+        self,
+        request: web.Request,
+        resp: aiohttp.ClientResponse,
+        reply: Reply,
+        result: ProxyResult,
+        overhead_ms: Callable[[], float],
+    ) -> web.StreamResponse:
+        """The backend's answer passed on as it arrives (the status line goes out first)."""
+        headers = _headers(resp, reply)
+        out = web.StreamResponse(status=reply.status, reason=_reason(resp, reply), headers=headers)
+        if resp.content_length is not None and reply.same_length:
+            out.content_length = resp.content_length
+        out.headers["X-Router-Overhead-Ms"] = f"{overhead_ms():.3f}"
+        await out.prepare(request)
+        result.status = reply.status
+        await self._pump(request, resp, out, reply, result)
+        return out
 
     async def _into_announced(
         self,

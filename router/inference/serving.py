@@ -5,7 +5,6 @@ backend had died just before."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 
@@ -32,7 +31,6 @@ from router.inference.context import Chosen, Context
 from router.inference.override import Override
 from router.records import RequestInfo
 from router.runtime import Lease, Runtime
-from router.runtime.loader import port_in_use
 
 CHAT_COMPLETIONS = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
@@ -96,12 +94,6 @@ def _with_dimensions(
     return dataclasses.replace(override, on_lease=on_lease)
 
 
-DEATH_GRACE_S = 0.25  # the exit of a killed backend is seen within milliseconds
-# A backend whose listening port is already closed is on its way out, but a crash that frees
-# gigabytes, on a busy machine, is reaped later than that: its exit is awaited this long.
-DYING_GRACE_S = 10.0
-
-
 async def _backend_died(
     request: web.Request, lease: Lease, override: Override, result: ProxyResult
 ) -> bool:
@@ -110,20 +102,9 @@ async def _backend_died(
     Only then is a resend safe: a live backend that reset the connection after reading the
     body keeps its 502 (R31), and a body the router does not hold cannot be resent anyway.
     """
-    process = lease.runtime.process
-    if result.upstream_status is not None or not override.selection.complete or process is None:
+    if result.upstream_status is not None or not override.selection.complete:
         return False
-    try:
-        code = await asyncio.wait_for(asyncio.shield(process.wait_exit()), DEATH_GRACE_S)
-    except TimeoutError:
-        if not lease.runtime.port or port_in_use(lease.runtime.port):
-            return False  # still listening: alive (or hung), and its 502 stands
-        try:
-            code = await asyncio.wait_for(asyncio.shield(process.wait_exit()), DYING_GRACE_S)
-        except TimeoutError:
-            return False
-    request.app[RUNTIMES].report_failure(lease.runtime, f"the backend exited with code {code}")
-    return True
+    return await request.app[RUNTIMES].confirm_death(lease.runtime)
 
 
 async def _send(

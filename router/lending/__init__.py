@@ -25,7 +25,7 @@ in force (`settings.py`, pure), the decision log (`decisions.py`), the lease boo
 the restorer (`restore.py`: a helper's lane back to its model after borrowed work), the
 planner (`Planner`), the owner's and the helper's sides, the master's push to its slaves
 (`push.py`) and the runtime-status body a node reports. It is built with the runtime
-manager, the cluster service, the store and the client session; handlers call it. The wire
+manager, the cluster service and the store; handlers call it. The wire
 headers are in `wire.py`. The contract's route names (`offload`, `routing-links`,
 `routing-groups`) stay as they are.
 """

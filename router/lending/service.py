@@ -2,7 +2,7 @@
 
 `Lending` is the shared state (router/lending/state.py: the links, the settings in force, the
 decision log, the lease book, the gates and the restorer, with the runtime manager, the cluster
-service, the store and the client session handed in) with what acts on it: the planner, the
+service and the store handed in) with what acts on it: the planner, the
 owner's side, the helper's side and, on a master, the push of its settings and links to the
 slaves. One app key (`LENDING`) holds it; one `cleanup_ctx` entry (`lending_context`) builds,
 starts and stops it, after the store, the runtimes and the cluster service exist and before the
@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from router import __version__
-from router.appkeys import CLUSTER, RUNTIMES, SESSION, SETTINGS, STORE
+from router.appkeys import CLUSTER, RUNTIMES, SETTINGS, STORE
 from router.config import LendingSettings, Settings
 from router.errors import InternalError
 from router.lending.decisions import Decision, DecisionLog, decision_row
@@ -192,7 +192,6 @@ async def lending_context(app: web.Application) -> AsyncIterator[None]:
         app[RUNTIMES],
         app[CLUSTER],
         store,
-        app[SESSION],
         links=links,
         layers=layers,
         decisions=sink_for(store, __version__),

@@ -1,7 +1,7 @@
 """What lending shares on a node: its dependencies and its state, and this node's status.
 
 `LendingState` is handed the settings, the runtime manager (its views and queues), the cluster
-service, the store and the client session, and owns the links in force, the settings in force,
+service and the store (its calls to peers go through the cluster service's `NodeClient`), and owns the links in force, the settings in force,
 the decision log, the lease book, the helper side's gates and restorer. The planner, the
 owner's side and the helper's side act on it; `Lending` (router/lending/service.py) is this
 state with those three and its lifetime. The runtime-status body a node reports is built here
@@ -14,8 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import Any
-
-import aiohttp
 
 from router.cluster import ClusterService, NodeModel, RuntimeStatus, listener_url
 from router.config import LendingSettings, ModelConfig, Settings
@@ -40,7 +38,6 @@ class LendingState:
         runtimes: RuntimeManager,
         cluster: ClusterService,
         store: Store,
-        session: aiohttp.ClientSession,
         *,
         links: LinkTable | None = None,
         layers: LendingValues | None = None,
@@ -48,7 +45,7 @@ class LendingState:
     ) -> None:
         self.settings = settings
         self.node_id = settings.cluster.node_id
-        self.runtimes, self.cluster, self.store, self.session = runtimes, cluster, store, session
+        self.runtimes, self.cluster, self.store = runtimes, cluster, store
         self.links = links or LinkTable()
         self.layers = layers or LendingValues(settings.cluster.lending())
         self.decisions = decisions or DecisionLog()

@@ -2,8 +2,9 @@
 
 The router calls the backend's own `/slots` routes on the backend port (clients never reach
 them). Each save or restore is bounded by its deadline (`runtime.kv_save_timeout`,
-`runtime.kv_restore_timeout`); a failure or timeout is logged and published as a `kv_cache`
-event (counted in Prometheus) and never fails a request. Files live in one folder per runtime
+`runtime.kv_restore_timeout`) by the backend client (router/backend_client), which logs a
+failure or timeout and publishes it as a `kv_cache` event (counted in Prometheus); it never
+fails a request. Files live in one folder per runtime
 under the state folder; a JSON sidecar per file records its SHA-256, so a file damaged on disk
 is deleted instead of restored. Disk use is capped by `runtime.kv_cache_dir_budget`.
 """
@@ -21,14 +22,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from backends.base import BackendError
 from backends.registry import adapter_for
+from router.backend_client import BackendClient, BackendFault, Outcome
 from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 from router.errors import BadRequest
-from router.records import EventBus
 from router.runtime import kvkeys
 from router.runtime.hooks import SwapHook
 from router.runtime.kvprobe import ProbeResults, run_probe
@@ -36,17 +35,14 @@ from router.runtime.loader import Launched, LaunchSpec
 from router.runtime.state import Runtime, spec_for
 
 log = logging.getLogger(__name__)
-_Work = Callable[[Runtime], Awaitable[tuple[str, dict[str, Any]]]]
+_Work = Callable[[Runtime], Awaitable[Outcome]]
 
 
 class KvCaches(SwapHook):
-    def __init__(
-        self, settings: Settings, session: aiohttp.ClientSession, root: Path, events: EventBus
-    ) -> None:
+    def __init__(self, settings: Settings, client: BackendClient, root: Path) -> None:
         self._settings = settings
-        self._session = session
+        self._client = client
         self._root = root
-        self._events = events
         self._probes = ProbeResults(root / "probes.json")
 
     # ---- which runtimes take part -------------------------------------------------------
@@ -133,31 +129,8 @@ class KvCaches(SwapHook):
         return {"mode": mode, "enabled": kvkeys.persist_enabled(mode, passed), "probe": probe}
 
     async def _bounded(self, action: str, runtime: Runtime, work: _Work, deadline: float) -> None:
-        started = time.monotonic()
-        try:
-            result, fields = await asyncio.wait_for(work(runtime), deadline)
-        except TimeoutError:
-            log.warning(
-                "%s: KV cache %s took longer than %gs; skipped", runtime.key, action, deadline
-            )
-            self._publish(runtime, action, "timeout", started)
-            return
-        except (aiohttp.ClientError, OSError, ValueError) as exc:
-            log.warning("%s: KV cache %s failed: %s", runtime.key, action, exc)
-            self._publish(runtime, action, "failed", started, reason=str(exc)[:200])
-            return
-        except Exception as exc:  # a bug here must not break the load or the stop
-            log.exception("%s: KV cache %s crashed", runtime.key, action)
-            self._publish(runtime, action, "failed", started, reason=type(exc).__name__)
-            return
-        self._publish(runtime, action, result, started, **fields)
-
-    def _publish(
-        self, runtime: Runtime, action: str, result: str, started: float, **fields: Any
-    ) -> None:
-        ms = round((time.monotonic() - started) * 1000.0, 1)
-        self._events.publish(
-            "kv_cache", **runtime.identity(), action=action, result=result, ms=ms, **fields
+        await self._client.bounded(
+            "kv_cache", runtime.identity(), action, lambda: work(runtime), deadline
         )
 
     # ---- save ---------------------------------------------------------------------------
@@ -165,12 +138,14 @@ class KvCaches(SwapHook):
     async def _save(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
         folder = self.folder(runtime.spec)
         key = self._key(runtime)
-        answer = await self._call("GET", runtime.base_url + "/slots", None)
+        answer = await self._client.call("GET", runtime.base_url + "/slots")
         saved = tokens = 0
         for slot in kvkeys.slots_to_save(answer):
             name = kvkeys.slot_file(key, slot)
             body = {"filename": name}
-            result = await self._call("POST", f"{runtime.base_url}/slots/{slot}?action=save", body)
+            result = await self._client.call(
+                "POST", f"{runtime.base_url}/slots/{slot}?action=save", body
+            )
             n_saved = result.get("n_saved") if isinstance(result, dict) else None
             if not isinstance(n_saved, int) or n_saved <= 0:
                 _remove(folder, name)
@@ -211,7 +186,7 @@ class KvCaches(SwapHook):
                 raise ValueError(f"KV cache file {path.name} failed its checksum")
             body = {"filename": path.name}
             url = f"{runtime.base_url}/slots/{parsed[1]}?action=restore"
-            result = await self._call("POST", url, body)
+            result = await self._client.call("POST", url, body)
             n_restored = result.get("n_restored") if isinstance(result, dict) else None
             if not isinstance(n_restored, int) or n_restored <= 0:
                 _remove(folder, path.name)
@@ -228,8 +203,8 @@ class KvCaches(SwapHook):
     async def _probe(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
         key = self._key(runtime)
         try:
-            found = await run_probe(self._call, runtime.base_url, key)
-        except (aiohttp.ClientError, ValueError) as exc:
+            found = await run_probe(self._client.call, runtime.base_url, key)
+        except (BackendFault, ValueError) as exc:
             # A backend that cannot do it now will not later either: stored, not retried until
             # the key changes. A timeout is not stored (a busy machine may do better next time).
             self._probes.put(key, {"passed": False, "error": str(exc)[:200], "at": time.time()})
@@ -252,15 +227,6 @@ class KvCaches(SwapHook):
             paths.append(argv[0])
         files = {p: _identity(Path(p)) for p in paths}
         return kvkeys.cache_key(config.config_sha256, argv, files)
-
-    async def _call(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
-        async with self._session.request(method, url, json=body) as response:
-            text = await response.text()
-            if response.status != 200:
-                raise ValueError(
-                    f"{method} {url.rsplit('/', 2)[-2:]} answered {response.status}: {text[:200]}"
-                )
-            return json.loads(text)
 
 
 def _identity(path: Path) -> tuple[int, int]:

@@ -30,7 +30,7 @@ def verdict(prompt_tokens: int, cached: int, before: str, after: str) -> bool:
 
 
 async def run_probe(call: Call, base_url: str, key: str) -> dict[str, Any]:
-    """The probe's finding; raises (ValueError, aiohttp errors) when the backend misbehaves."""
+    """The probe's finding; raises (ValueError, `BackendFault`) when the backend misbehaves."""
     body = {
         "prompt": PROMPT,
         "n_predict": 8,

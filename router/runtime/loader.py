@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import aiohttp
-
 from backends.base import Backend, BackendError, child_environ
 from backends.process import SupervisedProcess
 from backends.registry import adapter_for
+from router.backend_client import BackendClient
 from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 from router.errors import BackendExited, LoadFailed
@@ -87,13 +86,13 @@ class Loader:
     def __init__(
         self,
         settings: Settings,
-        session: aiohttp.ClientSession,
+        client: BackendClient,
         pidfile_dir: Path,
         env_overlay: Callable[[Family], Mapping[str, str]] | None = None,
         hooks: LaunchHooks | None = None,
     ) -> None:
         self._settings = settings
-        self._session = session
+        self._client = client
         self._pidfile_dir = pidfile_dir
         # Environment decided at run time (vLLM's launch options), read at each spawn.
         self._env_overlay = env_overlay
@@ -242,35 +241,15 @@ class Loader:
         ready_line: asyncio.Event,
         started: float,
     ) -> None:
-        no_progress = self._settings.runtime.no_progress_timeout
         exited = asyncio.ensure_future(process.wait_exit())
         delay = 0.005
         try:
             while True:
-                if exited.done():
-                    raise _failed(
-                        BackendExited,
-                        f"{spec.family} for {spec.config.id} exited with code {exited.result()}"
-                        f" before it was ready{_tail(process)}",
-                        process,
-                        exited.result(),
-                    )
-                last_sign = max(started, process.last_output_at)
-                if no_progress and time.monotonic() - last_sign > no_progress:
-                    raise _failed(
-                        LoadFailed,
-                        f"{spec.config.id} printed nothing for {no_progress:g}s and is not ready"
-                        f" (runtime.no_progress_timeout){_tail(process)}",
-                        process,
-                    )
+                self._still_starting(process, spec, exited, started)
                 # Cleared before the probe, not after: a ready line printed while the probe
                 # was in flight must wake the next wait at once.
                 ready_line.clear()
-                if await self._probe(adapter, base_url, exited):
-                    try:
-                        await adapter.verify(self._session, base_url, spec.config, spec.lane)
-                    except BackendError as exc:  # not our child answering (R5)
-                        raise _failed(LoadFailed, f"{spec.config.id}: {exc}", process) from exc
+                if await self._answers(adapter, base_url, spec, process, exited):
                     if not exited.done():
                         return
                     continue
@@ -284,8 +263,51 @@ class Loader:
         finally:
             exited.cancel()
 
+    def _still_starting(
+        self,
+        process: SupervisedProcess,
+        spec: LaunchSpec,
+        exited: asyncio.Future[int],
+        started: float,
+    ) -> None:
+        """Raise when the child exited, or printed nothing for `no_progress_timeout`."""
+        if exited.done():
+            raise _failed(
+                BackendExited,
+                f"{spec.family} for {spec.config.id} exited with code {exited.result()}"
+                f" before it was ready{_tail(process)}",
+                process,
+                exited.result(),
+            )
+        no_progress = self._settings.runtime.no_progress_timeout
+        last_sign = max(started, process.last_output_at)
+        if no_progress and time.monotonic() - last_sign > no_progress:
+            raise _failed(
+                LoadFailed,
+                f"{spec.config.id} printed nothing for {no_progress:g}s and is not ready"
+                f" (runtime.no_progress_timeout){_tail(process)}",
+                process,
+            )
+
+    async def _answers(
+        self,
+        adapter: Backend,
+        base_url: str,
+        spec: LaunchSpec,
+        process: SupervisedProcess,
+        exited: asyncio.Future[int],
+    ) -> bool:
+        """Ready, and the answer came from our child (R5); False while not ready yet."""
+        if not await self._probe(adapter, base_url, exited):
+            return False
+        try:
+            await self._client.verify(adapter, base_url, spec.config, spec.lane)
+        except BackendError as exc:  # not our child answering (R5)
+            raise _failed(LoadFailed, f"{spec.config.id}: {exc}", process) from exc
+        return True
+
     async def _probe(self, adapter: Backend, base_url: str, exited: asyncio.Future[int]) -> bool:
-        probe = asyncio.ensure_future(adapter.is_ready(self._session, base_url))
+        probe = asyncio.ensure_future(self._client.ready(adapter, base_url))
         pending: set[asyncio.Future[Any]] = {probe, exited}
         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if not probe.done():
@@ -293,10 +315,7 @@ class Loader:
             with contextlib.suppress(BaseException):
                 await probe
             return False
-        try:
-            return bool(probe.result())
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            return False
+        return bool(probe.result())
 
 
 def _tee(sink: OutputSink | None, adapter: Backend, ready_line: asyncio.Event) -> OutputSink:

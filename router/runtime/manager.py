@@ -31,7 +31,7 @@ from router.errors import RouterError, ServiceUnavailable
 from router.memory.eviction import Plan
 from router.memory.ledger import Ledger
 from router.records import EventBus
-from router.runtime import scheduler
+from router.runtime import death, scheduler
 from router.runtime.board import QueueBoard
 from router.runtime.hooks import SwapHook, SwapHooks
 from router.runtime.ledger import LiveLedger, shutting_down
@@ -254,6 +254,15 @@ class RuntimeManager:
     def report_failure(self, runtime: Runtime, reason: str) -> None:
         """The proxy saw a backend that no longer serves (R9): kill it; the next request relaunches."""
         self._life.fail_running(runtime, reason)
+
+    async def confirm_death(self, runtime: Runtime) -> bool:
+        """A request failed before any answer: True (and the runtime failed) only when its
+        process has really exited (router/runtime/death.py); a live backend keeps serving."""
+        code = await death.exit_code(runtime)
+        if code is None:
+            return False
+        self.report_failure(runtime, f"the backend exited with code {code}")
+        return True
 
     # ---- read API: snapshots, never the live objects to decide on -----------------------
 

@@ -9,9 +9,10 @@ and the lane is free for the next model. When it is wanted again it is woken
 figures in shared/notes/swap-path.md section 3). Level 1 only: level 2 drops the weights,
 which is no faster than a load from the page cache.
 
-The router calls these routes itself on the backend's loopback port; clients never reach
-them. Every call is bounded (`runtime.stop_grace` for the sleep, `runtime.load_timeout` for
-the wake), and a failure is logged and answered by the ordinary path: a sleep that fails
+The router calls these routes itself on the backend's loopback port through the backend
+client (router/backend_client); clients never reach them. Every call is bounded
+(`runtime.stop_grace` for the sleep, `runtime.load_timeout` for the wake), published as a
+`vllm_sleep` event, and a failure is logged and answered by the ordinary path: a sleep that fails
 stops the process as the swap would have, a wake that fails stops it and loads afresh.
 """
 
@@ -19,15 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 
-import aiohttp
-
+from router.backend_client import BackendClient, Outcome
 from router.config import Settings
 from router.domain import Family
 from router.memory.host import HostRoom
-from router.records import EventBus
 from router.runtime.hooks import SwapHook
 from router.runtime.state import Runtime
 
@@ -56,16 +54,9 @@ def weights_size(path: Path) -> int:
 class VllmSleep(SwapHook):
     """The sleep and wake calls; each bounded, each answering True or False, never raising."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        session: aiohttp.ClientSession,
-        events: EventBus,
-        host: HostRoom,
-    ):
+    def __init__(self, settings: Settings, client: BackendClient, host: HostRoom):
         self._settings = settings
-        self._session = session
-        self._events = events
+        self._client = client
         self._host = host  # the memory package judges host memory, not this module
 
     def wanted(self, runtime: Runtime) -> bool:
@@ -110,37 +101,24 @@ class VllmSleep(SwapHook):
         self, runtime: Runtime, action: str, url: str, asleep: bool, deadline: float
     ) -> bool:
         """POST the action, then confirm with `GET /is_sleeping` (vLLM may answer the POST
-        before the engine has finished); published as a `sleep` event either way."""
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(deadline):
-                async with self._session.post(url) as response:
-                    if response.status != 200:
-                        text = (await response.text())[:200]
-                        raise ValueError(f"{action} answered {response.status}: {text}")
-                await self._until(runtime, asleep)
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-            reason = str(exc) or f"no answer within {deadline:g}s"
-            log.warning("%s: vLLM %s failed: %s", runtime.key, action, reason)
-            self._publish(runtime, action, "failed", started, reason=reason[:200])
-            return False
-        self._publish(runtime, action, "ok", started)
-        return True
+        before the engine has finished); published as a `vllm_sleep` event either way."""
+
+        async def work() -> Outcome:
+            await self._client.expect("POST", url)
+            await self._until(runtime, asleep)
+            return "ok", {}
+
+        done = await self._client.bounded(
+            "vllm_sleep", runtime.identity(), action, work, deadline, timeout_result="failed"
+        )
+        return done is not None
 
     async def _until(self, runtime: Runtime, asleep: bool) -> None:
         delay = 0.01
         while True:
-            async with self._session.get(runtime.base_url + "/is_sleeping") as response:
-                body = await response.json(content_type=None)
+            reply = await self._client.fetch("GET", runtime.base_url + "/is_sleeping")
+            body = reply.json()
             if isinstance(body, dict) and body.get("is_sleeping") is asleep:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
-
-    def _publish(
-        self, runtime: Runtime, action: str, result: str, started: float, **fields: object
-    ) -> None:
-        ms = round((time.monotonic() - started) * 1000.0, 1)
-        self._events.publish(
-            "vllm_sleep", **runtime.identity(), action=action, result=result, ms=ms, **fields
-        )

@@ -1,5 +1,7 @@
 """KvCaches against an imitation of llama-server's /slots routes (the seam): deadlines that
-bound a slow save or restore, the counter, checksums, and the disk cap removing the oldest file.
+bound a slow save or restore, the counter, checksums, and the disk cap removing the oldest file;
+and the KV rows of test-audit section 7 with exact outcomes (a restore refreshes a file's age,
+the cap spares the current key's files, another binary is another key, a failed probe is kept).
 The real backend is exercised in tests/real/test_kv_persist_real.py."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from router.backend_client import BackendClient
 from router.config import Settings
 from router.config.kcpps import parse_kcpps
 from router.domain import BackendMode, Lane
@@ -37,6 +40,9 @@ class FakeSlots:
         self.restored: list[str] = []
         self.answers = ["same", "same"]  # the probe's greedy answers, before and after
         self.completions = 0
+        self.actions = 0  # slot actions asked for, answered or not
+        self.tokens = {0: 0, 1: 9}  # tokens held per slot: the ones holding some are saved
+        self.slot_actions = True  # False: a llama-server launched without --slot-save-path
 
     async def completion(self, request: web.Request) -> web.Response:
         self.completions += 1
@@ -46,10 +52,13 @@ class FakeSlots:
 
     async def slots(self, request: web.Request) -> web.Response:
         await asyncio.sleep(self.delay)
-        return web.json_response([{"id": 0, "n_prompt_tokens": 0}, {"id": 1, "n_prompt_tokens": 9}])
+        return web.json_response([{"id": i, "n_prompt_tokens": n} for i, n in self.tokens.items()])
 
     async def action(self, request: web.Request) -> web.Response:
+        self.actions += 1
         await asyncio.sleep(self.delay)
+        if not self.slot_actions:
+            return web.json_response({"error": {"message": "slot actions are off"}}, status=501)
         if request.query["action"] == "erase":  # no body, like the router's call
             return web.json_response({"n_erased": 9})
         name = (await request.json())["filename"]
@@ -94,7 +103,7 @@ async def setup(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
     events.subscribe_callback(seen.append)
     runtime = Runtime(spec_for(config, Lane.TEXT))
     async with aiohttp.ClientSession() as session:
-        kv = KvCaches(settings, session, tmp_path / "kv", events)
+        kv = KvCaches(settings, BackendClient(session, events), tmp_path / "kv")
         runtime.argv = ["llama-server", "-m", str(model), *kv.launch_args(runtime.spec)]
         fake = FakeSlots(kv.folder(runtime.spec))
         app = web.Application()
@@ -184,3 +193,103 @@ async def test_auto_follows_a_stored_probe(setup: Rig, same: bool) -> None:
     assert _results(seen) == (expected if same else [("probe", "rejected")])
     # The probe's own file never stays behind.
     assert not list(kv.folder(runtime.spec).glob("probe-*"))
+
+
+# ---- test-audit section 7, the KV rows: exact outcomes a wrong cap, key or probe would change
+
+
+def _age(path: Path, seconds: float) -> None:
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp))
+
+
+def _bins(root: Path) -> set[str]:
+    return {f"{p.parent.name}/{p.name}" for p in root.glob("*/*.bin")}
+
+
+def _other_key_file(kv: KvCaches, runtime: Runtime, age: float) -> Path:
+    """A 1000-byte file another configuration saved `age` seconds ago."""
+    other = kv.folder(runtime.spec).parent / "other_text"
+    other.mkdir(exist_ok=True)
+    path = other / ("b" * 32 + "-slot0.bin")
+    path.write_bytes(b"x" * 1000)
+    _age(path, age)
+    return path
+
+
+async def test_a_restore_makes_its_file_recent_for_the_disk_cap(setup: Rig) -> None:
+    kv, runtime, fake, seen = setup
+    await kv.save(runtime)  # key 1's file, then aged: it was saved long ago
+    (restored,) = kv.folder(runtime.spec).glob("*.bin")
+    _age(restored, 3000)
+    other = _other_key_file(kv, runtime, 1000)
+    await kv.restore(runtime)  # used again now: it is the most recent of the two
+    assert fake.restored == [restored.name]
+    runtime.argv = [*runtime.argv, "-c", "4096"]  # another key (context) in the same folder
+    await kv.save(runtime)  # 3000 bytes over a 2500-byte cap: the least recently used goes
+    (newest,) = set(kv.folder(runtime.spec).glob("*.bin")) - {restored}
+    assert _bins(kv.folder(runtime.spec).parent) == {
+        f"{restored.parent.name}/{restored.name}",
+        f"{newest.parent.name}/{newest.name}",
+    }
+    assert not other.exists()
+
+
+async def test_the_disk_cap_keeps_the_current_keys_files_and_removes_older_keys(
+    setup: Rig,
+) -> None:
+    kv, runtime, fake, seen = setup
+    fake.tokens = {0: 9, 1: 9}
+    await kv.save(runtime)  # both slots, long ago
+    slot0, slot1 = sorted(kv.folder(runtime.spec).glob("*.bin"))
+    for path in (slot0, slot1):
+        _age(path, 3000)
+    other = _other_key_file(kv, runtime, 1000)  # another key's, more recent than slot 0's
+    fake.tokens = {0: 0, 1: 9}
+    await kv.save(runtime)  # slot 1 again: 3000 bytes over a 2500-byte cap, one file goes
+    # Slot 0's file is the oldest, but it is the current key's: the other key's file goes.
+    assert _bins(kv.folder(runtime.spec).parent) == {
+        f"{slot0.parent.name}/{slot0.name}",
+        f"{slot1.parent.name}/{slot1.name}",
+    }
+    assert not other.exists()
+    assert _results(seen) == [("save", "ok"), ("save", "ok")]
+
+
+@pytest.mark.parametrize("change", ["size", "mtime"])
+async def test_another_backend_binary_restores_nothing(
+    setup: Rig, tmp_path: Path, change: str
+) -> None:
+    kv, runtime, fake, seen = setup
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    binary.write_bytes(b"build 1")
+    _age(binary, 600)
+    runtime.argv = [str(binary), *runtime.argv[1:]]
+    await kv.save(runtime)
+    await kv.restore(runtime)  # the same binary: its slot comes back
+    (saved,) = kv.folder(runtime.spec).glob("*.bin")
+    assert fake.restored == [saved.name]
+    if change == "size":
+        binary.write_bytes(b"build 22")
+        _age(binary, 600)
+    else:
+        _age(binary, 60)  # rebuilt in place, same size
+    await kv.restore(runtime)
+    assert fake.restored == [saved.name]  # nothing sent for the other binary
+    assert _results(seen) == [("save", "ok"), ("restore", "ok"), ("restore", "none")]
+
+
+@pytest.mark.parametrize("setup", ["auto"], indirect=True)
+async def test_a_failed_probe_is_stored_and_not_rerun_at_the_next_load(setup: Rig) -> None:
+    kv, runtime, fake, seen = setup
+    fake.slot_actions = False
+    await kv.restore(runtime)  # first load: the probe's first slot action is refused
+    await kv.restore(runtime)  # second load: the stored verdict, no probe
+    assert fake.actions == 1 and fake.completions == 0
+    probe = kv.probe_result(runtime)
+    assert probe is not None and probe["passed"] is False
+    assert "answered 501" in probe["error"]
+    assert _results(seen) == [("probe", "failed")]
+    await kv.save(runtime)  # persistence stays off: nothing is saved either
+    assert fake.actions == 1 and list(kv.folder(runtime.spec).glob("*.bin")) == []

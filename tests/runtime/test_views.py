@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
+from router.backend_client import BackendClient
 from router.config import ModelConfig, Settings
 from router.domain import Lane
 from router.records import EventBus
@@ -101,7 +102,9 @@ async def test_a_move_that_did_not_happen_publishes_nothing(tmp_path: Path) -> N
     seen: list[str] = []
     events.subscribe_callback(lambda event: seen.append(str(event["event"])))
     async with aiohttp.ClientSession() as session:
-        manager = RuntimeManager(settings, Loader(settings, session, tmp_path), events)
+        manager = RuntimeManager(
+            settings, Loader(settings, BackendClient(session), tmp_path), events
+        )
         runtime = Runtime(spec_for(_config(tmp_path), Lane.TEXT))
         assert not manager._life.move(runtime, RuntimeState.STOPPED, "unloaded")
         assert manager._life.move(runtime, RuntimeState.FAILED, "failed", reason="x")

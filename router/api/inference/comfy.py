@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
-from router.appkeys import CATALOG, COMFY, INFLIGHT, RUNTIMES, SESSION, SETTINGS
+from router.appkeys import BACKENDS, CATALOG, COMFY, INFLIGHT, RUNTIMES, SETTINGS
+from router.backend_client import BackendFault
 from router.comfy import (
     check_upload_name,
     history_entry,
@@ -212,10 +212,10 @@ async def _backend_history(request: web.Request, config: ModelConfig) -> dict[st
     async with request.app[RUNTIMES].lease(config, Lane.IMAGE) as lease:
         url = lease.base_url + request.rel_url.raw_path_qs
         try:
-            async with request.app[SESSION].get(url) as resp:
-                body = await resp.json(content_type=None) if resp.status == 200 else None
-        except (aiohttp.ClientError, ValueError) as exc:
-            log.warning("backend /history failed: %s", type(exc).__name__)
+            reply = await request.app[BACKENDS].fetch("GET", url)
+            body = reply.json() if reply.status == 200 else None
+        except BackendFault as exc:
+            log.warning("backend /history failed: %s", exc.message)
             return {}
     return body if isinstance(body, dict) else {}
 
@@ -333,14 +333,13 @@ async def _tee(
     keeps the file under the name KoboldCpp assigned (always kcpp_img2img.jpg in 1.116)."""
     headers = {"Content-Type": request.headers["Content-Type"]}
     async with request.app[RUNTIMES].lease(config, Lane.IMAGE) as lease:
+        url = lease.base_url + "/upload/image"
         try:
-            async with request.app[SESSION].post(
-                lease.base_url + "/upload/image", data=raw, headers=headers
-            ) as resp:
-                answer, status = await resp.read(), resp.status
-                answer_type = resp.headers.get("Content-Type", "application/json")
-        except aiohttp.ClientError as exc:
-            raise BadGateway(f"KoboldCpp did not take the upload: {type(exc).__name__}") from None
+            reply = await request.app[BACKENDS].fetch("POST", url, data=raw, headers=headers)
+        except BackendFault as exc:
+            raise BadGateway(f"KoboldCpp did not take the upload: {exc.message}") from None
+    answer, status = reply.body, reply.status
+    answer_type = reply.content_type or "application/json"
     assigned = _assigned_name(answer) if 200 <= status < 300 else None
     if assigned and assigned != name:
         await asyncio.to_thread(request.app[COMFY].uploads.save, assigned, data, kind)
@@ -377,7 +376,7 @@ async def comfy_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     root = await asyncio.to_thread(private_dir, scratch_root(settings))
     uploads = UploadStore(root / "uploads", int(settings.limits.upload_mb * MiB))
-    app[COMFY] = ComfyState(uploads, JobRunner(root, app[SESSION], app[RUNTIMES], app[INFLIGHT]))
+    app[COMFY] = ComfyState(uploads, JobRunner(root, app[BACKENDS], app[RUNTIMES], app[INFLIGHT]))
     yield
     await app[COMFY].jobs.close()
 

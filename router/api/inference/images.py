@@ -26,12 +26,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from backends.registry import adapter_for
 from router import inference as pipeline
-from router.appkeys import CATALOG, IMAGES, RUNTIMES, SESSION, SETTINGS
+from router.appkeys import BACKENDS, CATALOG, IMAGES, RUNTIMES, SETTINGS
+from router.backend_client import BackendFault
 from router.domain import Family, Lane, MiB, family_for
 from router.edge import (
     Handler,
@@ -122,13 +122,11 @@ async def options(request: web.Request) -> web.StreamResponse:
 
 async def _backend_options(request: web.Request, runtime: RuntimeView) -> dict[str, Any]:
     """The backend's own options (a plus, never required): {} when it cannot tell."""
-    timeout = aiohttp.ClientTimeout(total=5)
+    url = runtime.base_url + "/sdapi/v1/options"
     try:
-        async with request.app[SESSION].get(
-            runtime.base_url + "/sdapi/v1/options", timeout=timeout
-        ) as resp:
-            body = await resp.json(content_type=None) if resp.status == 200 else {}
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+        reply = await request.app[BACKENDS].fetch("GET", url, deadline=5)
+        body = reply.json() if reply.status == 200 else {}
+    except BackendFault:
         return {}
     return body if isinstance(body, dict) else {}
 
@@ -357,17 +355,16 @@ async def _hold_until_done(app: web.Application, job_id: str, lease: Lease) -> N
     """Keep the runtime leased while sd-server works on the job: swaps and idle unloads wait."""
     deadline = time.monotonic() + JOB_HOLD_MAX_S
     url = f"{lease.base_url}/sdcpp/v1/jobs/{job_id}"
-    timeout = aiohttp.ClientTimeout(total=10)
     pause = 0.05  # fast at first: most jobs on a warm model end within seconds
     try:
         while time.monotonic() < deadline and app[RUNTIMES].is_serving(lease.runtime):
             await asyncio.sleep(pause)
             pause = min(pause * 2, JOB_POLL_S)
-            async with app[SESSION].get(url, timeout=timeout) as resp:
-                job = await resp.json(content_type=None) if resp.status == 200 else None
+            reply = await app[BACKENDS].fetch("GET", url, deadline=10)
+            job = reply.json() if reply.status == 200 else None
             if not isinstance(job, dict) or job.get("status") in _TERMINAL:
                 return
-    except (aiohttp.ClientError, TimeoutError, ValueError, RuntimeError):
+    except (BackendFault, RuntimeError):
         return  # the runtime went away (or the router is closing): nothing left to hold
     finally:
         lease.release()

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from router.appkeys import CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSION, SESSIONS, SETTINGS
+from router.appkeys import BACKENDS, CATALOG, CLUSTER, RECORDER, RUNTIMES, SESSIONS, SETTINGS
+from router.backend_client import BackendFault
 from router.cluster import Target
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
@@ -196,7 +197,7 @@ async def _open_backend(
     url = lease.base_url + "/v1/realtime" + (f"?{query}" if query else "")
     offered = request.headers.get("Sec-WebSocket-Protocol", "")
     try:
-        return await request.app[SESSION].ws_connect(
+        return await request.app[BACKENDS].ws_connect(
             url,
             protocols=[p.strip() for p in offered.split(",") if p.strip()],
             headers=upstream_request_headers(request.headers, extra_drop=_WS_HEADERS),
@@ -204,15 +205,16 @@ async def _open_backend(
             autoclose=False,
             timeout=aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0),
         )
-    except aiohttp.WSServerHandshakeError as exc:
-        if 400 <= exc.status < 500:
+    except BackendFault as exc:
+        status = exc.backend_status
+        if status is None:
+            raise BadGateway(f"cannot open the backend's realtime socket: {exc.message}") from exc
+        if 400 <= status < 500:
             raise BadRequest(
-                f"the backend refused the realtime session ({exc.status}): does this model "
+                f"the backend refused the realtime session ({status}): does this model "
                 "support realtime transcription?"
             ) from exc
-        raise BadGateway(f"the backend refused the realtime session ({exc.status})") from exc
-    except (aiohttp.ClientError, OSError) as exc:
-        raise BadGateway(f"cannot open the backend's realtime socket: {exc}") from exc
+        raise BadGateway(f"the backend refused the realtime session ({status})") from exc
 
 
 async def relay(
