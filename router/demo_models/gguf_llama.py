@@ -281,13 +281,9 @@ def write_bert_gguf(
     writer.add_mask_token_id(ids["mask"])
     writer.add_add_bos_token(True)
     writer.add_add_sep_token(True)
+    weights = Weights(writer, seed)
     _bert_tensors(
-        Weights(writer, seed),
-        n_vocab=len(vocab.tokens),
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_ff=n_ff,
-        n_ctx=n_ctx,
+        weights, n_vocab=len(vocab.tokens), n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_ctx=n_ctx
     )
     finish_gguf(writer)
     return path
