@@ -16,6 +16,7 @@ from typing import Any
 
 from router.domain import Lane
 from router.errors import BadRequest, Conflict
+from router.fields import pick
 
 # In the order a run takes them: the load first, so later sections find the model warm.
 SECTIONS = ("runtime", "llm", "embed", "image", "voice", "music")
@@ -256,17 +257,10 @@ class Summary:
         self.duration_ms = max(0.0, (finished_at - self.started_at) * 1000.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "model_id": self.model_id,
-            "type": self.type,
-            "section": self.section,
-            "status": self.status,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
+        names = ("run_id", "model_id", "type", "section", "status", "started_at", "finished_at")
+        return pick(self, *names, "duration_ms", "metrics", "error") | {
             "duration_ms": _round(self.duration_ms),
             "metrics": [m.to_dict() for m in self.metrics],
-            "error": self.error,
             "option_changes": [],  # the router never changes a model's options to benchmark it
         }
 

@@ -14,6 +14,7 @@ from router.cluster.identity import PublicModel, merge
 from router.cluster.protocol import DeviceMemory, NodeModel, Snapshot, protocol_problem
 from router.cluster.urls import normalize_base_url
 from router.errors import ClusterError, DuplicateNode
+from router.fields import pick
 
 
 @dataclass(slots=True)
@@ -28,14 +29,8 @@ class NodeEntry:
     devices: tuple[DeviceMemory, ...] = ()  # its memory ledger, as its snapshot said
 
     def view(self) -> dict[str, object]:
-        return {
-            "node_id": self.node_id,
-            "node_url": self.node_url,
-            "healthy": self.healthy,
-            "last_contact": self.last_contact,
-            "error": self.error,
-            "models": len(self.models),
-        }
+        plain = pick(self, "node_id", "node_url", "healthy", "last_contact", "error")
+        return plain | {"models": len(self.models)}
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -25,22 +26,33 @@ def generate_demo_models(
     if vision:
         written["mmproj"] = write_vision_demo(models_dir, kcpps_dir, written["chat-a"])
     if whisper:
-        from router.demo_models.whisper_ggml import write_whisper_ggml
-
-        target = models_dir / "whisper-tiny.bin"
-        if not target.is_file():
-            write_whisper_ggml(target, seed=4)
-        written["whisper"] = target
-        write_kcpps(kcpps_dir / "whisper.kcpps", extra={"whispermodel": target})
+        model = _written_once(models_dir / "whisper-tiny.bin", _write_whisper)
+        written["whisper"] = model
+        write_kcpps(kcpps_dir / "whisper.kcpps", extra={"whispermodel": model})
     if image:
-        from router.demo_models.sdxs import write_sdxs_gguf
-
-        target = models_dir / "sdxs.gguf"
-        if not target.is_file():
-            write_sdxs_gguf(target, seed=5)
-        written["sdxs"] = target
-        write_kcpps(kcpps_dir / "sdxs.kcpps", extra={"sdmodel": target})
+        written["sdxs"] = _written_once(models_dir / "sdxs.gguf", _write_sdxs)
+        write_kcpps(kcpps_dir / "sdxs.kcpps", extra={"sdmodel": written["sdxs"]})
     return written
+
+
+def _written_once(target: Path, write: Callable[[Path], object]) -> Path:
+    """`target`, written only when missing: a later run reuses the file."""
+    if not target.is_file():
+        write(target)
+    return target
+
+
+# The writers import their modules when called, so a set without them does not load them.
+def _write_whisper(target: Path) -> None:
+    from router.demo_models.whisper_ggml import write_whisper_ggml
+
+    write_whisper_ggml(target, seed=4)
+
+
+def _write_sdxs(target: Path) -> None:
+    from router.demo_models.sdxs import write_sdxs_gguf
+
+    write_sdxs_gguf(target, seed=5)
 
 
 def write_vision_demo(models_dir: Path, kcpps_dir: Path, text_model: Path) -> Path:

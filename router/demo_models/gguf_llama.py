@@ -103,7 +103,7 @@ def _wpm_vocab() -> tuple[_Vocab, dict[str, int]]:
     return v, ids
 
 
-class _Weights:
+class Weights:
     """Seeded noise at scale 0.02; norm weights 1 so activations stay finite."""
 
     def __init__(self, writer: gguf.GGUFWriter, seed: int) -> None:
@@ -128,7 +128,26 @@ def _add_vocab(writer: gguf.GGUFWriter, vocab: _Vocab, model: str) -> None:
     writer.add_token_types(vocab.types)
 
 
-def _finish(writer: gguf.GGUFWriter) -> None:
+def start_gguf(path: Path, arch: str, name: str) -> gguf.GGUFWriter:
+    """A writer for an all-F32 GGUF of `arch`, named `name`: the first keys of every demo file."""
+    writer = gguf.GGUFWriter(os.fspath(path), arch)
+    writer.add_name(name)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    return writer
+
+
+def _add_sizes(
+    writer: gguf.GGUFWriter, *, n_ctx: int, n_embd: int, n_layer: int, n_ff: int, n_head: int
+) -> None:
+    """The transformer sizes LLaMA and BERT share, in the order both files carry them."""
+    writer.add_context_length(n_ctx)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+
+
+def finish_gguf(writer: gguf.GGUFWriter) -> None:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -136,7 +155,7 @@ def _finish(writer: gguf.GGUFWriter) -> None:
 
 
 def _llama_tensors(
-    w: _Weights, *, n_vocab: int, n_layer: int, n_embd: int, n_ff: int, n_embd_kv: int
+    w: Weights, *, n_vocab: int, n_layer: int, n_embd: int, n_ff: int, n_embd_kv: int
 ) -> None:
     w.noise("token_embd.weight", n_vocab, n_embd)
     # No `output.weight`: llama.cpp then reuses token_embd (tied embeddings), halving the vocab cost.
@@ -174,18 +193,28 @@ def write_llama_gguf(
     if n_embd % n_head or n_head_kv < 1 or n_head % n_head_kv:
         raise ValueError("n_embd must be a multiple of n_head, and n_head of n_head_kv")
     vocab, ids = _spm_vocab()
-    writer = gguf.GGUFWriter(os.fspath(path), "llama")
-    writer.add_name(name)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_context_length(n_ctx)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
+    writer = start_gguf(path, "llama", name)
+    _add_sizes(writer, n_ctx=n_ctx, n_embd=n_embd, n_layer=n_layer, n_ff=n_ff, n_head=n_head)
     writer.add_head_count_kv(n_head_kv)
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(len(vocab.tokens))
+    _add_spm_tokens(writer, vocab, ids)
+    n_embd_kv = n_embd // n_head * n_head_kv
+    _llama_tensors(
+        Weights(writer, seed),
+        n_vocab=len(vocab.tokens),
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_embd_kv=n_embd_kv,
+    )
+    finish_gguf(writer)
+    return path
+
+
+def _add_spm_tokens(writer: gguf.GGUFWriter, vocab: _Vocab, ids: dict[str, int]) -> None:
+    """The chat model's vocabulary, its special tokens and ChatML template."""
     _add_vocab(writer, vocab, "llama")
     writer.add_unk_token_id(ids["unk"])
     writer.add_bos_token_id(ids["bos"])
@@ -195,22 +224,10 @@ def write_llama_gguf(
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(True)
     writer.add_chat_template(CHATML_TEMPLATE)
-    weights = _Weights(writer, seed)
-    n_embd_kv = n_embd // n_head * n_head_kv
-    _llama_tensors(
-        weights,
-        n_vocab=len(vocab.tokens),
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_ff=n_ff,
-        n_embd_kv=n_embd_kv,
-    )
-    _finish(writer)
-    return path
 
 
 def _bert_tensors(
-    w: _Weights, *, n_vocab: int, n_layer: int, n_embd: int, n_ff: int, n_ctx: int
+    w: Weights, *, n_vocab: int, n_layer: int, n_embd: int, n_ff: int, n_ctx: int
 ) -> None:
     w.noise("token_embd.weight", n_vocab, n_embd)
     w.noise("token_types.weight", 2, n_embd)
@@ -250,14 +267,8 @@ def write_bert_gguf(
     if n_embd % n_head:
         raise ValueError("n_embd must be a multiple of n_head")
     vocab, ids = _wpm_vocab()
-    writer = gguf.GGUFWriter(os.fspath(path), "bert")
-    writer.add_name(name)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_context_length(n_ctx)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
+    writer = start_gguf(path, "bert", name)
+    _add_sizes(writer, n_ctx=n_ctx, n_embd=n_embd, n_layer=n_layer, n_ff=n_ff, n_head=n_head)
     writer.add_layer_norm_eps(1e-12)
     writer.add_causal_attention(False)
     writer.add_pooling_type(gguf.PoolingType.MEAN)
@@ -270,11 +281,11 @@ def write_bert_gguf(
     writer.add_mask_token_id(ids["mask"])
     writer.add_add_bos_token(True)
     writer.add_add_sep_token(True)
-    weights = _Weights(writer, seed)
+    weights = Weights(writer, seed)
     _bert_tensors(
         weights, n_vocab=len(vocab.tokens), n_layer=n_layer, n_embd=n_embd, n_ff=n_ff, n_ctx=n_ctx
     )
-    _finish(writer)
+    finish_gguf(writer)
     return path
 
 

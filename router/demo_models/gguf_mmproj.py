@@ -31,57 +31,79 @@ Shapes are given in numpy order (rows first); GGUF stores the reverse.
 
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
-import numpy as np
+
+from router.demo_models.gguf_llama import Weights, finish_gguf, start_gguf
 
 MMPROJ_NAME = "tensor-router demo vision projector"
 
 
-def _tensors(
-    writer: gguf.GGUFWriter,
-    rng: np.random.Generator,
-    *,
-    n_embd: int,
-    n_ff: int,
-    n_layer: int,
-    n_pos: int,
-    patch: int,
-    n_hidden: int,
-    n_text_embd: int,
-) -> None:
-    def noise(name: str, *shape: int) -> None:
-        data = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
-        writer.add_tensor(name, data)
+@dataclass(frozen=True)
+class _Sizes:
+    image_size: int
+    patch: int
+    n_embd: int
+    n_head: int
+    n_ff: int
+    n_layer: int
+    n_text_embd: int  # the projector's output width, also its hidden width
 
-    def const(name: str, n: int, value: float) -> None:
-        writer.add_tensor(name, np.full(n, value, dtype=np.float32))
+    def check(self) -> None:
+        if self.image_size % self.patch:
+            raise ValueError("image_size must be a multiple of patch")
+        if self.n_embd % self.n_head:
+            raise ValueError("n_embd must be a multiple of n_head")
+        if self.n_ff == self.n_embd:
+            raise ValueError("n_ff must differ from n_embd")
 
-    noise("v.patch_embd.weight", n_embd, 3, patch, patch)  # conv kernel: out, in, h, w
-    const("v.patch_embd.bias", n_embd, 0.0)
-    noise("v.class_embd", n_embd)
-    noise("v.position_embd.weight", n_pos, n_embd)
-    const("v.pre_ln.weight", n_embd, 1.0)
-    const("v.pre_ln.bias", n_embd, 0.0)
-    for i in range(n_layer):
+
+def _tensors(w: Weights, s: _Sizes) -> None:
+    n_embd, n_ff, n_hidden, n_text_embd = s.n_embd, s.n_ff, s.n_text_embd, s.n_text_embd
+    n_pos = (s.image_size // s.patch) ** 2 + 1  # the patches + the class token
+    w.noise("v.patch_embd.weight", n_embd, 3, s.patch, s.patch)  # conv kernel: out, in, h, w
+    w.zeros("v.patch_embd.bias", n_embd)
+    w.noise("v.class_embd", n_embd)
+    w.noise("v.position_embd.weight", n_pos, n_embd)
+    w.ones("v.pre_ln.weight", n_embd)
+    w.zeros("v.pre_ln.bias", n_embd)
+    for i in range(s.n_layer):
         p = f"v.blk.{i}."
         for norm in ("ln1", "ln2"):
-            const(p + norm + ".weight", n_embd, 1.0)
-            const(p + norm + ".bias", n_embd, 0.0)
+            w.ones(p + norm + ".weight", n_embd)
+            w.zeros(p + norm + ".bias", n_embd)
         for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            noise(p + proj + ".weight", n_embd, n_embd)
-            const(p + proj + ".bias", n_embd, 0.0)
+            w.noise(p + proj + ".weight", n_embd, n_embd)
+            w.zeros(p + proj + ".bias", n_embd)
         # n_ff != n_embd, or the loader takes up/down for a legacy swapped pair.
-        noise(p + "ffn_up.weight", n_ff, n_embd)
-        const(p + "ffn_up.bias", n_ff, 0.0)
-        noise(p + "ffn_down.weight", n_embd, n_ff)
-        const(p + "ffn_down.bias", n_embd, 0.0)
-    noise("mm.0.weight", n_hidden, n_embd)
-    const("mm.0.bias", n_hidden, 0.0)
-    noise("mm.2.weight", n_text_embd, n_hidden)
-    const("mm.2.bias", n_text_embd, 0.0)
+        w.noise(p + "ffn_up.weight", n_ff, n_embd)
+        w.zeros(p + "ffn_up.bias", n_ff)
+        w.noise(p + "ffn_down.weight", n_embd, n_ff)
+        w.zeros(p + "ffn_down.bias", n_embd)
+    w.noise("mm.0.weight", n_hidden, n_embd)
+    w.zeros("mm.0.bias", n_hidden)
+    w.noise("mm.2.weight", n_text_embd, n_hidden)
+    w.zeros("mm.2.bias", n_text_embd)
+
+
+def _add_vision_keys(writer: gguf.GGUFWriter, s: _Sizes) -> None:
+    """The `clip.*` keys the mtmd loader requires of an `mlp` projector."""
+    writer.add_string("clip.projector_type", "mlp")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_bool("clip.has_text_encoder", False)
+    writer.add_bool("clip.use_gelu", True)
+    writer.add_uint32("clip.vision.image_size", s.image_size)
+    writer.add_uint32("clip.vision.patch_size", s.patch)
+    writer.add_uint32("clip.vision.embedding_length", s.n_embd)
+    writer.add_uint32("clip.vision.feed_forward_length", s.n_ff)
+    writer.add_uint32("clip.vision.block_count", s.n_layer)
+    writer.add_uint32("clip.vision.projection_dim", s.n_text_embd)
+    writer.add_uint32("clip.vision.attention.head_count", s.n_head)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
+    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
 
 
 def write_mmproj_gguf(
@@ -101,43 +123,10 @@ def write_mmproj_gguf(
 
     `n_text_embd` must be the text model's embedding width (64 for the demo chat models).
     """
-    if image_size % patch:
-        raise ValueError("image_size must be a multiple of patch")
-    if n_embd % n_head:
-        raise ValueError("n_embd must be a multiple of n_head")
-    if n_ff == n_embd:
-        raise ValueError("n_ff must differ from n_embd")
-    n_patches = (image_size // patch) ** 2
-    writer = gguf.GGUFWriter(os.fspath(path), "clip")
-    writer.add_name(name)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_string("clip.projector_type", "mlp")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_bool("clip.has_text_encoder", False)
-    writer.add_bool("clip.use_gelu", True)
-    writer.add_uint32("clip.vision.image_size", image_size)
-    writer.add_uint32("clip.vision.patch_size", patch)
-    writer.add_uint32("clip.vision.embedding_length", n_embd)
-    writer.add_uint32("clip.vision.feed_forward_length", n_ff)
-    writer.add_uint32("clip.vision.block_count", n_layer)
-    writer.add_uint32("clip.vision.projection_dim", n_text_embd)
-    writer.add_uint32("clip.vision.attention.head_count", n_head)
-    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
-    writer.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
-    writer.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-    _tensors(
-        writer,
-        np.random.default_rng(seed),
-        n_embd=n_embd,
-        n_ff=n_ff,
-        n_layer=n_layer,
-        n_pos=n_patches + 1,  # + the class token
-        patch=patch,
-        n_hidden=n_text_embd,
-        n_text_embd=n_text_embd,
-    )
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    sizes = _Sizes(image_size, patch, n_embd, n_head, n_ff, n_layer, n_text_embd)
+    sizes.check()
+    writer = start_gguf(path, "clip", name)
+    _add_vision_keys(writer, sizes)
+    _tensors(Weights(writer, seed), sizes)
+    finish_gguf(writer)
     return path

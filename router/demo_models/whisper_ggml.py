@@ -56,27 +56,25 @@ class WhisperShape:
     n_text_layer: int = 3
 
 
+# The Slaney mel scale (what whisper's filters use): linear below 1 kHz, logarithmic above.
+_F_SP = 200.0 / 3  # Hz per mel on the linear part
+_MIN_LOG_HZ = 1000.0
+_MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
+_LOGSTEP = math.log(6.4) / 27.0
+
+
 def _hz_to_mel(freq: np.ndarray) -> np.ndarray:
-    """Slaney mel scale: linear below 1 kHz, logarithmic above (what whisper's filters use)."""
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = math.log(6.4) / 27.0
     freq = np.asarray(freq, dtype=np.float64)
-    linear = freq / f_sp
-    logpart = min_log_mel + np.log(np.maximum(freq, min_log_hz) / min_log_hz) / logstep
-    return np.where(freq >= min_log_hz, logpart, linear)
+    linear = freq / _F_SP
+    logpart = _MIN_LOG_MEL + np.log(np.maximum(freq, _MIN_LOG_HZ) / _MIN_LOG_HZ) / _LOGSTEP
+    return np.where(freq >= _MIN_LOG_HZ, logpart, linear)
 
 
 def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = math.log(6.4) / 27.0
     mels = np.asarray(mels, dtype=np.float64)
-    linear = mels * f_sp
-    logpart = min_log_hz * np.exp(logstep * (mels - min_log_mel))
-    return np.where(mels >= min_log_mel, logpart, linear)
+    linear = mels * _F_SP
+    logpart = _MIN_LOG_HZ * np.exp(_LOGSTEP * (mels - _MIN_LOG_MEL))
+    return np.where(mels >= _MIN_LOG_MEL, logpart, linear)
 
 
 def mel_filterbank(n_mels: int = N_MELS, n_fft: int = N_FFT, sr: int = SAMPLE_RATE) -> np.ndarray:

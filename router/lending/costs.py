@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -25,14 +25,7 @@ class CostFit:
     fitted: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "model_id": self.model_id,
-            "lane": self.lane,
-            "job_s": self.job_s,
-            "load_s": self.load_s,
-            "samples": self.samples,
-            "fitted": self.fitted,
-        }
+        return asdict(self)  # every field is a plain value, already in the view's order
 
 
 def job_seconds(duration_ms: float, queue_wait_ms: float | None) -> float:

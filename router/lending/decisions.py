@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from router.fields import pick
+
 Kind = Literal["plan", "dispatch", "helper"]
 MEMORY_ROWS = 512  # the newest rows, for the WebUI before the store has them
 
@@ -36,19 +38,9 @@ class Decision:
     at: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "at": self.at,
-            "kind": self.kind,
-            "trigger": self.trigger,
-            "outcome": self.outcome,
-            "reasons": list(self.reasons),
-            "lane": self.lane,
-            "owner_node_id": self.owner_node_id,
-            "owner_model_id": self.owner_model_id,
-            "helper_node_id": self.helper_node_id,
-            "helper_model_id": self.helper_model_id,
-            "detail": self.detail,
-        }
+        names = ("at", "kind", "trigger", "outcome", "reasons", "lane", "owner_node_id")
+        more = ("owner_model_id", "helper_node_id", "helper_model_id", "detail")
+        return pick(self, *names, *more) | {"reasons": list(self.reasons)}
 
 
 def decision_row(decision: Decision, router_version: str) -> tuple[Any, ...]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.errors import BadRequest
+from router.store.where import Where
 
 REDACTED = "[redacted]"
 _CREDENTIAL_KEYS = frozenset({"password", "adminpassword", "hordekey", "hordeconfig"})
@@ -157,34 +158,26 @@ class CaptureFilter:
 
     def query(self) -> tuple[str, list[Any]]:
         """Newest first, keyed on (started_at, id) so pages never repeat or skip a row."""
-        where: list[str] = []
-        params: list[Any] = []
+        where = Where()
         if self.nodes:
-            where.append(f"node_id IN ({', '.join('?' for _ in self.nodes)})")
-            params.extend(self.nodes)
-        for column, value in (("status", self.status), ("kind", self.kind)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if self.backend is not None:
-            where.append("backend = ?")
-            params.append(self.backend)
-        if self.from_ts is not None:
-            where.append("started_at >= ?")
-            params.append(self.from_ts)
-        if self.to_ts is not None:
-            where.append("started_at < ?")
-            params.append(self.to_ts)
+            where.add(f"node_id IN ({', '.join('?' for _ in self.nodes)})", *self.nodes)
+        where.given("status = ?", self.status)
+        where.given("kind = ?", self.kind)
+        where.given("backend = ?", self.backend)
+        where.given("started_at >= ?", self.from_ts)
+        where.given("started_at < ?", self.to_ts)
         if self.cursor:
             started_at, attempt_id = decode_cursor(self.cursor)
-            where.append("(started_at < ? OR (started_at = ? AND id < ?))")
-            params.extend((started_at, started_at, attempt_id))
-        sql = f"SELECT {', '.join(SUMMARY_COLUMNS)} FROM load_attempts"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+            where.add(
+                "(started_at < ? OR (started_at = ? AND id < ?))",
+                started_at,
+                started_at,
+                attempt_id,
+            )
+        sql = f"SELECT {', '.join(SUMMARY_COLUMNS)} FROM load_attempts{where.clause()}"
         sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
-        params.append(self.limit + 1)  # one extra row tells whether there is a next page
-        return sql, params
+        # One extra row tells whether there is a next page.
+        return sql, [*where.params, self.limit + 1]
 
 
 def attempt_dict(columns: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:

@@ -7,10 +7,11 @@ on disk (a job's state must survive a crash the moment it is reported).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from router.store.access import Access
+from router.store.upsert import upsert_sql
 
 JOB_COLUMNS = (
     "id",
@@ -40,19 +41,11 @@ LIBRARY_COLUMNS = (
 )
 
 
-def _upsert(table: str, columns: Sequence[str], key: str) -> str:
-    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c != key)
-    return (
-        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
-        f" ON CONFLICT ({key}) DO UPDATE SET {updates}"
-    )
-
-
-_JOB_UPSERT = _upsert("download_jobs", JOB_COLUMNS, "id")
-_LIBRARY_UPSERT = _upsert("download_library", LIBRARY_COLUMNS, "path")
+_JOB_UPSERT = upsert_sql("download_jobs", JOB_COLUMNS, "id")
+_LIBRARY_UPSERT = upsert_sql("download_library", LIBRARY_COLUMNS, "path")
 MAX_JOBS_LISTED = 200
 ORIGIN_COLUMNS = ("sha256", "repository", "commit_sha", "repo_path", "bound_at")
-_ORIGIN_UPSERT = _upsert("asset_origins", ORIGIN_COLUMNS, "sha256")
+_ORIGIN_UPSERT = upsert_sql("asset_origins", ORIGIN_COLUMNS, "sha256")
 
 
 class DownloadRows:

@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 from router.store.access import Access
+from router.store.upsert import upsert_sql
 from router.store.writer import Op
 
-_UPSERT = (
-    "INSERT INTO file_hashes (path, size, mtime_ns, sha256, metadata, hashed_at)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (path) DO UPDATE SET size = excluded.size,"
-    " mtime_ns = excluded.mtime_ns, sha256 = excluded.sha256, metadata = excluded.metadata,"
-    " hashed_at = excluded.hashed_at"
-)
+_COLUMNS = ("path", "size", "mtime_ns", "sha256", "metadata", "hashed_at")
+_UPSERT = upsert_sql("file_hashes", _COLUMNS, "path")
 
 
 class FileHashes:

@@ -6,14 +6,11 @@ import time
 from typing import Any
 
 from router.store.access import Access
+from router.store.upsert import upsert_sql
 
 GUARDIAN_COLUMNS = ("scope", "node_id", "model_id", "guardian_node_id", "guardian_model_id")
-_UPSERT = (
-    "INSERT INTO guardian_models (scope, node_id, model_id, guardian_node_id,"
-    " guardian_model_id, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (scope, node_id, model_id) DO UPDATE SET"
-    " guardian_node_id = excluded.guardian_node_id,"
-    " guardian_model_id = excluded.guardian_model_id, updated_at = excluded.updated_at"
+_UPSERT = upsert_sql(
+    "guardian_models", (*GUARDIAN_COLUMNS, "updated_at"), "scope", "node_id", "model_id"
 )
 _DELETE = "DELETE FROM guardian_models WHERE scope = ? AND node_id = ? AND model_id = ?"
 

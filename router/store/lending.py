@@ -17,6 +17,7 @@ from typing import Any
 import aiosqlite
 
 from router.store.access import Access
+from router.store.where import Where
 from router.store.writer import Op
 
 DECISION_COLUMNS = (
@@ -55,21 +56,15 @@ class DecisionFilter:
     model_id: str | None = None
 
     def query(self) -> tuple[str, list[Any]]:
-        where: list[str] = []
-        params: list[Any] = []
-        if self.before is not None:
-            where.append("id < ?")
-            params.append(self.before)
-        for column, value in (("kind", self.kind), ("lane", self.lane)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        where = Where()
+        where.given("id < ?", self.before)
+        where.given("kind = ?", self.kind)
+        where.given("lane = ?", self.lane)
         if self.model_id is not None:
-            where.append("(owner_model_id = ? OR helper_model_id = ?)")
-            params += [self.model_id, self.model_id]
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        sql = f"SELECT {', '.join(_QUOTED)} FROM offload_decisions{clause} ORDER BY id DESC LIMIT ?"
-        return sql, [*params, self.limit + 1]
+            where.add("(owner_model_id = ? OR helper_model_id = ?)", self.model_id, self.model_id)
+        table = f"offload_decisions{where.clause()}"
+        sql = f"SELECT {', '.join(_QUOTED)} FROM {table} ORDER BY id DESC LIMIT ?"
+        return sql, [*where.params, self.limit + 1]
 
 
 def _decision(row: Sequence[Any]) -> dict[str, Any]:

@@ -6,12 +6,9 @@ from __future__ import annotations
 import time
 
 from router.store.access import Access
+from router.store.upsert import upsert_sql
 
-_UPSERT = (
-    "INSERT INTO model_state (model_id, disabled, updated_at) VALUES (?, ?, ?)"
-    " ON CONFLICT (model_id) DO UPDATE SET disabled = excluded.disabled,"
-    " updated_at = excluded.updated_at"
-)
+_UPSERT = upsert_sql("model_state", ("model_id", "disabled", "updated_at"), "model_id")
 
 
 class ModelStates:

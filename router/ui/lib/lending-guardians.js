@@ -3,8 +3,9 @@
 // (GET/POST/DELETE /site/guardian-models). The most specific assignment wins.
 import { h, replace } from './dom.js';
 import { focusIfLost } from './focus.js';
+import { readModels } from './lending-live.js';
 import { laneModels } from './lending.js';
-import { actionButton, confirmDialog, errorBox, showError, table } from './ui.js';
+import { actionButton, confirmDialog, showError, table } from './ui.js';
 
 const SCOPES = [['cluster', 'The whole cluster'], ['node', 'One node'], ['model', 'One model']];
 
@@ -115,13 +116,8 @@ export async function mountGuardians(root, ctx) {
     h('p', { class: 'muted' }, 'A chat with images sent to a text-only model is answered by its guardian, a multimodal model. '
       + "The most specific assignment wins: the model's own, then its node's, then the cluster's."),
     view.status, view.listSlot, view.formSlot);
-  let models = [];
-  try {
-    models = (await ctx.api.get('/models')).data || [];
-  } catch (exc) {
-    replace(view.listSlot, errorBox(exc, { title: 'The models could not be read' }));
-    return;
-  }
+  const models = await readModels(ctx, view.listSlot);
+  if (!models) return;
   const own = (ctx.session && ctx.session.node && ctx.session.node.node_id) || '';
   view.textModels = laneModels(models, 'text', null);
   view.nodes = [...new Set([own, ...view.textModels.map((m) => m.node_id)].filter(Boolean))];

@@ -4,6 +4,7 @@
 // either the listing is read again, so the table shows what the router now holds.
 import { h, replace } from './dom.js';
 import { focusIfLost } from './focus.js';
+import { readModels } from './lending-live.js';
 import { laneModels, linkRows, linksBody, modelRef, reasonText } from './lending.js';
 import { actionButton, badge, confirmDialog, errorBox, table } from './ui.js';
 
@@ -168,13 +169,8 @@ export async function mountLinks(root, ctx) {
       + 'Pick the model to edit; its links in both directions are shown.'),
     laneButtons(lane, (id) => ctx.setSection({ lane: id, node: '', model: '' })),
     view.pickSlot, view.status, view.heldSlot, view.formSlot);
-  let models = [];
-  try {
-    models = (await ctx.api.get('/models')).data || [];
-  } catch (exc) {
-    replace(view.pickSlot, errorBox(exc, { title: 'The models could not be read' }));
-    return;
-  }
+  const models = await readModels(ctx, view.pickSlot);
+  if (!models) return;
   const pick = (listing) => replace(view.pickSlot, anchorPicker(laneModels(models, lane, listing), anchor,
     (picked) => ctx.setSection({ lane, node: picked ? picked.node_id : '', model: picked ? picked.model_id : '' })));
   pick(null);

@@ -7,6 +7,16 @@ import { formatDateTime } from './fmt.js';
 import { foldRepeats, modelRef, reasonText } from './lending.js';
 import { badge, errorBox, table } from './ui.js';
 
+// The models the Lending editors pick from (GET /models), or null once `slot` says why not.
+export async function readModels(ctx, slot) {
+  try {
+    return (await ctx.api.get('/models')).data || [];
+  } catch (exc) {
+    replace(slot, errorBox(exc, { title: 'The models could not be read' }));
+    return null;
+  }
+}
+
 export const SUMMARY_REFRESH_MS = 3000;
 const DECISION_PAGE = 100;
 const KINDS = ['plan', 'dispatch', 'helper'];
