@@ -4,7 +4,6 @@ structured output, each answered under the router-visible model ID."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import openai
 import pytest
 
 from tests.support.harness import RouterHarness
-from tests.support.proctree import live_descendants
+from tests.support.proctree import survivors
 
 MODES = ["llama_sdcpp", "kobold", "vllm"]
 
@@ -35,8 +34,7 @@ async def client(
     yield api
     await api.close()
     await h.close()
-    await asyncio.sleep(0.05)
-    assert live_descendants() == []
+    assert await survivors() == []
 
 
 MESSAGES = [{"role": "user", "content": "hello"}]

@@ -42,7 +42,7 @@ from router.config import PROGRAM_SECTIONS, Settings
 from router.edge import listener
 from router.runtime import RuntimeManager
 from tests.fakes.wrappers import _write_script, write_fake_binary
-from tests.support.proctree import live_descendants
+from tests.support.proctree import survivors
 
 
 class RouterHarness:
@@ -174,9 +174,7 @@ async def harness_fixture(tmp_path: Path) -> AsyncIterator[RouterHarness]:
         yield h
     finally:
         await h.close()
-        deadline = time.monotonic() + 3.0
-        while (left := live_descendants()) and time.monotonic() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+        left = await survivors()
         assert left == [], f"a backend process outlived the router: {left}"
 
 

@@ -7,6 +7,7 @@ escapee stays visible as a descendant here, and an unreaped one shows up as our 
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import time
@@ -38,6 +39,17 @@ def live_descendants(ignore: frozenset[int] = frozenset()) -> list[psutil.Proces
         except psutil.NoSuchProcess:
             pass
     return out
+
+
+async def survivors(within: float = 10.0) -> list[psutil.Process]:
+    """The descendants still alive once `within` seconds have passed, or none as soon as all
+    are gone. A closed router's helpers (the watchdog, the store's writer) exit on their own
+    after it closes, so a check made at once would count them on a busy machine."""
+    deadline = time.monotonic() + within
+    # Grandchildren have no exit to await from here: their parent, not us, reaps them.
+    while (left := live_descendants()) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
+    return left
 
 
 def zombie_children() -> list[int]:
