@@ -6,6 +6,7 @@ classify and the backend adapters can all depend on it without cycles.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 MiB = 1024 * 1024  # the unit every *_mb setting is given in
@@ -85,3 +86,24 @@ def family_for(mode: BackendMode, lane: Lane) -> Family | None:
         Lane.IMAGE: Family.SDCPP,
         Lane.VOICE: Family.WHISPERCPP,
     }.get(lane)
+
+
+class Priority(StrEnum):
+    """A caller's class in the queue: waiting `interactive` requests go before `batch` ones."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, as the queue and the analytics see it: a key's name (never its
+    secret), its class and its cap on concurrent requests. `name` is empty for a request that
+    no scoped key identifies (no auth configured, or a key from router.yaml)."""
+
+    name: str = ""
+    priority: Priority = Priority.INTERACTIVE
+    max_concurrent: int | None = None
+
+
+ANONYMOUS = Caller()

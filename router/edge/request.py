@@ -9,10 +9,13 @@ import time
 from aiohttp import web
 
 from router.classify import Match, Route
+from router.domain import ANONYMOUS, Caller
 from router.edge.errors import ARRIVED
 
 MATCH: web.RequestKey[Match] = web.RequestKey("match", Match)
 ROUTE: web.RequestKey[Route] = web.RequestKey("route", Route)
+# Set by auth when a scoped key authenticated the request (router/edge/auth.py).
+CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)
 
 
 def match_of(request: web.Request) -> Match:
@@ -26,3 +29,9 @@ def matched_route(request: web.Request) -> Route:
 def arrived(request: web.Request) -> float:
     """When the edge saw the request (monotonic); now for requests built outside the edge."""
     return request.get(ARRIVED) or time.monotonic()
+
+
+def caller_of(request: web.Request) -> Caller:
+    """The caller that auth identified (a scoped key), or ANONYMOUS."""
+    caller = request.get(CALLER)
+    return caller if caller is not None else ANONYMOUS
