@@ -33,7 +33,7 @@ from router.edge.params import (
     query_int,
     refuse_addresses,
 )
-from router.edge.request import arrived, match_of, matched_route
+from router.edge.request import arrived, match_of, matched_route, may_use, scoped_key_of
 from router.edge.sessions import Sessions
 
 __all__ = [
@@ -51,6 +51,8 @@ __all__ = [
     "is_streaming",
     "mark_streaming",
     "match_of",
+    "may_use",
+    "scoped_key_of",
     "matched_route",
     "node_filter",
     "node_named",

@@ -22,7 +22,7 @@ from aiohttp import web
 from router.appkeys import CLUSTER, PROXY, RECORDER, SETTINGS
 from router.classify import Route
 from router.domain import MiB
-from router.edge import arrived, matched_route
+from router.edge import arrived, matched_route, scoped_key_of
 from router.errors import RequestTimeout, RouterError
 from router.forwarding import (
     ModelRewriter,
@@ -33,6 +33,7 @@ from router.forwarding import (
     read_selector,
 )
 from router.inference import outgoing
+from router.inference.admission import admit
 from router.inference.context import Context
 from router.inference.override import Override, Pins, Prepare
 from router.inference.pins import pinned_target
@@ -95,6 +96,7 @@ async def _forward(
     info = _info(request, route)
     async with recorded(request, info) as result:
         parsed = await _parse(request, route, override)
+        admit(request, parsed.selection.model)
         ctx, kind = await placed(Context(request, route, info, result, parsed), facts)
         return await kind.serve(ctx)
 
@@ -179,9 +181,12 @@ def _record(request: web.Request, info: RequestInfo, result: ProxyResult) -> Non
 
 
 def _info(request: web.Request, route: Route) -> RequestInfo:
-    return RequestInfo(
+    info = RequestInfo(
         route.template, route.surface.value, _lane_name(route), arrived(request), time.time()
     )
+    key = scoped_key_of(request)
+    info.key_name = key.name if key is not None else None
+    return info
 
 
 IDENTITY = Rewrite(ModelRewriter("", ""))

@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from router.domain import Lane
+from router.records.key_metrics import KeyCounters
 
 
 class LeaseView(Protocol):
@@ -127,6 +128,7 @@ class Metrics:
         self.requests, self.duration, self.ttfb, self.queue_wait = _request_series(r)
         self.loads, self.kv_cache, self.readahead, self.store_replaced = _event_counters(r)
         self.load_duration, self.runtime_state = _runtime_series(r)
+        self.keys = KeyCounters(r)  # per scoped key
         self._gauges: RuntimeGauges | None = None
         self._memory = MemoryGauges()
         r.register(self._memory)
