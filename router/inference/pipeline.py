@@ -22,7 +22,7 @@ from aiohttp import web
 from router.appkeys import CLUSTER, PROXY, RECORDER, SETTINGS
 from router.classify import Route
 from router.domain import MiB
-from router.edge import arrived, matched_route, scoped_key_of
+from router.edge import arrived, caller_of, matched_route
 from router.errors import RequestTimeout, RouterError
 from router.forwarding import (
     ModelRewriter,
@@ -164,6 +164,8 @@ async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[Pro
         # A request another node answered is recorded there; one that reached none, here.
         if not returned and not (result.relayed and result.upstream_status is not None):
             _record(request, info, result)
+        elif info.key_name:  # recorded there; its tokens count against the key here
+            request.app[RECORDER].relayed(info, result.status or 500, result.aborted, result.tail)
 
 
 def _record(request: web.Request, info: RequestInfo, result: ProxyResult) -> None:
@@ -184,8 +186,8 @@ def _info(request: web.Request, route: Route) -> RequestInfo:
     info = RequestInfo(
         route.template, route.surface.value, _lane_name(route), arrived(request), time.time()
     )
-    key = scoped_key_of(request)
-    info.key_name = key.name if key is not None else None
+    # The key's name: a scoped key here, or the master's caller on a relayed request.
+    info.key_name = caller_of(request).name or None
     return info
 
 

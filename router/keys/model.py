@@ -18,6 +18,9 @@ from router.errors import BadRequest
 DAY_SECONDS = 86400
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_MODELS = 256
+# A relayed or lent request's caller, master to node (docs/security.md): "<name> <class>
+# [<cap>]". Sent only with the cluster token; a node reads it only on its cluster routes.
+CALLER_HEADER = "X-Router-Caller"
 # What PATCH may change; the name and the secret never change (revoke and create instead).
 CHANGEABLE = ("models", "priority", "max_concurrent", "daily_tokens")
 
@@ -57,6 +60,25 @@ class ScopedKey:
             "created": self.created,
             "revoked": self.revoked,
         }
+
+
+def caller_header(caller: Caller) -> str:
+    cap = f" {caller.max_concurrent}" if caller.max_concurrent is not None else ""
+    return f"{caller.name} {caller.priority.value}{cap}"
+
+
+def parse_caller(value: str | None) -> Caller | None:
+    """The caller a master named in `X-Router-Caller`, or None (absent or malformed: the
+    request is then an anonymous caller's, never refused for it)."""
+    parts = (value or "").split()
+    if len(parts) not in (2, 3) or not NAME.match(parts[0]):
+        return None
+    if parts[1] not in Priority.__members__.values():
+        return None
+    cap = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) > 0 else None
+    if len(parts) == 3 and cap is None:
+        return None
+    return Caller(parts[0], Priority(parts[1]), cap)
 
 
 def utc_day(wall: float) -> int:

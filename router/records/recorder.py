@@ -96,6 +96,12 @@ class Recorder:
                 )
             )
 
+    def relayed(self, info: RequestInfo, status: int, aborted: bool, tail: bytes) -> None:
+        """A scoped key's request another node answered (and recorded): counted for the key
+        here, where its quota is kept."""
+        if info.key_name:
+            self._by_key(info, info.key_name, status, aborted, tail)
+
     def _by_key(self, info: RequestInfo, key: str, status: int, aborted: bool, tail: bytes) -> None:
         """A scoped key's request: its series, and its tokens for the quota. The usage report
         is read here, not only in the writer, because the quota must see it at once."""
