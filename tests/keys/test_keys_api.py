@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -96,6 +97,9 @@ async def test_model_lists_show_only_what_the_key_may_use(client: httpx.AsyncCli
     assert sorted(m["name"].split(":")[0] for m in tags) == ["chat-a", "team-x"]
     everything = (await client.get("/v1/models", headers=bearer(ADMIN))).json()["data"]
     assert sorted(m["id"] for m in everything) == ["chat-a", "chat-b", "team-x"]
+    assert (await client.get("/v1/models/team-x", headers=bearer(secret))).status_code == 200
+    hidden = await client.get("/v1/models/chat-b", headers=bearer(secret))
+    assert hidden.status_code == 404  # not the key's: as if it did not exist
 
 
 async def test_revoked_key_fails_its_next_request_with_401(client: httpx.AsyncClient) -> None:
@@ -174,3 +178,12 @@ def _all_bytes(db: Path) -> bytes:
     return b"".join(
         p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name) and p.is_file()
     )
+
+
+async def test_realtime_sessions_are_admitted_like_requests(client: httpx.AsyncClient) -> None:
+    secret = (await create(client, name="voice", models=["chat-a"]))["secret"]
+    url = str(client.base_url.join("/v1/realtime?model=voice-x")).replace("http", "ws", 1)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(url, headers=bearer(secret))
+    assert refused.value.status == 403

@@ -4,10 +4,14 @@ UTC midnight, the checks of what an admin sends, and the book's constant-time ma
 from __future__ import annotations
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
 
+from router.classify import match
+from router.config import Settings
 from router.domain import Priority
-from router.edge.auth import digest
-from router.errors import BadRequest, Forbidden, TooManyRequests
+from router.edge.auth import KeyRing, Policy, digest
+from router.edge.request import caller_of
+from router.errors import BadRequest, Forbidden, TooManyRequests, Unauthorized
 from router.keys import KeyBook, ScopedKey, seconds_to_reset, spec_from
 from tests.support.compare_spy import spy_compare_digest
 
@@ -88,3 +92,32 @@ def test_match_compares_every_active_digest_whatever_matches(monkeypatch) -> Non
         # All five live digests, every time: where (or whether) it matched changes nothing.
         assert sorted(stored for _, stored in calls) == sorted(k.digest for k in keys[:5])
         assert all(p == probe for p, _ in calls)
+
+
+def test_auth_compares_every_configured_and_scoped_digest_whatever_matches(monkeypatch) -> None:
+    """The policy as the middleware runs it: one pass over the router.yaml keys and one over
+    the scoped keys, for a config key, a scoped key and an unknown one alike."""
+    settings = Settings.model_validate(
+        {"auth": {"inference_keys": ["inf-config-key-3c9d1e"], "admin_keys": ["adm-config-4f2a"]}}
+    )
+    book = KeyBook()
+    keys = [key(f"k{i}") for i in range(3)]
+    book.load(keys, {}, MIDNIGHT)
+    ring = KeyRing.from_settings(settings)
+    policy = Policy(ring, settings, None, book)
+    route = match("POST", "/v1/chat/completions").route
+    stored = sorted([d for d, _ in ring._entries] + [k.digest for k in keys])
+    calls = spy_compare_digest(monkeypatch)
+    for presented, caller in (("inf-config-key-3c9d1e", ""), ("secret-k1", "k1"), ("nope", None)):
+        calls.clear()
+        request = make_mocked_request(
+            "POST", "/v1/chat/completions", headers={"Authorization": f"Bearer {presented}"}
+        )
+        if caller is None:
+            with pytest.raises(Unauthorized):
+                policy.check(request, route)
+        else:
+            policy.check(request, route)
+            assert caller_of(request).name == caller
+        assert sorted(b for _, b in calls) == stored
+        assert {a for a, _ in calls} == {digest(presented)}

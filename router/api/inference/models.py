@@ -63,6 +63,8 @@ async def openai_list(request: web.Request) -> web.StreamResponse:
 
 async def openai_get(request: web.Request) -> web.StreamResponse:
     model_id = match_of(request).params.get("model_id") or match_of(request).params.get("id", "")
+    if not may_use(request, model_id):  # not the key's to see: as if it did not exist
+        raise ModelNotFound(model_id)
     config = request.app[CATALOG].resolve(model_id)
     if config is None or model_id not in (config.id, *config.aliases):
         remote = find_remote(request, model_id)
