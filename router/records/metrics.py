@@ -73,7 +73,7 @@ class RuntimeBytes:
 @dataclass(frozen=True)
 class MemoryFigures:
     """The devices rows of GET /router/v1/status and each runtime's bytes, read at scrape time
-    from the manager's `memory_status()`, the call GET /router/v1/status makes."""
+    from the manager's `memory_now()`, the snapshot GET /router/v1/status answers from."""
 
     devices: Sequence[Mapping[str, Any]] = ()
     runtimes: Sequence[RuntimeBytes] = field(default_factory=tuple)
