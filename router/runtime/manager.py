@@ -96,7 +96,7 @@ class RuntimeManager:
         )
         self._idle = asyncio.Event()
         self._idle.set()
-        swaps = (self._life.swap_times, not self._hooks.empty)
+        swaps = (self._life.swap_times, self._hooks)
         self._board = QueueBoard(
             settings, self._table, self._pump, events, clock, usual_load, swaps
         )
