@@ -138,7 +138,9 @@ class SupervisedProcess:
         self._pidfile = pidfile_dir / f"{name}.pid" if pidfile_dir is not None else None
         self._on_output = on_output
         self._coalesce = False  # set by detach_output: the backend is serving
-        self._ring: collections.deque[str] = collections.deque(maxlen=max(1, ring_lines))
+        # Raw lines, decoded only when read (tail): a serving llama-server writes ~30 lines
+        # per request, and most are never read (bench/profile_proxy.py).
+        self._ring: collections.deque[bytes] = collections.deque(maxlen=max(1, ring_lines))
         self._partial: dict[str, bytes] = {}
         self._streams: dict[str, IO[bytes]] = {}
         self._eof = asyncio.Event()
@@ -171,7 +173,8 @@ class SupervisedProcess:
 
     def tail(self, n: int = 50) -> list[str]:
         """The last n output lines of both streams, in arrival order."""
-        return list(self._ring)[-n:] if n > 0 else []
+        lines = list(self._ring)[-n:] if n > 0 else []
+        return [line.decode("utf-8", errors="replace") for line in lines]
 
     async def start(self) -> None:
         if self._state is not ProcState.STARTING or self._popen is not None:
@@ -281,6 +284,9 @@ class SupervisedProcess:
         self._partial[name] = rest
         for line in lines:
             line = line.rstrip(b"\r")
+            if self._on_output is None and len(line) <= MAX_LINE:
+                self._ring.append(line)  # detached (serving): all _emit would do
+                continue
             for start in range(0, max(len(line), 1), MAX_LINE):
                 self._emit(name, line[start : start + MAX_LINE])
         return True
@@ -300,7 +306,7 @@ class SupervisedProcess:
         self._coalesce = True
 
     def _emit(self, name: str, line: bytes) -> None:
-        self._ring.append(line.decode("utf-8", errors="replace"))
+        self._ring.append(line)
         if self._on_output is not None:
             try:
                 self._on_output(name, line)
