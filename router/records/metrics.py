@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from router.domain import Lane
+from router.records.tokens import TokenCounters
 
 
 class LeaseView(Protocol):
@@ -132,6 +133,7 @@ class Metrics:
         # every call, ~3 us each, four per request (bench/profile_proxy.py).
         self._per_request: dict[tuple[str, str, str], _RequestChildren] = {}
         self._ttfb_of: dict[str, Histogram] = {}  # (a lane's series appears at its first TTFB)
+        self.tokens = TokenCounters(r)  # per model and lane, counted at scrape time
         self._gauges: RuntimeGauges | None = None
         self._memory = MemoryGauges()
         r.register(self._memory)
@@ -195,6 +197,7 @@ class Metrics:
         """The exposition; `memory`: the figures of this scrape (none: the memory series are
         empty rather than stale)."""
         self._memory.figures = memory or MemoryFigures()
+        self.tokens.fold()
         try:
             return generate_latest(self.registry)
         finally:

@@ -61,6 +61,8 @@ class Recorder:
             ttfb_ms / 1000.0 if ttfb_ms is not None else None,
             info.queue_wait_ms / 1000.0,
         )
+        if info.model and tail:
+            self._metrics.tokens.note(info.model, info.lane or "none", tail)
         sink = self.sink
         if sink is not None:
             # Handed over as the proxy has the values; rounding and usage parsing happen in the
