@@ -85,6 +85,8 @@ class QueueBoard:
         rt = self._settings.runtime
         policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
         entries = self._table.queues.entries(lane)
+        if not entries:  # nothing waits: no replay (every lane, 4 times a second, when busy)
+            return []
         queued = [
             eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed) for e in entries
         ]
