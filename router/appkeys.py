@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from router.edge.ui_sessions import LoginLimiter
     from router.forwarding import Proxy
     from router.keys import KeyBook
+    from router.lending import Lending
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
     from router.records.load_times import LoadTimes
@@ -90,6 +91,8 @@ MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
 FIGURES: web.AppKey[Measuring] = web.AppKey("memory_figures")
 # Guardian assignments in force (router/api/site/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
+# Lending on this node (router/lending/service.py), opened by router/lifetimes.py.
+LENDING: web.AppKey[Lending] = web.AppKey("lending")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -5,6 +5,7 @@ lease a runtime, forward, record. It serves no route itself (docs/architecture.m
 """
 
 from router.inference.admission import admit
+from router.inference.context import LENT
 from router.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.inference.override import OnLease, Override, Pins, Prepare, Serving, Upstream
 from router.inference.pins import IdWatcher, WatchingRewriter, find_response_id
@@ -29,6 +30,7 @@ from router.inference.remote_models import (
 from router.inference.selectorless import local_embeddings
 
 __all__ = [
+    "LENT",
     "TEXT_SIDE",
     "IdWatcher",
     "OnLease",

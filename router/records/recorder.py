@@ -66,6 +66,8 @@ class Recorder:
             ttfb_ms / 1000.0 if ttfb_ms is not None else None,
             info.queue_wait_ms / 1000.0,
         )
+        if info.model and tail:
+            self._metrics.tokens.note(info.model, info.lane or "none", tail)
         if info.key_name:
             self._by_key(info, info.key_name, status, aborted, tail)
         sink = self.sink

@@ -113,7 +113,8 @@ async def ps(request: web.Request) -> web.StreamResponse:
     configs = [c for c in _text_configs(request) if c.id in loaded]
     # `size` and `size_vram` are what the memory ledger says the runtime holds (all devices,
     # and the GPUs' part), so `ollama ps` shows the real CPU/GPU split (docs/residency.md).
-    memory, _ = await request.app[RUNTIMES].memory_status()
+    # The snapshot GET /router/v1/status answers from: never waits for an estimate's read.
+    memory, _ = request.app[RUNTIMES].memory_now()
     now = time.time()
     models = []
     for config, header in zip(configs, await _headers(request, configs), strict=True):

@@ -16,22 +16,24 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from router.api.node import lending_push
-from router.appkeys import CLUSTER, DISPATCH, MATCH, NODE_DISPATCH, ROUTE, RUNTIMES, SETTINGS
+from router.appkeys import (
+    CLUSTER,
+    DISPATCH,
+    LENDING,
+    MATCH,
+    NODE_DISPATCH,
+    ROUTE,
+    RUNTIMES,
+    SETTINGS,
+)
 from router.classify import Match, management_path, match
 from router.cluster import Snapshot
 from router.domain import Caller, Lane, Role
 from router.edge import CALLER, Handler, match_of, read_json, secrets_of
 from router.errors import ClusterError, NotFound, RouterError, render
+from router.inference import LENT
 from router.keys import CALLER_HEADER, parse_caller
-from router.lending import (
-    BORROWED,
-    BORROWED_OWNER,
-    BORROWED_RESTORE,
-    LENDING,
-    WIRE_HEADERS,
-    Lent,
-    parse_lent,
-)
+from router.lending import WIRE_HEADERS, Lent, parse_lent
 
 
 async def models(request: web.Request) -> web.StreamResponse:
@@ -111,9 +113,7 @@ async def _dispatch_inner(
     if caller is not None:
         inner[CALLER] = caller
     if lent is not None:
-        inner[BORROWED], inner[BORROWED_RESTORE] = lent.allow_load, lent.restore
-        if lent.owner is not None:
-            inner[BORROWED_OWNER] = lent.owner
+        inner[LENT] = lent
     try:
         return await dispatch(inner)
     except RouterError as err:

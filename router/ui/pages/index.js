@@ -1,5 +1,6 @@
 // The ordered list of pages: the nav shows those with nav: true, in this order.
-// A page module: export default {id, title, nav, async mount(root, ctx) -> unmount?}.
+// A page module: export default {id, title, nav, async mount(root, ctx) -> unmount?} (a nav
+// page through lib/ui.js navPage).
 import overview from './overview.js';
 import models from './models.js';
 import config from './config.js';
