@@ -20,7 +20,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,otel]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -78,7 +78,7 @@ vllm-venv: $(VLLM_STAMP)
 # project and the test's model-writing packages go in beside it.
 $(VLLM_STAMP): pyproject.toml | venv
 	$(PY) -m backends.recipes_cli build vllm --prefix $(abspath $(VLLM_VENV))
-	$(VLLM_VENV)/bin/pip install -q -e '.[test]' safetensors tokenizers
+	$(VLLM_VENV)/bin/pip install -q -e '.[test,otel]' safetensors tokenizers
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
 

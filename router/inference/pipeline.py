@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from router.appkeys import CLUSTER, PROXY, RECORDER, SETTINGS
 from router.classify import Route
@@ -32,7 +33,7 @@ from router.forwarding import (
     UpstreamRequest,
     read_selector,
 )
-from router.inference import outgoing
+from router.inference import outgoing, traced
 from router.inference.context import Context
 from router.inference.override import Override, Pins, Prepare
 from router.inference.pins import pinned_target
@@ -130,16 +131,19 @@ async def forward_to(
             result.bytes_in = len(body)
         elif body is not None:
             body = outgoing.counted(body, *outgoing.stream_limits(request), result)
-        upstream = UpstreamRequest(
-            request.method,
-            runtime.base_url + path_qs,
-            outgoing.headers(request) if headers is None else headers,
-            body,
-            not isinstance(body, AsyncIterator),
-        )
-        return await request.app[PROXY].forward(
-            request, upstream, IDENTITY, result, outgoing.overhead(info, result, 0.0)
-        )
+        sent = outgoing.headers(request) if headers is None else CIMultiDict(headers)
+        url = runtime.base_url + path_qs
+        with traced.backend_call(sent, url, info.model or "", family.value) as span:
+            upstream = UpstreamRequest(
+                request.method, url, sent, body, not isinstance(body, AsyncIterator)
+            )
+            overhead = outgoing.overhead(info, result, 0.0)
+            try:
+                return await request.app[PROXY].forward(
+                    request, upstream, IDENTITY, result, overhead
+                )
+            finally:
+                traced.backend_answered(span, result)
 
 
 @contextlib.asynccontextmanager
@@ -147,21 +151,23 @@ async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[Pro
     """One analytics event for what happens inside, however it ends."""
     result = ProxyResult()
     returned = False
-    try:
-        yield result
-    except asyncio.CancelledError:
-        result.aborted, result.status = True, 499
-        raise
-    except RouterError as exc:
-        result.status = result.status or exc.status
-        result.error_message = result.error_message or exc.message
-        # A lent request handed back to its owner is no request of this node's (lending.md).
-        returned = exc.code == OFFLOAD_RETURNED
-        raise
-    finally:
-        # A request another node answered is recorded there; one that reached none, here.
-        if not returned and not (result.relayed and result.upstream_status is not None):
-            _record(request, info, result)
+    async with traced.routed(request, info) as span:
+        try:
+            yield result
+        except asyncio.CancelledError:
+            result.aborted, result.status = True, 499
+            raise
+        except RouterError as exc:
+            result.status = result.status or exc.status
+            result.error_message = result.error_message or exc.message
+            # A lent request handed back to its owner is no request of this node's (lending.md).
+            returned = exc.code == OFFLOAD_RETURNED
+            raise
+        finally:
+            traced.answered(span, info, result)
+            # A request another node answered is recorded there; one that reached none, here.
+            if not returned and not (result.relayed and result.upstream_status is not None):
+                _record(request, info, result)
 
 
 def _record(request: web.Request, info: RequestInfo, result: ProxyResult) -> None:

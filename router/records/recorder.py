@@ -30,6 +30,7 @@ class RequestInfo:
     family: str | None = None
     queue_wait_ms: float = 0.0
     answered_by: str | None = None  # the guardian model that answered for `model`
+    trace_id: str | None = None  # its trace, when traces are on (docs/observability.md)
 
 
 class Recorder:
@@ -85,5 +86,6 @@ class Recorder:
                     aborted,
                     tail,
                     info.answered_by,
+                    info.trace_id,
                 )
             )

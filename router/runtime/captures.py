@@ -30,6 +30,7 @@ class CaptureObserver:
         self._kind = kind
         self._readahead = readahead
         self.attempt_id: str | None = None
+        self.trace_id: str | None = None
 
     def launched(self, argv: list[str]) -> None:
         config = self._runtime.config
@@ -44,6 +45,7 @@ class CaptureObserver:
             home_dirs=(str(Path.home()),),
             # Called just before the spawn: the loader has frozen the figures at this load's start.
             readahead=self._readahead(self._runtime.key) if self._readahead else None,
+            trace_id=self.trace_id,
         )
 
     def output(self, stream: str, line: bytes) -> None:

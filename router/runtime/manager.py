@@ -51,6 +51,7 @@ from router.runtime.state import (
     spec_for,
 )
 from router.runtime.table import Table
+from router.tracing import tracer
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +356,7 @@ class RuntimeManager:
                 retry_after=scheduler.retry_after(waiting, max_queue),
             )
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(spec, arrived, lane, future)
+        waiter = Waiter(spec, arrived, lane, future, trace=tracer().capture())
         self._queues.add(waiter)
         if ticket is not None:
             ticket.waiter = waiter
