@@ -230,6 +230,7 @@ class Router:
     max_per_peer: int = 64
     runtime: str = "max_queue: 1024"  # the `runtime:` section's keys, YAML flow style
     analytics_keys: str = ""  # more `analytics:` keys, YAML flow style (load_capture_enabled)
+    env: dict[str, str] | None = None  # the process environment (bench/traces.py: OTEL_*)
     proc: Proc | None = None
 
     def start(self) -> Router:
@@ -264,6 +265,7 @@ class Router:
             ],
             "router",
             self.workdir,
+            env=self.env,
         )
         wait_http(f"{self.url}/router/v1/status", self.proc, 60)
         return self

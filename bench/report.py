@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench import eta, lending, real_backend
+from bench import eta, lending, real_backend, traces
 
 RESULTS = c.BENCH / "RESULTS.md"
 CHART = c.BENCH / "results.png"
@@ -291,6 +291,8 @@ def section(d: dict[str, dict[str, Any]], command: str, elapsed: str) -> str:
     rb = d.get("real_backend")
     if rb:
         L += real_backend.report_lines(rb, d.get("latency"))
+    if d.get("traces"):
+        L += traces.report_lines(d["traces"])
     rss = d.get("rss")
     if rss and "points" in rss:
         L += [

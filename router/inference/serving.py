@@ -47,10 +47,9 @@ async def serve(ctx: Context, chosen: Chosen) -> web.StreamResponse:
     check_served(route, config, public_id, lane, request, backend_path)
     override = _with_dimensions(override, family, backend_path, public_id)
     for resend in (False, True):
-        with traced.queue_wait(config.id, lane.value):
-            lease = await announce_wait.ensure(
-                request, override.selection, config, lane, override.serving.keep_alive
-            )
+        lease = await announce_wait.ensure(
+            request, override.selection, config, lane, override.serving.keep_alive
+        )
         info.queue_wait_ms += lease.queue_wait_ms
         queue_wait.note(request, info.queue_wait_ms)
         try:

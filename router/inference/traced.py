@@ -1,7 +1,7 @@
 """The pipeline's spans (docs/observability.md, "Traces"): the SERVER span of a routed request,
 the CLIENT span of the call to a backend (named and attributed by the OpenTelemetry GenAI
-conventions) and of a hop to another node; the queue wait. The load and the KV restore are
-spanned by the runtime (router/runtime/lifecycle.py, kvcache.py).
+conventions) and of a hop to another node. The queue wait, the load and the KV restore are
+spanned by the runtime (router/runtime/load_trace.py, kvcache.py).
 
 Never prompt or answer text: the backend span reads token counts from the answer's last bytes,
 the ones the analytics row reads its usage from, and only when traces are on.
@@ -152,8 +152,3 @@ def hop(
     ) as span:
         traces.inject(headers)
         yield span
-
-
-def queue_wait(model: str, lane: str) -> contextlib.AbstractContextManager[Span]:
-    """The wait for a lease; a load it starts is its child (the waiter carries the parent)."""
-    return tracer().span("queue wait", attributes={OWN + "model": model, OWN + "lane": lane})

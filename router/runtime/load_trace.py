@@ -1,4 +1,5 @@
-"""The span of a model load (docs/observability.md, "Traces").
+"""The runtime's spans (docs/observability.md, "Traces"): a request's queue wait and the
+model load it starts.
 
 A load runs in its own task, started by whichever call ran the pump, so its parent is named
 explicitly: the trace context of the first request waiting for it (its queue wait span), or
@@ -14,10 +15,16 @@ from typing import Any
 
 from router.runtime.progress import Publish
 from router.runtime.queues import Waiter
-from router.runtime.state import Runtime, RuntimeState
+from router.runtime.state import Runtime, RuntimeSpec, RuntimeState
 from router.tracing import Parent, Span, tracer
 
 OWN = "tensor_router."
+
+
+def queue_span(spec: RuntimeSpec) -> contextlib.AbstractContextManager[Span]:
+    """A request's wait for a lease (admission and queue); a load it starts is its child."""
+    attributes = {OWN + "model": spec.config.id, OWN + "lane": spec.lane.value}
+    return tracer().span("queue wait", attributes=attributes)
 
 
 def parent_of(waiters: list[Waiter], key: str) -> Parent | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager
-from types import TracebackType
 from typing import Any, Final, Protocol
 
 Attribute = str | bool | int | float | Sequence[str]
@@ -102,12 +101,7 @@ class _NoBlock(AbstractContextManager[Span]):
     def __enter__(self) -> Span:
         return NO_SPAN
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         return None
 
 

@@ -8,7 +8,8 @@ inject into every client call (docs/decisions.md, "Traces").
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
+from types import TracebackType
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -53,6 +54,37 @@ class OtelSpan:
         self._span.set_status(Status(StatusCode.ERROR, message))
 
 
+class _Block:
+    """A started span, current inside the `with` block and ended when it leaves; an exception
+    fails it unless its owner settles the status itself (a server span). A class rather than
+    a generator: it is entered on every request while traces are on."""
+
+    __slots__ = ("_raw", "_span", "_settled", "_token")
+
+    def __init__(self, raw: trace.Span, settled: bool) -> None:
+        self._raw = raw
+        self._span = OtelSpan(raw)
+        self._settled = settled
+        self._token: object = None
+
+    def __enter__(self) -> Span:
+        self._token = otel_context.attach(trace.set_span_in_context(self._raw))
+        return self._span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc is not None and not (self._span.failed or self._settled):
+                self._span.fail(_error_type(exc), None)
+        finally:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            self._raw.end()
+
+
 class OtelTracer:
     enabled = True
 
@@ -60,7 +92,6 @@ class OtelTracer:
         self._provider = provider
         self._tracer = provider.get_tracer("tensor-router")
 
-    @contextlib.contextmanager
     def span(
         self,
         name: str,
@@ -68,23 +99,28 @@ class OtelTracer:
         kind: Kind = Kind.INTERNAL,
         attributes: Attributes | None = None,
         parent: Parent | None = CURRENT,
-    ) -> Iterator[Span]:
+    ) -> contextlib.AbstractContextManager[Span]:
         if parent is CURRENT:
             context = None
         elif isinstance(parent, otel_context.Context):
             context = parent
         else:  # None: a trace of its own, whatever this task's current span is
             context = otel_context.Context()
-        with self._started(name, _KINDS[kind], attributes, context) as span:
-            yield span
+        raw = self._tracer.start_span(
+            name, context=context, kind=_KINDS[kind], attributes=attributes
+        )
+        return _Block(raw, settled=False)
 
     def server(
         self, name: str, carrier: Mapping[str, str], attributes: Attributes | None = None
     ) -> contextlib.AbstractContextManager[Span]:
         # A malformed traceparent extracts as nothing: a new trace (never a refusal).
         context = propagate.extract(carrier, context=otel_context.Context())
+        raw = self._tracer.start_span(
+            name, context=context, kind=trace.SpanKind.SERVER, attributes=attributes
+        )
         # Its caller settles its status: a refusal (4xx) raised through it is no server error.
-        return self._started(name, trace.SpanKind.SERVER, attributes, context, settled=True)
+        return _Block(raw, settled=True)
 
     def inject(self, carrier: MutableMapping[str, str]) -> None:
         for name in _HOP_HEADERS:
@@ -97,28 +133,6 @@ class OtelTracer:
 
     def close(self) -> None:
         self._provider.shutdown()
-
-    @contextlib.contextmanager
-    def _started(
-        self,
-        name: str,
-        kind: trace.SpanKind,
-        attributes: Attributes | None,
-        context: otel_context.Context | None,
-        *,
-        settled: bool = False,
-    ) -> Iterator[Span]:
-        raw = self._tracer.start_span(name, context=context, kind=kind, attributes=attributes)
-        span = OtelSpan(raw)
-        with trace.use_span(
-            raw, end_on_exit=True, record_exception=False, set_status_on_exception=False
-        ):
-            try:
-                yield span
-            except BaseException as exc:
-                if not (span.failed or settled):
-                    span.fail(_error_type(exc), None)
-                raise
 
 
 def _error_type(exc: BaseException) -> str:
