@@ -15,6 +15,8 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-0.32.0-$(shell cksum pyproject.toml |
 
 .PHONY: run test test-fast test-real test-vllm vllm-venv lint backends llama-server ffmpeg venv bench soak clean browser screenshots
 
+# The otel extra (OpenTelemetry SDK, OTLP/HTTP exporter) is installed for tests/tracing; the
+# router still runs without traces unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
