@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.appkeys import CLUSTER, PROXY, RECORDER, SETTINGS
+from router.appkeys import CLUSTER, RECORDER, SETTINGS
 from router.classify import Route
 from router.domain import MiB
 from router.edge import arrived, matched_route
@@ -131,19 +131,17 @@ async def forward_to(
             result.bytes_in = len(body)
         elif body is not None:
             body = outgoing.counted(body, *outgoing.stream_limits(request), result)
-        sent = outgoing.headers(request) if headers is None else CIMultiDict(headers)
-        url = runtime.base_url + path_qs
-        with traced.backend_call(sent, url, info.model or "", family.value) as span:
-            upstream = UpstreamRequest(
-                request.method, url, sent, body, not isinstance(body, AsyncIterator)
-            )
-            overhead = outgoing.overhead(info, result, 0.0)
-            try:
-                return await request.app[PROXY].forward(
-                    request, upstream, IDENTITY, result, overhead
-                )
-            finally:
-                traced.backend_answered(span, result)
+        upstream = UpstreamRequest(
+            request.method,
+            runtime.base_url + path_qs,
+            outgoing.headers(request) if headers is None else CIMultiDict(headers),
+            body,
+            not isinstance(body, AsyncIterator),
+        )
+        overhead = outgoing.overhead(info, result, 0.0)
+        return await traced.called(
+            request, upstream, IDENTITY, result, overhead, info.model or "", family.value
+        )
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ import json
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.appkeys import PROXY, RUNTIMES, SETTINGS
+from router.appkeys import RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, family_for
 from router.edge import queue_wait
@@ -142,15 +142,11 @@ async def _send(
     url, family = runtime.base_url + path_qs, runtime.spec.family
     translation = hooks.translation(lease) if hooks.translation is not None else Rewrite(rewriter)
     overhead_ms = outgoing.overhead(info, result, lease.queue_wait_ms / 1000.0)
-    with traced.backend_call(sent, url, public_id, family.value) as span:
-        drain = outgoing.abort_drain(request.app[SETTINGS], family)
-        upstream = UpstreamRequest(request.method, url, sent, body, replayable, drain)
-        try:
-            response = await request.app[PROXY].forward(
-                request, upstream, translation, result, overhead_ms
-            )
-        finally:
-            traced.backend_answered(span, result)
+    drain = outgoing.abort_drain(request.app[SETTINGS], family)
+    upstream = UpstreamRequest(request.method, url, sent, body, replayable, drain)
+    response = await traced.called(
+        request, upstream, translation, result, overhead_ms, public_id, family.value
+    )
     if result.backend_failed:
         request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
     return response

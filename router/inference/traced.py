@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterator, MutableMapping
+from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from router.appkeys import PROXY
 from router.edge import trace_header
-from router.forwarding import ProxyResult
+from router.forwarding import ProxyResult, Translation, UpstreamRequest
 from router.records import RequestInfo
 from router.store.rows import sniff_usage
 from router.tracing import NO_SPAN, Attributes, Kind, Span, tracer
@@ -96,6 +97,29 @@ def backend_call(
     with traces.span(f"{op} {model}", kind=Kind.CLIENT, attributes=attributes) as span:
         traces.inject(headers)
         yield span
+
+
+async def called(
+    request: web.Request,
+    upstream: UpstreamRequest,
+    translation: Translation,
+    result: ProxyResult,
+    overhead_ms: Callable[[], float],
+    model: str,
+    provider: str,
+) -> web.StreamResponse:
+    """The proxy's call to a backend inside its CLIENT span (ended once the answer has been
+    passed on); `upstream.headers` must be the mutable headers it sends (the span is
+    injected there, before the request leaves)."""
+    headers = upstream.headers
+    assert isinstance(headers, MutableMapping)
+    with backend_call(headers, upstream.url, model, provider) as span:
+        try:
+            return await request.app[PROXY].forward(
+                request, upstream, translation, result, overhead_ms
+            )
+        finally:
+            backend_answered(span, result)
 
 
 def usage(tail: bytes) -> dict[str, int]:
