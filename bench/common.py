@@ -231,6 +231,8 @@ class Router:
     runtime: str = "max_queue: 1024"  # the `runtime:` section's keys, YAML flow style
     analytics_keys: str = ""  # more `analytics:` keys, YAML flow style (load_capture_enabled)
     env: dict[str, str] | None = None  # the process environment (bench/traces.py: OTEL_*)
+    # The command that runs `tensor-router` (bench/profile_proxy.py: under a profiler).
+    launcher: list[str] | None = None
     proc: Proc | None = None
 
     def start(self) -> Router:
@@ -253,7 +255,7 @@ class Router:
             f"runtime: {{{self.runtime}}}\n" + self.extra_yaml
         )
         tr = VENV_BIN / "tensor-router"
-        argv = [str(tr)] if tr.exists() else [PY, "-m", "router.cli"]
+        argv = self.launcher or ([str(tr)] if tr.exists() else [PY, "-m", "router.cli"])
         self.proc = Proc(
             [
                 *argv,

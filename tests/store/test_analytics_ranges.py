@@ -244,8 +244,8 @@ async def test_a_migrated_store_backfills_what_it_already_held(tmp_path: Path) -
     rollup = next(m for m in discover_migrations() if "rollup" in m.name)
     db = await connect(path)
     await migrate(db, [m for m in discover_migrations() if m.version < rollup.version])
-    # (an older router's row: none of the columns added after the rollups, trace_id on)
-    older = COLUMNS[: COLUMNS.index("trace_id")]
+    # (the columns it had: key_name and trace_id came later, with the scoped keys and traces)
+    older = COLUMNS[: COLUMNS.index("key_name")]
     insert = (
         f"INSERT INTO analytics_events ({', '.join(older)}) VALUES ({', '.join('?' * len(older))})"
     )

@@ -1,4 +1,4 @@
--- 0010: the trace a request or a load belongs to, when traces are on (docs/observability.md,
+-- 0011: the trace a request or a load belongs to, when traces are on (docs/observability.md,
 -- "Traces"): 32 lowercase hex digits, or NULL. The WebUI links it to the trace viewer named by
 -- observability.trace_url.
 
