@@ -20,7 +20,7 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> memory figures -> runtimes (-> startup
+client session -> store -> scoped keys -> catalog -> backend setup -> memory figures -> runtimes (-> startup
 model) -> image lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service
 (built, not yet run) -> lending (one service: links, settings, planner, gates, push) ->
 downloads -> cluster (run) -> backend WebUIs. The node's own resources (store to runtimes, lending)
@@ -50,6 +50,7 @@ from router.appkeys import (
     DISPATCH,
     EVENTS,
     INFLIGHT,
+    KEYS,
     LOAD_TIMES,
     MAIN_APP,
     MATCH,
@@ -84,6 +85,7 @@ from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound
 from router.forwarding import Proxy
+from router.keys import KeyBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
 
@@ -160,6 +162,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         auth.KeyRing.from_settings(settings),
         settings,
         UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
+        KeyBook(),  # filled from the store by admin.keys_context
     )
     inflight = InFlight()
     cors = CorsPolicy(settings.server.cors_origins)
@@ -171,6 +174,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     if cors.enabled:
         app.on_response_prepare.append(add_allow_origin(cors, route_of))
     app[AUTH] = policy
+    app[KEYS] = policy.scoped
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
     _records(app, settings, metrics or Metrics())
     app[SHUTDOWN] = _signal_self
@@ -302,6 +306,7 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
 _CONTEXTS = (
     _client_session,
     lifetimes.store_context,
+    admin.keys_context,  # scoped keys, loaded from the store
     lifetimes.catalog_context,
     lifetimes.backend_setup_context,
     lifetimes.figures_context,

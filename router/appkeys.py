@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from router.edge.sessions import Sessions
     from router.edge.ui_sessions import LoginLimiter
     from router.forwarding import Proxy
+    from router.keys import KeyBook
     from router.lending import Lending
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
@@ -69,6 +70,8 @@ KV_CACHES: web.AppKey[KvCaches] = web.AppKey("kv_caches")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
+# The live scoped keys (router/keys): the same book the auth policy matches against.
+KEYS: web.AppKey[KeyBook] = web.AppKey("scoped_keys")
 # The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
 CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
 # The app's dispatcher: node routes hand an inner request to it (router/api/node/node.py).

@@ -4,6 +4,7 @@ configuration, place it (here, on another node, through a lending link, or to th
 lease a runtime, forward, record. It serves no route itself (docs/architecture.md).
 """
 
+from router.inference.admission import admit
 from router.inference.context import LENT
 from router.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.inference.override import OnLease, Override, Pins, Prepare, Serving, Upstream
@@ -40,6 +41,7 @@ __all__ = [
     "Upstream",
     "WatchingRewriter",
     "active_view",
+    "admit",
     "choose_config",
     "find_remote",
     "find_response_id",

@@ -224,12 +224,14 @@ class Lifecycle:
         return self.begin_stop(runtime)
 
     async def _finish_sleep(self, runtime: Runtime) -> None:
+        started = time.monotonic()
         asleep = await self._hooks.park(runtime)
         if runtime.state is not RuntimeState.SLEEPING:
             return  # unloaded or dead meanwhile: that path owns it now
         if not asleep:  # refused or too slow: stopped as the swap would have
             self.begin_stop(runtime)
             return
+        self.swap_times.sleep.add(runtime.config.id, time.monotonic() - started)
         runtime.asleep = True  # the ledger now counts its weights on the host (holdings.py)
         runtime.drain_requests.clear()  # served again only once woken
         self.owner.parked(runtime)
@@ -238,13 +240,14 @@ class Lifecycle:
         """A sleeping runtime is wanted and its lanes are free: woken instead of loaded."""
         if not self.move(runtime, RuntimeState.LOADING, "loading", woken=True):
             return False
-        runtime.asleep = False
+        runtime.asleep, runtime.waking = False, True
         self.spawn(self._finish_wake(runtime))
         return True
 
     async def _finish_wake(self, runtime: Runtime) -> None:
         started = time.monotonic()
         awake = await self._hooks.unpark(runtime)
+        runtime.waking = False
         if runtime.state is not RuntimeState.LOADING:
             return  # its process died meanwhile (_fail_running vacated it)
         if not awake:  # stopped, not failed: its waiters stay queued for a fresh load
@@ -262,6 +265,7 @@ class Lifecycle:
             self.owner.gone(runtime)
             return
         seconds = time.monotonic() - started
+        self.swap_times.wake.add(runtime.config.id, seconds)
         self.move(runtime, RuntimeState.READY, "ready", load_seconds=seconds, woken=True)
         self.owner.ready(runtime)
 

@@ -101,7 +101,7 @@ class RuntimeManager:
             self._leasing.grant,
             self._poke,
         )
-        swaps = (self._life.swap_times, not self._hooks.empty)
+        swaps = (self._life.swap_times, self._hooks)
         self._board = QueueBoard(
             settings, self._table, self._pump, events, clock, usual_load, swaps
         )

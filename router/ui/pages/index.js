@@ -13,10 +13,11 @@ import benchmarks from './benchmarks.js';
 import download from './download.js';
 import webuis from './webuis.js';
 import lending from './lending.js';
+import keys from './keys.js';
 
 export const PAGES = [
   overview, models, config, nodes, lending,
-  analytics, captures, loadErrors, benchmarks, download, webuis,
+  analytics, captures, loadErrors, benchmarks, download, webuis, keys,
   login,
 ];
 export const DEFAULT_PAGE = 'overview';
