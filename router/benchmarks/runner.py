@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.backend_client import BackendClient, BackendFault, fresh_connections_client
@@ -58,22 +58,17 @@ class Run:
     deadline: float  # loop time after which no section may go on
 
 
+@dataclass(eq=False)
 class Benchmarks:
-    def __init__(
-        self,
-        node_id: str,
-        runtimes: RuntimeManager,
-        client: BackendClient,
-        events: EventBus,
-        store: Store,
-    ) -> None:
-        self.node_id = node_id
-        self._runtimes = runtimes
-        self._client = client
-        self._events = events
-        self._store = store
-        self._current: Run | None = None
-        self._task: asyncio.Task[dict[str, Any]] | None = None
+    """One node's benchmark runs, one at a time (built positionally by `benchmarks_service`)."""
+
+    node_id: str
+    _runtimes: RuntimeManager
+    _client: BackendClient
+    _events: EventBus
+    _store: Store
+    _current: Run | None = field(default=None, init=False)
+    _task: asyncio.Task[dict[str, Any]] | None = field(default=None, init=False)
 
     @property
     def current(self) -> Run | None:
