@@ -20,12 +20,13 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> scoped keys -> catalog -> backend setup -> memory figures -> runtimes (-> startup
-model) -> image lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service
-(built, not yet run) -> lending (one service: links, settings, planner, gates, push) ->
-downloads -> cluster (run) -> backend WebUIs. The node's own resources (store to runtimes, lending)
-live in router/lifetimes.py; the client session and the cluster's here (they hold the raw session);
-the rest in the package whose resource it starts (the API faces).
+client session -> store -> scoped keys -> catalog -> backend setup -> memory figures ->
+runtimes (-> startup model) -> image lane -> ComfyUI jobs -> site files -> benchmarks ->
+guardians -> cluster service (built, not yet run) -> lending (one service: links, settings,
+planner, gates, push) -> downloads -> cluster (run) -> backend WebUIs. The node's own resources
+(store, catalog to runtimes, lending) live in router/lifetimes.py; the client session and the
+cluster's here (they hold the raw session); the rest in the package whose resource it starts
+(the API faces).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.backend_client import BackendClient, BackendFault, fresh_connections_client
@@ -58,22 +58,17 @@ class Run:
     deadline: float  # loop time after which no section may go on
 
 
+@dataclass(eq=False)
 class Benchmarks:
-    def __init__(
-        self,
-        node_id: str,
-        runtimes: RuntimeManager,
-        client: BackendClient,
-        events: EventBus,
-        store: Store,
-    ) -> None:
-        self.node_id = node_id
-        self._runtimes = runtimes
-        self._client = client
-        self._events = events
-        self._store = store
-        self._current: Run | None = None
-        self._task: asyncio.Task[dict[str, Any]] | None = None
+    """One node's benchmark runs, one at a time (built positionally by `benchmarks_service`)."""
+
+    node_id: str
+    _runtimes: RuntimeManager
+    _client: BackendClient
+    _events: EventBus
+    _store: Store
+    _current: Run | None = field(default=None, init=False)
+    _task: asyncio.Task[dict[str, Any]] | None = field(default=None, init=False)
 
     @property
     def current(self) -> Run | None:
@@ -120,11 +115,9 @@ class Benchmarks:
     async def _run(self, run: Run) -> dict[str, Any]:
         summary, request = run.summary, run.request
         await self._store.benchmarks.save(summary.row())
-        self._events.publish(
+        self._publish(
             "benchmark_started",
-            node_id=self.node_id,
-            run_id=summary.run_id,
-            model_id=summary.model_id,
+            summary,
             type=request.type,
             sections=list(request.sections),
             iterations=request.iterations,
@@ -135,15 +128,7 @@ class Benchmarks:
         summary.finish(run_status(statuses), time.time(), _run_error(sections))
         summary.metrics = run_metrics(statuses, summary.duration_ms or 0.0)
         await self._store.benchmarks.save(summary.row())
-        self._events.publish(
-            "benchmark_finished",
-            node_id=self.node_id,
-            run_id=summary.run_id,
-            model_id=summary.model_id,
-            status=summary.status,
-            duration_ms=summary.duration_ms,
-            summary=summary.to_dict(),
-        )
+        self._publish("benchmark_finished", summary, True, duration_ms=summary.duration_ms)
         return {
             **summary.to_dict(),
             "node_id": self.node_id,
@@ -221,16 +206,16 @@ class Benchmarks:
         }
         return Iteration(_since(started), sample)
 
+    def _publish(self, event: str, of: Summary, summarised: bool = False, /, **fields: Any) -> None:
+        """A run's event on the bus: the node, the run and the model, then `fields`; with
+        `summarised`, the status and the summary too (every event but `benchmark_started`)."""
+        out = {"node_id": self.node_id, "run_id": of.run_id, "model_id": of.model_id, **fields}
+        if summarised:
+            out |= {"status": of.status, "summary": of.to_dict()}
+        self._events.publish(event, **out)
+
     def _publish_section(self, summary: Summary) -> None:
-        self._events.publish(
-            "benchmark_section",
-            node_id=self.node_id,
-            run_id=summary.run_id,
-            model_id=summary.model_id,
-            section=summary.section,
-            status=summary.status,
-            summary=summary.to_dict(),
-        )
+        self._publish("benchmark_section", summary, True, section=summary.section)
 
 
 def _since(started: float) -> float:

@@ -5,7 +5,7 @@
 import { h, replace } from '../lib/dom.js';
 import { formatDateTime } from '../lib/fmt.js';
 import { formOf, keyBody, modelsText, usageText } from '../lib/keys.js';
-import { actionButton, badge, confirmDialog, pageHeader, progressBar, showError, table } from '../lib/ui.js';
+import { actionButton, badge, confirmDialog, navPage, pageHeader, progressBar, showError, table } from '../lib/ui.js';
 
 const EMPTY = { name: '', models: '', priority: 'interactive', max_concurrent: '', daily_tokens: '' };
 
@@ -20,10 +20,7 @@ function usage(key) {
     (key.tokens_today || 0) / quota)] : null];
 }
 
-export default {
-  id: 'keys',
-  title: 'Keys',
-  nav: true,
+export default navPage('keys', 'Keys', {
   async mount(root, ctx) {
     const slot = h('div');
     const secretSlot = h('div', { 'aria-live': 'polite' });
@@ -132,4 +129,4 @@ export default {
     renderForm();
     await load();
   },
-};
+});
