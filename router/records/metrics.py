@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from router.domain import Lane
+from router.records.key_metrics import KeyCounters
 from router.records.tokens import TokenCounters
 
 
@@ -134,6 +135,7 @@ class Metrics:
         self._per_request: dict[tuple[str, str, str], _RequestChildren] = {}
         self._ttfb_of: dict[str, Histogram] = {}  # (a lane's series appears at its first TTFB)
         self.tokens = TokenCounters(r)  # per model and lane, counted at scrape time
+        self.keys = KeyCounters(r)  # per scoped key
         self._gauges: RuntimeGauges | None = None
         self._memory = MemoryGauges()
         r.register(self._memory)

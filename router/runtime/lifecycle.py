@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from router.config import Settings
@@ -45,27 +46,22 @@ class Owner(Protocol):
         """Its process has exited: it holds nothing any more."""
 
 
+@dataclass(eq=False)
 class Lifecycle:
-    def __init__(
-        self,
-        settings: Settings,
-        loader: Loader,
-        events: EventBus,
-        hooks: SwapHooks,
-        *,
-        on_load_error: LoadErrorSink | None = None,
-        observer: ObserverFactory | None = None,
-    ) -> None:
-        self._settings = settings
-        self._loader = loader
-        self._events = events
-        self._hooks = hooks
-        self._on_load_error = on_load_error
-        self._observer = observer
-        self._owner: Owner | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.spawn_count = 0
-        self.swap_times = SwapTimes()  # per config: hook work around a swap, stops (queue ETAs)
+    """Built by the manager (positional), which then attaches itself as the `Owner`.
+    `_on_load_error` records a failed load; `_observer` watches each load (load captures)."""
+
+    _settings: Settings
+    _loader: Loader
+    _events: EventBus
+    _hooks: SwapHooks
+    _on_load_error: LoadErrorSink | None = None
+    _observer: ObserverFactory | None = None
+    _owner: Owner | None = field(default=None, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    spawn_count: int = field(default=0, init=False)
+    # Per config: hook work around a swap, stops (queue ETAs).
+    swap_times: SwapTimes = field(default_factory=SwapTimes, init=False)
 
     def attach(self, owner: Owner) -> None:
         self._owner = owner
