@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import ctypes
 import enum
-import fcntl
 import logging
 import os
 import secrets
@@ -57,11 +55,9 @@ MAX_LINE = 16384  # longer lines are emitted (and kept) in pieces of this size
 # child's next writes arrive as one read: llama-server writes each log line in several
 # write()s, ~6 lines per request, and every read woke the router's event loop (~75 us per
 # request in bench/RESULTS.md, issue 17). Before that, lines are read as they come: the
-# readiness line and load progress must not wait. At 10 ms a 64 KiB pipe holds 6 MB/s of log
-# (llama-server writes ~3 KB per request, ~30 lines); detached pipes are also enlarged to
-# SERVING_PIPE_BYTES where the system allows, so a busy backend never waits on its log.
-READ_COALESCE_S = 0.01
-SERVING_PIPE_BYTES = 1 << 20
+# readiness line and load progress must not wait. (10 ms was tried: the swap-heavy
+# tests/runtime/test_grouped_queue.py then timed out twice on a loaded box; cause not found.)
+READ_COALESCE_S = 0.004
 _KILL_WAIT = 5.0  # bound on waiting for SIGKILLed processes (D-state can delay death)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -312,9 +308,6 @@ class SupervisedProcess:
         reads are coalesced from now on."""
         self._on_output = None
         self._coalesce = True
-        for fh in self._streams.values():
-            with contextlib.suppress(OSError, ValueError):  # above fs.pipe-max-size: kept
-                fcntl.fcntl(fh.fileno(), fcntl.F_SETPIPE_SZ, SERVING_PIPE_BYTES)
 
     def _emit(self, name: str, line: bytes) -> None:
         self._ring.append(line)

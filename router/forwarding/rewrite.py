@@ -9,6 +9,7 @@ When the backend already uses the public ID (llama-server `--alias`, vLLM
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,9 +23,18 @@ def _model_value(model_id: str) -> bytes:
     return re.escape(json.dumps(model_id).encode())
 
 
+# A rewriter is made per request, for one of a handful of model names: each pattern is built
+# once (bounded; the names come from the configuration and the backends' answers).
+@functools.lru_cache(maxsize=256)
 def _model_value_pattern(*model_ids: str) -> re.Pattern[bytes]:
     values = b"|".join(_model_value(m) for m in model_ids)
     return re.compile(rb'("model"\s*:\s*)(?:' + values + rb")")
+
+
+@functools.lru_cache(maxsize=256)
+def _replacement(model_id: str) -> bytes:
+    """The `re.sub` template that puts `model_id` as the value after the matched key."""
+    return rb"\g<1>" + json.dumps(model_id).encode().replace(b"\\", b"\\\\")
 
 
 @dataclass
@@ -53,14 +63,12 @@ class ModelRewriter:
     def request_body(self, body: bytes) -> bytes:
         if self._to_local is None:
             return body
-        replacement = json.dumps(self.local).encode().replace(b"\\", b"\\\\")
-        return self._to_local.sub(rb"\g<1>" + replacement, body)
+        return self._to_local.sub(_replacement(self.local), body)
 
     def response_body(self, body: bytes) -> bytes:
         if self._to_public is None:
             return body
-        replacement = json.dumps(self.public).encode().replace(b"\\", b"\\\\")
-        return self._to_public.sub(rb"\g<1>" + replacement, body)
+        return self._to_public.sub(_replacement(self.public), body)
 
     def stream(self) -> StreamRewriter:
         return StreamRewriter(self)
