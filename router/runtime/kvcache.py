@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import time
@@ -26,10 +24,15 @@ from backends.base import BackendError
 from backends.registry import adapter_for
 from router.backend_client import BackendClient, BackendFault, Outcome
 from router.config import ModelConfig, Settings
+from router.conversations import Library
 from router.domain import Family, Lane
 from router.errors import BadRequest
-from router.runtime import kvkeys
+from router.runtime import kvkeys, kvlibrary
 from router.runtime.hooks import SwapHook
+from router.runtime.kvfiles import intact as _intact
+from router.runtime.kvfiles import remove as _remove
+from router.runtime.kvfiles import seal
+from router.runtime.kvlibrary import Conversations
 from router.runtime.kvprobe import ProbeResults, run_probe
 from router.runtime.loader import Launched, LaunchSpec
 from router.runtime.state import Runtime, spec_for
@@ -44,6 +47,9 @@ class KvCaches(SwapHook):
         self._client = client
         self._root = root
         self._probes = ProbeResults(root / "probes.json")
+        self.conversations = Conversations(
+            settings, client, Library(root / "library.json", kvlibrary.BOUND)
+        )
 
     # ---- which runtimes take part -------------------------------------------------------
 
@@ -74,9 +80,20 @@ class KvCaches(SwapHook):
     # ---- the hooks the lifecycle calls --------------------------------------------------
 
     async def save(self, runtime: Runtime) -> None:
-        """Drained and about to receive TERM: save every slot holding tokens, within the deadline."""
+        """Drained and about to receive TERM: save its conversations (or, when the library
+        read none of its prompts, every slot holding tokens), within the deadline."""
         if self.applies(runtime.spec) and runtime.base_url and self._enabled(runtime):
             await self._bounded("save", runtime, self._save, self._settings.runtime.kv_save_timeout)
+        self.conversations.stopped(runtime)
+
+    async def before_forward(self, runtime: Runtime, path: str, body: bytes) -> bytes | None:
+        """A whole request body on its way to `runtime`: the library notes its prompt and,
+        for a returning conversation, restores its state; the body pinned to that slot, or
+        None to send it as it is."""
+        if not (self.applies(runtime.spec) and runtime.base_url and self._enabled(runtime)):
+            return None
+        key, folder = self._key(runtime), self.folder(runtime.spec)
+        return await self.conversations.before_forward(runtime, key, folder, path, body)
 
     async def restore(self, runtime: Runtime) -> None:
         """Loaded, not yet READY: probe an `auto` model not judged yet (kvprobe.py), then
@@ -138,6 +155,10 @@ class KvCaches(SwapHook):
     async def _save(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
         folder = self.folder(runtime.spec)
         key = self._key(runtime)
+        outcome = await self.conversations.save(runtime, key, folder)
+        if outcome is not None:
+            await asyncio.to_thread(self._enforce_budget, folder, key)
+            return outcome
         answer = await self._client.call("GET", runtime.base_url + "/slots")
         saved = tokens = 0
         for slot in kvkeys.slots_to_save(answer):
@@ -150,8 +171,7 @@ class KvCaches(SwapHook):
             if not isinstance(n_saved, int) or n_saved <= 0:
                 _remove(folder, name)
                 continue
-            digest = await asyncio.to_thread(_sha256, folder / name)
-            _write_sidecar(folder, name, {"sha256": digest, "n_saved": n_saved})
+            await asyncio.to_thread(seal, folder, name, n_saved)
             saved += 1
             tokens += n_saved
         await asyncio.to_thread(self._enforce_budget, folder, key)
@@ -164,11 +184,12 @@ class KvCaches(SwapHook):
                 stat = path.stat()
                 name = f"{path.parent.name}/{path.name}"
                 entries.append(kvkeys.CacheEntry(name, stat.st_size, stat.st_mtime))
-        keep = frozenset(f"{folder.name}/{p.name}" for p in folder.glob(f"{key}-slot*.bin"))
+        keep = frozenset(f"{folder.name}/{p.name}" for p in folder.glob(f"{key}-*.bin"))
         for name in kvkeys.over_budget(entries, self._settings.runtime.kv_cache_dir_budget, keep):
             sub, file_name = name.split("/", 1)
             log.info("KV cache budget: removing %s", name)
             _remove(self._root / sub, file_name)
+            self.conversations.library.lost(file_name[:32], file_name)
 
     # ---- restore ------------------------------------------------------------------------
 
@@ -196,6 +217,8 @@ class KvCaches(SwapHook):
                 os.utime(path, (now, now))  # least recently used is judged by mtime
             restored += 1
             tokens += n_restored
+        conversations, more = await self.conversations.restore_newest(runtime, key, folder)
+        restored, tokens = restored + conversations, tokens + more
         return ("ok" if restored else "none"), {"slots": restored, "tokens": tokens}
 
     # ---- probe --------------------------------------------------------------------------
@@ -235,36 +258,3 @@ def _identity(path: Path) -> tuple[int, int]:
     except OSError:
         return (-1, -1)
     return (stat.st_size, stat.st_mtime_ns)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _sidecar(folder: Path, name: str) -> Path:
-    return folder / (name.removesuffix(".bin") + ".json")
-
-
-def _write_sidecar(folder: Path, name: str, data: dict[str, Any]) -> None:
-    target = _sidecar(folder, name)
-    partial = target.with_suffix(".json.partial")
-    partial.write_text(json.dumps(data))
-    partial.replace(target)  # atomic: a sidecar is whole or absent
-
-
-def _intact(folder: Path, name: str) -> bool:
-    try:
-        meta = json.loads(_sidecar(folder, name).read_text())
-        return isinstance(meta, dict) and meta.get("sha256") == _sha256(folder / name)
-    except (OSError, ValueError):
-        return False
-
-
-def _remove(folder: Path, name: str) -> None:
-    for path in (folder / name, _sidecar(folder, name)):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
