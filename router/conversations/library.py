@@ -66,10 +66,10 @@ class Library:
         self._by_key: dict[str, dict[str, Conversation]] = {}
         self._load()
 
-    def note(self, key: str, instance: str, prompt: Prompt, now: float | None = None) -> Noted:
-        """A prompt forwarded to `instance`: its conversation (found by the longest match, or
-        new) now ends at this prompt; a saved state that matches and that this instance does
-        not hold yet is returned to restore."""
+    def note(self, key: str, prompt: Prompt, now: float | None = None) -> Noted:
+        """A prompt on its way to a runtime of `key`: its conversation (found by the longest
+        match, or new) now ends at this prompt; its saved state, if the prompt extends it, is
+        returned (the caller knows whether the runtime holds it already)."""
         now = time.time() if now is None else now
         convs = self._by_key.setdefault(key, {})
         found = _best(convs.values(), prompt.chain)
@@ -79,11 +79,7 @@ class Library:
             convs[found.id] = found
             evicted = self._evict(key)
         restore = found.saved
-        if (
-            restore is None
-            or found.live == instance
-            or not matches(prompt.chain, restore.units, restore.digest)
-        ):
+        if restore is not None and not matches(prompt.chain, restore.units, restore.digest):
             restore = None
         found.units, found.digest = len(prompt.chain), prompt.chain[-1]
         found.replay, found.last_used = prompt.replay, now

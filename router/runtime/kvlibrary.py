@@ -63,7 +63,7 @@ class Conversations:
         if prompt is None:
             return None
         instance = instance_of(runtime)
-        noted = self.library.note(key, instance, prompt)
+        noted = self.library.note(key, prompt)
         for name in noted.evicted:
             remove(folder, name)
         conv, state = noted.conversation, noted.restore
@@ -136,11 +136,15 @@ class Conversations:
         per_token = self._bytes_per_token.get(key, _BYTES_PER_TOKEN)
         keep = choose_to_keep(self.library.candidates(key, instance), BOUND, budget, per_token)
         saved = tokens = 0
-        for conv_id in keep:
+        for i, conv_id in enumerate(keep):
             conv = self.library.get(key, conv_id)
+            n_saved = 0
             if conv is not None and conv.dirty and conv.live == instance:
                 n_saved = await self._save_one(runtime, key, folder, conv)
-                saved, tokens = saved + (n_saved > 0), tokens + n_saved
+            if _bytes(folder, keep[: i + 1], key) > budget:  # the estimate was low: it goes
+                keep = keep[:i]
+                break
+            saved, tokens = saved + (n_saved > 0), tokens + n_saved
         await asyncio.to_thread(self._drop_others, key, folder, set(keep))
         fields = {"slots": saved, "tokens": tokens, "conversations": saved}
         return ("ok" if saved else "current"), fields
@@ -198,6 +202,14 @@ def _idle_slot(slots: Any) -> tuple[int, int | None]:
     chosen = idle[0] if idle else (rows[0] if rows else {"id": 0})
     n_ctx = chosen.get("n_ctx")
     return int(chosen.get("id", 0)), n_ctx if isinstance(n_ctx, int) else None
+
+
+def _bytes(folder: Path, keep: list[str], key: str) -> int:
+    total = 0
+    for conv_id in keep:
+        with contextlib.suppress(OSError):
+            total += (folder / conv_file(key, conv_id)).stat().st_size
+    return total
 
 
 def _touch(path: Path) -> None:
