@@ -26,6 +26,7 @@ SCRIPTS = [
     "lending",
     "swaps",
     "kv_return",
+    "conversations",
     "readahead",
     "residency",
     "eta",

@@ -4,7 +4,14 @@ choices of what to match, keep and save. The backend calls live in router/runtim
 """
 
 from router.conversations.library import Conversation, Library, Noted, SavedState
-from router.conversations.prefix import Candidate, Prompt, choose_to_keep, matches, parse
+from router.conversations.prefix import (
+    Candidate,
+    Prompt,
+    choose_to_keep,
+    held_length,
+    matches,
+    parse,
+)
 
 __all__ = [
     "Candidate",
@@ -14,6 +21,7 @@ __all__ = [
     "Prompt",
     "SavedState",
     "choose_to_keep",
+    "held_length",
     "matches",
     "parse",
 ]

@@ -21,6 +21,9 @@ from typing import Any
 
 from router.conversations.prefix import Candidate, Prompt, matches
 
+# Prefixes reported per configuration: its conversations' current and saved ones, newest first.
+MAX_REPORTED = 64
+
 
 @dataclass(frozen=True)
 class SavedState:
@@ -44,6 +47,7 @@ class Conversation:
     live: str | None = None  # the runtime instance whose process holds it
     saved: SavedState | None = None
     tokens: int = field(default=0)
+    config: str = ""  # the configuration's id (what a cluster node reports it under)
 
     @property
     def dirty(self) -> bool:
@@ -66,7 +70,7 @@ class Library:
         self._by_key: dict[str, dict[str, Conversation]] = {}
         self._load()
 
-    def note(self, key: str, prompt: Prompt, now: float | None = None) -> Noted:
+    def note(self, key: str, prompt: Prompt, now: float | None = None, config: str = "") -> Noted:
         """A prompt on its way to a runtime of `key`: its conversation (found by the longest
         match, or new) now ends at this prompt; its saved state, if the prompt extends it, is
         returned (the caller knows whether the runtime holds it already)."""
@@ -75,7 +79,7 @@ class Library:
         found = _best(convs.values(), prompt.chain)
         evicted: tuple[str, ...] = ()
         if found is None:
-            found = Conversation(secrets.token_hex(8), key, prompt.kind, 0, "", now)
+            found = Conversation(secrets.token_hex(8), key, prompt.kind, 0, "", now, config=config)
             convs[found.id] = found
             evicted = self._evict(key)
         restore = found.saved
@@ -134,6 +138,19 @@ class Library:
         self.persist()
         return names
 
+    def prefixes(self) -> dict[str, tuple[str, ...]]:
+        """Per configuration, the prefixes its runtimes hold or saved, as `<units>:<digest>`
+        (what a cluster node reports, so a returning conversation is placed where it is)."""
+        found: dict[str, list[str]] = {}
+        for convs in self._by_key.values():
+            for conv in sorted(convs.values(), key=lambda c: -c.last_used):
+                rows = found.setdefault(conv.config, [])
+                if conv.live is not None:
+                    rows.append(f"{conv.units}:{conv.digest}")
+                if conv.saved is not None:
+                    rows.append(f"{conv.saved.units}:{conv.saved.digest}")
+        return {config: tuple(rows[:MAX_REPORTED]) for config, rows in found.items() if config}
+
     def summary(self, key: str) -> dict[str, Any]:
         convs = list(self._by_key.get(key, {}).values())
         saved = [c for c in convs if c.saved is not None]
@@ -161,7 +178,14 @@ class Library:
     def persist(self) -> None:
         """Write the index (digests, token counts, file names; never text), owner-only."""
         rows = [
-            {"id": c.id, "key": c.key, "kind": c.kind, "last_used": c.last_used, **asdict(c.saved)}
+            {
+                "id": c.id,
+                "key": c.key,
+                "config": c.config,
+                "kind": c.kind,
+                "last_used": c.last_used,
+                **asdict(c.saved),
+            }
             for convs in self._by_key.values()
             for c in convs.values()
             if c.saved is not None
@@ -189,6 +213,7 @@ class Library:
                     float(row["last_used"]),
                     saved=state,
                     tokens=state.tokens,
+                    config=str(row.get("config", "")),
                 )
                 self._by_key.setdefault(conv.key, {})[conv.id] = conv
 

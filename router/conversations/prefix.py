@@ -97,6 +97,17 @@ def matches(chain: Sequence[str], units: int, digest: str) -> bool:
     return 0 < units <= len(chain) and chain[units - 1] == digest
 
 
+def held_length(chain: Sequence[str], prefixes: Iterable[str]) -> int:
+    """The longest of `prefixes` (`<units>:<digest>`, as nodes report them) that the prompt
+    with this chain extends, in units; 0 for none (an unreadable entry matches nothing)."""
+    best = 0
+    for entry in prefixes:
+        units, _, digest = entry.partition(":")
+        if units.isdigit() and int(units) > best and matches(chain, int(units), digest):
+            best = int(units)
+    return best
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A conversation that has or may get a saved state: its id, when it was last used and

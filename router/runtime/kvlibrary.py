@@ -63,7 +63,7 @@ class Conversations:
         if prompt is None:
             return None
         instance = instance_of(runtime)
-        noted = self.library.note(key, prompt)
+        noted = self.library.note(key, prompt, config=runtime.config.id)
         for name in noted.evicted:
             remove(folder, name)
         conv, state = noted.conversation, noted.restore
