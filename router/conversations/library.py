@@ -130,11 +130,14 @@ class Library:
     def files(self, key: str) -> set[str]:
         return {c.saved.name for c in self._by_key.get(key, {}).values() if c.saved}
 
-    def drop(self, keys: set[str]) -> list[str]:
-        """Erase these keys' conversations; the names of their files, for the caller to delete."""
-        names = [n for key in keys for n in self.files(key)]
-        for key in keys:
-            self._by_key.pop(key, None)
+    def drop_config(self, config: str) -> list[str]:
+        """Erase a configuration's conversations; their files' names, for the caller to delete."""
+        names: list[str] = []
+        for convs in self._by_key.values():
+            for conv in [c for c in convs.values() if c.config == config]:
+                if conv.saved is not None:
+                    names.append(conv.saved.name)
+                del convs[conv.id]
         self.persist()
         return names
 
@@ -150,16 +153,6 @@ class Library:
                 if conv.saved is not None:
                     rows.append(f"{conv.saved.units}:{conv.saved.digest}")
         return {config: tuple(rows[:MAX_REPORTED]) for config, rows in found.items() if config}
-
-    def summary(self, key: str) -> dict[str, Any]:
-        convs = list(self._by_key.get(key, {}).values())
-        saved = [c for c in convs if c.saved is not None]
-        return {
-            "conversations": len(convs),
-            "saved": len(saved),
-            "saved_tokens": sum(c.saved.tokens for c in saved if c.saved),
-            "last_used": max((c.last_used for c in convs), default=None),
-        }
 
     # ---- bounds and the index -----------------------------------------------------------
 

@@ -116,6 +116,15 @@ class KvCaches(SwapHook):
     async def before_stop(self, runtime: Runtime) -> None:
         await self.save(runtime)
 
+    def forget(self, config_id: str) -> int:
+        """Erase a configuration's saved conversations: their files and their digests
+        (blocking: call off the loop). The number of saved states erased."""
+        names = self.conversations.library.drop_config(config_id)
+        for name in names:
+            for folder in (p for p in self._root.iterdir() if p.is_dir()):
+                _remove(folder, name)
+        return len(names)
+
     def probe_result(self, runtime: Runtime) -> dict[str, Any] | None:
         """The stored probe verdict for this runtime's cache key, if any."""
         return self._probes.get(self._key(runtime))

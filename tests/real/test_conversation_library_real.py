@@ -180,3 +180,21 @@ async def test_the_disk_cap_holds_with_twenty_conversations(
     history = int(replies[newest]["usage"]["prompt_tokens"])
     returned = await _chat(h, "chat-a", _follow(firsts[newest], replies[newest]))
     assert _cached(returned) >= 0.9 * history, (_cached(returned), history)
+
+
+async def test_the_unload_api_erases_a_configurations_conversations(
+    real_harness: RouterHarness, demo_text: dict[str, Path]
+) -> None:
+    h = real_harness
+    await h.start(_configs(h, demo_text))
+    replies = await _first_turns(h, FIRSTS)
+    folder = h.tmp / "data" / "kv-cache"
+    unknown = {"target": "all", "forget_conversations": "nope"}
+    assert (await h.client.post("/router/v1/unload", json=unknown)).status_code == 404
+    asked = {"target": "all", "forget_conversations": "chat-a"}
+    answer = (await h.client.post("/router/v1/unload", json=asked)).json()
+    assert answer["forgotten"] == 3 and answer["unloaded"], answer  # saved by the unload
+    assert list(folder.glob("*/*-conv*")) == []
+    assert json.loads((folder / "library.json").read_text())["conversations"] == []
+    returned = await _chat(h, "chat-a", _follow(FIRSTS["X"], replies["X"]))
+    assert _cached(returned) < 10, returned["usage"]  # nothing left to restore
