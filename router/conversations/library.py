@@ -109,10 +109,12 @@ class Library:
         conversation.tokens = state.tokens
         self.persist()
 
-    def lost(self, key: str, name: str) -> None:
-        """The file `name` is gone (damaged, refused, over the cap): forget that state."""
+    def lost(self, key: str, *names: str) -> None:
+        """These files are gone (damaged, refused, over the cap): forget those states."""
+        if not names:
+            return
         for conv in self._by_key.get(key, {}).values():
-            if conv.saved is not None and conv.saved.name == name:
+            if conv.saved is not None and conv.saved.name in names:
                 conv.saved = None
         self.persist()
 

@@ -166,7 +166,7 @@ class KvCaches(SwapHook):
         key = self._key(runtime)
         outcome = await self.conversations.save(runtime, key, folder)
         if outcome is not None:
-            await asyncio.to_thread(self._enforce_budget, folder, key)
+            await self._cap_disk(folder, key)
             return outcome
         answer = await self._client.call("GET", runtime.base_url + "/slots")
         saved = tokens = 0
@@ -183,10 +183,15 @@ class KvCaches(SwapHook):
             await asyncio.to_thread(seal, folder, name, n_saved)
             saved += 1
             tokens += n_saved
-        await asyncio.to_thread(self._enforce_budget, folder, key)
+        await self._cap_disk(folder, key)
         return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
 
-    def _enforce_budget(self, folder: Path, key: str) -> None:
+    async def _cap_disk(self, folder: Path, key: str) -> None:
+        """The disk cap, off the loop; the library forgets the states it removed."""
+        for name in await asyncio.to_thread(self._enforce_budget, folder, key):
+            self.conversations.library.lost(name[:32], name)
+
+    def _enforce_budget(self, folder: Path, key: str) -> list[str]:
         entries = []
         for path in self._root.glob("*/*.bin"):
             with contextlib.suppress(OSError):
@@ -194,11 +199,13 @@ class KvCaches(SwapHook):
                 name = f"{path.parent.name}/{path.name}"
                 entries.append(kvkeys.CacheEntry(name, stat.st_size, stat.st_mtime))
         keep = frozenset(f"{folder.name}/{p.name}" for p in folder.glob(f"{key}-*.bin"))
+        removed = []
         for name in kvkeys.over_budget(entries, self._settings.runtime.kv_cache_dir_budget, keep):
             sub, file_name = name.split("/", 1)
             log.info("KV cache budget: removing %s", name)
             _remove(self._root / sub, file_name)
-            self.conversations.library.lost(file_name[:32], file_name)
+            removed.append(file_name)
+        return removed
 
     # ---- restore ------------------------------------------------------------------------
 

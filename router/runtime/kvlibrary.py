@@ -145,7 +145,8 @@ class Conversations:
                 keep = keep[:i]
                 break
             saved, tokens = saved + (n_saved > 0), tokens + n_saved
-        await asyncio.to_thread(self._drop_others, key, folder, set(keep))
+        dropped = await asyncio.to_thread(_drop_others, key, folder, set(keep))
+        self.library.lost(key, *dropped)
         fields = {"slots": saved, "tokens": tokens, "conversations": saved}
         return ("ok" if saved else "current"), fields
 
@@ -182,16 +183,20 @@ class Conversations:
         full = {**body, "n_predict": 0, "cache_prompt": True}
         await self._client.call("POST", runtime.base_url + "/completion", full)
 
-    def _drop_others(self, key: str, folder: Path, keep: set[str]) -> None:
-        """A key's files are its kept conversations' only: older slot files and the states
-        of conversations past the bounds go (a save replaces what was saved before)."""
-        wanted = {conv_file(key, c) for c in keep}
-        for path in folder.glob(f"{key}-*.bin"):
-            if path.name in wanted:
-                continue
-            if kvkeys.parse_slot_file(path.name) is None:
-                self.library.lost(key, path.name)
-            remove(folder, path.name)
+
+def _drop_others(key: str, folder: Path, keep: set[str]) -> list[str]:
+    """A key's files are its kept conversations' only: older slot files and the states of
+    conversations past the bounds go (a save replaces what was saved before). The names of
+    the conversation states removed."""
+    wanted = {conv_file(key, c) for c in keep}
+    dropped = []
+    for path in folder.glob(f"{key}-*.bin"):
+        if path.name in wanted:
+            continue
+        if kvkeys.parse_slot_file(path.name) is None:
+            dropped.append(path.name)
+        remove(folder, path.name)
+    return dropped
 
 
 def _idle_slot(slots: Any) -> tuple[int, int | None]:
