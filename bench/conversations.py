@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench.kv_return import BIG, _chat, _ttft
+from bench.kv_return import _chat, _ttft, on_off_models
 
 Messages = list[dict[str, str]]
 
@@ -84,16 +84,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         data = {"skipped": {"all": c.skip("conversations", "llama-server")}}
         c.save(opts, "conversations", data)
         return data
-    from router.demo_models import generate_text_models, write_llama_gguf
-
     reps = max(opts.reps, 2)
     with c.workdir("conversations") as wd:
-        demo = generate_text_models(wd / "demo")
-        big = write_llama_gguf(wd / "big-a.gguf", seed=1, name="tensor-router bench A", **BIG)
-        models = {"a-on": big, "a-off": big, "chat-b": demo["chat-b"]}
-        kcpps: dict[str, dict[str, Any]] = {k: {"contextsize": 2048} for k in models}
-        kcpps["a-on"]["router_kv_persist"] = "on"
-        kcpps["a-off"]["router_kv_persist"] = "off"
+        models, kcpps = on_off_models(wd)
         runtime = "max_queue: 64, stop_grace: 5s, residency: lane, kv_save_timeout: 120s"
         router = c.Router(wd / "router", models, Path(llama), extra_kcpps=kcpps, runtime=runtime)
         router.start()
