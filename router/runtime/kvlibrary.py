@@ -15,18 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from router.backend_client import BackendClient
+from router.backend_client import BackendClient, BackendFault
 from router.config import Settings
 from router.conversations import Conversation, Library, SavedState, choose_to_keep, parse
 from router.runtime import kvkeys
 from router.runtime.kvfiles import intact, remove, seal
 from router.runtime.state import Runtime
 
+log = logging.getLogger(__name__)
 # Conversations kept per cache key (a model as launched): an agent, a chat window and a
 # coding tool with room for their side requests (titles, tags).
 BOUND = 16
@@ -128,7 +130,8 @@ class Conversations:
         self, runtime: Runtime, key: str, folder: Path
     ) -> tuple[str, dict[str, Any]] | None:
         """Save what this process holds of the key's conversations within the bounds; None
-        when it served none the library could read (the slot save then runs instead)."""
+        when it served none the library could read, or the backend refused every replay
+        (the slot save then runs instead)."""
         instance = instance_of(runtime)
         if instance not in self._held:
             return None
@@ -136,15 +139,22 @@ class Conversations:
         per_token = self._bytes_per_token.get(key, _BYTES_PER_TOKEN)
         keep = choose_to_keep(self.library.candidates(key, instance), BOUND, budget, per_token)
         saved = tokens = 0
+        refused = 0
         for i, conv_id in enumerate(keep):
             conv = self.library.get(key, conv_id)
             n_saved = 0
             if conv is not None and conv.dirty and conv.live == instance:
-                n_saved = await self._save_one(runtime, key, folder, conv)
+                try:
+                    n_saved = await self._save_one(runtime, key, folder, conv)
+                except BackendFault as exc:  # an older server without /apply-template...
+                    log.warning("%s: saving a conversation failed: %s", runtime.key, exc)
+                    refused += 1
             if _bytes(folder, keep[: i + 1], key) > budget:  # the estimate was low: it goes
                 keep = keep[:i]
                 break
             saved, tokens = saved + (n_saved > 0), tokens + n_saved
+        if refused and not saved:
+            return None  # the backend saves no conversation: the slot save instead
         dropped = await asyncio.to_thread(_drop_others, key, folder, set(keep))
         self.library.lost(key, *dropped)
         fields = {"slots": saved, "tokens": tokens, "conversations": saved}
