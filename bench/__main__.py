@@ -27,6 +27,7 @@ SCRIPTS = [
     "lending",
     "swaps",
     "kv_return",
+    "conversations",
     "readahead",
     "residency",
     "eta",

@@ -88,6 +88,20 @@ def _returning(router: c.Router, model: str) -> dict[str, Any]:
     return {"history_tokens": history, "load_ms": load_ms, **turn}
 
 
+def on_off_models(wd: Path) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
+    """The larger model as `a-on` (persistence on) and `a-off`, and the tiny `chat-b`: the
+    model files and their `.kcpps` fields (2,048-token context)."""
+    from router.demo_models import generate_text_models, write_llama_gguf
+
+    demo = generate_text_models(wd / "demo")
+    big = write_llama_gguf(wd / "big-a.gguf", seed=1, name="tensor-router bench A", **BIG)
+    models = {"a-on": big, "a-off": big, "chat-b": demo["chat-b"]}
+    kcpps: dict[str, dict[str, Any]] = {k: {"contextsize": 2048} for k in models}
+    kcpps["a-on"]["router_kv_persist"] = "on"
+    kcpps["a-off"]["router_kv_persist"] = "off"
+    return models, kcpps
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = c.Opts.parse(argv, __doc__ or "")
     llama = c.llama_server_path()
@@ -95,16 +109,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         data = {"skipped": {"all": c.skip("kv_return", "llama-server")}}
         c.save(opts, "kv_return", data)
         return data
-    from router.demo_models import generate_text_models, write_llama_gguf
-
     reps = max(opts.reps, 3)
     with c.workdir("kv_return") as wd:
-        demo = generate_text_models(wd / "demo")
-        big = write_llama_gguf(wd / "big-a.gguf", seed=1, name="tensor-router bench A", **BIG)
-        models = {"a-on": big, "a-off": big, "chat-b": demo["chat-b"]}
-        kcpps: dict[str, dict[str, Any]] = {k: {"contextsize": 2048} for k in models}
-        kcpps["a-on"]["router_kv_persist"] = "on"
-        kcpps["a-off"]["router_kv_persist"] = "off"
+        models, kcpps = on_off_models(wd)
         router = c.Router(
             wd / "router",
             models,

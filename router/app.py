@@ -52,6 +52,7 @@ from router.appkeys import (
     EVENTS,
     INFLIGHT,
     KEYS,
+    KV_CACHES,
     LOAD_TIMES,
     MAIN_APP,
     MATCH,
@@ -278,8 +279,14 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
         missing = {c.id: catalog.missing_files(c) for c in configs}
         disabled = set(catalog.disabled_ids())
         memory = service.memory  # the last reading (refreshed before each snapshot is sent)
+        prefixes = app[KV_CACHES].conversations.library.prefixes()
         return node_models(
-            configs, runtimes.views(), disabled=disabled, missing=missing, memory=memory
+            configs,
+            runtimes.views(),
+            disabled=disabled,
+            missing=missing,
+            memory=memory,
+            prefixes=prefixes,
         )
 
     async def read_memory() -> NodeMemory:

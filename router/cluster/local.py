@@ -61,10 +61,13 @@ def node_models(
     disabled: set[str],
     missing: Mapping[str, tuple[str, ...]],
     memory: NodeMemory | None = None,
+    prefixes: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[NodeModel, ...]:
-    """`memory`: the node's last memory reading (each model's memory and estimate)."""
+    """`memory`: the node's last memory reading (each model's memory and estimate);
+    `prefixes`: per configuration, the conversation prefixes it holds (the KV library)."""
     loaded = {v.config.id for v in views if v.ready}
     memory = memory or NodeMemory()
+    prefixes = prefixes or {}
     records = []
     for config in configs:
         records.append(
@@ -86,6 +89,7 @@ def node_models(
                 memory=memory.resident.get(config.id),
                 estimate=memory.estimates.get(config.id),
                 evicts=memory.evicts.get(config.id),
+                prefixes=prefixes.get(config.id, ()),
             )
         )
     return tuple(records)

@@ -64,6 +64,9 @@ class NodeModel(_Wire):
     # Newer still: the node's own verdict from that dry run (True: a load would stop another
     # runtime first, or wait for one to drain; None: not said, the master does the arithmetic).
     evicts: bool | None = None
+    # Newer (issue 33): the conversation prefixes this configuration holds or saved here, as
+    # `<units>:<digest>` (router/conversations), so a returning conversation comes back here.
+    prefixes: tuple[str, ...] = Field(default=(), max_length=64)
 
 
 class Snapshot(_Wire):

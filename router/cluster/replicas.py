@@ -14,6 +14,28 @@ from router.cluster.fit import Fit
 
 R = TypeVar("R")
 
+# A replica that holds a returning conversation's prefix keeps it unless it has more than this
+# many requests (in flight and queued) above the least busy replica (docs/swaps.md, "Where
+# the cache is, placement follows").
+AFFINITY_SLACK = 2
+
+
+def affine(
+    replicas: Sequence[R],
+    held: Callable[[R], int],
+    load: Callable[[R], int],
+    slack: int = AFFINITY_SLACK,
+) -> R | None:
+    """The replica holding the longest prefix of the request's conversation (`held`, in
+    units; the least busy among equals, then the first), unless it is more than `slack`
+    requests busier than the least busy replica; None: no affinity (the usual order)."""
+    holders = [r for r in replicas if held(r) > 0]
+    if not holders:
+        return None
+    best = max(holders, key=lambda r: (held(r), -load(r)))
+    least = min(load(r) for r in replicas)
+    return best if load(best) <= least + slack else None
+
 
 def choose_replica(
     local: R | None,

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -25,8 +25,9 @@ from router.cluster.local import snapshot
 from router.cluster.memory import NodeMemory
 from router.cluster.protocol import DeviceMemory, NodeModel, RuntimeStatus, Snapshot
 from router.cluster.registry import NodeEntry, Registry
-from router.cluster.replicas import choose_replica
+from router.cluster.replicas import affine, choose_replica
 from router.config.schema import ClusterSection
+from router.conversations import held_length
 from router.errors import NotFound, RouterError
 
 log = logging.getLogger(__name__)
@@ -276,8 +277,15 @@ class ClusterService:
         self.registry.poll_failed(node_url, reason, time.time())
         self.changed()
 
-    def target(self, public: PublicModel, local_busy: bool) -> Target | None:
-        """The replica a request for `public` goes to (replicas.choose_replica's order): by
+    def target(
+        self,
+        public: PublicModel,
+        local_busy: bool,
+        chain: Sequence[str] = (),
+        local_load: int = 0,
+    ) -> Target | None:
+        """The replica a request for `public` goes to: where its conversation's prefix is
+        (`chain`, its digests; replicas.affine), else replicas.choose_replica's order: by
         memory first, from what each node's snapshot said (router/cluster/fit.py)."""
         view = self._view
         assert view is not None
@@ -287,10 +295,16 @@ class ClusterService:
         def fit(replica: Replica) -> Fit:
             return fit_of(replica.model, view.devices.get(replica.node_id, ()))
 
-        chosen = choose_replica(public.local, local_busy, remote, turn, fit)
+        def load(replica: Replica) -> int:
+            return local_load if replica.local else self.pending.get(replica.node_id, 0)
+
+        local = public.local
+        everyone = [*([local] if local is not None else []), *remote]
+        held = affine(everyone, lambda r: held_length(chain, r.model.prefixes), load)
+        chosen = held or choose_replica(local, local_busy, remote, turn, fit)
         if chosen is None:
             return None
-        if not chosen.local:
+        if not chosen.local and held is None:
             self._turns[public.public_id] = turn + 1
         return Target(public, chosen, view.urls.get(chosen.node_id))
 

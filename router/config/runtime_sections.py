@@ -42,6 +42,9 @@ class RuntimeSection(Section):
     kv_cache_dir_budget: Size = 4 << 30
     kv_save_timeout: PositiveDuration = 10.0
     kv_restore_timeout: PositiveDuration = 10.0
+    # The router's own shutdown saves every idle runtime's conversations at once within this
+    # bound; with `drain_timeout` it must stay under the systemd unit's TimeoutStopSec.
+    kv_shutdown_timeout: PositiveDuration = 60.0
     # While a lane drains for a swap, read the incoming model's files into the page cache,
     # capped by the host memory budget (docs/swaps.md, "Overlapping the swap"); false: never.
     readahead: bool = True

@@ -25,6 +25,7 @@ from router.cluster import (
     node_headers,
     node_path_qs,
 )
+from router.conversations import parse
 from router.domain import Lane
 from router.edge import arrived
 from router.errors import BadGateway
@@ -50,8 +51,10 @@ def remote_target(request: web.Request, selection: Selection) -> Target | None:
     if public is None:
         return None
     local = public.replica_on(service.registry.own_node)
-    busy = local is not None and _busy(request, local.local_id)
-    target = service.target(public, busy)
+    load = _load(request, local.local_id) if local is not None else 0
+    busy = local is not None and (load > 0 or not _ready(request, local.local_id))
+    chain = _chain(request, selection)
+    target = service.target(public, busy, chain, load)
     if target is None:
         raise BadGateway(
             f"model {public.public_id!r} has no available replicas", code="no_available_replica"
@@ -59,11 +62,22 @@ def remote_target(request: web.Request, selection: Selection) -> Target | None:
     return None if target.replica.local else target
 
 
-def _busy(request: web.Request, config_id: str) -> bool:
-    return any(
-        v.config.id == config_id and (v.leases > 0 or v.queued > 0 or not v.ready)
-        for v in request.app[RUNTIMES].views()
-    )
+def _load(request: web.Request, config_id: str) -> int:
+    """Requests this node's runtimes of the configuration serve and queue."""
+    views = request.app[RUNTIMES].views()
+    return sum(v.leases + v.queued for v in views if v.config.id == config_id)
+
+
+def _ready(request: web.Request, config_id: str) -> bool:
+    return all(v.ready for v in request.app[RUNTIMES].views() if v.config.id == config_id)
+
+
+def _chain(request: web.Request, selection: Selection) -> tuple[str, ...]:
+    """The digests of the request's conversation (router/conversations), for the affinity."""
+    if not selection.complete:
+        return ()
+    prompt = parse(request.path, selection.prefix)
+    return prompt.chain if prompt is not None else ()
 
 
 async def relay(

@@ -11,7 +11,7 @@ import json
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.appkeys import RUNTIMES, SETTINGS
+from router.appkeys import KV_CACHES, RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, family_for
 from router.edge import queue_wait
@@ -137,6 +137,7 @@ async def _send(
             selection.prefix, config.jinja_kwargs, config.jinja_precedence
         )
         selection = Selection(selection.model, merged, True, selection.source)
+    selection = await _through_library(request, runtime, _path(path_qs), selection)
     body, replayable = outgoing.body(request, selection, rewriter, result)
     sent = outgoing.headers(request) if headers is None else CIMultiDict(headers)
     url, family = runtime.base_url + path_qs, runtime.spec.family
@@ -150,6 +151,19 @@ async def _send(
     if result.backend_failed:
         request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
     return response
+
+
+async def _through_library(
+    request: web.Request, runtime: Runtime, path: str, selection: Selection
+) -> Selection:
+    """A llama-server prompt passes the conversation library (docs/swaps.md): a returning
+    conversation's saved state is restored and the request pinned to its slot."""
+    if not selection.complete or runtime.spec.family is not Family.LLAMACPP:
+        return selection
+    pinned = await request.app[KV_CACHES].before_forward(runtime, path, selection.prefix)
+    if pinned is None:
+        return selection
+    return Selection(selection.model, pinned, True, selection.source)
 
 
 _NATIVE_COMPLETION = frozenset({"/completion", "/completions"})

@@ -179,11 +179,15 @@ class LoadAnswer(RootModel[Loaded | LoadPlan]):
 
 class UnloadRequest(Shape):
     target: Lane | Literal["all"] = "all"
+    # A configuration whose saved conversations (KV states and their digests) are erased
+    # once the unload has stopped its runtimes (docs/swaps.md, "The conversation library").
+    forget_conversations: str | None = None
 
 
 class Unloaded(Shape):
     target: str
     unloaded: list[str]
+    forgotten: int | None = None  # saved conversation states erased, when asked
 
 
 class ShuttingDown(Shape):

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import time
@@ -26,10 +24,15 @@ from backends.base import BackendError
 from backends.registry import adapter_for
 from router.backend_client import BackendClient, BackendFault, Outcome
 from router.config import ModelConfig, Settings
+from router.conversations import Library
 from router.domain import Family, Lane
 from router.errors import BadRequest
-from router.runtime import kvkeys
+from router.runtime import kvkeys, kvlibrary
 from router.runtime.hooks import SwapHook
+from router.runtime.kvfiles import intact as _intact
+from router.runtime.kvfiles import remove as _remove
+from router.runtime.kvfiles import seal
+from router.runtime.kvlibrary import Conversations
 from router.runtime.kvprobe import ProbeResults, run_probe
 from router.runtime.loader import Launched, LaunchSpec
 from router.runtime.state import Runtime, spec_for
@@ -45,6 +48,9 @@ class KvCaches(SwapHook):
         self._client = client
         self._root = root
         self._probes = ProbeResults(root / "probes.json")
+        self.conversations = Conversations(
+            settings, client, Library(root / "library.json", kvlibrary.BOUND)
+        )
 
     # ---- which runtimes take part -------------------------------------------------------
 
@@ -75,9 +81,20 @@ class KvCaches(SwapHook):
     # ---- the hooks the lifecycle calls --------------------------------------------------
 
     async def save(self, runtime: Runtime) -> None:
-        """Drained and about to receive TERM: save every slot holding tokens, within the deadline."""
+        """Drained and about to receive TERM: save its conversations (or, when the library
+        read none of its prompts, every slot holding tokens), within the deadline."""
         if self.applies(runtime.spec) and runtime.base_url and self._enabled(runtime):
             await self._bounded("save", runtime, self._save, self._settings.runtime.kv_save_timeout)
+        self.conversations.stopped(runtime)
+
+    async def before_forward(self, runtime: Runtime, path: str, body: bytes) -> bytes | None:
+        """A whole request body on its way to `runtime`: the library notes its prompt and,
+        for a returning conversation, restores its state; the body pinned to that slot, or
+        None to send it as it is."""
+        if not (self.applies(runtime.spec) and runtime.base_url and self._enabled(runtime)):
+            return None
+        key, folder = self._key(runtime), self.folder(runtime.spec)
+        return await self.conversations.before_forward(runtime, key, folder, path, body)
 
     async def restore(self, runtime: Runtime) -> None:
         """Loaded, not yet READY: probe an `auto` model not judged yet (kvprobe.py), then
@@ -101,6 +118,15 @@ class KvCaches(SwapHook):
 
     async def before_stop(self, runtime: Runtime) -> None:
         await self.save(runtime)
+
+    def forget(self, config_id: str) -> int:
+        """Erase a configuration's saved conversations: their files and their digests
+        (blocking: call off the loop). The number of saved states erased."""
+        names = self.conversations.library.drop_config(config_id)
+        for name in names:
+            for folder in (p for p in self._root.iterdir() if p.is_dir()):
+                _remove(folder, name)
+        return len(names)
 
     def probe_result(self, runtime: Runtime) -> dict[str, Any] | None:
         """The stored probe verdict for this runtime's cache key, if any."""
@@ -141,6 +167,10 @@ class KvCaches(SwapHook):
     async def _save(self, runtime: Runtime) -> tuple[str, dict[str, Any]]:
         folder = self.folder(runtime.spec)
         key = self._key(runtime)
+        outcome = await self.conversations.save(runtime, key, folder)
+        if outcome is not None:
+            await self._cap_disk(folder, key)
+            return outcome
         answer = await self._client.call("GET", runtime.base_url + "/slots")
         saved = tokens = 0
         for slot in kvkeys.slots_to_save(answer):
@@ -153,25 +183,32 @@ class KvCaches(SwapHook):
             if not isinstance(n_saved, int) or n_saved <= 0:
                 _remove(folder, name)
                 continue
-            digest = await asyncio.to_thread(_sha256, folder / name)
-            _write_sidecar(folder, name, {"sha256": digest, "n_saved": n_saved})
+            await asyncio.to_thread(seal, folder, name, n_saved)
             saved += 1
             tokens += n_saved
-        await asyncio.to_thread(self._enforce_budget, folder, key)
+        await self._cap_disk(folder, key)
         return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
 
-    def _enforce_budget(self, folder: Path, key: str) -> None:
+    async def _cap_disk(self, folder: Path, key: str) -> None:
+        """The disk cap, off the loop; the library forgets the states it removed."""
+        for name in await asyncio.to_thread(self._enforce_budget, folder, key):
+            self.conversations.library.lost(name[:32], name)
+
+    def _enforce_budget(self, folder: Path, key: str) -> list[str]:
         entries = []
         for path in self._root.glob("*/*.bin"):
             with contextlib.suppress(OSError):
                 stat = path.stat()
                 name = f"{path.parent.name}/{path.name}"
                 entries.append(kvkeys.CacheEntry(name, stat.st_size, stat.st_mtime))
-        keep = frozenset(f"{folder.name}/{p.name}" for p in folder.glob(f"{key}-slot*.bin"))
+        keep = frozenset(f"{folder.name}/{p.name}" for p in folder.glob(f"{key}-*.bin"))
+        removed = []
         for name in kvkeys.over_budget(entries, self._settings.runtime.kv_cache_dir_budget, keep):
             sub, file_name = name.split("/", 1)
             log.info("KV cache budget: removing %s", name)
             _remove(self._root / sub, file_name)
+            removed.append(file_name)
+        return removed
 
     # ---- restore ------------------------------------------------------------------------
 
@@ -199,6 +236,8 @@ class KvCaches(SwapHook):
                 os.utime(path, (now, now))  # least recently used is judged by mtime
             restored += 1
             tokens += n_restored
+        conversations, more = await self.conversations.restore_newest(runtime, key, folder)
+        restored, tokens = restored + conversations, tokens + more
         return ("ok" if restored else "none"), {"slots": restored, "tokens": tokens}
 
     # ---- probe --------------------------------------------------------------------------
@@ -256,36 +295,3 @@ def _identity(path: Path) -> tuple[int, int]:
     except OSError:
         return (-1, -1)
     return (stat.st_size, stat.st_mtime_ns)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _sidecar(folder: Path, name: str) -> Path:
-    return folder / (name.removesuffix(".bin") + ".json")
-
-
-def _write_sidecar(folder: Path, name: str, data: dict[str, Any]) -> None:
-    target = _sidecar(folder, name)
-    partial = target.with_suffix(".json.partial")
-    partial.write_text(json.dumps(data))
-    partial.replace(target)  # atomic: a sidecar is whole or absent
-
-
-def _intact(folder: Path, name: str) -> bool:
-    try:
-        meta = json.loads(_sidecar(folder, name).read_text())
-        return isinstance(meta, dict) and meta.get("sha256") == _sha256(folder / name)
-    except (OSError, ValueError):
-        return False
-
-
-def _remove(folder: Path, name: str) -> None:
-    for path in (folder / name, _sidecar(folder, name)):
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()

@@ -326,7 +326,22 @@ class RuntimeManager:
         self.refuse_new_work()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._leasing.idle.wait(), drain_timeout)
+        await self._save_before_exit()
         await self.close()
+
+    async def _save_before_exit(self) -> None:
+        """Every idle ready runtime gets its stop hooks (the KV save of its conversations) at
+        once, all within `runtime.kv_shutdown_timeout` (docs/swaps.md, "Restarts")."""
+        idle = [
+            rt
+            for rt in self._table.runtimes.values()
+            if rt.state is RuntimeState.READY and rt.leases == 0
+        ]
+        if not idle or self._hooks.empty:
+            return
+        saves = asyncio.gather(*(self._hooks.before_stop(rt) for rt in idle))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(saves, self._settings.runtime.kv_shutdown_timeout)
 
     async def close(self) -> None:
         self._table.closing = True

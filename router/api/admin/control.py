@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import CATALOG, RUNTIMES, SHUTDOWN
+from router.appkeys import CATALOG, KV_CACHES, RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
@@ -51,8 +51,13 @@ async def unload(request: web.Request) -> web.StreamResponse:
     # A list or an object is no lane name (and is not hashable: never look it up).
     if not isinstance(target, str) or target not in TARGETS:
         raise BadRequest(f"target must be one of {', '.join(TARGETS)}", param="target")
+    forget = body.get("forget_conversations")
+    config = None if forget is None else request.app[CATALOG].require(forget)
     stopped = await request.app[RUNTIMES].unload(TARGETS[target])
-    return web.json_response({"target": target, "unloaded": stopped})
+    answer: dict[str, Any] = {"target": target, "unloaded": stopped}
+    if config is not None:  # after the stop, whose save would write them again
+        answer["forgotten"] = await asyncio.to_thread(request.app[KV_CACHES].forget, config.id)
+    return web.json_response(answer)
 
 
 async def shutdown(request: web.Request) -> web.StreamResponse:
