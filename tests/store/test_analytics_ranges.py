@@ -19,7 +19,7 @@ from router.config import AnalyticsSection
 from router.store import Store
 from router.store import ranges as rg
 from router.store.db import connect, discover_migrations, migrate
-from router.store.rows import INSERT_EVENT, row_from_raw
+from router.store.rows import COLUMNS, row_from_raw
 from tests.support.harness import RouterHarness, raw_record
 from tests.support.store import open_store
 
@@ -244,7 +244,12 @@ async def test_a_migrated_store_backfills_what_it_already_held(tmp_path: Path) -
     rollup = next(m for m in discover_migrations() if "rollup" in m.name)
     db = await connect(path)
     await migrate(db, [m for m in discover_migrations() if m.version < rollup.version])
-    await db.executemany(INSERT_EVENT, rows)
+    # (the columns of that time: cached_tokens came with migration 0010)
+    older = COLUMNS[: COLUMNS.index("cached_tokens")]
+    insert = (
+        f"INSERT INTO analytics_events ({', '.join(older)}) VALUES ({', '.join('?' * len(older))})"
+    )
+    await db.executemany(insert, [row[: len(older)] for row in rows])
     await db.close()
     # ... opened by this router (which migrates), against one that saw the rows arrive.
     migrated = await Store.open(path, node_id="local", analytics=AnalyticsSection())
