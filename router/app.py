@@ -58,6 +58,7 @@ from router.appkeys import (
     FIGURES,
     INFLIGHT,
     KV_CACHES,
+    KV_HISTORY,
     LAUNCH_OPTIONS,
     LOAD_TIMES,
     MAIN_APP,
@@ -97,6 +98,7 @@ from router.forwarding import Proxy
 from router.memory.book import FigureBook
 from router.memory.host import HostRoom
 from router.records import EventBus, Metrics, Recorder
+from router.records.kv_history import KvHistory
 from router.records.load_times import LoadTimes
 from router.runtime import Loader, RuntimeManager, observer_factory
 from router.runtime.hooks import SwapHooks
@@ -223,14 +225,16 @@ def _middlewares(
 
 
 def _records(app: web.Application, settings: Settings, metrics: Metrics) -> None:
-    """The event bus and what listens to every event: the metrics and the load times; the
-    recorder of each request."""
+    """The event bus and what listens to every event: the metrics, the load times and the
+    KV save/restore history; the recorder of each request."""
     app[EVENTS] = EventBus(settings.ui.events_queue)
     app[METRICS] = metrics
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[LOAD_TIMES] = LoadTimes()
     app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
     app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
+    app[KV_HISTORY] = KvHistory()
+    app[EVENTS].subscribe_callback(app[KV_HISTORY].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
 
 
