@@ -117,6 +117,7 @@ ODD_ROWS: list[Row] = [
         0,
         -1,
         "guardian-ü",
+        "key-ü",
         2**40,  # cached_tokens
     ),
     (
@@ -137,6 +138,7 @@ ODD_ROWS: list[Row] = [
         None,
         0,
         2**62,
+        None,
         None,
         None,
         None,
