@@ -15,12 +15,14 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-0.32.0-$(shell cksum pyproject.toml |
 
 .PHONY: run test test-fast test-real test-vllm vllm-venv lint backends llama-server ffmpeg venv bench soak clean browser screenshots
 
+# The otel extra (OpenTelemetry SDK, OTLP/HTTP exporter) is installed for tests/tracing; the
+# router still runs without traces unless OTEL_EXPORTER_OTLP_ENDPOINT is set.
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,otel]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -78,7 +80,7 @@ vllm-venv: $(VLLM_STAMP)
 # project and the test's model-writing packages go in beside it.
 $(VLLM_STAMP): pyproject.toml | venv
 	$(PY) -m backends.recipes_cli build vllm --prefix $(abspath $(VLLM_VENV))
-	$(VLLM_VENV)/bin/pip install -q -e '.[test]' safetensors tokenizers
+	$(VLLM_VENV)/bin/pip install -q -e '.[test,otel]' safetensors tokenizers
 	rm -f $(VLLM_VENV)/.installed-*
 	touch $@
 

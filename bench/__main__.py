@@ -30,6 +30,7 @@ SCRIPTS = [
     "readahead",
     "residency",
     "eta",
+    "traces",
     "keys",
 ]
 

@@ -230,6 +230,7 @@ class Router:
     max_per_peer: int = 64
     runtime: str = "max_queue: 1024"  # the `runtime:` section's keys, YAML flow style
     analytics_keys: str = ""  # more `analytics:` keys, YAML flow style (load_capture_enabled)
+    env: dict[str, str] | None = None  # the process environment (bench/traces.py: OTEL_*)
     # The command that runs `tensor-router` (bench/profile_proxy.py: under a profiler).
     launcher: list[str] | None = None
     proc: Proc | None = None
@@ -266,6 +267,7 @@ class Router:
             ],
             "router",
             self.workdir,
+            env=self.env,
         )
         wait_http(f"{self.url}/router/v1/status", self.proc, 60)
         return self

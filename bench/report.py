@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench import eta, keys, lending, profile_proxy, real_backend
+from bench import eta, keys, lending, profile_proxy, real_backend, traces
 
 RESULTS = c.BENCH / "RESULTS.md"
 CHART = c.BENCH / "results.png"
@@ -292,6 +292,8 @@ def section(d: dict[str, dict[str, Any]], command: str, elapsed: str) -> str:
     rb = d.get("real_backend")
     if rb:
         L += real_backend.report_lines(rb, d.get("latency"))
+    if d.get("traces"):
+        L += traces.report_lines(d["traces"])
     if d.get("profile_proxy"):
         L += profile_proxy.report_lines(d["profile_proxy"])
     rss = d.get("rss")

@@ -80,7 +80,16 @@ from router.cluster import (
     read_node_memory,
 )
 from router.config import Settings
-from router.edge import Handler, Sessions, auth, edge_errors, guards, queue_wait, secrets_of
+from router.edge import (
+    Handler,
+    Sessions,
+    auth,
+    edge_errors,
+    guards,
+    queue_wait,
+    secrets_of,
+    trace_header,
+)
 from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
 from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
@@ -185,6 +194,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     app.cleanup_ctx.extend(_CONTEXTS)
     app.on_shutdown.append(lifetimes.begin_drain)
     app.on_response_prepare.append(queue_wait.on_prepare)
+    app.on_response_prepare.append(trace_header.on_prepare)
     app[DISPATCH] = dispatcher(handler_table(settings), names=_names(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
     app.router.add_route("*", CATCH_ALL, app[DISPATCH])

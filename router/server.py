@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from router import tracing
 from router.app import create_app, create_backend_ui_app
 from router.appkeys import INFLIGHT, RUNTIMES, SESSIONS, SHUTDOWN, WEBUIS
 from router.config import Settings
@@ -92,6 +93,7 @@ async def serve(
     stop: asyncio.Event | None = None,
 ) -> None:
     raise_fd_limit(settings.server.max_connections)
+    tracing.enable_from_environment()  # OTEL_EXPORTER_OTLP_ENDPOINT (docs/observability.md)
     app = create_app(settings)
     stop = stop or asyncio.Event()
     app[SHUTDOWN] = stop.set
@@ -125,6 +127,8 @@ async def serve(
         if ui_runner is not None:  # it borrows the main app's resources: closed first
             await ui_runner.cleanup()
         await runner.cleanup()
+        # The last spans leave in the stop budget; the exporter's HTTP client blocks.
+        await asyncio.to_thread(tracing.close)
 
 
 def _runner(app: web.Application, settings: Settings) -> web.AppRunner:

@@ -280,6 +280,24 @@ class UiSection(Section):
     events_queue: int = Field(default=256, ge=8)
 
 
+def _trace_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if "{trace_id}" not in value or not re.match(r"^https?://", value):
+        raise ValueError(
+            "must be an http(s) URL with a {trace_id} placeholder, e.g. "
+            "http://jaeger.lan:16686/trace/{trace_id}"
+        )
+    return value
+
+
+class ObservabilitySection(Section):
+    """Traces (docs/observability.md): they are turned on by the standard OTEL_* environment;
+    `trace_url` makes the WebUI link a stored trace id to a trace viewer (Jaeger, Tempo)."""
+
+    trace_url: Annotated[str | None, AfterValidator(_trace_url)] = None
+
+
 class DownloadsSection(Section):
     """Hugging Face downloads (docs/downloads.md). `token` is a secret: never rendered."""
 
@@ -334,6 +352,7 @@ class Settings(Section):
     media: MediaSection = MediaSection()
     cluster: ClusterSection = ClusterSection()
     ui: UiSection = UiSection()
+    observability: ObservabilitySection = ObservabilitySection()
     downloads: DownloadsSection = DownloadsSection()
     setup: SetupSection = SetupSection()
     # Where the YAML came from (not a YAML key): relative paths resolved against its folder.

@@ -18,8 +18,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from aiohttp import web
+from multidict import CIMultiDict
 
-from router.appkeys import CLUSTER, PROXY, RECORDER, SETTINGS
+from router.appkeys import CLUSTER, RECORDER, SETTINGS
 from router.classify import Route
 from router.domain import MiB
 from router.edge import arrived, caller_of, matched_route
@@ -32,7 +33,7 @@ from router.forwarding import (
     UpstreamRequest,
     read_selector,
 )
-from router.inference import outgoing
+from router.inference import outgoing, traced
 from router.inference.admission import admit
 from router.inference.context import Context
 from router.inference.override import Override, Pins, Prepare
@@ -135,12 +136,13 @@ async def forward_to(
         upstream = UpstreamRequest(
             request.method,
             runtime.base_url + path_qs,
-            outgoing.headers(request) if headers is None else headers,
+            outgoing.headers(request) if headers is None else CIMultiDict(headers),
             body,
             not isinstance(body, AsyncIterator),
         )
-        return await request.app[PROXY].forward(
-            request, upstream, IDENTITY, result, outgoing.overhead(info, result, 0.0)
+        overhead = outgoing.overhead(info, result, 0.0)
+        return await traced.called(
+            request, upstream, IDENTITY, result, overhead, info.model or "", family.value
         )
 
 
@@ -149,23 +151,27 @@ async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[Pro
     """One analytics event for what happens inside, however it ends."""
     result = ProxyResult()
     returned = False
-    try:
-        yield result
-    except asyncio.CancelledError:
-        result.aborted, result.status = True, 499
-        raise
-    except RouterError as exc:
-        result.status = result.status or exc.status
-        result.error_message = result.error_message or exc.message
-        # A lent request handed back to its owner is no request of this node's (lending.md).
-        returned = exc.code == OFFLOAD_RETURNED
-        raise
-    finally:
-        # A request another node answered is recorded there; one that reached none, here.
-        if not returned and not (result.relayed and result.upstream_status is not None):
-            _record(request, info, result)
-        elif info.key_name:  # recorded there; its tokens count against the key here
-            request.app[RECORDER].relayed(info, result.status or 500, result.aborted, result.tail)
+    async with traced.routed(request, info) as span:
+        try:
+            yield result
+        except asyncio.CancelledError:
+            result.aborted, result.status = True, 499
+            raise
+        except RouterError as exc:
+            result.status = result.status or exc.status
+            result.error_message = result.error_message or exc.message
+            # A lent request handed back to its owner is no request of this node's (lending.md).
+            returned = exc.code == OFFLOAD_RETURNED
+            raise
+        finally:
+            traced.answered(span, info, result)
+            # A request another node answered is recorded there; one that reached none, here.
+            if not returned and not (result.relayed and result.upstream_status is not None):
+                _record(request, info, result)
+            elif info.key_name:  # recorded there; its tokens count against the key here
+                request.app[RECORDER].relayed(
+                    info, result.status or 500, result.aborted, result.tail
+                )
 
 
 def _record(request: web.Request, info: RequestInfo, result: ProxyResult) -> None:

@@ -36,6 +36,9 @@ from router.forwarding import (
     UpstreamRequest,
     body_stream,
 )
+from router.inference import traced
+
+OWN_MODEL = traced.OWN + "model"
 
 
 def remote_target(request: web.Request, selection: Selection) -> Target | None:
@@ -125,9 +128,13 @@ async def _relay_once(
         return max(0.0, (time.monotonic() - started) * 1000.0 - (result.ttfb_ms or 0.0))
 
     answer = watch(rewriter) if watch is not None else rewriter
-    response = await request.app[PROXY].forward(
-        request, upstream, Rewrite(answer), result, overhead_ms
-    )
+    with traced.hop("relay", headers, target.replica.node_id, {OWN_MODEL: local_id}) as span:
+        try:
+            response = await request.app[PROXY].forward(
+                request, upstream, Rewrite(answer), result, overhead_ms
+            )
+        finally:
+            span.set("http.response.status_code", result.upstream_status)
     if result.error_message is not None:  # the node went away mid-answer (R33)
         service.node_failed(target.node_url, result.error_message)
     return response

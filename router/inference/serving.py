@@ -9,8 +9,9 @@ import dataclasses
 import json
 
 from aiohttp import web
+from multidict import CIMultiDict
 
-from router.appkeys import PROXY, RUNTIMES, SETTINGS
+from router.appkeys import RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Family, family_for
 from router.edge import queue_wait
@@ -25,7 +26,7 @@ from router.forwarding import (
     merge_chat_template_kwargs,
 )
 from router.forwarding.embeddings import EmbeddingDimensions, dimensions_of
-from router.inference import announce_wait, outgoing
+from router.inference import announce_wait, outgoing, traced
 from router.inference.choice import check_served
 from router.inference.context import Chosen, Context
 from router.inference.override import Override
@@ -137,17 +138,15 @@ async def _send(
         )
         selection = Selection(selection.model, merged, True, selection.source)
     body, replayable = outgoing.body(request, selection, rewriter, result)
-    upstream = UpstreamRequest(
-        request.method,
-        runtime.base_url + path_qs,
-        outgoing.headers(request) if headers is None else headers,
-        body,
-        replayable,
-        outgoing.abort_drain(request.app[SETTINGS], runtime.spec.family),
-    )
+    sent = outgoing.headers(request) if headers is None else CIMultiDict(headers)
+    url, family = runtime.base_url + path_qs, runtime.spec.family
     translation = hooks.translation(lease) if hooks.translation is not None else Rewrite(rewriter)
     overhead_ms = outgoing.overhead(info, result, lease.queue_wait_ms / 1000.0)
-    response = await request.app[PROXY].forward(request, upstream, translation, result, overhead_ms)
+    drain = outgoing.abort_drain(request.app[SETTINGS], family)
+    upstream = UpstreamRequest(request.method, url, sent, body, replayable, drain)
+    response = await traced.called(
+        request, upstream, translation, result, overhead_ms, public_id, family.value
+    )
     if result.backend_failed:
         request.app[RUNTIMES].report_failure(runtime, result.error_message or "backend stalled")
     return response

@@ -18,6 +18,7 @@ from router.errors import BadRequest
 DAY_SECONDS = 86400
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_MODELS = 256
+MAX_LIMIT = 2**53 - 1  # a cap or quota: what JSON numbers and SQLite integers both hold exactly
 # A relayed or lent request's caller, master to node (docs/security.md): "<name> <class>
 # [<cap>]". Sent only with the cluster token; a node reads it only on its cluster routes.
 CALLER_HEADER = "X-Router-Caller"
@@ -141,8 +142,10 @@ def _positive_or_none(field_name: str) -> Any:
     def check(value: Any) -> int | None:
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BadRequest(f"{field_name}: a positive integer or null", param=field_name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_LIMIT:
+            raise BadRequest(
+                f"{field_name}: a positive integer up to {MAX_LIMIT} or null", param=field_name
+            )
         return value
 
     return check

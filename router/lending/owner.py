@@ -48,7 +48,7 @@ from router.lending.planning import (
     needed_tokens,
 )
 from router.lending.state import LendingState
-from router.lending.wire import OFFLOAD_RETURNED, lent_headers, returned_message
+from router.lending.wire import OFFLOAD_RETURNED, lent_headers, lent_span, returned_message
 
 LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # Paths whose follow-ups must find the node that made them (stored responses, sd-server jobs)
@@ -291,9 +291,13 @@ class Owner:
         owner_fit, helper_fit = self.planner.fits_of(lease)
         cut = cut_after(lease.load_helper_model, helper_fit, owner_fit)
         # The master's own node is no relay target: nothing to reserve there.
-        with contextlib.nullcontext() if itself else service.reserved(link.helper_node_id):
+        with (
+            contextlib.nullcontext() if itself else service.reserved(link.helper_node_id),
+            lent_span(headers, link.helper_node_id, link.helper_model_id) as span,
+        ):
             exchange = self._exchange(asked.method, target, body, headers, cut)
             answer, why = await self._sent(exchange, cut, entry)
+            span.set("tensor_router.returned", why or None)
         if answer is None:
             return None, why
         status, raw = answer.status, answer.body

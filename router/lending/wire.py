@@ -10,11 +10,13 @@ error code `OFFLOAD_RETURNED`.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from router.errors import BadRequest
+from router.tracing import Kind, Span, tracer
 
 OFFLOAD_HEADER = "X-Tensors-Offload"  # "1": a lent request (honoured on node routes only)
 OFFLOAD_LOAD_HEADER = "X-Tensors-Offload-Load"  # "0": the link forbids loading the model
@@ -83,3 +85,14 @@ def returned_message(raw: bytes) -> str | None:
     if isinstance(error, dict) and error.get("code") == OFFLOAD_RETURNED:
         return str(error.get("message", ""))[:512]
     return None
+
+
+@contextlib.contextmanager
+def lent_span(headers: MutableMapping[str, str], node: str, model: str) -> Iterator[Span]:
+    """The CLIENT span of a lending hop (docs/observability.md), injected into the lent
+    request's headers as the parent of what the helper does for it."""
+    traces = tracer()
+    attributes = {"tensor_router.node": node, "tensor_router.model": model}
+    with traces.span("lend", kind=Kind.CLIENT, attributes=attributes) as span:
+        traces.inject(headers)
+        yield span

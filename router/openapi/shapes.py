@@ -261,6 +261,7 @@ class UiSession(Shape):
     profile: str
     csrf_token: str | None
     expires_at: float | None
+    trace_url: str | None = None  # observability.trace_url: the WebUI's trace viewer
     node: UiNode
 
 

@@ -32,6 +32,7 @@ class RequestInfo:
     queue_wait_ms: float = 0.0
     answered_by: str | None = None  # the guardian model that answered for `model`
     key_name: str | None = None  # the scoped key that sent it (never its secret)
+    trace_id: str | None = None  # its trace, when traces are on (docs/observability.md)
 
 
 class Recorder:
@@ -95,6 +96,7 @@ class Recorder:
                     tail,
                     info.answered_by,
                     info.key_name,
+                    info.trace_id,
                 )
             )
 

@@ -28,6 +28,7 @@ class CaptureObserver:
     kind: str = "load"
     readahead: ReadAheadFigures | None = None
     attempt_id: str | None = field(default=None, init=False)
+    trace_id: str | None = field(default=None, init=False)  # set before it launches
 
     def launched(self, argv: list[str]) -> None:
         config = self.runtime.config
@@ -42,6 +43,7 @@ class CaptureObserver:
             home_dirs=(str(Path.home()),),
             # Called just before the spawn: the loader has frozen the figures at this load's start.
             readahead=self.readahead(self.runtime.key) if self.readahead else None,
+            trace_id=self.trace_id,
         )
 
     def output(self, stream: str, line: bytes) -> None:

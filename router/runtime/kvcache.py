@@ -33,6 +33,7 @@ from router.runtime.hooks import SwapHook
 from router.runtime.kvprobe import ProbeResults, run_probe
 from router.runtime.loader import Launched, LaunchSpec
 from router.runtime.state import Runtime, spec_for
+from router.tracing import Span, tracer
 
 log = logging.getLogger(__name__)
 _Work = Callable[[Runtime], Awaitable[Outcome]]
@@ -87,7 +88,9 @@ class KvCaches(SwapHook):
         if runtime.config.kv_persist == "auto" and self._probes.get(self._key(runtime)) is None:
             await self._bounded("probe", runtime, self._probe, timeout)
         if self._enabled(runtime):
-            await self._bounded("restore", runtime, self._restore, timeout)
+            attributes = {"tensor_router.model": runtime.config.id}
+            with tracer().span("kv restore", attributes=attributes) as span:
+                await self._bounded("restore", runtime, _spanned(span, self._restore), timeout)
 
     # ---- the swap hook (router/runtime/hooks.py) ------------------------------------------
 
@@ -227,6 +230,24 @@ class KvCaches(SwapHook):
             paths.append(argv[0])
         files = {p: _identity(Path(p)) for p in paths}
         return kvkeys.cache_key(config.config_sha256, argv, files)
+
+
+def _spanned(span: Span, work: _Work) -> _Work:
+    """`work`, its outcome on `span` (the client logs and counts a failure; the span shows it)."""
+
+    async def run(runtime: Runtime) -> Outcome:
+        try:
+            outcome = await work(runtime)
+        except BaseException as exc:  # a timeout cancels it
+            span.fail(type(exc).__name__, str(exc) or None)
+            raise
+        status, figures = outcome
+        span.set("tensor_router.kv.result", status)
+        span.set("tensor_router.kv.slots", figures.get("slots"))
+        span.set("tensor_router.kv.tokens", figures.get("tokens"))
+        return outcome
+
+    return run
 
 
 def _identity(path: Path) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from router.runtime.ledger import LiveLedger
 from router.runtime.queues import Ticket, Waiter
 from router.runtime.state import Lease, Runtime, RuntimeSpec, RuntimeState
 from router.runtime.table import Table
+from router.tracing import tracer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Leasing:
                 retry_after=scheduler.retry_after(waiting, max_queue),
             )
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(spec, arrived, lane, future)
+        waiter = Waiter(spec, arrived, lane, future, trace=tracer().capture())
         self._queues.add(waiter)
         if ticket is not None:
             ticket.waiter = waiter

@@ -19,9 +19,11 @@ from router.memory.measure import ReportLines
 from router.records import EventBus
 from router.records.swap_times import SwapTimes
 from router.runtime.hooks import SwapHooks
+from router.runtime.load_trace import load_span, staged
 from router.runtime.loader import Launched, Loader
 from router.runtime.progress import LoadProgress
 from router.runtime.state import LoadObserver, ObserverFactory, Runtime, RuntimeState
+from router.tracing import NO_SPAN, Parent, Span
 
 log = logging.getLogger(__name__)
 LoadErrorSink = Callable[[dict[str, Any]], None]
@@ -88,15 +90,22 @@ class Lifecycle:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def start(self, runtime: Runtime) -> None:
-        """Load `runtime` (created in LOADING, already in the owner's table)."""
+    def start(self, runtime: Runtime, parent: Parent | None = None) -> None:
+        """Load `runtime` (created in LOADING, already in the owner's table); `parent`: the
+        trace context of the request it is loaded for (load_trace.py)."""
         self.spawn_count += 1
-        self.spawn(self._load(runtime))
+        self.spawn(self._traced_load(runtime, parent))
 
-    async def _load(self, runtime: Runtime) -> None:
+    async def _traced_load(self, runtime: Runtime, parent: Parent | None) -> None:
+        with load_span(runtime, parent) as span:
+            await self._load(runtime, span)
+
+    async def _load(self, runtime: Runtime, span: Span = NO_SPAN) -> None:
         self._events.publish("loading", **runtime.identity())  # created in LOADING
         seen = self._observer(runtime) if self._observer else None
-        progress = LoadProgress(self._events.publish, runtime.identity())
+        if seen is not None:
+            seen.trace_id = span.trace_id
+        progress = LoadProgress(staged(self._events.publish, span), runtime.identity())
         report = ReportLines()  # the backend's memory report, for the measurement
         try:
             launched: Launched = await self._loader.launch(

@@ -36,6 +36,7 @@ from router.runtime.hooks import SwapHook, SwapHooks
 from router.runtime.leasing import Leasing
 from router.runtime.ledger import LiveLedger, shutting_down
 from router.runtime.lifecycle import Lifecycle, LoadErrorSink
+from router.runtime.load_trace import queue_span
 from router.runtime.loader import Loader
 from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.pump import Pump
@@ -172,11 +173,12 @@ class RuntimeManager:
         ):
             lease = self._leasing.grant(runtime, arrived)
         else:
-            await self.ledger.admit(spec)
-            timeout = self._settings.runtime.queue_timeout
-            lease = await self._leasing.enqueue(
-                spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
-            )
+            with queue_span(spec):  # a lease granted at once has none: nothing waited
+                await self.ledger.admit(spec)
+                timeout = self._settings.runtime.queue_timeout
+                lease = await self._leasing.enqueue(
+                    spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
+                )
         if keep_alive is not None:
             # Held by this lease, so no idle timer runs: the next release arms it anew.
             lease.runtime.keep_alive = keep_alive

@@ -25,6 +25,7 @@ from router.runtime.holdings import Pending
 from router.runtime.hooks import SwapHooks
 from router.runtime.ledger import LiveLedger
 from router.runtime.lifecycle import Lifecycle
+from router.runtime.load_trace import parent_of
 from router.runtime.queues import Waiter
 from router.runtime.state import Lease, Runtime, RuntimeSpec, RuntimeState
 from router.runtime.table import Table
@@ -220,7 +221,7 @@ class Pump:
         # load: the host room (memory/host.py) reads the ledger on the loop at a later swap,
         # and with `residency: lane` admission estimates nothing.
         self._life.spawn(self._ledger.holdings.prepare([spec]))
-        self._life.start(runtime)
+        self._life.start(runtime, parent_of(self._table.queues.entries(spec.lane), spec.key))
         return True
 
     def _holds(self, key: str, pending: Pending) -> bool:

@@ -23,6 +23,7 @@ class Waiter:
     lane: Lane
     future: asyncio.Future[Lease]
     bypassed: int = 0  # newer requests granted ahead of this one (runtime.max_bypass)
+    trace: object = None  # its trace context: the parent of a load it starts (load_trace.py)
 
     @property
     def gone(self) -> bool:

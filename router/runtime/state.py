@@ -290,6 +290,7 @@ class LoadObserver(Protocol):
     """Sees one load attempt (load captures, router/runtime/captures.py)."""
 
     attempt_id: str | None
+    trace_id: str | None  # the load's trace, set before it launches (load_trace.py)
 
     def launched(self, argv: list[str]) -> None: ...
     def output(self, stream: str, line: bytes) -> None: ...

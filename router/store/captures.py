@@ -141,6 +141,7 @@ SUMMARY_COLUMNS = (
     "output_bytes",
     "output_truncated",
     "readahead_json",
+    "trace_id",
 )
 DETAIL_COLUMNS = (*SUMMARY_COLUMNS, "kcpps_json", "argv_json")
 

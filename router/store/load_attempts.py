@@ -23,8 +23,8 @@ from router.store.writer import Op
 
 _INSERT_ATTEMPT = (
     "INSERT INTO load_attempts (id, node_id, kind, status, model, backend, lane, kcpps_json,"
-    " asset_hashes_json, argv_json, started_at, readahead_json)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " asset_hashes_json, argv_json, started_at, readahead_json, trace_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CHUNK = (
     "INSERT INTO load_output_chunks (attempt_id, sequence, stream, time, data, truncated)"
@@ -66,10 +66,12 @@ class LoadAttempts:
         home_dirs: Iterable[str] = (),
         started_at: float | None = None,
         readahead: Mapping[str, Any] | None = None,
+        trace_id: str | None = None,
     ) -> str:
         """Open an attempt record; returns its id. With capture off, the id is inert.
         `readahead`: what the read-ahead of the model's files had done when the load began
-        (docs/swaps.md); None when none ran for this load."""
+        (docs/swaps.md); None when none ran for this load. `trace_id`: the load's trace, when
+        traces are on (docs/observability.md)."""
         attempt_id = uuid.uuid4().hex
         if not self.enabled:
             return attempt_id
@@ -91,6 +93,7 @@ class LoadAttempts:
             json.dumps(cap.argv_without_secrets(argv, homes)),
             started_at or time.time(),
             json.dumps(dict(readahead)) if readahead is not None else None,
+            trace_id,
         )
         self._db.writer.add_op(Op(_INSERT_ATTEMPT, row))
         self._live[attempt_id] = cap.LiveCapture(self._cap_bytes)

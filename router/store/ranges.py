@@ -233,6 +233,17 @@ GROUP BY model, lane, metric, bin
 """
 
 
+# The slowest requests of the window that have a trace (docs/observability.md): the WebUI links
+# them to the trace viewer. Raw events: kept for `raw_retention`, like the window's percentiles.
+TRACED_ROWS = 10
+_TRACED = """
+SELECT time, model, route, status, duration_ms, trace_id FROM analytics_events
+WHERE trace_id IS NOT NULL AND time >= ? AND time < ?{filters}
+ORDER BY duration_ms DESC LIMIT ?
+"""
+_TRACED_KEYS = ("time", "model", "route", "status", "duration_ms", "trace_id")
+
+
 async def _rows(db: aiosqlite.Connection, sql: str, params: list[Any]) -> list[Any]:
     async with db.execute(sql, params) as cursor:
         return list(await cursor.fetchall())
@@ -246,4 +257,11 @@ async def range_summary(
     counts = await _rows(db, _COUNTS.format(where=where), [w.from_ts, w.bucket, *params])
     where, params = _where(w.hist_tier, w.hist_from, w.hist_to, model, nodes)
     hists = await _rows(db, _HISTS.format(where=where), params)
-    return fold(window, counts, hists)
+    filters, values = filter_clause(model, nodes)
+    traced = await _rows(
+        db, _TRACED.format(filters=filters), [w.from_ts, w.to_ts, *values, TRACED_ROWS]
+    )
+    return {
+        **fold(window, counts, hists),
+        "traced": [dict(zip(_TRACED_KEYS, r, strict=True)) for r in traced],
+    }

@@ -26,7 +26,8 @@ COLUMNS = (
     *TOKEN_COLUMNS,
     "answered_by",
     "key_name",
-    "cached_tokens",  # prompt tokens the backend took from its cache (migration 0011)
+    "trace_id",
+    "cached_tokens",  # prompt tokens the backend took from its cache (migration 0012)
 )
 INSERT_EVENT = (
     f"INSERT INTO analytics_events ({', '.join(COLUMNS)}) "
@@ -48,8 +49,9 @@ Row = tuple[Any, ...]
 # wall time, route, surface, lane, model, node_id, backend, status, upstream_status,
 # error_message (already sanitized), queue_wait_ms, ttfb_ms, duration seconds, bytes_in,
 # bytes_out, aborted, tail (the response's last bytes, for the usage report), and optionally
-# answered_by (the guardian model that answered for `model`, docs/guardians.md) and key_name
-# (the scoped key that sent it, never its secret).
+# answered_by (the guardian model that answered for `model`, docs/guardians.md), key_name
+# (the scoped key that sent it, never its secret) and trace_id (the request's trace when
+# traces are on, docs/observability.md).
 Raw = tuple[Any, ...]
 
 
@@ -60,6 +62,7 @@ def row_from_raw(raw: Raw) -> Row:
     queue_wait_ms, ttfb_ms, duration_s, bytes_in, bytes_out, aborted, tail = raw[10:17]
     answered_by = raw[17] if len(raw) > 17 else None
     key_name = raw[18] if len(raw) > 18 else None
+    trace_id = raw[19] if len(raw) > 19 else None
     usage = sniff_usage(tail)
     return (
         *as_recorded,
@@ -74,6 +77,7 @@ def row_from_raw(raw: Raw) -> Row:
         usage.get("total_tokens"),
         answered_by,
         key_name,
+        trace_id,
         usage.get("cached_tokens"),
     )
 

@@ -30,6 +30,10 @@ MAX_PENDING = 50_000
 EARLY_WRITE_ROWS = 2_000
 BATCH_ROWS = 256
 RETRY_DELAY = 1.0
+# What SQLite refuses for one row: its own errors, and the ones the sqlite3 module raises while
+# binding a value it cannot store (an int past 64 bits is OverflowError). Replayed row by row
+# like a constraint failure; an OperationalError (locked, I/O, full) is transient and retried.
+_REFUSALS = (sqlite3.Error, OverflowError, TypeError, ValueError)
 
 
 @dataclass
@@ -168,7 +172,7 @@ class Writer:
                 self._events[:0] = events
                 self._ops[:0] = ops
                 raise
-            except sqlite3.Error:
+            except _REFUSALS:
                 log.warning("store writer: a batch was refused; replaying it row by row")
                 self.stats.replayed += 1
                 await self._one_by_one(events, ops)
@@ -210,7 +214,7 @@ class Writer:
             except sqlite3.OperationalError:
                 self._ops[:0] = singles[index:]
                 raise
-            except sqlite3.Error as exc:
+            except _REFUSALS as exc:
                 self.stats.rejected += 1
                 log.error("store writer: row refused (%s): %s", exc, op.sql.split("(")[0])
                 if op.future is not None and not op.future.done():

@@ -70,7 +70,7 @@ PARAM_VALUES: dict[str, tuple[str, ...]] = {
     "cook_id": ("x", "chat-a", "%ff", "a b"),
     "config_id": ("chat-a", "x.kcpps", "%ff", "-x"),
     "sha256": ("0" * 64, "x", "%ff"),
-    "name": ("family", "x", "%ff", "a b"),  # /router/v1/keys/{name}
+    "name": ("chat-a", "x", "%ff", "a b"),  # /router/v1/keys/{name}: the key the sweep made
 }
 
 # ---- strategies -------------------------------------------------------------------------------
@@ -107,6 +107,8 @@ SPECIAL = {"model": st.sampled_from(MODELS), "messages": messages, "options": op
 # The fields each router-local handler reads; proxied routes get the common selector fields.
 READS: dict[str, tuple[str, ...]] = {
     "control.load": ("model", "lane"),
+    "keys.create": ("name", "models", "priority", "max_concurrent", "daily_tokens"),
+    "keys.change": ("models", "priority", "max_concurrent", "daily_tokens"),
     # No sane backend_id is ever drawn: a fuzzed init must not start a real build.
     "site.backends_init": ("node_id", "backend_id", "profile"),
     "site.backends_init_cancel": ("node_id", "backend_id"),
@@ -199,6 +201,10 @@ SANE: dict[str, Any] = {
     "images": [],
     "id": "llama",
     "model_id": "chat-a",
+    "models": ["chat-*"],
+    "priority": "batch",
+    "max_concurrent": 2,
+    "daily_tokens": 1000,
 }
 
 

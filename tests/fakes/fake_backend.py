@@ -1473,6 +1473,7 @@ def make_app(st: State) -> web.Application:
             method=request.method,
             disconnected=False,
             request_id=request.headers.get("X-Request-Id"),
+            traceparent=request.headers.get("traceparent"),  # the router's hop (tests/tracing)
         )
         if st.o.family == "llamacpp" and not st.ready:
             return web.json_response(LOADING, status=503)

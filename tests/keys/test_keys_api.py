@@ -155,11 +155,15 @@ async def test_per_key_analytics_and_metrics(client: httpx.AsyncClient) -> None:
 async def test_keys_survive_a_restart(harness: RouterHarness) -> None:
     harness.model("chat-a")
     client = await harness.start(secure(harness))
-    secret = (await create(client, name="kept", max_concurrent=2))["secret"]
+    secret = (await create(client, name="kept", max_concurrent=2, daily_tokens=10**6))["secret"]
+    used = await client.post("/v1/chat/completions", json=chat("chat-a"), headers=bearer(secret))
+    tokens = used.json()["usage"]["total_tokens"]
     await harness.close()
     client = await harness.start(secure(harness))
     listed = (await client.get("/router/v1/keys", headers=bearer(ADMIN))).json()["data"]
     assert listed[0]["name"] == "kept" and listed[0]["max_concurrent"] == 2
+    # The day's usage is read back from the analytics rows: a restart does not reset a quota.
+    assert listed[0]["tokens_today"] == tokens >= 1
     r = await client.post("/v1/chat/completions", json=chat("chat-a"), headers=bearer(secret))
     assert r.status_code == 200
     assert harness.app is not None and harness.app[STORE] is not None

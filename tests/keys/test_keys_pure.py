@@ -51,6 +51,8 @@ def test_spec_checks_each_field() -> None:
         {"name": "x", "max_concurrent": 0},
         {"name": "x", "models": "m"},
         {"name": "x", "secret": "s"},
+        {"name": "x", "daily_tokens": 2**70},  # SQLite's integers stop at 2**63
+        {"name": "x", "max_concurrent": True},
     ):
         with pytest.raises(BadRequest):
             spec_from(bad, creating=True)

@@ -118,6 +118,7 @@ ODD_ROWS: list[Row] = [
         -1,
         "guardian-ü",
         "key-ü",
+        "4bf92f3577b34da6a3ce929d0e0e4736",
         2**40,  # cached_tokens
     ),
     (
@@ -138,6 +139,7 @@ ODD_ROWS: list[Row] = [
         None,
         0,
         2**62,
+        None,
         None,
         None,
         None,

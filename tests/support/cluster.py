@@ -144,11 +144,8 @@ async def served_rows(node: RouterProcess) -> list[str]:
         return []
 
 
-async def slave_of(h: RouterHarness, master_port: int, models: dict[str, bytes]) -> str:
-    """A slave `s1` process with `models`, registering with the master at `master_port`; its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    section = {
+def _slave_section(url: str, master_port: int) -> dict[str, Any]:
+    return {
         "role": "slave",
         "node_id": "s1",
         "token": TOKEN,
@@ -156,6 +153,13 @@ async def slave_of(h: RouterHarness, master_port: int, models: dict[str, bytes])
         "master_url": f"http://127.0.0.1:{master_port}",
         "sync_interval": 0.5,
     }
+
+
+async def slave_of(h: RouterHarness, master_port: int, models: dict[str, bytes]) -> str:
+    """A slave `s1` process with `models`, registering with the master at `master_port`; its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    section = _slave_section(url, master_port)
     slave = new_router(
         h, name="s1", port=port, kcpps_dir=node_configs(h, "s1", models), extra={"cluster": section}
     )
@@ -180,7 +184,27 @@ async def master_here(
         "slave_urls": [slave_url],
         "health_interval": 0.3,
     }
-    settings = Settings.model_validate(base)
+    async with served_here(Settings.model_validate(base), port) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+            yield c
+
+
+@contextlib.asynccontextmanager
+async def slave_here(h: RouterHarness, port: int, master_port: int) -> AsyncIterator[str]:
+    """A slave `s1` (model `b`) served by this process, registering with the master at
+    `master_port` (tests/tracing: one in-memory exporter sees both nodes); its URL."""
+    url = f"http://127.0.0.1:{port}"
+    base = h.settings().model_dump(mode="json")
+    base["models"]["config_dir"] = str(node_configs(h, "s1", {"b": b"GGUF"}))
+    base["analytics"]["database_path"] = str(h.tmp / "s1" / "router.sqlite")
+    base["cluster"] = _slave_section(url, master_port)
+    async with served_here(Settings.model_validate(base), port) as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def served_here(settings: Settings, port: int) -> AsyncIterator[str]:
+    """A router app on `port` in this process; its base URL."""
     server = TestServer(
         router.app.create_app(settings),
         host="127.0.0.1",
@@ -189,7 +213,6 @@ async def master_here(
     )
     await server.start_server()
     try:
-        async with httpx.AsyncClient(base_url=server.make_url("").human_repr(), timeout=60) as c:
-            yield c
+        yield server.make_url("").human_repr()
     finally:
         await server.close()

@@ -36,6 +36,8 @@ def _state(request: web.Request, session: UiSession | None) -> dict[str, Any]:
         "profile": profile,
         "csrf_token": session.csrf_token if session else None,
         "expires_at": session.expires_at if session else None,
+        # The trace viewer a stored trace id links to (observability.trace_url), or None.
+        "trace_url": settings.observability.trace_url,
         "node": {
             "node_id": settings.cluster.node_id,
             "version": __version__,

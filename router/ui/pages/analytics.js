@@ -6,6 +6,7 @@ import { h, replace } from '../lib/dom.js';
 import { timeline, timelinePlan } from '../lib/chart.js';
 import { formatCount, formatDateTime, formatMs } from '../lib/fmt.js';
 import { preserveFocus } from '../lib/focus.js';
+import { traceView } from '../lib/trace.js';
 import { actionButton, navPage, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 
 // The ranges the store aggregates (router/store/ranges.py); the server picks the window and
@@ -121,6 +122,27 @@ function chartView(summary, range) {
   })];
 }
 
+// The range's slowest requests that have a trace (stored while traces are on), each linked to
+// the trace viewer when one is configured; nothing when none was traced.
+function tracedView(summary, session) {
+  const rows = summary.traced || [];
+  if (!rows.length) return null;
+  return h('section', { 'aria-label': 'Slowest traced requests' },
+    h('h2', {}, 'Slowest traced requests'),
+    table({
+      columns: [
+        { key: 'time', label: 'Time', rowHeader: true, cell: (r) => formatDateTime(r.time) },
+        { key: 'model', label: 'Model', class: 'wrap', cell: (r) => r.model ?? '(none)' },
+        { key: 'route', label: 'Route', class: 'wrap' },
+        { key: 'status', label: 'Status', class: 'num' },
+        { key: 'duration_ms', label: 'Duration', class: 'num', cell: (r) => formatMs(r.duration_ms) },
+        { key: 'trace_id', label: 'Trace', cell: (r) => traceView(session, r.trace_id) },
+      ],
+      rows,
+      rowKey: (r) => r.trace_id,
+    }));
+}
+
 export default navPage('analytics', 'Analytics', {
   async mount(root, ctx) {
     let summary = null;
@@ -197,7 +219,8 @@ export default navPage('analytics', 'Analytics', {
           h('div', { class: 'section-head' }, h('h2', {}, 'Timeline'), toggle),
           h('div', { id: 'timeline-view' }, s.view === 'table' ? bucketTable(summary) : chartView(summary, s.range))),
         breakdown('Per model', summary.models || [], 'model', 'Model', 'msort', 'mdir'),
-        breakdown(lanes[0], lanes[1], lanes[2], lanes[3], 'lsort', 'ldir'));
+        breakdown(lanes[0], lanes[1], lanes[2], lanes[3], 'lsort', 'ldir'),
+        tracedView(summary, ctx.session));
     }
 
     async function load() {

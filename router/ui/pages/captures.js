@@ -6,6 +6,7 @@ import { h, replace } from '../lib/dom.js';
 import { createConsole } from '../lib/console.js';
 import { formatDateTime, formatMs, fromLocalInput, toLocalInput } from '../lib/fmt.js';
 import { badge, formatBytes, navPage, pageHeader, showError, table } from '../lib/ui.js';
+import { traceView } from '../lib/trace.js';
 import { pageHref } from '../lib/url.js';
 
 const PAGE = 50;
@@ -125,7 +126,7 @@ function jsonCell(value) {
   return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
-function detailBody(detail) {
+function detailBody(detail, session) {
   const hashes = Object.entries(detail.asset_hashes || {});
   const snapshot = Object.entries(detail.kcpps_snapshot || {});
   return [
@@ -138,6 +139,7 @@ function detailBody(detail) {
       ['Read-ahead', detail.kind === 'load' ? readaheadText(detail.readahead) : undefined],
       ['Exit code', detail.exit_code],
       ['Error', detail.error], ['Output', formatBytes(detail.output_bytes)],
+      ['Trace', traceView(session, detail.trace_id)],
     ]),
     h('h2', {}, 'Asset hashes'),
     table({
@@ -209,7 +211,7 @@ async function mountDetail(root, ctx, attempt) {
     section.remove();
     return;
   }
-  replace(info, detailBody(detail));
+  replace(info, detailBody(detail, ctx.session));
   replace(out, view.element);
 }
 
