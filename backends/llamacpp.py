@@ -40,6 +40,10 @@ _POOLING = {"none", "mean", "cls", "last", "rank"}
 # settings; no prompt text, not per token), read coalesced into the process's bounded ring.
 # Before `extra_args`, so an operator's own `-lv` wins (and the RSS fallback measures).
 MEMORY_REPORT_ARGS = ("-lv", "4")
+# Slots when the .kcpps names none: KoboldCpp, whose format this is, generates one request at
+# a time with the whole `contextsize`; more wait. `parallel` N buys N at once, each with the
+# whole `contextsize` (docs/kcpps.md, "Context and parallel slots"; docs/decisions.md).
+DEFAULT_SLOTS = 1
 
 ROUTES = RouteTable(
     [
@@ -214,15 +218,15 @@ class LlamaCppBackend(Backend):
 
 def _text_args(config: ModelConfig) -> list[str]:
     args: list[str] = []
-    args += _opt("-c", positive_int(config, "contextsize"))
+    # Explicit slots turn llama-server's shared (unified) cache off: each slot gets -c / -np
+    # cells, so -c is the per-request context times the slots (docs/kcpps.md).
+    args += _opt("-c", text_context_total(config))
+    args += ["-np", str(text_slots(config))]
     args += _gpu_layers(config, "gpulayers")
     mmproj = config_path(config, "mmproj")
     args += ["--mmproj", str(mmproj)] if mmproj else []
     args += _common_args(config)
     args += _opt("-b", positive_int(config, "batchsize"))
-    args += _opt(
-        "-np", positive_int(config, "parallel") or positive_int(config, "parallelrequests")
-    )
     if flag_set(config, "noflashattention"):
         args += ["-fa", "off"]
     elif flag_set(config, "flashattention"):
@@ -238,6 +242,22 @@ def _text_args(config: ModelConfig) -> list[str]:
         # request, because llama-server lets a request's own kwargs win.
         args += ["--chat-template-kwargs", json.dumps(dict(config.jinja_kwargs))]
     return args
+
+
+def text_slots(config: ModelConfig) -> int:
+    """The text lane's parallel slots: `parallel` (or `parallelrequests`), else one."""
+    return (
+        positive_int(config, "parallel")
+        or positive_int(config, "parallelrequests")
+        or DEFAULT_SLOTS
+    )
+
+
+def text_context_total(config: ModelConfig) -> int | None:
+    """llama-server's `-c` for the text lane: `contextsize` for each slot; None = unset, when
+    llama-server gives each slot the model's training context by itself."""
+    context = positive_int(config, "contextsize")
+    return context * text_slots(config) if context else None
 
 
 def _embedding_args(config: ModelConfig) -> list[str]:

@@ -53,6 +53,7 @@ from router.appkeys import (
     INFLIGHT,
     KEYS,
     KV_CACHES,
+    KV_HISTORY,
     LOAD_TIMES,
     MAIN_APP,
     MATCH,
@@ -98,6 +99,7 @@ from router.errors import NotImplementedRoute, RouteNotFound
 from router.forwarding import Proxy
 from router.keys import KeyBook
 from router.records import EventBus, Metrics, Recorder
+from router.records.kv_history import KvHistory
 from router.records.load_times import LoadTimes
 
 log = logging.getLogger(__name__)
@@ -215,14 +217,16 @@ def _middlewares(
 
 
 def _records(app: web.Application, settings: Settings, metrics: Metrics) -> None:
-    """The event bus and what listens to every event: the metrics and the load times; the
-    recorder of each request."""
+    """The event bus and what listens to every event: the metrics, the load times and the
+    KV save/restore history; the recorder of each request."""
     app[EVENTS] = EventBus(settings.ui.events_queue)
     app[METRICS] = metrics
     app[EVENTS].subscribe_callback(app[METRICS].on_event)
     app[LOAD_TIMES] = LoadTimes()
     app[EVENTS].subscribe_callback(app[LOAD_TIMES].on_event)
     app[EVENTS].add_enricher(app[LOAD_TIMES].enrich)
+    app[KV_HISTORY] = KvHistory()
+    app[EVENTS].subscribe_callback(app[KV_HISTORY].on_event)
     app[RECORDER] = Recorder(app[METRICS], settings.cluster.node_id, secrets_of(settings))
 
 

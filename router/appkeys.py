@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from router.lending import Lending
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
+    from router.records.kv_history import KvHistory
     from router.records.load_times import LoadTimes
     from router.runtime import RuntimeManager
     from router.runtime.kvcache import KvCaches
@@ -67,6 +68,8 @@ INFLIGHT: web.AppKey[InFlight] = web.AppKey("inflight")
 LOAD_TIMES: web.AppKey[LoadTimes] = web.AppKey("load_times")
 # KV persistence: its probe verdicts per configuration (docs/swaps.md, the model detail page).
 KV_CACHES: web.AppKey[KvCaches] = web.AppKey("kv_caches")
+# The last KV save and restore of each model, from the bus (the model detail page, issue 33).
+KV_HISTORY: web.AppKey[KvHistory] = web.AppKey("kv_history")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")

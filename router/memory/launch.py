@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from backends.base import flag_set, positive_int
+from backends.llamacpp import text_context_total, text_slots
 from router.config import ModelConfig
 from router.domain import Family, Lane
 from router.memory.devices import Device
@@ -22,11 +23,14 @@ _KV_LEGACY = {0: "f16", 1: "q8_0", 2: "q4_0"}
 def llama_options(config: ModelConfig, lane: Lane) -> LlamaOptions:
     raw = config.raw
     separate_embed = lane is Lane.EMBEDDINGS and "embeddingsmodel" in config.components
+    # The text lane runs `text_slots` slots of `contextsize` each (backends/llamacpp.py); the
+    # embeddings server gets no -np, so its automatic slots share one cache of -c cells.
+    slots = text_slots(config) if lane is Lane.TEXT else None
     if separate_embed:
         context = positive_int(config, "embeddingsmaxctx")
         layers: int | None = 999 if flag_set(config, "embeddingsgpu") else 0
     else:
-        context = positive_int(config, "contextsize")
+        context = text_context_total(config) if slots else positive_int(config, "contextsize")
         layers = _whole(raw.get("gpulayers"))
         layers = None if layers is None or layers < 0 else layers
     if flag_set(config, "usecpu"):
@@ -35,7 +39,7 @@ def llama_options(config: ModelConfig, lane: Lane) -> LlamaOptions:
     batch = positive_int(config, "batchsize")
     return LlamaOptions(
         context=context,
-        parallel=positive_int(config, "parallel") or positive_int(config, "parallelrequests"),
+        parallel=slots,
         cache_k=_kv_type(raw.get("cache_type_k")) or quant or "f16",
         cache_v=_kv_type(raw.get("cache_type_v")) or quant or "f16",
         flash_attention=not flag_set(config, "noflashattention"),

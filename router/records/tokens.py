@@ -10,23 +10,17 @@ PENDING_MAX x the tail size (4 KiB) however rarely anyone scrapes.
 
 from __future__ import annotations
 
-import re
-
 from prometheus_client import CollectorRegistry, Counter
 
 from router.store.rows import sniff_usage
 
 PENDING_MAX = 256
-# Cached prompt tokens, in each API's spelling: OpenAI's `prompt_tokens_details.cached_tokens`
-# (llama-server and vLLM too), Anthropic's `cache_read_input_tokens`, llama-server's
-# `timings.cache_n`. The last one in the tail wins, as for the other counts.
-_CACHED = re.compile(rb'"(?:cached_tokens|cache_read_input_tokens|cache_n)"\s*:\s*(\d+)')
 
 
 def cached_tokens(tail: bytes) -> int | None:
-    """Prompt tokens the backend took from its cache, from the answer's last usage report."""
-    found = _CACHED.findall(tail)
-    return int(found[-1]) if found else None
+    """Prompt tokens the backend took from its cache, from the answer's last usage report
+    (each API's spelling, as `sniff_usage` reads it for the analytics row's `cached_tokens`)."""
+    return sniff_usage(tail).get("cached_tokens")
 
 
 class TokenCounters:
@@ -70,9 +64,8 @@ class TokenCounters:
                 self.prompt.labels(model, lane).inc(usage["prompt_tokens"])
             if "completion_tokens" in usage:
                 self.completion.labels(model, lane).inc(usage["completion_tokens"])
-            cached = cached_tokens(tail)
-            if cached is not None:
-                self.cached.labels(model, lane).inc(cached)
+            if "cached_tokens" in usage:
+                self.cached.labels(model, lane).inc(usage["cached_tokens"])
 
 
 __all__ = ["PENDING_MAX", "TokenCounters", "cached_tokens"]

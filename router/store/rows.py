@@ -27,6 +27,7 @@ COLUMNS = (
     "answered_by",
     "key_name",
     "trace_id",
+    "cached_tokens",  # prompt tokens the backend took from its cache (migration 0012)
 )
 INSERT_EVENT = (
     f"INSERT INTO analytics_events ({', '.join(COLUMNS)}) "
@@ -77,13 +78,18 @@ def row_from_raw(raw: Raw) -> Row:
         answered_by,
         key_name,
         trace_id,
+        usage.get("cached_tokens"),
     )
 
 
 # One pass over the tail for every spelling (OpenAI, Ollama, Anthropic); the last match wins.
+# Cached prompt tokens: OpenAI `prompt_tokens_details.cached_tokens` (Responses:
+# `input_tokens_details.cached_tokens`), llama-server's `timings.cache_n`, Anthropic's
+# `cache_read_input_tokens`. A spelling inside a longer name never matches (the quote before).
 _USAGE = re.compile(
     rb'"(prompt_tokens|prompt_eval_count|input_tokens|completion_tokens|eval_count'
-    rb'|output_tokens|total_tokens)"\s*:\s*(\d+)'
+    rb"|output_tokens|total_tokens|cached_tokens|cache_n|cache_read_input_tokens"
+    rb'|cache_creation_input_tokens)"\s*:\s*(\d+)'
 )
 _USAGE_NAME = {
     b"prompt_tokens": "prompt_tokens",
@@ -93,6 +99,10 @@ _USAGE_NAME = {
     b"eval_count": "completion_tokens",
     b"output_tokens": "completion_tokens",
     b"total_tokens": "total_tokens",
+    b"cached_tokens": "cached_tokens",
+    b"cache_n": "cached_tokens",
+    b"cache_read_input_tokens": "anthropic_cache_read",
+    b"cache_creation_input_tokens": "anthropic_cache_write",
 }
 
 
@@ -101,7 +111,14 @@ def sniff_usage(tail: bytes) -> dict[str, int]:
     found: dict[str, int] = {}
     for name, value in _USAGE.findall(tail):
         found[_USAGE_NAME[name]] = int(value)
-    if "total_tokens" not in found and found:
+    # Anthropic's `input_tokens` leaves out what was read from or written to the cache; the
+    # prompt is all three (so cached / prompt is a share on every surface).
+    read, write = found.pop("anthropic_cache_read", None), found.pop("anthropic_cache_write", 0)
+    if read is not None:
+        found["cached_tokens"] = read
+    if read or write:
+        found["prompt_tokens"] = found.get("prompt_tokens", 0) + (read or 0) + write
+    if "total_tokens" not in found and found.keys() & {"prompt_tokens", "completion_tokens"}:
         found["total_tokens"] = found.get("prompt_tokens", 0) + found.get("completion_tokens", 0)
     return found
 

@@ -1,7 +1,7 @@
 """`Store`: the node's SQLite file (analytics, load captures, load errors, model state, file
-hashes), and its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`,
-`lending`, `memory`, `scoped_keys` (each a small class handed an `Access`: the writer, the reader and the
-settle-before-read), and `load_attempts`, `load_errors`, `model_states`, `file_hashes` the
+hashes), and its named parts: `benchmarks`, `cache_shares`, `costs`, `downloads`, `guardians`,
+`links`, `lending`, `memory`, `scoped_keys` (each a small class handed an `Access`: the writer,
+the reader and the settle-before-read), and `load_attempts`, `load_errors`, `model_states`, `file_hashes` the
 same way: callers use the part (`store.load_errors.record(...)`), never a forwarding method.
 This module composes them: open, the writer, settle, retention, copies, and the analytics.
 
@@ -30,6 +30,7 @@ from router.errors import InternalError, StoreUnavailable
 from router.store import copies, ranges
 from router.store.access import Access
 from router.store.benchmarks import BenchmarkRuns
+from router.store.cache_share import CacheShares
 from router.store.channel import EventChannel, log_skipped
 from router.store.cost_samples import CostSamples
 from router.store.db import connect, migrate, secure_files
@@ -73,6 +74,7 @@ class Store(FileWatch):
         access = Access(self._writer, lambda: self._reader, self._settle)
         self.benchmarks = BenchmarkRuns(access)
         self.costs = CostSamples(access, node_id)
+        self.cache_shares = CacheShares(access, node_id)
         self.downloads = DownloadRows(access)
         self.guardians = GuardianAssignments(access)
         self.links = RoutingLinks(access)

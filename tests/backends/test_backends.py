@@ -119,7 +119,8 @@ def test_llamacpp_text_argv_maps_kcpps_fields() -> None:
         "hermes-8k",
         "-c",
     ]
-    assert flag_value(argv, "-c") == "8192"
+    # Every one of the 2 slots gets the whole contextsize (docs/kcpps.md).
+    assert flag_value(argv, "-c") == "16384"
     assert flag_value(argv, "-ngl") == "33"
     assert flag_value(argv, "--mmproj") == "/models/proj.gguf"
     assert flag_value(argv, "-t") == "6"
@@ -148,6 +149,8 @@ def test_llamacpp_auto_values_pass_nothing() -> None:
         "5",
         "--alias",
         "hermes-8k",
+        "-np",  # always explicit: llama-server's automatic slots share one cache
+        "1",
         "-lv",
         "4",
     ]

@@ -469,7 +469,9 @@ def shape_reply(body: dict[str, Any], choice: dict[str, Any]) -> None:
         choice["finish_reason"] = "stop"
 
 
-async def openai_generate(request: web.Request, st: State, model: str, chat: bool) -> Any:
+async def openai_generate(
+    request: web.Request, st: State, model: str, chat: bool, reused: bool | None = None
+) -> Any:
     body = await json_body(request)
     st.record_body(request.path, body)
     n = want_tokens(st, body, "max_tokens", "max_completion_tokens")
@@ -477,11 +479,14 @@ async def openai_generate(request: web.Request, st: State, model: str, chat: boo
         f"{'chatcmpl' if chat else 'cmpl'}-{os.getpid()}-{st.generated}",
         int(time.time()),
     )
-    usage = {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens(body),
         "completion_tokens": n,
         "total_tokens": prompt_tokens(body) + n,
     }
+    if reused is not None:  # as llama-server reports it: all but the last token reused
+        cached = prompt_tokens(body) - 1 if reused else 0
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     obj = "chat.completion" if chat else "text_completion"
     if not body.get("stream"):
         text = "".join(await produce(st, n))
@@ -634,9 +639,12 @@ def llamacpp_routes(st: State) -> web.RouteTableDef:
     @r.post("/v1/chat/completions")
     @r.post("/chat/completions")
     async def chat(request: web.Request) -> Any:
+        reused = None
         if o.slot_actions:  # the conversation now sits in slot 0: a KV save has it to keep
-            st.slot_prompt[0] = json.dumps((await json_body(request)).get("messages", ""))
-        return await openai_generate(request, st, model_id, chat=True)
+            prompt = json.dumps((await json_body(request)).get("messages", ""))
+            reused = st.slot_prompt.get(0) == prompt  # the same prompt again: from the cache
+            st.slot_prompt[0] = prompt
+        return await openai_generate(request, st, model_id, chat=True, reused=reused)
 
     @r.post("/v1/completions")
     @r.post("/completions")

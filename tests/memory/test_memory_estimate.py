@@ -225,8 +225,33 @@ def test_llama_options_from_the_kcpps(tmp_path: Path) -> None:
     }
     config = _config(tmp_path, raw, BackendMode.LLAMA_SDCPP)
     opts = llama_options(config, Lane.TEXT)
-    assert opts == LlamaOptions(8192, 2, "q8_0", "q8_0", False, 256, 10, True)
+    # -c is the per-slot contextsize times the 2 slots, as backends/llamacpp.py launches it.
+    assert opts == LlamaOptions(16384, 2, "q8_0", "q8_0", False, 256, 10, True)
     assert vllm_utilization(config) == 0.6
+
+
+def test_every_slot_counts_its_whole_contextsize(tmp_path: Path) -> None:
+    # Issue 33: `parallel` 3 slots of `contextsize` 2048 each hold 3 x 2048 cells, which the
+    # estimate (and so the ledger) counts; one slot (the default) holds 2048.
+    models = generate_text_models(tmp_path / "models")
+    host = (Device("host", "host", "host", 64 * GIB),)
+
+    def kv(**raw: object) -> int:
+        base = {"model_param": str(models["chat-a"]), "contextsize": 2048, **raw}
+        config = _config(tmp_path, base, BackendMode.LLAMA_SDCPP)
+        return estimate_config(config, Lane.TEXT, Family.LLAMACPP, host).detail["kv"]
+
+    one_slot = kv()
+    assert one_slot == 1 * MIB  # 2048 cells of the demo model, as llama-server reports
+    assert kv(parallel=3) == 3 * one_slot
+    assert kv(parallelrequests=2) == 2 * one_slot
+    embed = _config(
+        tmp_path,
+        {"model_param": str(models["chat-a"]), "contextsize": 2048, "parallel": 3},
+        BackendMode.LLAMA_SDCPP,
+    )
+    # The embeddings server is launched without -np: its automatic slots share -c cells.
+    assert llama_options(embed, Lane.EMBEDDINGS).context == 2048
 
 
 def test_estimate_config_for_the_demo_model(tmp_path: Path) -> None:

@@ -107,8 +107,17 @@ async def test_the_probe_verdict_reaches_the_inventory(
         found: dict[str, Any] = record["kv_persist"]
         return found
 
-    assert await kv_persist() == {"mode": "auto", "enabled": False, "probe": None}
+    assert await kv_persist() == {
+        "mode": "auto",
+        "enabled": False,
+        "probe": None,
+        "save": None,  # issue 33: the last save and restore of this run, none yet
+        "restore": None,
+        "warning": None,
+    }
     assert (await h.client.post("/router/v1/load", json={"model": "chat-a"})).status_code == 200
     status = await kv_persist()
     assert status["enabled"] is True and status["probe"]["passed"] is True, status
     assert status["probe"]["same_answer"] is True
+    # The load restored nothing (no saved file yet): a restore that is no failure, no warning.
+    assert status["restore"]["result"] == "none" and status["warning"] is None, status

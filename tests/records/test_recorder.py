@@ -119,6 +119,7 @@ ODD_ROWS: list[Row] = [
         "guardian-ü",
         "key-ü",
         "4bf92f3577b34da6a3ce929d0e0e4736",
+        2**40,  # cached_tokens
     ),
     (
         2.0,
@@ -138,6 +139,7 @@ ODD_ROWS: list[Row] = [
         None,
         0,
         2**62,
+        None,
         None,
         None,
         None,
@@ -193,6 +195,41 @@ async def test_json_batches_store_the_same_values_and_types_as_plain_inserts(
             b'{"usage":{"completion_tokens":1}}\n\n{"usage":{"completion_tokens":6}}',
             {"completion_tokens": 6, "total_tokens": 6},
         ),
+        # Cached prompt tokens (issue 33), as llama-server 0.6.0-dev spells them on each surface.
+        (
+            b'"usage":{"completion_tokens":3,"prompt_tokens":519,"total_tokens":522,'
+            b'"prompt_tokens_details":{"cached_tokens":518}},"timings":{"cache_n":518}}',
+            {
+                "prompt_tokens": 519,
+                "completion_tokens": 3,
+                "total_tokens": 522,
+                "cached_tokens": 518,
+            },
+        ),
+        (
+            b'"usage":{"input_tokens":519,"output_tokens":3,"total_tokens":522,'
+            b'"input_tokens_details":{"cached_tokens":518}}}',
+            {
+                "prompt_tokens": 519,
+                "completion_tokens": 3,
+                "total_tokens": 522,
+                "cached_tokens": 518,
+            },
+        ),
+        (  # Anthropic: input_tokens leaves out the cache read, the prompt is both
+            b'"usage":{"cache_read_input_tokens":518,"input_tokens":1,"output_tokens":3}}',
+            {
+                "prompt_tokens": 519,
+                "completion_tokens": 3,
+                "total_tokens": 522,
+                "cached_tokens": 518,
+            },
+        ),
+        (
+            b'"usage":{"cache_creation_input_tokens":10,"input_tokens":2,"output_tokens":3}}',
+            {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+        ),
+        (b'"timings":{"cache_n":40,"prompt_n":2}}', {"cached_tokens": 40}),
         (b'data: {"choices":[{"delta":{"content":"\\"eval_count\\": 5"}}]}', {}),
         (b"", {}),
     ],

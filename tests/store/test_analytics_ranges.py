@@ -244,7 +244,7 @@ async def test_a_migrated_store_backfills_what_it_already_held(tmp_path: Path) -
     rollup = next(m for m in discover_migrations() if "rollup" in m.name)
     db = await connect(path)
     await migrate(db, [m for m in discover_migrations() if m.version < rollup.version])
-    # (the columns it had: key_name and trace_id came later, with the scoped keys and traces)
+    # (the columns it had: key_name, trace_id and cached_tokens came later)
     older = COLUMNS[: COLUMNS.index("key_name")]
     insert = (
         f"INSERT INTO analytics_events ({', '.join(older)}) VALUES ({', '.join('?' * len(older))})"

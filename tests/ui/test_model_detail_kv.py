@@ -3,6 +3,9 @@
 A router of its own whose fake llama-server answers slot save/restore/erase for `kv-chat`
 (`--slot-actions`) and not for `no-slots`: loading each runs the real probe through the real
 supervisor, the verdict is stored in `kv-cache/probes.json`, and the detail page shows it.
+Issue 33: the page also shows the last save and restore of this run, a failed restore as a
+warning (it said "On: the probe passed" while every restore failed), and the prompt cache hit
+rate (the fake reports cached prompt tokens as llama-server does).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from playwright.sync_api import Locator, Page, expect
 from tests.support.harness import RouterHarness
 from tests.support.router_process import RouterProcess
 from tests.ui.conftest import GuardedPage, UiRouter, _require_chromium, serving
+
+MESSAGES = [{"role": "user", "content": "tell me about the river and the mill " * 8}]
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +74,41 @@ def test_the_probe_verdict_shows_on_the_detail_page(kv_ui: GuardedPage) -> None:
     expect(region).to_contain_text("Off until a probe passes")
 
     expect(_detail(ui, "kv-off")).to_contain_text("Off (router_kv_persist: off).")
+
+
+def _chat(ui: GuardedPage) -> dict[str, object]:
+    body = {"model": "kv-chat", "messages": MESSAGES, "max_tokens": 2}
+    response = ui.router.http.post("/v1/chat/completions", json=body)
+    response.raise_for_status()
+    usage = response.json()["usage"]
+    assert isinstance(usage, dict)
+    return usage
+
+
+def test_the_last_save_and_a_failed_restore_and_the_hit_rate_show(kv_ui: GuardedPage) -> None:
+    ui = kv_ui
+    ui.router.post("/router/v1/load", {"model": "kv-chat"})  # the probe passes
+    first, again = _chat(ui), _chat(ui)  # the same prompt twice: the second is cached
+    prompt = int(str(first["prompt_tokens"]))
+    assert again["prompt_tokens_details"] == {"cached_tokens": prompt - 1}  # reaches the client
+    ui.router.post("/router/v1/unload", {"target": "text"})  # saves slot 0
+    [saved] = (ui.router.harness.tmp / "data" / "kv-cache").glob("*/*-slot*.bin")
+    saved.write_bytes(saved.read_bytes() + b"damaged")  # its checksum no longer matches
+    ui.router.post("/router/v1/load", {"model": "kv-chat"})  # the restore fails
+
+    ui.goto("/router/ui/models?model=kv-chat")
+    region = ui.page.get_by_role("region", name="Configuration kv-chat")
+    expect(region.get_by_role("heading", name="KV cache persistence")).to_be_visible()
+    expect(region).to_contain_text("On: the probe passed.")
+    history = region.get_by_label("KV cache saves and restores")
+    expect(history).to_contain_text("Last save")
+    expect(history).to_contain_text("1 slot")
+    expect(history).to_contain_text("Last restore")
+    expect(history).to_contain_text("failed its checksum")
+    warning = region.get_by_role("alert")
+    expect(warning).to_contain_text("The last restore failed")
+    rate = region.get_by_label("Prompt cache hit rate")
+    share = 100 * (prompt - 1) / (2 * prompt)
+    expect(rate).to_contain_text(f"{share:.1f} %")
+    expect(rate).to_contain_text(f"{prompt - 1} of {2 * prompt}, last 2 requests")
+    ui.shot("model-detail-cache")

@@ -7,13 +7,23 @@ cluster layer will route those; until then this node answers only for itself.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
 from router.api.site.setup import backends_state
-from router.appkeys import CATALOG, CLUSTER, KV_CACHES, RUNTIMES, SETTINGS, SITE_FILES, STORE
+from router.appkeys import (
+    CATALOG,
+    CLUSTER,
+    KV_CACHES,
+    KV_HISTORY,
+    RUNTIMES,
+    SETTINGS,
+    SITE_FILES,
+    STORE,
+)
 from router.benchmarks import Summary
 from router.config import ModelConfig
 from router.domain import Lane
@@ -84,6 +94,22 @@ def _registered_nodes(request: web.Request) -> list[dict[str, Any]]:
     ]
 
 
+async def _cache_facts(
+    request: web.Request, configs: list[ModelConfig], models: list[dict[str, Any]]
+) -> None:
+    """Each model record's `kv_persist` (mode, probe verdict, and the last save and restore of
+    this run with a warning when the restore failed) and `prompt_cache` (the share of prompt
+    tokens its recent requests took from the backend's cache; issue 33)."""
+    kv = request.app[KV_CACHES]  # stats files and finds the binary: off the event loop
+    kv_status = await asyncio.to_thread(lambda: {c.id: kv.status(c) for c in configs})
+    history = request.app[KV_HISTORY]
+    shares = await request.app[STORE].cache_shares.recent([c.id for c in configs], time.time())
+    for record in models:
+        status = kv_status.get(record["id"])
+        record["kv_persist"] = None if status is None else {**status, **history.last(record["id"])}
+        record["prompt_cache"] = shares.get(record["id"])
+
+
 async def inventory(request: web.Request) -> web.Response:
     node_id = addressed_node(request)
     include_files = _flag(request, "include_files")
@@ -109,10 +135,7 @@ async def inventory(request: web.Request) -> web.Response:
     for record in models:  # the newest benchmark run of each model, as /router/v1/models has
         row = benchmarks.get(record["id"])
         record["benchmark"] = None if row is None else Summary.from_row(row).to_dict()
-    kv = request.app[KV_CACHES]  # stats files and finds the binary: off the event loop
-    kv_status = await asyncio.to_thread(lambda: {c.id: kv.status(c) for c in configs})
-    for record in models:
-        record["kv_persist"] = kv_status.get(record["id"])
+    await _cache_facts(request, configs, models)
     files = file_records(scanned, digests, configs, component_stats) if include_files else None
     settings = request.app[SETTINGS]
     _, devices = await request.app[RUNTIMES].memory_status()

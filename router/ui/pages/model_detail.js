@@ -1,6 +1,6 @@
 // The Models page's detail view (?model=): the sanitized .kcpps, its components and files with
-// hashes and the KV cache probe's verdict, from the site inventory and the config-file read
-// (two calls, once per opened model).
+// hashes, the KV cache probe's verdict with the last save and restore, and the prompt cache hit
+// rate, from the site inventory and the config-file read (two calls, once per opened model).
 import { h, replace } from '../lib/dom.js';
 import { badge, errorBox, formatBytes, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
@@ -46,12 +46,46 @@ function probeFacts(probe) {
   return [h('dl', { class: 'facts', 'aria-label': 'KV cache probe' }, ...rows)];
 }
 
+// The last save and restore of this run (kv_cache events): result, what moved, why not.
+function movedText(entry) {
+  const parts = [];
+  if (entry.conversations !== undefined) parts.push(`${entry.conversations} conversation${entry.conversations === 1 ? '' : 's'}`);
+  else if (entry.slots !== undefined) parts.push(`${entry.slots} slot${entry.slots === 1 ? '' : 's'}`);
+  if (entry.tokens !== undefined) parts.push(`${entry.tokens} tokens`);
+  return parts.join(', ');
+}
+
+function lastFacts(label, entry) {
+  if (!entry) return [h('dt', {}, label), h('dd', {}, 'none since the router started')];
+  const kind = entry.result === 'ok' ? 'passed' : (entry.result === 'none' ? 'unloaded' : 'failed');
+  const text = [movedText(entry), entry.reason, formatDateTime(entry.time)].filter(Boolean).join(' · ');
+  return [h('dt', {}, label), h('dd', { class: 'wrap' }, badge(kind, entry.result), ' ', text)];
+}
+
+function kvHistory(kv) {
+  const rows = [...lastFacts('Last save', kv.save), ...lastFacts('Last restore', kv.restore)];
+  const warning = kv.warning ? [h('div', { class: 'error-box', role: 'alert' }, kv.warning)] : [];
+  return [...warning, h('dl', { class: 'facts', 'aria-label': 'KV cache saves and restores' }, ...rows)];
+}
+
 function kvSection(kv) {
   if (!kv) return [];
   const head = h('h3', {}, 'KV cache persistence');
-  if (kv.mode !== 'auto') return [head, h('p', {}, PERSIST_NOTE[kv.mode] || kv.mode)];
+  if (kv.mode !== 'auto') return [head, h('p', {}, PERSIST_NOTE[kv.mode] || kv.mode), ...(kv.mode === 'off' ? [] : kvHistory(kv))];
   const state = kv.enabled ? 'On: the probe passed.' : 'Off until a probe passes (router_kv_persist: auto).';
-  return [head, h('p', {}, state), ...probeFacts(kv.probe)];
+  return [head, h('p', {}, state), ...probeFacts(kv.probe), ...kvHistory(kv)];
+}
+
+// The share of prompt tokens the backend took from its cache over recent requests (those whose
+// answer reported a cached count: OpenAI and Anthropic shapes; Ollama's has no field).
+function promptCacheSection(share) {
+  if (!share) return [];
+  const head = h('h3', {}, 'Prompt cache');
+  if (!share.requests) return [head, h('p', {}, 'No recent request reported a cached count.')];
+  const rate = share.share === null ? '—' : `${(share.share * 100).toFixed(1)} %`;
+  return [head, h('dl', { class: 'facts', 'aria-label': 'Prompt cache hit rate' },
+    h('dt', {}, 'Cache hit rate'), h('dd', {}, rate),
+    h('dt', {}, 'Cached prompt tokens'), h('dd', {}, `${share.cached_tokens} of ${share.prompt_tokens}, last ${share.requests} requests`))];
 }
 
 // The Lending page's links editor with this model as the anchor (its lane: image for an
@@ -83,7 +117,7 @@ export async function renderDetail(slot, ctx, params, current) {
     if (current() !== id) return;
     replace(box, title(), close, facts(record),
       h('h3', {}, 'Components and files'), filesTable(id, record.components),
-      ...kvSection(record.kv_persist),
+      ...kvSection(record.kv_persist), ...promptCacheSection(record.prompt_cache),
       h('h3', {}, 'Sanitized .kcpps'),
       h('pre', { 'aria-label': `Sanitized ${record.filename}` }, JSON.stringify(file.sanitized, null, 2)),
       h('p', {}, h('a', { href: pageHref('config', { id: file.id }) }, `Edit ${file.filename}`), ' · ',
