@@ -51,6 +51,7 @@ from router.appkeys import (
     AUTH,
     BACKEND_SETUP,
     BACKENDS,
+    BORROWER,
     CATALOG,
     CLUSTER,
     DISPATCH,
@@ -64,6 +65,7 @@ from router.appkeys import (
     MATCH,
     METRICS,
     NODE_DISPATCH,
+    POOLED,
     PROXY,
     RECORDER,
     ROUTE,
@@ -87,6 +89,8 @@ from router.cluster import (
     node_models,
     read_node_memory,
 )
+from router.cluster.pooled.borrower import Borrower
+from router.cluster.pooled.lender import Lender
 from router.config import Catalog, CatalogChange, Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, queue_wait, secrets_of
 from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
@@ -418,6 +422,22 @@ async def _runtimes(app: web.Application) -> AsyncIterator[None]:
         release_watchdog()
 
 
+async def _pooled(app: web.Application) -> AsyncIterator[None]:
+    """The memory this node lends over RPC (docs/cluster.md, "Pooled memory"): its leases'
+    servers stop before the runtimes do, and a lease's bytes sit in the runtimes' ledger."""
+    settings = app[SETTINGS]
+    folder = state_dir(settings)
+    app[POOLED] = lender = Lender(
+        settings.pooled,
+        settings.cluster.node_id,
+        app[RUNTIMES].ledger,
+        folder,
+        folder / "pids",
+    )
+    yield
+    await lender.close()
+
+
 async def _startup_model(app: web.Application) -> None:
     model_id = app[SETTINGS].models.startup_model
     assert model_id is not None
@@ -470,6 +490,21 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     yield
 
 
+async def _borrower(app: web.Application) -> AsyncIterator[None]:
+    """A master's models that span nodes (docs/cluster.md, "Pooled memory"): a swap hook
+    that leases before llama-server starts and releases when its process is gone."""
+    settings = app[SETTINGS]
+    if settings.cluster.role != "master":
+        yield
+        return
+    runtimes = app[RUNTIMES]
+    borrower = Borrower(app[CLUSTER], runtimes.ledger.room_for, settings.pooled.lease_ttl)
+    runtimes.hooks.add(borrower)
+    app[BORROWER] = borrower
+    yield
+    await borrower.close()
+
+
 async def _cluster(app: web.Application) -> AsyncIterator[None]:
     """The master's polling or the slave's registration (docs/cluster.md)."""
     service = app[CLUSTER]
@@ -490,6 +525,7 @@ _CONTEXTS = (
     _backend_setup,
     _figures,
     _runtimes,
+    _pooled,
     inference.ollama_context,
     inference.responses_context,  # after the runtimes its table points at
     inference.images_context,
@@ -498,6 +534,7 @@ _CONTEXTS = (
     site.benchmarks_context,
     site.guardians_context,
     _cluster_service,  # built here, run by `_cluster` (lending reads it)
+    _borrower,
     lending.lending_context,
     site.downloads_context,  # before the cluster announces this node
     _cluster,

@@ -8,6 +8,7 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from router.cluster.pooled import (
     AUTO,
@@ -20,6 +21,7 @@ from router.cluster.pooled import (
     split_layers,
 )
 from router.cluster.pooled import lease as machine
+from router.config.pooled import PooledSection
 from router.errors import LeaseRefused
 
 GIB = 1 << 30
@@ -134,3 +136,12 @@ def test_no_sequence_of_steps_leaves_the_machine(steps: list[str], gap: float) -
             continue
         assert before.state not in (LeaseState.EXPIRED, LeaseState.RELEASED)
         assert lease.state in machine._NEXT[before.state]
+
+
+def test_the_rpc_server_never_binds_every_address() -> None:
+    for wildcard in ("0.0.0.0", "::", "box-b.lan"):
+        with pytest.raises(ValidationError, match="bind"):
+            PooledSection.model_validate({"bind": wildcard})
+    with pytest.raises(ValidationError, match="port_max"):
+        PooledSection.model_validate({"port_min": 50200, "port_max": 50100})
+    assert PooledSection().lend is False  # off by default

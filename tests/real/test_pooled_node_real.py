@@ -1,0 +1,144 @@
+"""Pooled memory, the lending node's side (docs/cluster.md, "Pooled memory"): a master and a
+slave as `tensor-router start` processes on loopback, the slave lending through llama.cpp's
+real RPC server. While a lease lives exactly one RPC server runs, owned by the slave's
+router, bound to the cluster address only; a release or an expiry stops it and leaves no port
+of the range open; every lease the rules forbid is refused by name."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from backends.base import built_backends_dir
+from router.cluster.pooled.lender import RPC_PROGRAMS
+from router.cluster.pooled.ports import open_ports
+from tests.support.cluster import AUTH, cluster, start_all
+from tests.support.harness import RouterHarness, free_port, until
+from tests.support.router_process import RouterProcess
+
+LEASES = "/router/v1/node/rpc/leases"
+MIB = 1 << 20
+
+
+@pytest.fixture
+def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
+    if not any((built_backends_dir() / "bin" / name).exists() for name in RPC_PROGRAMS):
+        pytest.fail("llama.cpp's RPC server is not built: run `make llama-server`", pytrace=False)
+    yield tmp_harness
+
+
+def _range() -> tuple[int, int]:
+    """Four ports nothing listens on now (a free port and the three after it)."""
+    while True:
+        low = free_port()
+        if low + 3 < 65536 and not open_ports(low, low + 3):
+            return low, low + 3
+
+
+def rpc_servers(node: RouterProcess) -> list[psutil.Process]:
+    found = []
+    for pid in node.descendants():
+        try:
+            process = psutil.Process(pid)
+            if os.path.basename(process.exe()) in RPC_PROGRAMS:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+async def _lend(h: RouterHarness, **pooled: Any) -> tuple[RouterProcess, RouterProcess]:
+    section = {"lend": True, "bind": "127.0.0.1", "lease_ttl": 30, **pooled}
+    c = cluster(h, {}, {}, slave_sections={"pooled": section})
+    await start_all(c)
+    return c.master, c.slaves[0]
+
+
+def _ask(**change: Any) -> dict[str, Any]:
+    return {"master_id": "m", "node_id": "s1", "model": "big", "bytes": 64 * MIB, **change}
+
+
+async def test_a_lease_runs_one_rpc_server_on_the_cluster_address_until_released(
+    h: RouterHarness,
+) -> None:
+    low, high = _range()
+    master, slave = await _lend(h, port_min=low, port_max=high)
+    async with httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node:
+        granted = await node.post(LEASES, json=_ask())
+        assert granted.status_code == 200, granted.text
+        lease = granted.json()
+        host, port = lease["endpoint"].rsplit(":", 1)
+        assert host == "127.0.0.1" and low <= int(port) <= high
+        servers = rpc_servers(slave)
+        assert len(servers) == 1 and rpc_servers(master) == []
+        # Bound to the cluster address alone, never every address.
+        assert open_ports(low, high) == [("127.0.0.1", int(port))]
+        cmd = servers[0].cmdline()
+        assert cmd[cmd.index("-H") + 1] == "127.0.0.1" and "-c" in cmd
+        listed = (await node.get(LEASES)).json()
+        assert [row["lease_id"] for row in listed["leases"]] == [lease["lease_id"]]
+        assert listed["leases"][0]["pid"] == servers[0].pid
+
+        second_master = await node.post(LEASES, json=_ask(master_id="m2"))
+        assert second_master.status_code == 409 and "master m" in second_master.text
+        stolen = await node.post(f"{LEASES}/{lease['lease_id']}/renew", json={"master_id": "m2"})
+        assert stolen.status_code == 409 and "another master" in stolen.text
+        kept = await node.post(f"{LEASES}/{lease['lease_id']}/renew", json={"master_id": "m"})
+        assert kept.status_code == 200 and kept.json()["state"] == "granted"
+
+        ended = await node.post(f"{LEASES}/{lease['lease_id']}/release", json={"master_id": "m"})
+        assert ended.status_code == 200 and ended.json()["state"] == "released"
+        assert rpc_servers(slave) == [] and open_ports(low, high) == []
+        again = await node.post(f"{LEASES}/{lease['lease_id']}/renew", json={"master_id": "m"})
+        assert again.status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"node_id": "elsewhere"}, "names node elsewhere"),
+        ({"bytes": 1 << 60}, "this node can lend"),
+        ({"port": 80}, "outside this node's RPC range"),
+    ],
+)
+async def test_leases_the_rules_forbid_are_refused_and_start_nothing(
+    h: RouterHarness, change: dict[str, Any], message: str
+) -> None:
+    low, high = _range()
+    master, slave = await _lend(h, port_min=low, port_max=high)
+    async with httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node:
+        refused = await node.post(LEASES, json=_ask(**change))
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "lease_refused"
+        assert message in refused.json()["error"]["message"]
+    assert rpc_servers(slave) == [] and open_ports(low, high) == []
+    async with httpx.AsyncClient(base_url=master.base, headers=AUTH, timeout=60) as off:
+        # Lending is off by default: the master's own node lends nothing.
+        refused = await off.post(LEASES, json=_ask(node_id="m"))
+        assert refused.status_code == 409 and "pooled.lend" in refused.text
+
+
+async def test_an_expired_lease_stops_its_server_and_cannot_be_renewed(h: RouterHarness) -> None:
+    low, high = _range()
+    _, slave = await _lend(h, port_min=low, port_max=high, lease_ttl=1)
+    async with httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node:
+        lease = (await node.post(LEASES, json=_ask())).json()
+        assert len(rpc_servers(slave)) == 1
+
+        async def count() -> int:
+            return len((await node.get(LEASES)).json()["leases"])
+
+        assert await until(count, 0, deadline=20)  # no renewal: it ends on the node's clock
+        assert await until(lambda: _none(slave), True, deadline=10)
+        assert open_ports(low, high) == []
+        late = await node.post(f"{LEASES}/{lease['lease_id']}/renew", json={"master_id": "m"})
+        assert late.status_code == 409
+
+
+async def _none(slave: RouterProcess) -> bool:
+    return rpc_servers(slave) == []
