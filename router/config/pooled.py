@@ -26,6 +26,8 @@ def cluster_address(value: str) -> str:
         raise ValueError(f"{value!r}: use this node's IP address on the cluster network") from None
     if address.is_unspecified or address.is_multicast:
         raise ValueError(f"{value!r}: the RPC server must bind one address, never all of them")
+    if address.version != 4:  # llama.cpp splits `--rpc host:port` at the first colon
+        raise ValueError(f"{value!r}: llama.cpp's RPC endpoints take an IPv4 address")
     return str(address)
 
 

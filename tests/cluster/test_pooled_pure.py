@@ -21,8 +21,9 @@ from router.cluster.pooled import (
     split_layers,
 )
 from router.cluster.pooled import lease as machine
+from router.cluster.pooled.borrower import checked_endpoint
 from router.config.pooled import PooledSection
-from router.errors import LeaseRefused
+from router.errors import LeaseRefused, RouterError
 
 GIB = 1 << 30
 rooms_st = st.lists(st.integers(min_value=0, max_value=64 * GIB), min_size=0, max_size=6).map(
@@ -139,9 +140,22 @@ def test_no_sequence_of_steps_leaves_the_machine(steps: list[str], gap: float) -
 
 
 def test_the_rpc_server_never_binds_every_address() -> None:
-    for wildcard in ("0.0.0.0", "::", "box-b.lan"):
+    for wildcard in ("0.0.0.0", "::", "box-b.lan", "::1"):
         with pytest.raises(ValidationError, match="bind"):
             PooledSection.model_validate({"bind": wildcard})
     with pytest.raises(ValidationError, match="port_max"):
         PooledSection.model_validate({"port_min": 50200, "port_max": 50100})
     assert PooledSection().lend is False  # off by default
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["0.0.0.0:50100", "box-b.lan:50100", "10.0.0.5:99999", "10.0.0.5", None, "::1:50100"],
+)
+def test_an_endpoint_a_node_answers_is_checked_before_it_reaches_argv(endpoint: object) -> None:
+    with pytest.raises(RouterError, match="endpoint"):
+        checked_endpoint(endpoint)
+
+
+def test_a_well_formed_endpoint_passes_in_normal_form() -> None:
+    assert checked_endpoint("10.0.0.13:50100") == "10.0.0.13:50100"

@@ -31,7 +31,7 @@ from router.cluster.pooled.split import (
 )
 from router.cluster.service import ClusterService
 from router.config import ModelConfig
-from router.domain import Lane
+from router.domain import BackendMode, Lane
 from router.errors import RouterError
 from router.memory.shape import ModelShape, read_shape
 from router.runtime.hooks import SwapHook
@@ -101,7 +101,7 @@ def checked_endpoint(text: Any) -> str:
         number = int(port)
     except ValueError:
         raise RouterError(f"a lending node answered a bad endpoint: {text[:64]!r}") from None
-    if address.is_unspecified or not 0 < number < 65536:
+    if address.version != 4 or address.is_unspecified or not 0 < number < 65536:
         raise RouterError(f"a lending node answered a bad endpoint: {text[:64]!r}")
     return f"{address}:{number}"
 
@@ -124,7 +124,8 @@ class Borrower(SwapHook):
     async def plan(self, config: ModelConfig, key: str) -> PooledPlan | None:
         choice = config.rpc_nodes
         model = config.model_file(Lane.TEXT)
-        if choice is None or model is None:
+        # llama.cpp's engine only: KoboldCpp and vLLM configs run on one box as before.
+        if choice is None or model is None or config.backend_mode is not BackendMode.LLAMA_SDCPP:
             return None
         shape = await asyncio.to_thread(read_shape, str(model))
         if shape is None:
@@ -169,6 +170,8 @@ class Borrower(SwapHook):
     # ---- the swap hook --------------------------------------------------------------------
 
     async def prepare_launch(self, spec: LaunchSpec) -> None:
+        if spec.lane is not Lane.TEXT:
+            return
         plan = await self.plan(spec.config, spec.key)
         if plan is None or not plan.shares:
             return
