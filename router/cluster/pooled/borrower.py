@@ -52,6 +52,7 @@ class Borrowed:
     lease_id: str
     endpoint: str
     bytes: int
+    ttl_s: float  # what the node granted (its pooled.lease_ttl may be shorter than asked)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,12 @@ def checked_endpoint(text: Any) -> str:
     return f"{address}:{number}"
 
 
+def _granted_ttl(value: Any, asked: float) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= asked:
+        return float(value)
+    return asked
+
+
 class Borrower(SwapHook):
     def __init__(
         self,
@@ -156,16 +163,20 @@ class Borrower(SwapHook):
             if down:
                 raise NoRoom(f"lending node(s) not available: {', '.join(down)}")
 
-        async def room(node_id: str, url: str) -> NodeRoom:
+        async def room(node_id: str, url: str) -> NodeRoom | None:
             try:
                 reply = await self._service.client.call("GET", url, LEASES)
             except RouterError as err:
                 log.warning("lending node %s did not answer: %s", node_id, err.message)
-                return NodeRoom(node_id, 0)
+                return None
             free = reply.get("room") if reply.get("lends") else 0
             return NodeRoom(node_id, free if isinstance(free, int) and free > 0 else 0)
 
-        return list(await asyncio.gather(*(room(e.node_id, e.node_url) for e in entries)))
+        asked = await asyncio.gather(*(room(e.node_id, e.node_url) for e in entries))
+        silent = [e.node_id for e, r in zip(entries, asked, strict=True) if r is None]
+        if silent and choice != "auto":
+            raise NoRoom(f"lending node(s) not available: {', '.join(silent)}")
+        return [r for r in asked if r is not None]
 
     # ---- the swap hook --------------------------------------------------------------------
 
@@ -206,6 +217,7 @@ class Borrower(SwapHook):
             str(reply.get("lease_id")),
             checked_endpoint(reply.get("endpoint")),
             share.bytes,
+            _granted_ttl(reply.get("ttl_s"), self._ttl),
         )
 
     def launch_args(self, spec: LaunchSpec) -> list[str]:
@@ -234,8 +246,9 @@ class Borrower(SwapHook):
         """Renew every lease at a third of its lifetime; the first that cannot be renewed
         stops the runtime (its requests end with the backend's exit, in their API's shape)."""
         master = self._service.settings.node_id
+        period = min((lease.ttl_s for lease in held.leases), default=self._ttl) / 3
         while self._held.get(key) is held:
-            await asyncio.sleep(self._ttl / 3)
+            await asyncio.sleep(period)
             for lease in held.leases:
                 path = f"{LEASES}/{lease.lease_id}/renew"
                 try:
