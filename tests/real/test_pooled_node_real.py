@@ -6,8 +6,8 @@ of the range open; every lease the rules forbid is refused by name."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,8 +17,10 @@ import pytest
 from backends.base import built_backends_dir
 from router.cluster.pooled.lender import RPC_PROGRAMS
 from router.cluster.pooled.ports import open_ports
+from router.demo_models import generate_text_models
 from tests.support.cluster import AUTH, cluster, start_all
-from tests.support.harness import RouterHarness, free_port, until
+from tests.support.harness import RouterHarness, until
+from tests.support.pooled import port_range, rpc_servers, s1_available, spread_pair
 from tests.support.router_process import RouterProcess
 
 LEASES = "/router/v1/node/rpc/leases"
@@ -30,26 +32,6 @@ def h(tmp_harness: RouterHarness) -> Iterator[RouterHarness]:
     if not any((built_backends_dir() / "bin" / name).exists() for name in RPC_PROGRAMS):
         pytest.fail("llama.cpp's RPC server is not built: run `make llama-server`", pytrace=False)
     yield tmp_harness
-
-
-def _range() -> tuple[int, int]:
-    """Four ports nothing listens on now (a free port and the three after it)."""
-    while True:
-        low = free_port()
-        if low + 3 < 65536 and not open_ports(low, low + 3):
-            return low, low + 3
-
-
-def rpc_servers(node: RouterProcess) -> list[psutil.Process]:
-    found = []
-    for pid in node.descendants():
-        try:
-            process = psutil.Process(pid)
-            if os.path.basename(process.exe()) in RPC_PROGRAMS:
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
 
 
 async def _lend(h: RouterHarness, **pooled: Any) -> tuple[RouterProcess, RouterProcess]:
@@ -66,7 +48,7 @@ def _ask(**change: Any) -> dict[str, Any]:
 async def test_a_lease_runs_one_rpc_server_on_the_cluster_address_until_released(
     h: RouterHarness,
 ) -> None:
-    low, high = _range()
+    low, high = port_range()
     master, slave = await _lend(h, port_min=low, port_max=high)
     async with httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node:
         granted = await node.post(LEASES, json=_ask())
@@ -109,7 +91,7 @@ async def test_a_lease_runs_one_rpc_server_on_the_cluster_address_until_released
 async def test_leases_the_rules_forbid_are_refused_and_start_nothing(
     h: RouterHarness, change: dict[str, Any], message: str
 ) -> None:
-    low, high = _range()
+    low, high = port_range()
     master, slave = await _lend(h, port_min=low, port_max=high)
     async with httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node:
         refused = await node.post(LEASES, json=_ask(**change))
@@ -124,7 +106,7 @@ async def test_leases_the_rules_forbid_are_refused_and_start_nothing(
 
 
 async def test_an_expired_lease_stops_its_server_and_cannot_be_renewed(h: RouterHarness) -> None:
-    low, high = _range()
+    low, high = port_range()
     _, slave = await _lend(h, port_min=low, port_max=high, lease_ttl=1)
     async with httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node:
         lease = (await node.post(LEASES, json=_ask())).json()
@@ -142,3 +124,71 @@ async def test_an_expired_lease_stops_its_server_and_cannot_be_renewed(h: Router
 
 async def _none(slave: RouterProcess) -> bool:
     return rpc_servers(slave) == []
+
+
+async def test_a_master_leases_launches_with_rpc_and_releases_on_unload(
+    h: RouterHarness, tmp_path: Path
+) -> None:
+    """The master's side with the fake llama-server (it takes any flags): the lease comes
+    before the launch, the endpoint and split reach argv, the unload releases the lease."""
+    model = generate_text_models(tmp_path / "models")["chat-a"]
+    ports = port_range()
+    master, slave = spread_pair(h, model, ports)
+    await slave.start()
+    await master.start()
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    async with httpx.AsyncClient(base_url=master.base, timeout=60) as client:
+        assert await until(lambda: s1_available(client), True, deadline=30)
+        reply = await client.post("/v1/chat/completions", json={**chat, "model": "spread"})
+        assert reply.status_code == 200, reply.text
+        (server,) = rpc_servers(slave)
+        port = int(server.cmdline()[server.cmdline().index("-p") + 1])
+        argv = _backend_argv(master)
+        # Three layers of which the master's budget holds one: two go to the node.
+        assert argv[argv.index("--rpc") + 1] == f"127.0.0.1:{port}"
+        assert argv[argv.index("-ngl", argv.index("--rpc")) + 1] == "2"
+        assert argv[argv.index("-ts") + 1] == "2"
+        status = (await client.get("/router/v1/status")).json()
+        assert [d["node_id"] for d in status["remote_devices"]] == ["s1"]
+        node_view = (await client.get(f"{slave.base}{LEASES}", headers=AUTH)).json()
+        assert [row["model"] for row in node_view["leases"]] == ["spread"]
+
+        solo = await client.post("/v1/chat/completions", json={**chat, "model": "solo"})
+        assert solo.status_code == 200  # the lane's swap stops `spread`: its lease ends
+
+        async def released() -> bool:
+            return rpc_servers(slave) == [] and open_ports(*ports) == []
+
+        assert await until(released, True, deadline=20)
+        assert "--rpc" not in _backend_argv(master)
+        assert (await client.get("/router/v1/status")).json()["remote_devices"] == []
+
+
+async def test_a_model_naming_a_node_outside_the_cluster_is_refused_by_name(
+    h: RouterHarness, tmp_path: Path
+) -> None:
+    model = generate_text_models(tmp_path / "models")["chat-a"]
+    ports = port_range()
+    master, slave = spread_pair(h, model, ports, nodes=["s1", "ghost"])
+    await slave.start()
+    await master.start()
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "model": "spread"}
+    async with httpx.AsyncClient(base_url=master.base, timeout=60) as client:
+        assert await until(lambda: s1_available(client), True, deadline=30)
+        refused = await client.post("/v1/chat/completions", json=chat)
+        assert refused.status_code == 503 and "ghost" in refused.json()["error"]["message"]
+    assert rpc_servers(slave) == []
+
+
+def _backend_argv(master: RouterProcess) -> list[str]:
+    """The argv of the master's one backend process (the fake llama-server)."""
+    found = []
+    for pid in master.descendants():
+        try:
+            argv = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if any(word.endswith("fake_backend.py") for word in argv):
+            found.append(argv)
+    (argv,) = found
+    return argv
