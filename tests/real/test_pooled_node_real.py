@@ -6,6 +6,9 @@ of the range open; every lease the rules forbid is refused by name."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -192,3 +195,38 @@ def _backend_argv(master: RouterProcess) -> list[str]:
             found.append(argv)
     (argv,) = found
     return argv
+
+
+async def test_a_partitioned_lending_node_stops_the_runtime_and_ends_its_stream(
+    h: RouterHarness, tmp_path: Path
+) -> None:
+    """A node that stops answering (frozen: no byte, no error) cannot renew: the master stops
+    the runtime (llama.cpp would block on the lost socket), the stream in flight ends with an
+    error event, and the next request is refused naming the node."""
+    h.faults["llamacpp"] = "--tokens 400 --token-rate 20"
+    model = generate_text_models(tmp_path / "models")["chat-a"]
+    fast = {"control_timeout": 1}
+    master, slave = spread_pair(h, model, port_range(), master_cluster=fast)
+    await slave.start()
+    await master.start()
+    body = {"model": "spread", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with httpx.AsyncClient(base_url=master.base, timeout=60) as client:
+        assert await until(lambda: s1_available(client), True, deadline=30)
+        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            lines = r.aiter_lines()
+            first = await anext(lines)
+            while not first.startswith("data:"):
+                first = await anext(lines)
+            started = time.monotonic()
+            os.kill(slave.pid, signal.SIGSTOP)
+            try:
+                rest = [line async for line in lines]
+            finally:
+                ended = time.monotonic() - started
+        data = [line for line in rest if line.startswith("data:")]
+        assert data and "error" in data[-1] and "data: [DONE]" not in data, rest[-4:]
+        assert ended < 15  # a renewal period (2 s) and the control timeout, with room
+        refused = await client.post("/v1/chat/completions", json={**body, "stream": False})
+        assert refused.status_code == 503 and "s1" in refused.text
+    os.kill(slave.pid, signal.SIGCONT)

@@ -49,6 +49,7 @@ def spread_pair(
     ports: tuple[int, int],
     llama: dict[str, Any] | None = None,
     nodes: list[str] | None = None,
+    master_cluster: dict[str, Any] | None = None,
 ) -> tuple[RouterProcess, RouterProcess]:
     """Master `m` with `solo` (the file alone) and `spread` (router_rpc_nodes: `nodes`, s1 by
     default), its host budget one and a half layers; slave `s1` lending on loopback in
@@ -64,7 +65,7 @@ def spread_pair(
     master_port, slave_port = free_port(), free_port()
     slave_url = f"http://127.0.0.1:{slave_port}"
     common = {"token": TOKEN, "health_interval": 0.5}
-    master_cluster = {"role": "master", "node_id": "m", "slave_urls": [slave_url]}
+    own = {"role": "master", "node_id": "m", "slave_urls": [slave_url], **(master_cluster or {})}
     master = new_router(
         h,
         name="master",
@@ -73,7 +74,7 @@ def spread_pair(
         extra={
             **({"llama": llama} if llama else {}),
             "memory": {"host_budget": size * 3 // 2},
-            "cluster": common | master_cluster | {"public_url": f"http://127.0.0.1:{master_port}"},
+            "cluster": common | own | {"public_url": f"http://127.0.0.1:{master_port}"},
         },
     )
     slave_cluster = {"role": "slave", "node_id": "s1", "public_url": slave_url}
