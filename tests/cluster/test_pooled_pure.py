@@ -4,6 +4,9 @@ lease's state machine (docs/cluster.md, "Pooled memory")."""
 from __future__ import annotations
 
 import itertools
+import os
+import socket
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -22,6 +25,8 @@ from router.cluster.pooled import (
 )
 from router.cluster.pooled import lease as machine
 from router.cluster.pooled.borrower import checked_endpoint
+from router.cluster.pooled.cache import prune
+from router.cluster.pooled.ports import free_port, listening, open_ports
 from router.config.pooled import PooledSection
 from router.errors import LeaseRefused, RouterError
 
@@ -159,3 +164,27 @@ def test_an_endpoint_a_node_answers_is_checked_before_it_reaches_argv(endpoint: 
 
 def test_a_well_formed_endpoint_passes_in_normal_form() -> None:
     assert checked_endpoint("10.0.0.13:50100") == "10.0.0.13:50100"
+
+
+def test_the_tensor_cache_is_pruned_oldest_first_to_its_budget(tmp_path: Path) -> None:
+    folder = tmp_path / "rpc"
+    folder.mkdir()
+    for age, name in enumerate(["old", "mid", "new"]):
+        path = folder / name
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1000 + age, 1000 + age))
+    assert prune(tmp_path, 250) == 100
+    assert sorted(p.name for p in folder.iterdir()) == ["mid", "new"]
+    assert prune(tmp_path, 1000) == 0 and prune(tmp_path / "absent", 0) == 0
+
+
+def test_listening_sockets_are_read_from_the_kernel_tables() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        assert ("127.0.0.1", port) not in listening()  # bound, not listening
+        sock.listen()
+        assert ("127.0.0.1", port) in listening()
+        assert open_ports(port, port) == [("127.0.0.1", port)]
+        assert free_port(port, port, set()) is None
+    assert free_port(port, port, {port}) is None
