@@ -21,6 +21,7 @@ SCRIPTS = [
     "streams",
     "cold_start",
     "real_backend",
+    "profile_proxy",
     "cluster",
     "ui_render",
     "lending",
@@ -29,6 +30,7 @@ SCRIPTS = [
     "readahead",
     "residency",
     "eta",
+    "keys",
     "pooled",
 ]
 
