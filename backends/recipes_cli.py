@@ -35,11 +35,19 @@ def _say(message: str) -> None:
 
 
 def probe(recipe: Recipe, binary: Path) -> bool:
+    """The binary and every companion beside it run (a prefix missing one is no build)."""
+    # A file an older build script left at the export path has no prefix: it fails here.
+    prefix = Path(str(binary).removesuffix(recipe.binary))
+    checks = [(binary, recipe.probe_argv(binary)), *recipe.companion_probes(prefix)]
+    return all(_runs(path, argv) for path, argv in checks)
+
+
+def _runs(binary: Path, argv: list[str]) -> bool:
     if not binary.exists():
         return False
     try:
         done = subprocess.run(
-            recipe.probe_argv(binary),
+            argv,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=PROBE_TIMEOUT,

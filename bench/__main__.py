@@ -33,6 +33,7 @@ SCRIPTS = [
     "eta",
     "traces",
     "keys",
+    "pooled",
 ]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench import eta, keys, lending, profile_proxy, real_backend, traces
+from bench import eta, keys, lending, pooled, profile_proxy, real_backend, traces
 
 RESULTS = c.BENCH / "RESULTS.md"
 CHART = c.BENCH / "results.png"
@@ -152,6 +152,7 @@ def targets(d: dict[str, dict[str, Any]]) -> list[str]:
         *lending.target_rows(d.get("lending", {})),
         *eta.target_rows(d.get("eta", {})),
         *keys.target_rows(d.get("keys", {})),
+        *pooled.target_rows(d.get("pooled", {})),
     ]
     out = ["| Goal | Target | Reached | Verdict |", "|---|---|---|---|"]
     for name, tgt, val, lim, hib, unit, nd in rows:

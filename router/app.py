@@ -46,6 +46,7 @@ from router.api import HANDLERS, admin, inference, node, site
 from router.appkeys import (
     AUTH,
     BACKENDS,
+    BORROWER,
     CATALOG,
     CLUSTER,
     DISPATCH,
@@ -59,6 +60,7 @@ from router.appkeys import (
     MATCH,
     METRICS,
     NODE_DISPATCH,
+    POOLED,
     PROXY,
     RECORDER,
     ROUTE,
@@ -81,6 +83,8 @@ from router.cluster import (
     node_models,
     read_node_memory,
 )
+from router.cluster.pooled.borrower import Borrower
+from router.cluster.pooled.lender import Lender
 from router.config import Settings
 from router.edge import (
     Handler,
@@ -272,6 +276,22 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         await app[PROXY].close()
 
 
+async def _pooled(app: web.Application) -> AsyncIterator[None]:
+    """The memory this node lends over RPC (docs/cluster.md, "Pooled memory"): its leases'
+    servers stop before the runtimes do, and a lease's bytes sit in the runtimes' ledger."""
+    settings = app[SETTINGS]
+    folder = lifetimes.state_dir(settings)
+    app[POOLED] = lender = Lender(
+        settings.pooled,
+        settings.cluster.node_id,
+        app[RUNTIMES].ledger,
+        folder,
+        folder / "pids",
+    )
+    yield
+    await lender.close()
+
+
 async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     """The registry and its client, built before lending (which is handed the service) and
     run by `_cluster` once the rest is ready to be announced (docs/cluster.md)."""
@@ -312,6 +332,21 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     yield
 
 
+async def _borrower(app: web.Application) -> AsyncIterator[None]:
+    """A master's models that span nodes (docs/cluster.md, "Pooled memory"): a swap hook
+    that leases before llama-server starts and releases when its process is gone."""
+    settings = app[SETTINGS]
+    if settings.cluster.role != "master":
+        yield
+        return
+    runtimes = app[RUNTIMES]
+    borrower = Borrower(app[CLUSTER], runtimes.ledger.room_for, settings.pooled.lease_ttl)
+    runtimes.hooks.add(borrower)
+    app[BORROWER] = borrower
+    yield
+    await borrower.close()
+
+
 async def _cluster(app: web.Application) -> AsyncIterator[None]:
     """The master's polling or the slave's registration (docs/cluster.md)."""
     service = app[CLUSTER]
@@ -333,6 +368,7 @@ _CONTEXTS = (
     lifetimes.backend_setup_context,
     lifetimes.figures_context,
     lifetimes.runtimes_context,
+    _pooled,
     inference.ollama_context,
     inference.responses_context,  # after the runtimes its table points at
     inference.images_context,
@@ -341,6 +377,7 @@ _CONTEXTS = (
     site.benchmarks_context,
     site.guardians_context,
     _cluster_service,  # built here, run by `_cluster` (lending reads it)
+    _borrower,
     lifetimes.lending_context,
     site.downloads_context,  # before the cluster announces this node
     _cluster,

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from router.backend_client import BackendClient
     from router.benchmarks import Benchmarks
     from router.cluster import ClusterService, GuardianTable
+    from router.cluster.pooled.borrower import Borrower
+    from router.cluster.pooled.lender import Lender
     from router.comfy.state import ComfyState
     from router.config import Catalog, Settings
     from router.downloads import Downloads
@@ -96,6 +98,10 @@ FIGURES: web.AppKey[Measuring] = web.AppKey("memory_figures")
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
 # Lending on this node (router/lending/service.py), opened by router/lifetimes.py.
 LENDING: web.AppKey[Lending] = web.AppKey("lending")
+# Pooled memory's lending side: this node's RPC leases and their servers (docs/cluster.md).
+POOLED: web.AppKey[Lender] = web.AppKey("pooled_lender")
+# ... and the master's side: the leases of its models that span nodes (absent off a master).
+BORROWER: web.AppKey[Borrower] = web.AppKey("pooled_borrower")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -99,6 +99,13 @@ class DuplicateNode(ClusterError):
     status, code = 409, "duplicate_node"
 
 
+class LeaseRefused(ClusterError):
+    """A pooled-memory lease this node will not grant, renew or use (docs/cluster.md,
+    "Pooled memory"): not in the cluster, another master, expired, no room, a bad port."""
+
+    status, code = 409, "lease_refused"
+
+
 class RouteNotFound(NotFound):
     def __init__(self, path: str = "") -> None:
         super().__init__("File Not Found" if not path else f"no route for {path}")

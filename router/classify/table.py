@@ -226,6 +226,11 @@ TABLE: tuple[Route, ...] = (
     _node("/router/v1/node/offload/settings", "POST", "node.offload_settings_set"),
     _node("/router/v1/node/routing-links", "GET", "node.routing_links"),
     _node("/router/v1/node/routing-links", "POST", "node.routing_links_set"),
+    # Pooled memory (docs/cluster.md): the master's RPC leases on a lending node.
+    _node("/router/v1/node/rpc/leases", "GET", "node.rpc_leases"),
+    _node("/router/v1/node/rpc/leases", "POST", "node.rpc_lease"),
+    _node("/router/v1/node/rpc/leases/{lease_id}/renew", "POST", "node.rpc_renew"),
+    _node("/router/v1/node/rpc/leases/{lease_id}/release", "POST", "node.rpc_release"),
     # A client request the master relays here: the inner path is classified by this same table.
     _node("/router/v1/node/inference/{path:.+}", _ANY, "node.inference", body=_ST),
     # -- OpenAI and Anthropic text

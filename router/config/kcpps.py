@@ -55,6 +55,8 @@ LIST_COMPONENTS = frozenset({"lora", "sdlora"})  # KoboldCpp stores these as lis
 REFUSED_KEYS: Mapping[str, str] = {
     "onready": "runs a shell command",
     "mcpfile": "starts MCP tool programs",
+    # KoboldCpp's RPC workers by address (docs/kcpps.md): list lending nodes by ID instead.
+    "rpctargets": "names RPC servers by address; list lending nodes in router_rpc_nodes",
 }
 BINARY_KEY = re.compile(r"(binary|binary_path|_bin|executable|_exe|command|cmd)$")
 # Keys the router owns (address, process mode, KoboldCpp's own admin/reload and auth):
@@ -65,6 +67,9 @@ DROPPED_KEYS = frozenset(
         "admin", "admindir", "adminpassword", "adminunloadtimeout", "routermode",
         "autoswapmode", "baseconfig", "config", "showgui", "launch", "benchmark", "prompt",
         "cli", "analyze", "exportconfig", "exporttemplate", "testmemory", "unpack", "version",
+        # KoboldCpp's RPC worker settings (saves carry rpcport 5551): a node lends under a
+        # lease instead (pooled); rpcmode other than disabled is refused (_rpc_mode).
+        "rpcmode", "rpchost", "rpcport", "rpcdevice",
     }
 )  # fmt: skip
 # vLLM flags that would move the listener, demand a key the router does not send, or run
@@ -85,6 +90,7 @@ def parse_kcpps(
     raw = _normalize_keys(_load_object(data))
     migrate_legacy(raw)
     router_keys.check_known(raw)
+    _rpc_mode(raw.get("rpcmode"))
     ignored = _strip_refused(raw)
     _check_resolved(raw)
     mode = _backend_mode(raw.get("backend_mode"), default_mode)
@@ -116,6 +122,7 @@ def parse_kcpps(
         kv_persist=router_keys.kv_persist(raw.get("router_kv_persist")),
         pinned=router_keys.pinned(raw.get("router_pin")),
         sleep=router_keys.sleep(raw.get("router_sleep")),
+        rpc_nodes=router_keys.rpc_nodes(raw.get("router_rpc_nodes")),
         config_sha256=hashlib.sha256(data).hexdigest(),
         ignored_keys=ignored,
         warnings=warnings,
@@ -206,6 +213,19 @@ def _strip_refused(raw: dict[str, Any]) -> tuple[str, ...]:
             dropped.append(key)
             del raw[key]
     return tuple(sorted(dropped))
+
+
+def _rpc_mode(value: Any) -> None:
+    """KoboldCpp's `rpcmode` `connect` (use RPC workers) or `host` (be one): both are the
+    cluster's business here (docs/kcpps.md, "RPC keys")."""
+    if value in (None, "", "disabled", False):
+        return
+    why = (
+        "makes this process an RPC worker; a node lends memory with pooled.lend"
+        if value == "host"
+        else "connects to RPC workers by address; list lending nodes in router_rpc_nodes"
+    )
+    raise KcppsError(f"rpcmode {short(str(value))!r} is not allowed: it {why}")
 
 
 def unresolved_fields(raw: Mapping[str, Any]) -> list[str]:

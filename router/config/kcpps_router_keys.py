@@ -23,6 +23,7 @@ KNOWN_KEYS = frozenset(
         "router_jinja_kwargs_precedence",
         "router_kv_persist",
         "router_pin",
+        "router_rpc_nodes",
         "router_sleep",
         "router_unload_policy",
         "router_vision",
@@ -104,6 +105,32 @@ def sleep(value: Any) -> bool:
     raise KcppsError("router_sleep must be 0 or 1")
 
 
+NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MAX_RPC_NODES = 16
+
+
+def rpc_nodes(value: Any) -> tuple[str, ...] | Literal["auto"] | None:
+    """`router_rpc_nodes` (docs/cluster.md, "Pooled memory"): `auto` or a list of node IDs
+    (never addresses: the lending node names its own endpoint under a lease)."""
+    if value is None or value == [] or value == "":
+        return None
+    if value == "auto":
+        return "auto"
+    if not isinstance(value, list) or len(value) > MAX_RPC_NODES:
+        raise KcppsError(
+            f"router_rpc_nodes must be auto or a list of at most {MAX_RPC_NODES} node IDs"
+        )
+    for node in value:
+        if not isinstance(node, str) or not NODE_ID.match(node):
+            raise KcppsError(
+                f"router_rpc_nodes entry {short(str(node))!r} is no node ID (1-64 letters, "
+                "digits, '.', '_' or '-'; an address is never accepted)"
+            )
+    if len(set(value)) != len(value):
+        raise KcppsError("router_rpc_nodes names a node twice")
+    return tuple(value)
+
+
 def flag(key: str, value: Any) -> bool:
     """A true/false key; absent is false (also the file's own `run_embed_separate`)."""
     if value is None:
@@ -124,6 +151,7 @@ __all__ = [
     "jinja_precedence",
     "kv_persist",
     "pinned",
+    "rpc_nodes",
     "sleep",
     "unload_triggers",
 ]

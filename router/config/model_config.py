@@ -40,6 +40,8 @@ class ModelConfig:
     kv_persist: Literal["on", "off", "auto"] = "auto"  # `router_kv_persist` (docs/swaps.md)
     pinned: bool = False  # `router_pin`: never evicted for memory (docs/residency.md)
     sleep: bool = False  # `router_sleep`: vLLM sleeps instead of stopping (docs/swaps.md)
+    # `router_rpc_nodes`: lending nodes this model spans (docs/cluster.md, "Pooled memory").
+    rpc_nodes: tuple[str, ...] | Literal["auto"] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from router.config.addresses import (
     split_bind,
 )
 from router.config.durations import Duration, PositiveDuration
+from router.config.pooled import PooledSection
 from router.config.runtime_sections import MemorySection, RuntimeSection
 from router.config.section import Section
 from router.domain import BackendMode, Family
@@ -351,6 +352,7 @@ class Settings(Section):
     limits: LimitsSection = LimitsSection()
     media: MediaSection = MediaSection()
     cluster: ClusterSection = ClusterSection()
+    pooled: PooledSection = PooledSection()  # memory lent over RPC (docs/cluster.md)
     ui: UiSection = UiSection()
     observability: ObservabilitySection = ObservabilitySection()
     downloads: DownloadsSection = DownloadsSection()

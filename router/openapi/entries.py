@@ -273,6 +273,10 @@ ENTRIES: Mapping[str, Entry] = {
     "node.offload_settings_set": _site("Set this node's offload settings", request=CONTROL_REQUEST),
     "node.routing_links": _site("This node's routing links"),
     "node.routing_links_set": _site("Set this node's routing links", request=CONTROL_REQUEST),
+    "node.rpc_leases": _site("This node's pooled-memory leases and what it could lend now"),
+    "node.rpc_lease": _site("Lease memory on this node over RPC", request=CONTROL_REQUEST),
+    "node.rpc_renew": _site("Renew a pooled-memory lease", request=CONTROL_REQUEST),
+    "node.rpc_release": _site("End a pooled-memory lease", request=CONTROL_REQUEST),
     "node.site": Entry(
         "The same-named site route, on this node (what the master relays)",
         _ok(_NODE_SITE),

@@ -171,6 +171,8 @@ class LoadPlan(Shape):
     devices: list[PlanDevice]
     evict: list[PlanVictim]
     wait: Literal["none", "drain"]
+    # A model with router_rpc_nodes on a master: the nodes and bytes it would lease.
+    pooled: dict[str, Any] | None = None
 
 
 class LoadAnswer(RootModel[Loaded | LoadPlan]):
@@ -215,6 +217,7 @@ class RuntimeState(Shape):
 class Status(Shape):
     runtimes: list[RuntimeState]
     queued: dict[Lane, int]
+    remote_devices: list[dict[str, Any]] = []  # pooled memory borrowed from lending nodes
 
 
 class RouterModel(Shape):

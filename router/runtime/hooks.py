@@ -25,6 +25,11 @@ class SwapHook(Protocol):
         """The process of `spec` is about to start (a read-ahead stops reading)."""
         return None
 
+    async def prepare_launch(self, spec: LaunchSpec) -> None:
+        """Before `launch_args` is asked: work the launch needs first (pooled memory's RPC
+        leases). May raise a RouterError: the load then fails with it."""
+        return None
+
     async def after_ready(
         self, runtime: Runtime, launched: Launched, report: Sequence[str]
     ) -> None:
@@ -65,6 +70,10 @@ class SwapHook(Protocol):
         """A drained runtime is about to be signalled (KV save)."""
         return None
 
+    def gone(self, runtime: Runtime) -> None:
+        """The runtime's process is gone, whatever ended it (pooled memory's leases end)."""
+        return None
+
 
 class SwapHooks:
     """The hooks in the order given; each step calls every hook. A runtime is parked by the
@@ -79,8 +88,16 @@ class SwapHooks:
         """No hook: nothing happens around a swap (the ETA counts no save or restore)."""
         return not self._hooks
 
+    def add(self, hook: SwapHook) -> None:
+        """A hook whose owner is built after the runtimes (pooled memory needs the cluster)."""
+        self._hooks = (*self._hooks, hook)
+
     def launch_args(self, spec: LaunchSpec) -> list[str]:
         return [arg for hook in self._hooks for arg in hook.launch_args(spec)]
+
+    async def prepare_launch(self, spec: LaunchSpec) -> None:
+        for hook in self._hooks:
+            await hook.prepare_launch(spec)
 
     def before_launch(self, spec: LaunchSpec) -> None:
         for hook in self._hooks:
@@ -127,6 +144,10 @@ class SwapHooks:
         self._parked.pop(runtime.key, None)
         for hook in self._hooks:
             await hook.before_stop(runtime)
+
+    def gone(self, runtime: Runtime) -> None:
+        for hook in self._hooks:
+            hook.gone(runtime)
 
 
 __all__ = ["SwapHook", "SwapHooks"]

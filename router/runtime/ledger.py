@@ -15,7 +15,7 @@ from router.config.availability import missing_files, missing_message
 from router.domain import Lane
 from router.errors import Conflict, RouterError, ServiceUnavailable
 from router.memory.eviction import Plan, refuse_if_too_large
-from router.memory.ledger import Ledger
+from router.memory.ledger import Ledger, Resident
 from router.runtime.arrival import ArrivalOrder
 from router.runtime.holdings import Holdings
 from router.runtime.measuring import FigureHooks
@@ -34,6 +34,9 @@ class LiveLedger:
         self._arrivals = ArrivalOrder()  # admission awaits estimates, in arrival order
         self._oom_retried: set[str] = set()  # loads retried once after running out of memory
         self.oom_held: set[str] = set()  # ... and held until their raised figure is recorded
+        # Memory this node lends to another's model over RPC (docs/cluster.md, "Pooled
+        # memory"): pinned, never a victim, counted like a runtime until the lease ends.
+        self.lent: dict[str, Resident] = {}
 
     # ---- the live ledger --------------------------------------------------------------
 
@@ -42,8 +45,28 @@ class LiveLedger:
         exited (the manager drops a runtime only once its process is gone)."""
         waiting_for = self._table.queues.waiting_for
         return self.holdings.ledger(
-            self.holdings.resident(rt, waiting_for(rt.key)) for rt in self._table.runtimes.values()
+            [
+                *(
+                    self.holdings.resident(rt, waiting_for(rt.key))
+                    for rt in self._table.runtimes.values()
+                ),
+                *self.lent.values(),
+            ]
         )
+
+    def lend(self, key: str, model: str, device: str, size: int) -> None:
+        """Count `size` bytes on `device` as held by a lease (its RPC server's tensors)."""
+        self.lent[key] = Resident(key, model, "rpc", {device: size}, busy=True, pinned=True)
+
+    def unlend(self, key: str) -> None:
+        self.lent.pop(key, None)
+
+    def free(self, device: str) -> int:
+        return self.ledger().free(device)
+
+    def room_for(self, key: str, device: str = "host") -> int:
+        """Free bytes on `device` as if runtime `key` held nothing (its own load's share)."""
+        return self.ledger().exited(key).free(device)
 
     async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         """({runtime key: {"device", "bytes", "source", "by_device"}}, the `devices` rows)."""
@@ -59,9 +82,14 @@ class LiveLedger:
         waiting_for = self._table.queues.waiting_for
         return self.holdings.status(
             self.holdings.ledger(
-                self.holdings.resident(rt, waiting_for(rt.key))
-                for rt in runtimes
-                if self.holdings.cached(rt.spec)
+                [
+                    *(
+                        self.holdings.resident(rt, waiting_for(rt.key))
+                        for rt in runtimes
+                        if self.holdings.cached(rt.spec)
+                    ),
+                    *self.lent.values(),
+                ]
             )
         )
 

@@ -55,6 +55,7 @@ class LaunchHooks(Protocol):
 
     def launch_args(self, spec: LaunchSpec) -> list[str]: ...
     def before_launch(self, spec: LaunchSpec) -> None: ...
+    async def prepare_launch(self, spec: LaunchSpec) -> None: ...
 
 
 PORT_ATTEMPTS = 3
@@ -121,6 +122,7 @@ class Loader:
         """
         if self.hooks is not None:
             self.hooks.before_launch(spec)  # a read-ahead stops: the backend's reads take over
+            await self.hooks.prepare_launch(spec)  # pooled memory's leases, before the argv
         taken: LoadFailed | None = None
         for attempt in range(1, PORT_ATTEMPTS + 1):
             port = free_port()

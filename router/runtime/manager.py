@@ -139,7 +139,12 @@ class RuntimeManager:
 
     def gone(self, runtime: Runtime) -> None:
         self._table.drop(runtime)
+        self._hooks.gone(runtime)
         self._pump.run()
+
+    @property
+    def hooks(self) -> SwapHooks:
+        return self._hooks
 
     # ---- public API -------------------------------------------------------------------
 

@@ -260,3 +260,11 @@ class BackendSetup:
             raise StepFailed(f"the new build fails its version probe: {exc}") from None
         text = b"".join(seen).decode("utf-8", "replace").strip()
         job.probe_output = text.splitlines()[0][:200] if text else None
+        for path, argv in recipe.companion_probes(prefix):  # llama.cpp's RPC server
+            if not path.exists():
+                raise StepFailed(f"the build finished but produced no {path.name}")
+            try:
+                companion = ResolvedStep("probe", argv, {}, None)
+                await self._step(companion, job.output, self._section.probe_timeout)
+            except StepFailed as exc:
+                raise StepFailed(f"the new build's {path.name} fails its probe: {exc}") from None

@@ -275,6 +275,21 @@ async def test_failed_step_and_failed_probe_leave_nothing(
     assert not (root / "bin" / "llama-server").exists()
 
 
+async def test_a_build_without_its_companion_is_not_swapped_in(
+    harness: RouterHarness, root: Path
+) -> None:
+    """llama.cpp's RPC server is probed beside llama-server: a build without it fails."""
+    h = harness
+    lacking = recipe("llama-server", "llamacpp", h.tmp)
+    lacking["companions"] = [{"export": "rpc", "binary": "bin/rpc", "probe": ["{binary}"]}]
+    client = await start(h, lacking)
+    (h.tmp / "gate").write_text("open")
+    job = (await client.post(INIT, json={"backend_id": "llama-server"})).json()
+    record = await job_done(client, job["id"])
+    assert record["state"] == "failed" and "produced no rpc" in record["error"]
+    assert not (root / "llama-server" / "current").exists()
+
+
 async def test_bad_init_requests(harness: RouterHarness, root: Path) -> None:
     h = harness
     client = await start(h)

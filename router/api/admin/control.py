@@ -8,11 +8,11 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import CATALOG, KV_CACHES, RUNTIMES, SHUTDOWN
+from router.appkeys import BORROWER, CATALOG, KV_CACHES, RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
-from router.runtime import primary_lane
+from router.runtime import primary_lane, spec_for
 
 TARGETS = {lane.value: frozenset({lane}) for lane in Lane} | {"all": frozenset(Lane)}
 _LANES = tuple(lane.value for lane in Lane)
@@ -28,7 +28,13 @@ async def load(request: web.Request) -> web.StreamResponse:
         raise BadRequest("dry_run must be true or false", param="dry_run")
     if dry_run:  # what a load would evict, and whether it fits: loads nothing
         plan = await request.app[RUNTIMES].plan(config, lane)
-        return web.json_response(plan.answer() | {"model": body["model"]})
+        answer = plan.answer() | {"model": body["model"]}
+        borrower = request.app.get(BORROWER)
+        if borrower is not None and config.rpc_nodes is not None:
+            # The nodes and bytes it would lease (docs/cluster.md, "Pooled memory").
+            pooled = await borrower.plan(config, spec_for(config, lane).key)
+            answer["pooled"] = pooled.answer() if pooled is not None else None
+        return web.json_response(answer)
     loaded = await request.app[RUNTIMES].load(config, lane)
     return web.json_response(
         {"model": body["model"], "status": loaded.state.value, "runtime": loaded.key}
@@ -71,6 +77,7 @@ async def status(request: web.Request) -> web.StreamResponse:
     # and a swap in progress never holds the answer (issue 32). Estimates not read yet are
     # read in the background; their runtimes show `memory: null` meanwhile.
     runtimes = request.app[RUNTIMES]
+    borrower = request.app.get(BORROWER)
     snapshot = runtimes.snapshot()
     memory, devices = runtimes.memory_now()
     for entry in snapshot:
@@ -82,6 +89,8 @@ async def status(request: web.Request) -> web.StreamResponse:
             "queued": {lane.value: runtimes.queue_length(lane) for lane in Lane},
             "queue": runtimes.queue_status(),
             "devices": devices,
+            # Memory this master borrows from lending nodes: one device per node and runtime.
+            "remote_devices": borrower.rows() if borrower is not None else [],
         }
     )
 

@@ -15,7 +15,7 @@ import time
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.api.node import lending_push
+from router.api.node import lending_push, pooled
 from router.appkeys import (
     CLUSTER,
     DISPATCH,
@@ -141,4 +141,5 @@ HANDLERS: dict[str, Handler] = {
     "node.inference": inference,
     "node.site": site,
     **lending_push.NODE_HANDLERS,
+    **pooled.NODE_HANDLERS,
 }

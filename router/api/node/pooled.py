@@ -1,0 +1,98 @@
+"""The node routes of pooled memory (docs/cluster.md, "Pooled memory"), cluster token only:
+
+- `POST /router/v1/node/rpc/leases` `{"master_id", "node_id", "model", "bytes", "ttl_s"?,
+  "port"?}`: the master asks this node to lend `bytes` for `model`; the answer names the
+  lease and the RPC endpoint (`host:port`) that llama-server's `--rpc` takes.
+- `POST /router/v1/node/rpc/leases/{lease_id}/renew` `{"master_id"}`: the holder keeps it.
+- `POST /router/v1/node/rpc/leases/{lease_id}/release` `{"master_id"}`: the holder ends it;
+  the RPC server is stopped before the answer.
+- `GET /router/v1/node/rpc/leases`: the leases in force and what the node could lend now.
+
+Refusals are 409 `lease_refused` naming why (router/cluster/pooled/lender.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from router.appkeys import POOLED
+from router.cluster.pooled.lease import RpcLease
+from router.cluster.pooled.lender import LeaseAsk
+from router.edge import Handler, match_of, read_json
+from router.errors import BadRequest
+
+
+def _text(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise BadRequest(f"{name} must be a non-empty string", param=name)
+    return value
+
+
+def _number(body: dict[str, Any], name: str, *, required: bool) -> int | None:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise BadRequest(f"{name} must be a number of at least 0", param=name)
+    return int(value)
+
+
+def _answer(lease: RpcLease, bind: str) -> web.StreamResponse:
+    return web.json_response(
+        {
+            "lease_id": lease.lease_id,
+            "state": lease.state.value,
+            "node_id": lease.node_id,
+            "model": lease.model,
+            "bytes": lease.bytes,
+            "endpoint": f"{bind}:{lease.port}",
+            "ttl_s": lease.ttl_s,
+        }
+    )
+
+
+async def grant(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request, required=True)
+    ask = LeaseAsk(
+        master_id=_text(body, "master_id"),
+        node_id=_text(body, "node_id"),
+        model=_text(body, "model"),
+        bytes=_number(body, "bytes", required=True) or 0,
+        ttl_s=_number(body, "ttl_s", required=False),
+        port=_number(body, "port", required=False),
+    )
+    lender = request.app[POOLED]
+    return _answer(await lender.grant(ask), lender.bind)
+
+
+async def renew(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request, required=True)
+    lender = request.app[POOLED]
+    lease = lender.renew(match_of(request).params["lease_id"], _text(body, "master_id"))
+    return _answer(lease, lender.bind)
+
+
+async def release(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request, required=True)
+    lender = request.app[POOLED]
+    lease_id = match_of(request).params["lease_id"]
+    lease = await lender.release(lease_id, _text(body, "master_id"))
+    return _answer(lease, lender.bind)
+
+
+async def leases(request: web.Request) -> web.StreamResponse:
+    lender = request.app[POOLED]
+    return web.json_response(
+        {"lends": lender.lends, "leases": lender.rows(), "room": lender.room()}
+    )
+
+
+NODE_HANDLERS: dict[str, Handler] = {
+    "node.rpc_leases": leases,
+    "node.rpc_lease": grant,
+    "node.rpc_renew": renew,
+    "node.rpc_release": release,
+}

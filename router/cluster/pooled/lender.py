@@ -1,0 +1,274 @@
+"""The lending node's side of pooled memory (docs/cluster.md, "Pooled memory"): a master's
+RPC lease checked against this node's ledger, an RPC server started for it through the
+supervisor, bound only to the cluster address on a free port of the configured range, and
+stopped when the lease is released or expires. No lease, no RPC server: every server this
+node runs belongs to a live lease, and a lease's end stops it before anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from backends.base import built_backends_dir
+from backends.process import SupervisedProcess
+from router.cluster.pooled import lease as machine
+from router.cluster.pooled.cache import cache_home, prune
+from router.cluster.pooled.lease import RpcLease
+from router.cluster.pooled.ports import free_port, listening
+from router.config.pooled import PooledSection
+from router.errors import LeaseRefused, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+RPC_PROGRAMS = ("ggml-rpc-server", "rpc-server")  # the pinned name, then the older one
+READY_TIMEOUT = 30.0  # the RPC server lists its devices, then listens
+STOP_GRACE = 5.0
+_ROUTER_ENV = "TENSOR_ROUTER_"
+
+
+class LentMemory(Protocol):
+    """The runtime manager's ledger (router/runtime/ledger.py): what this node lends counts
+    there like a pinned runtime, so its own loads plan around it."""
+
+    def lend(self, key: str, model: str, device: str, size: int) -> None: ...
+    def unlend(self, key: str) -> None: ...
+    def free(self, device: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class LeaseAsk:
+    master_id: str
+    node_id: str
+    model: str
+    bytes: int
+    ttl_s: float | None = None
+    port: int | None = None
+
+
+def find_rpc_server(configured: Path | None) -> str | None:
+    if configured is not None:
+        return str(configured) if configured.exists() else None
+    built = str(built_backends_dir() / "bin")
+    for name in RPC_PROGRAMS:
+        found = shutil.which(name) or shutil.which(name, path=built)
+        if found:
+            return found
+    return None
+
+
+def _ggml_device(device: str) -> str:
+    """The ledger's device id as the RPC server's `-d` names it (CPU; CUDA<N>)."""
+    return "CPU" if device == "host" else f"CUDA{device.removeprefix('gpu')}"
+
+
+class Lender:
+    def __init__(
+        self,
+        section: PooledSection,
+        node_id: str,
+        memory: LentMemory,
+        state: Path,
+        pid_dir: Path,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._section = section
+        self._node_id = node_id
+        self._memory = memory
+        self._cache = cache_home(state)
+        self._pid_dir = pid_dir
+        self._clock = clock
+        self.leases: dict[str, RpcLease] = {}
+        self._servers: dict[str, SupervisedProcess] = {}
+        self._timers: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()  # one grant at a time: the port and room checks hold
+
+    @property
+    def bind(self) -> str:
+        return self._section.bind
+
+    @property
+    def lends(self) -> bool:
+        return self._section.lend
+
+    # ---- the checks (no I/O) ------------------------------------------------------------
+
+    def _live(self) -> list[RpcLease]:
+        now = self._clock()
+        return [lease for lease in self.leases.values() if lease.live(now)]
+
+    def room(self) -> int:
+        """What this node may lend now: its ledger's free bytes on the lent device, under
+        `max_bytes` less what it lends already."""
+        free = max(0, self._memory.free(self._section.device))
+        cap = self._section.max_bytes
+        if cap:
+            free = min(free, max(0, cap - sum(lease.bytes for lease in self._live())))
+        return free
+
+    def _check(self, ask: LeaseAsk) -> None:
+        section = self._section
+        if not section.lend:
+            raise LeaseRefused("this node does not lend memory (pooled.lend is off)")
+        if ask.node_id != self._node_id:
+            raise LeaseRefused(f"the lease names node {ask.node_id}; this is {self._node_id}")
+        holders = {lease.master_id for lease in self._live()} - {ask.master_id}
+        if holders:
+            raise LeaseRefused(f"this node lends to master {sorted(holders)[0]} already")
+        if ask.port is not None and not section.port_min <= ask.port <= section.port_max:
+            raise LeaseRefused(
+                f"port {ask.port} is outside this node's RPC range "
+                f"{section.port_min}-{section.port_max}"
+            )
+        if ask.bytes <= 0:
+            raise LeaseRefused("a lease needs a positive number of bytes")
+        room = self.room()
+        if ask.bytes > room:
+            raise LeaseRefused(f"{ask.bytes} bytes asked, this node can lend {room}")
+
+    # ---- grant, renew, release ------------------------------------------------------------
+
+    async def grant(self, ask: LeaseAsk) -> RpcLease:
+        async with self._lock:
+            self._check(ask)
+            port = self._port(ask.port)
+            ttl = min(ask.ttl_s or self._section.lease_ttl, self._section.lease_ttl)
+            asked = RpcLease(
+                secrets.token_hex(8), ask.master_id, ask.node_id, ask.model, ask.bytes, ttl
+            )
+            if not self._servers:  # no server reads the cache now: prune it to its budget
+                await asyncio.to_thread(prune, self._cache, self._section.cache_budget)
+            server = await self._start(asked.lease_id, port)
+            lease = machine.grant(asked, self._clock(), port)
+            self.leases[lease.lease_id] = lease
+            self._servers[lease.lease_id] = server
+            self._memory.lend(f"rpc:{lease.lease_id}", ask.model, self._section.device, ask.bytes)
+            self._timers[lease.lease_id] = asyncio.create_task(self._expire_at_end(lease.lease_id))
+            log.info(
+                "lent %d bytes to %s for %s on port %d", ask.bytes, ask.master_id, ask.model, port
+            )
+            return lease
+
+    def renew(self, lease_id: str, master_id: str) -> RpcLease:
+        lease = self._get(lease_id)
+        self.leases[lease_id] = renewed = machine.renew(lease, master_id, self._clock())
+        return renewed
+
+    async def release(self, lease_id: str, master_id: str) -> RpcLease:
+        lease = machine.release(self._get(lease_id), master_id)
+        await self._end(lease)
+        return lease
+
+    def _get(self, lease_id: str) -> RpcLease:
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            raise LeaseRefused(f"no lease {lease_id} on this node (expired or released)")
+        return lease
+
+    def _port(self, asked: int | None) -> int:
+        taken = {lease.port for lease in self.leases.values() if lease.port is not None}
+        section = self._section
+        if asked is not None:
+            low = high = asked
+        else:
+            low, high = section.port_min, section.port_max
+        port = free_port(low, high, taken)
+        if port is None:
+            raise LeaseRefused(f"no free port in {low}-{high}")
+        return port
+
+    # ---- the RPC server -------------------------------------------------------------------
+
+    async def _start(self, lease_id: str, port: int) -> SupervisedProcess:
+        section = self._section
+        binary = find_rpc_server(section.binary_path)
+        if binary is None:
+            raise ServiceUnavailable("no RPC server program on this node (ggml-rpc-server)")
+        argv = [binary, "-H", section.bind, "-p", str(port), "-c"]
+        argv += ["-d", _ggml_device(section.device)]
+        if section.threads:
+            argv += ["-t", str(section.threads)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_ROUTER_ENV)}
+        env["LLAMA_CACHE"] = str(self._cache)
+        self._cache.mkdir(parents=True, exist_ok=True)
+        server = SupervisedProcess(argv, env=env, name=f"rpc-{lease_id}", pidfile_dir=self._pid_dir)
+        await server.start()
+        try:
+            await self._await_listening(server, port)
+        except BaseException:
+            await server.stop(STOP_GRACE)
+            raise
+        return server
+
+    async def _await_listening(self, server: SupervisedProcess, port: int) -> None:
+        """Until the port listens on the bind address (its output is block-buffered on a
+        pipe, so the port is what tells), or the server exits first."""
+        deadline = self._clock() + READY_TIMEOUT
+        while (self._section.bind, port) not in listening():
+            if server.exited.is_set():
+                tail = " | ".join(server.tail(5))
+                raise ServiceUnavailable(f"the RPC server exited before listening: {tail}")
+            if self._clock() > deadline:
+                raise ServiceUnavailable(f"the RPC server did not listen on port {port}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.exited.wait(), 0.1)
+
+    async def _expire_at_end(self, lease_id: str) -> None:
+        """Sleep to the lease's end, again after each renewal; then the lease expires."""
+        while True:
+            lease = self.leases.get(lease_id)
+            if lease is None:
+                return
+            left = lease.expires - self._clock()
+            if left <= 0:
+                break
+            await asyncio.sleep(left)
+        log.warning("RPC lease %s of %s expired: stopping its server", lease_id, lease.master_id)
+        await self._end(machine.expire(lease, self._clock()), from_timer=True)
+
+    async def _end(self, lease: RpcLease, *, from_timer: bool = False) -> None:
+        """Stop the lease's server first, then free its memory in the ledger."""
+        self.leases.pop(lease.lease_id, None)
+        timer = self._timers.pop(lease.lease_id, None)
+        if timer is not None and not from_timer:
+            timer.cancel()
+        server = self._servers.pop(lease.lease_id, None)
+        try:
+            if server is not None:
+                await server.stop(STOP_GRACE)
+        finally:
+            self._memory.unlend(f"rpc:{lease.lease_id}")
+
+    async def close(self) -> None:
+        for lease in list(self.leases.values()):
+            await self._end(lease)
+
+    def rows(self) -> list[dict[str, Any]]:
+        now = self._clock()
+        return [
+            {
+                "lease_id": lease.lease_id,
+                "master_id": lease.master_id,
+                "model": lease.model,
+                "bytes": lease.bytes,
+                "device": self._section.device,
+                "endpoint": f"{self._section.bind}:{lease.port}",
+                "ttl_ms": int(max(0.0, lease.expires - now) * 1000),
+                "pid": self._servers[lease.lease_id].pid
+                if lease.lease_id in self._servers
+                else None,
+            }
+            for lease in self.leases.values()
+        ]
+
+
+__all__ = ["LeaseAsk", "Lender", "LentMemory", "find_rpc_server"]
