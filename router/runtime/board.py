@@ -80,10 +80,18 @@ class QueueBoard:
 
     def _ranked(self, lane: Lane) -> list[tuple[Waiter, dict[str, Any]]]:
         rt = self._settings.runtime
-        policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
+        policy = eta.Policy(
+            rt.max_batch_wait,
+            rt.queue_order,
+            rt.max_bypass,
+            rt.max_in_flight,
+            rt.interactive_guard,
+            rt.batch_promote_after,
+        )
         entries = self._table.queues.entries(lane)
         queued = [
-            eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed) for e in entries
+            eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed, caller=e.caller)
+            for e in entries
         ]
         lane_state = self._lane_state(lane, entries)
         models = {q.model for q in queued} | {r.model for r in lane_state.residents}
@@ -103,7 +111,9 @@ class QueueBoard:
         )
         specs = {e.spec.key: e.spec for e in entries}  # one plan per waiting runtime
         victims = {key: self._pump.victims_of(spec) for key, spec in specs.items()}
-        return eta.LaneState(residents, victims, exclusive=not self._table.by_memory)
+        table = self._table
+        counts = (dict(table.running), dict(table.served))
+        return eta.LaneState(residents, victims, not table.by_memory, *counts)
 
 
 def _positions_only(event: dict[str, Any]) -> Any:

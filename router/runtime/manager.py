@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from router.config import ModelConfig, Settings
-from router.domain import Family, Lane
+from router.domain import ANONYMOUS, Caller, Family, Lane, Priority
 from router.errors import RouterError, ServiceUnavailable
 from router.memory.eviction import Plan
 from router.memory.ledger import Ledger
@@ -144,13 +144,15 @@ class RuntimeManager:
         *,
         keep_alive: float | None = None,
         ticket: Ticket | None = None,
+        caller: Caller = ANONYMOUS,
     ) -> Lease:
         """A lease on the runtime serving `config` on `lane`, loading it when needed.
 
         `keep_alive` (seconds, `math.inf` = until unloaded, 0 = right after this request):
         how long the runtime stays loaded once idle, from now on; None keeps what it has
         (Ollama's rule: a request that names no keep_alive does not change it). `ticket`:
-        filled in with the waiter if the request queues (its position, `position()`)."""
+        filled in with the waiter if the request queues (its position, `position()`).
+        `caller`: who sent it (its class, fairness name and cap: router/runtime/fair.py)."""
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
@@ -164,14 +166,14 @@ class RuntimeManager:
             and not runtime.draining
             and calm
             and self._table.has_room(runtime)
+            and self._table.under_cap(caller)
         ):
-            lease = self._grant(runtime, arrived)
+            lease = self._grant(runtime, arrived, caller)
         else:
             await self.ledger.admit(spec)
             timeout = self._settings.runtime.queue_timeout
-            lease = await self._enqueue(
-                spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
-            )
+            bound = (timeout, "runtime.queue_timeout")
+            lease = await self._enqueue(spec, lane, arrived, bound, ticket, caller)
         if keep_alive is not None:
             # Held by this lease, so no idle timer runs: the next release arms it anew.
             lease.runtime.keep_alive = keep_alive
@@ -199,7 +201,7 @@ class RuntimeManager:
         rt = self._settings.runtime
         bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
         setting = "runtime.max_batch_wait + stop_grace + load_timeout"
-        lease = await self._enqueue(spec, lane, self._clock(), bound, setting)
+        lease = await self._enqueue(spec, lane, self._clock(), (bound, setting))
         try:
             return self._view(lease.runtime)
         finally:
@@ -343,10 +345,12 @@ class RuntimeManager:
         spec: RuntimeSpec,
         lane: Lane,
         arrived: float,
-        bound: float,
-        setting: str,
+        limit: tuple[float, str],
         ticket: Ticket | None = None,
+        caller: Caller = ANONYMOUS,
     ) -> Lease:
+        """Queue a request; `limit`: how long it may wait, and the setting that says so."""
+        bound, setting = limit
         waiting = self._queues.waiting(lane)
         max_queue = self._settings.runtime.max_queue
         if waiting >= max_queue:
@@ -355,7 +359,7 @@ class RuntimeManager:
                 retry_after=scheduler.retry_after(waiting, max_queue),
             )
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(spec, arrived, lane, future)
+        waiter = Waiter(spec, arrived, lane, future, caller=caller)
         self._queues.add(waiter)
         if ticket is not None:
             ticket.waiter = waiter
@@ -382,10 +386,12 @@ class RuntimeManager:
             future.result().release()
         self._pump.run()
 
-    def _grant(self, runtime: Runtime, arrived: float) -> Lease:
+    def _grant(self, runtime: Runtime, arrived: float, caller: Caller) -> Lease:
         runtime.leases += 1
+        self._table.take(caller)
         self.ledger.holdings.uses.note(runtime.key)
         granted = self._clock()
+        _note_use(runtime, caller, granted)
         runtime.lease_starts.append(granted)  # the ETA's drain: the youngest running request
         self._poke()
         runtime.cancel_idle_timer()
@@ -393,7 +399,10 @@ class RuntimeManager:
 
         def release(held: Runtime) -> None:
             held.lease_starts.remove(granted)
-            self.request_times.add(held.config.id, self._clock() - granted)
+            now = self._clock()
+            self.request_times.add(held.config.id, now - granted)
+            _note_use(held, caller, now)
+            self._table.let_go(caller)
             self._release(held)
 
         return Lease(runtime, (granted - arrived) * 1000.0, release)
@@ -437,6 +446,12 @@ class RuntimeManager:
 
     def memory_now(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         return self.ledger.memory_now()
+
+
+def _note_use(runtime: Runtime, caller: Caller, now: float) -> None:
+    """An interactive request holds `runtime` now (its guard against batch loads)."""
+    if caller.priority is Priority.INTERACTIVE:
+        runtime.interactive_at = now
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]
