@@ -29,6 +29,7 @@ SCRIPTS = [
     "readahead",
     "residency",
     "eta",
+    "fair_queue",
 ]
 
 

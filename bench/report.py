@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench import eta, lending, real_backend
+from bench import eta, fair_queue, lending, real_backend
 
 RESULTS = c.BENCH / "RESULTS.md"
 CHART = c.BENCH / "results.png"
@@ -151,6 +151,7 @@ def targets(d: dict[str, dict[str, Any]]) -> list[str]:
         *real_backend.target_rows(d.get("real_backend", {})),
         *lending.target_rows(d.get("lending", {})),
         *eta.target_rows(d.get("eta", {})),
+        *fair_queue.target_rows(d.get("fair_queue", {})),
     ]
     out = ["| Goal | Target | Reached | Verdict |", "|---|---|---|---|"]
     for name, tgt, val, lim, hib, unit, nd in rows:
