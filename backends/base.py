@@ -213,8 +213,20 @@ class RouteTable:
         self._entries: list[tuple[frozenset[str], re.Pattern[str]]] = []
         for methods, template in entries:
             self._entries.append((frozenset(methods.split()), _template_regex(template)))
+        # Every forwarded request asks; a handful of paths are asked again and again. Bounded:
+        # the path is the client's to choose.
+        self._seen: dict[tuple[str, str], bool] = {}
 
     def matches(self, path: str, method: str) -> bool:
+        known = self._seen.get((path, method))
+        if known is not None:
+            return known
+        if len(self._seen) >= 512:
+            self._seen.clear()
+        self._seen[(path, method)] = found = self._match(path, method)
+        return found
+
+    def _match(self, path: str, method: str) -> bool:
         method = "GET" if method.upper() == "HEAD" else method.upper()
         path = path.split("?", 1)[0]
         if len(path) > 1:

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ctypes
 import enum
+import fcntl
 import logging
 import os
 import secrets
@@ -55,8 +57,11 @@ MAX_LINE = 16384  # longer lines are emitted (and kept) in pieces of this size
 # child's next writes arrive as one read: llama-server writes each log line in several
 # write()s, ~6 lines per request, and every read woke the router's event loop (~75 us per
 # request in bench/RESULTS.md, issue 17). Before that, lines are read as they come: the
-# readiness line and load progress must not wait.
-READ_COALESCE_S = 0.004
+# readiness line and load progress must not wait. At 10 ms a 64 KiB pipe holds 6 MB/s of log
+# (llama-server writes ~3 KB per request, ~30 lines); detached pipes are also enlarged to
+# SERVING_PIPE_BYTES where the system allows, so a busy backend never waits on its log.
+READ_COALESCE_S = 0.01
+SERVING_PIPE_BYTES = 1 << 20
 _KILL_WAIT = 5.0  # bound on waiting for SIGKILLed processes (D-state can delay death)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -138,7 +143,9 @@ class SupervisedProcess:
         self._pidfile = pidfile_dir / f"{name}.pid" if pidfile_dir is not None else None
         self._on_output = on_output
         self._coalesce = False  # set by detach_output: the backend is serving
-        self._ring: collections.deque[str] = collections.deque(maxlen=max(1, ring_lines))
+        # Raw lines, decoded only when read (tail): a serving llama-server writes ~30 lines
+        # per request, and most are never read (bench/profile_proxy.py).
+        self._ring: collections.deque[bytes] = collections.deque(maxlen=max(1, ring_lines))
         self._partial: dict[str, bytes] = {}
         self._streams: dict[str, IO[bytes]] = {}
         self._eof = asyncio.Event()
@@ -171,7 +178,8 @@ class SupervisedProcess:
 
     def tail(self, n: int = 50) -> list[str]:
         """The last n output lines of both streams, in arrival order."""
-        return list(self._ring)[-n:] if n > 0 else []
+        lines = list(self._ring)[-n:] if n > 0 else []
+        return [line.decode("utf-8", errors="replace") for line in lines]
 
     async def start(self) -> None:
         if self._state is not ProcState.STARTING or self._popen is not None:
@@ -279,8 +287,14 @@ class SupervisedProcess:
             lines.append(rest[:MAX_LINE])
             rest = rest[MAX_LINE:]
         self._partial[name] = rest
+        if self._on_output is None and len(buf) <= MAX_LINE and b"\r" not in buf:
+            self._ring.extend(lines)  # detached, short lines: all the loop below would do
+            return True
         for line in lines:
             line = line.rstrip(b"\r")
+            if self._on_output is None and len(line) <= MAX_LINE:
+                self._ring.append(line)  # detached (serving): all _emit would do
+                continue
             for start in range(0, max(len(line), 1), MAX_LINE):
                 self._emit(name, line[start : start + MAX_LINE])
         return True
@@ -298,9 +312,12 @@ class SupervisedProcess:
         reads are coalesced from now on."""
         self._on_output = None
         self._coalesce = True
+        for fh in self._streams.values():
+            with contextlib.suppress(OSError, ValueError):  # above fs.pipe-max-size: kept
+                fcntl.fcntl(fh.fileno(), fcntl.F_SETPIPE_SZ, SERVING_PIPE_BYTES)
 
     def _emit(self, name: str, line: bytes) -> None:
-        self._ring.append(line.decode("utf-8", errors="replace"))
+        self._ring.append(line)
         if self._on_output is not None:
             try:
                 self._on_output(name, line)

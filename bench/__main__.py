@@ -21,6 +21,7 @@ SCRIPTS = [
     "streams",
     "cold_start",
     "real_backend",
+    "profile_proxy",
     "cluster",
     "ui_render",
     "lending",
@@ -30,6 +31,7 @@ SCRIPTS = [
     "residency",
     "eta",
     "fair_queue",
+    "keys",
 ]
 
 

@@ -230,6 +230,8 @@ class Router:
     max_per_peer: int = 64
     runtime: str = "max_queue: 1024"  # the `runtime:` section's keys, YAML flow style
     analytics_keys: str = ""  # more `analytics:` keys, YAML flow style (load_capture_enabled)
+    # The command that runs `tensor-router` (bench/profile_proxy.py: under a profiler).
+    launcher: list[str] | None = None
     proc: Proc | None = None
 
     def start(self) -> Router:
@@ -252,7 +254,7 @@ class Router:
             f"runtime: {{{self.runtime}}}\n" + self.extra_yaml
         )
         tr = VENV_BIN / "tensor-router"
-        argv = [str(tr)] if tr.exists() else [PY, "-m", "router.cli"]
+        argv = self.launcher or ([str(tr)] if tr.exists() else [PY, "-m", "router.cli"])
         self.proc = Proc(
             [
                 *argv,

@@ -78,6 +78,28 @@ def start_llama_router(stack: c.Stack, wd: Path, llama: str, model: Path) -> dic
     return urls
 
 
+def start_router(
+    wd: Path, stack: c.Stack, llama: str, launcher: list[str] | None = None
+) -> tuple[c.Router, dict[str, Path]]:
+    """tensor-router (analytics on) with chat-a loaded on the real llama-server; the demo
+    model files. `launcher`: the command that runs the router (bench/profile_proxy.py)."""
+    from router.demo_models import generate_demo_models
+
+    files = generate_demo_models(wd / "demo", whisper=False)
+    router = c.Router(
+        wd / "router",
+        {"chat-a": files["chat-a"]},
+        llama_wrapper(wd / "llama-server", llama),
+        analytics=True,
+        extra_kcpps={"chat-a": {"contextsize": 2048}},
+        launcher=launcher,
+    )
+    stack.callback(router.stop)
+    router.start()
+    router.load("chat-a")
+    return router, files
+
+
 def run_arm(url: str, block: float, procs: dict[str, list[psutil.Process]]) -> dict[str, Any]:
     """Every scenario once; with each, the CPU per request of the router and of llama-server
     (the router's is what it costs a 2-core box, whoever's latency it lands in)."""
@@ -149,20 +171,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         c.save(opts, "real_backend", skipped)
         return skipped
-    from router.demo_models import generate_demo_models
-
     with c.workdir("real-backend") as wd, c.Stack() as stack:
-        files = generate_demo_models(wd / "demo", whisper=False)
-        router = c.Router(
-            wd / "router",
-            {"chat-a": files["chat-a"]},
-            llama_wrapper(wd / "llama-server", llama),
-            analytics=True,
-            extra_kcpps={"chat-a": {"contextsize": 2048}},
-        )
-        stack.callback(router.stop)
-        router.start()
-        router.load("chat-a")
+        router, files = start_router(wd, stack, llama)
         direct = f"http://127.0.0.1:{router.backend('chat-a')['port']}"
         nginx, nginx_url = start_nginx_proxy(wd, int(direct.rsplit(":", 1)[1]))
         stack.proc(nginx)

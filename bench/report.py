@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench import eta, fair_queue, lending, real_backend
+from bench import eta, fair_queue, keys, lending, profile_proxy, real_backend
 
 RESULTS = c.BENCH / "RESULTS.md"
 CHART = c.BENCH / "results.png"
@@ -152,6 +152,7 @@ def targets(d: dict[str, dict[str, Any]]) -> list[str]:
         *lending.target_rows(d.get("lending", {})),
         *eta.target_rows(d.get("eta", {})),
         *fair_queue.target_rows(d.get("fair_queue", {})),
+        *keys.target_rows(d.get("keys", {})),
     ]
     out = ["| Goal | Target | Reached | Verdict |", "|---|---|---|---|"]
     for name, tgt, val, lim, hib, unit, nd in rows:
@@ -292,6 +293,8 @@ def section(d: dict[str, dict[str, Any]], command: str, elapsed: str) -> str:
     rb = d.get("real_backend")
     if rb:
         L += real_backend.report_lines(rb, d.get("latency"))
+    if d.get("profile_proxy"):
+        L += profile_proxy.report_lines(d["profile_proxy"])
     rss = d.get("rss")
     if rss and "points" in rss:
         L += [

@@ -14,6 +14,9 @@ real flags (`-m M --host H --port P --alias A ...`; unknown flags are ignored). 
   client computes per-event delay exactly). Pacing comes from the request's `seed`, which every
   OpenAI-compatible proxy forwards: seed = rate_tokens_per_s * 10000 + ttft_ms (0: no TTFT,
   as fast as possible).
+- `--bench-mode raw`: a bare asyncio protocol (no HTTP library) answering every request with
+  the same fixed completion, keep-alive: the instant upstream where nginx is not installed,
+  at a few tens of microseconds of CPU per request (bench/profile_proxy.py).
 """
 
 from __future__ import annotations
@@ -179,10 +182,69 @@ def serve_stream(opts: dict[str, str]) -> None:
     )
 
 
+def raw_answer(body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+
+
+class RawHTTP(asyncio.Protocol):
+    """HTTP/1.1 keep-alive, just enough for the router: the request head, then a body of its
+    Content-Length; each request answered at once with the fixed answer of its path."""
+
+    def __init__(self, answers: dict[bytes, bytes]) -> None:
+        self.answers, self.buf = answers, b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            head = self.buf[:end].lower()
+            at = head.find(b"content-length:")
+            size = int(head[at + 15 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
+            if len(self.buf) < end + 4 + size:
+                return
+            path = head.split(b" ", 2)[1].split(b"?", 1)[0]
+            self.buf = self.buf[end + 4 + size :]
+            assert self.transport is not None
+            self.transport.write(self.answers.get(path, self.answers[b"*"]))
+
+
+def serve_raw(opts: dict[str, str]) -> None:
+    props = json.dumps({"model_path": opts["model"], "total_slots": 1}).encode()
+    models = {"object": "list", "data": [{"id": opts["alias"], "object": "model"}]}
+    answers = {
+        b"/health": raw_answer(b'{"status":"ok"}'),
+        b"/props": raw_answer(props),
+        b"/v1/models": raw_answer(json.dumps(models).encode()),
+        b"*": raw_answer(ANSWER),
+    }
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: RawHTTP(answers), opts["host"], int(opts["port"]), backlog=1024
+        )
+        print("model loaded (raw upstream)", flush=True)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(run())
+
+
 def main() -> None:
     opts = parse(sys.argv[1:])
     if opts["mode"] == "nginx":
         exec_nginx(opts)
+    elif opts["mode"] == "raw":
+        serve_raw(opts)
     else:
         serve_stream(opts)
 

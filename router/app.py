@@ -20,45 +20,37 @@ Middleware order (outermost first), as DESIGN.md section 5 lays it down:
   then the dispatcher: the route table's `handler` name -> the handler.
 
 Resources live in `cleanup_ctx`, started in dependency order and closed in reverse:
-client session -> store -> catalog -> backend setup -> memory figures -> runtimes (-> startup
+client session -> store -> scoped keys -> catalog -> backend setup -> memory figures -> runtimes (-> startup
 model) -> image lane -> ComfyUI jobs -> site files -> benchmarks -> guardians -> cluster service
 (built, not yet run) -> lending (one service: links, settings, planner, gates, push) ->
-downloads -> cluster (run) -> backend WebUIs. Each lifetime but the core ones here lives in the
-package whose resource it starts (the API faces, router.lending).
+downloads -> cluster (run) -> backend WebUIs. The node's own resources (store to runtimes, lending)
+live in router/lifetimes.py; the client session and the cluster's here (they hold the raw session);
+the rest in the package whose resource it starts (the API faces).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import os
 import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from backends.base import built_backends_dir
-from backends.process import hold_watchdog, reap_stale, release_watchdog
-from backends.recipes import default_recipes, load_recipes
-from router import lending
+from router import lifetimes
 from router.api import HANDLERS, admin, inference, node, site
 from router.appkeys import (
     AUTH,
-    BACKEND_SETUP,
     BACKENDS,
     CATALOG,
     CLUSTER,
     DISPATCH,
     EVENTS,
-    FIGURES,
     INFLIGHT,
-    KV_CACHES,
-    LAUNCH_OPTIONS,
+    KEYS,
     LOAD_TIMES,
     MAIN_APP,
     MATCH,
@@ -71,7 +63,6 @@ from router.appkeys import (
     SESSIONS,
     SETTINGS,
     SHUTDOWN,
-    STORE,
     UI_LOGINS,
 )
 from router.backend_client import BackendClient
@@ -87,31 +78,18 @@ from router.cluster import (
     node_models,
     read_node_memory,
 )
-from router.config import Catalog, CatalogChange, Settings
+from router.config import Settings
 from router.edge import Handler, Sessions, auth, edge_errors, guards, queue_wait, secrets_of
 from router.edge.cors import CorsPolicy, add_allow_origin, cors_preflight
 from router.edge.inflight import InFlight, inflight_middleware
 from router.edge.ui_sessions import LoginLimiter, UiSessions
-from router.errors import NotImplementedRoute, RouteNotFound, RouterError
+from router.errors import NotImplementedRoute, RouteNotFound
 from router.forwarding import Proxy
-from router.memory.book import FigureBook
-from router.memory.host import HostRoom
+from router.keys import KeyBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.load_times import LoadTimes
-from router.runtime import Loader, RuntimeManager, observer_factory
-from router.runtime.hooks import SwapHooks
-from router.runtime.kvcache import KvCaches
-from router.runtime.measuring import Measuring
-from router.runtime.readahead import ReadAhead
-from router.runtime.sleep import VllmSleep
-from router.setup import BackendSetup, LaunchOptions
-from router.store import Store
 
 log = logging.getLogger(__name__)
-
-# How often `models.config_dir` is rescanned for files added, edited or removed on disk.
-# A poll, not inotify: it also sees network mounts and editors that replace the file.
-CATALOG_POLL_SECONDS = 2.0
 
 # Every path reaches the dispatcher, which classifies it (router/classify/table.py). `[\s\S]`, not
 # `.`: a decoded path may hold a line feed, and aiohttp's own plain-text 404 would answer it.
@@ -184,6 +162,7 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
         auth.KeyRing.from_settings(settings),
         settings,
         UiSessions(settings.ui.session_ttl, settings.ui.max_sessions),
+        KeyBook(),  # filled from the store by admin.keys_context
     )
     inflight = InFlight()
     cors = CorsPolicy(settings.server.cors_origins)
@@ -195,13 +174,14 @@ def create_app(settings: Settings, *, metrics: Metrics | None = None) -> web.App
     if cors.enabled:
         app.on_response_prepare.append(add_allow_origin(cors, route_of))
     app[AUTH] = policy
+    app[KEYS] = policy.scoped
     app[UI_LOGINS] = LoginLimiter(settings.ui.login_failures_per_minute)
     _records(app, settings, metrics or Metrics())
     app[SHUTDOWN] = _signal_self
     app[SESSIONS] = Sessions()
     app[INFLIGHT] = inflight
     app.cleanup_ctx.extend(_CONTEXTS)
-    app.on_shutdown.append(_begin_drain)
+    app.on_shutdown.append(lifetimes.begin_drain)
     app.on_response_prepare.append(queue_wait.on_prepare)
     app[DISPATCH] = dispatcher(handler_table(settings), names=_names(settings))
     app[NODE_DISPATCH] = dispatcher(HANDLERS)
@@ -276,166 +256,6 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
         await app[PROXY].close()
 
 
-async def _store(app: web.Application) -> AsyncIterator[None]:
-    """Analytics, load captures, load errors and model state; flushed when it closes (R29)."""
-    settings = app[SETTINGS]
-    store = await Store.open(
-        settings.analytics.database_path or state_dir(settings) / "router.sqlite",
-        node_id=settings.cluster.node_id,
-        analytics=settings.analytics,
-    )
-    app[STORE] = store
-
-    def incident(info: dict[str, Any]) -> None:  # router/store/file_watch.py
-        app[METRICS].store_replaced.inc()
-        app[EVENTS].publish("store_replaced", **info)  # the WebUI's banner
-
-    store.on_incident = incident
-    app[LOAD_TIMES].seed(await store.load_attempts.durations())
-    # Off means off: no row is even built (bench/analytics compares the two).
-    app[RECORDER].sink = store if settings.analytics.enabled else None
-    yield
-    app[RECORDER].sink = None
-    await store.close()
-
-
-async def _catalog(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    store = app[STORE]
-    catalog = Catalog(
-        settings.models.config_dir,
-        settings.backend.mode,
-        settings.models.file_roots,
-        on_state_change=store.model_states.set_disabled,
-    )
-    catalog.load_disabled(await store.model_states.disabled())
-    await catalog.refresh()
-    for name, problem in catalog.errors.items():
-        log.warning("skipped %s: %s", name, problem)
-    app[CATALOG] = catalog
-    # Announced from here on (the first scan above is the startup state, not a change).
-    catalog.on_change = functools.partial(_announce_catalog, app[EVENTS])
-    watcher = asyncio.create_task(catalog.watch(CATALOG_POLL_SECONDS))
-    yield
-    watcher.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await watcher
-    await catalog.close()
-
-
-def _announce_catalog(bus: EventBus, change: CatalogChange) -> None:
-    """The `catalog` event on /router/v1/events: what a refresh added, changed or removed."""
-    bus.publish(
-        "catalog",
-        added=list(change.added),
-        changed=list(change.changed),
-        removed=list(change.removed),
-        errors=dict(change.errors),
-    )
-
-
-def state_dir(settings: Settings) -> Path:
-    base = settings.analytics.database_path
-    folder = base.parent if base is not None else Path.cwd() / "data"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-async def _backend_setup(app: web.Application) -> AsyncIterator[None]:
-    """Init jobs and vLLM's launch options (docs/backends-setup.md); running jobs are
-    cancelled when the router stops, after the runtimes (closed before this)."""
-    settings = app[SETTINGS]
-    folder = state_dir(settings)
-    app[LAUNCH_OPTIONS] = LaunchOptions(folder / "launch-options.json", settings)
-    recipe_file = settings.setup.recipes_file
-    recipes = load_recipes(recipe_file) if recipe_file is not None else default_recipes()
-    service = BackendSetup(
-        recipes,
-        root=built_backends_dir(),
-        jobs_dir=folder / "backend-setup",
-        section=settings.setup,
-        node_id=settings.cluster.node_id,
-        events=app[EVENTS],
-    )
-    app[BACKEND_SETUP] = service
-    yield
-    await service.close()
-
-
-async def _figures(app: web.Application) -> AsyncIterator[None]:
-    """Measured memory (docs/residency.md): the store's figures cached, before the runtimes
-    that measure into it; pending measurements finish (bounded) after the runtimes stop."""
-    book = FigureBook(app[STORE].memory)
-    await book.load()
-    app[FIGURES] = measuring = Measuring(book, app[SETTINGS])
-    yield
-    await measuring.close()
-
-
-async def _runtimes(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    pid_dir = state_dir(settings) / "pids"
-    pid_dir.mkdir(parents=True, exist_ok=True)
-    reaped = reap_stale(pid_dir)
-    if reaped:
-        log.warning("stopped %d backend process(es) left by a previous router", len(reaped))
-    kv = KvCaches(settings, app[BACKENDS], state_dir(settings) / "kv-cache")
-    app[KV_CACHES] = kv
-    # Host memory for the read-ahead and the vLLM sleep is judged by the memory package over
-    # the manager's live ledger (built below; asked only once the manager runs).
-    host = HostRoom(lambda: manager.live_ledger(), settings.memory.reserve)
-    readahead = ReadAhead(settings, app[EVENTS].publish, host)
-    sleep = VllmSleep(settings, app[BACKENDS], host)
-    # KV restore runs before the measurement, so the figure includes the restored cache.
-    hooks = SwapHooks([kv, readahead, sleep, app[FIGURES]])
-    loader = Loader(
-        settings, app[BACKENDS], pid_dir, env_overlay=app[LAUNCH_OPTIONS].env_for, hooks=hooks
-    )
-    store = app[STORE]
-    manager = RuntimeManager(
-        settings,
-        loader,
-        app[EVENTS],
-        hooks=hooks,
-        figures=app[FIGURES],
-        on_load_error=store.load_errors.record,
-        observer=observer_factory(store, readahead.at_load),
-        usual_load=app[LOAD_TIMES].usual,
-    )
-    app[RUNTIMES] = manager
-    app[METRICS].watch(manager)
-    hold_watchdog()  # started now, off every cold-start path; stopped with the router
-    startup = asyncio.create_task(_startup_model(app)) if settings.models.startup_model else None
-    try:
-        yield
-    finally:
-        if startup is not None:
-            startup.cancel()  # a load still running is stopped by the shutdown below
-            await asyncio.gather(startup, return_exceptions=True)
-        await manager.shutdown(0)
-        await readahead.close()
-        app[METRICS].unwatch()
-        release_watchdog()
-
-
-async def _startup_model(app: web.Application) -> None:
-    model_id = app[SETTINGS].models.startup_model
-    assert model_id is not None
-    config = app[CATALOG].resolve(model_id)
-    if config is None:
-        log.error("models.startup_model %r is not in the catalog", model_id)
-        return
-    try:
-        await app[RUNTIMES].load(config)
-    except RouterError as err:
-        log.error("startup model %s failed to load: %s", model_id, err.message)
-
-
-async def _begin_drain(app: web.Application) -> None:
-    """Listener already closed: queued requests get 503; running work may finish (R27)."""
-    app[RUNTIMES].refuse_new_work()
-
-
 async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     """The registry and its client, built before lending (which is handed the service) and
     run by `_cluster` once the rest is ready to be announced (docs/cluster.md)."""
@@ -485,11 +305,12 @@ async def _cluster(app: web.Application) -> AsyncIterator[None]:
 # create_app's contexts: started in this order and cleaned up in the reverse one.
 _CONTEXTS = (
     _client_session,
-    _store,
-    _catalog,
-    _backend_setup,
-    _figures,
-    _runtimes,
+    lifetimes.store_context,
+    admin.keys_context,  # scoped keys, loaded from the store
+    lifetimes.catalog_context,
+    lifetimes.backend_setup_context,
+    lifetimes.figures_context,
+    lifetimes.runtimes_context,
     inference.ollama_context,
     inference.responses_context,  # after the runtimes its table points at
     inference.images_context,
@@ -498,7 +319,7 @@ _CONTEXTS = (
     site.benchmarks_context,
     site.guardians_context,
     _cluster_service,  # built here, run by `_cluster` (lending reads it)
-    lending.lending_context,
+    lifetimes.lending_context,
     site.downloads_context,  # before the cluster announces this node
     _cluster,
     site.webuis_context,

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from router.edge.sessions import Sessions
     from router.edge.ui_sessions import LoginLimiter
     from router.forwarding import Proxy
+    from router.keys import KeyBook
+    from router.lending import Lending
     from router.media import ImageLane
     from router.records import EventBus, Metrics, Recorder
     from router.records.load_times import LoadTimes
@@ -68,6 +70,8 @@ KV_CACHES: web.AppKey[KvCaches] = web.AppKey("kv_caches")
 # The auth policy (keys, profile, WebUI sessions) and the failed-login limiter (api/admin/ui.py).
 AUTH: web.AppKey[Policy] = web.AppKey("auth_policy")
 UI_LOGINS: web.AppKey[LoginLimiter] = web.AppKey("ui_logins")
+# The live scoped keys (router/keys): the same book the auth policy matches against.
+KEYS: web.AppKey[KeyBook] = web.AppKey("scoped_keys")
 # The cluster role's runtime: registry, polling or registration (router/cluster/service.py).
 CLUSTER: web.AppKey[ClusterService] = web.AppKey("cluster")
 # The app's dispatcher: node routes hand an inner request to it (router/api/node/node.py).
@@ -87,6 +91,8 @@ MAIN_APP: web.AppKey[web.Application] = web.AppKey("main_app")
 FIGURES: web.AppKey[Measuring] = web.AppKey("memory_figures")
 # Guardian assignments in force (router/api/site/guardians.py); replaced whole on a change.
 GUARDIANS: web.AppKey[GuardianTable] = web.AppKey("guardians")
+# Lending on this node (router/lending/service.py), opened by router/lifetimes.py.
+LENDING: web.AppKey[Lending] = web.AppKey("lending")
 # Asks the server to stop gracefully (server.py sets it to its stop event).
 SHUTDOWN: web.AppKey[Callable[[], None]] = web.AppKey("shutdown")
 

@@ -18,13 +18,14 @@ import pytest
 ROUTER = Path(__file__).resolve().parent.parent / "router"
 
 # Who may hold the raw session: the wiring that makes it, the client to backends, the proxy
-# that carries client requests, and the one client to other routers.
+# that carries client requests (and its opening half), and the one client to other routers.
 ALLOWED = frozenset(
     {
         "app.py",
         "backend_client/client.py",
         "backend_client/session.py",
         "forwarding/proxy.py",
+        "forwarding/opening.py",
         "cluster/client.py",
     }
 )

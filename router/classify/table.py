@@ -129,6 +129,11 @@ TABLE: tuple[Route, ...] = (
     _admin("/router/v1/shutdown", "POST", "control.shutdown", Surface.CONTROL),
     _admin("/router/v1/events", "GET", "control.events", Surface.CONTROL),
     _admin("/router/v1/status", "GET", "control.status", Surface.CONTROL),
+    # Scoped keys (docs/configuration.md, "Scoped keys"): this router's own table, never relayed.
+    _admin("/router/v1/keys", "GET", "keys.list", Surface.CONTROL),
+    _admin("/router/v1/keys", "POST", "keys.create", Surface.CONTROL),
+    _admin("/router/v1/keys/{name}", "PATCH", "keys.change", Surface.CONTROL),
+    _admin("/router/v1/keys/{name}", "DELETE", "keys.revoke", Surface.CONTROL),
     _addressed("/router/v1/benchmarks", "GET", "bench.list", Surface.CONTROL),
     _posted("/router/v1/benchmarks/run", "POST", "bench.run", Surface.CONTROL),
     # -- the admin WebUI's sign-in: public (a browser without a credential asks here)

@@ -1,7 +1,7 @@
 """A node's memory as its snapshot carries it (issue 25): the devices of its ledger, each
 resident configuration's memory and each configuration's estimate.
 
-Read from the runtime manager's own answers (`memory_status`, the figures GET
+Read from the runtime manager's own answers (`memory_now`, the snapshot GET
 /router/v1/status shows, and `plan`, the dry run), never computed a second way. The service
 keeps the last reading (`ClusterService.memory`) and refreshes it before each registration,
 each poll round and each answer to GET /router/v1/node/models.
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class MemoryReader(Protocol):
     """The runtime manager's memory answers (router/runtime/ledger.py)."""
 
-    async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]: ...
+    def memory_now(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]: ...
     async def plan(self, config: ModelConfig, lane: Any = None) -> Plan: ...
 
 
@@ -72,7 +72,9 @@ def resident_of(per_runtime: dict[str, dict[str, Any]]) -> dict[str, RuntimeMemo
 
 
 async def read_node_memory(manager: MemoryReader, configs: Iterable[ModelConfig]) -> NodeMemory:
-    per_runtime, rows = await manager.memory_status()
+    # The status snapshot (issue 32): a runtime whose estimate is still being read is left out
+    # until it is known, rather than holding the node's snapshot.
+    per_runtime, rows = manager.memory_now()
     estimates: dict[str, dict[str, int]] = {}
     evicts: dict[str, bool] = {}
     for config in configs:

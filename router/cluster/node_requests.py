@@ -12,8 +12,11 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from router.domain import ANONYMOUS, Caller
+from router.edge import CALLER
 from router.forwarding import Selection
 from router.forwarding.selector import SELECTOR_HEADER
+from router.keys import CALLER_HEADER, caller_header
 
 INFERENCE_PREFIX = "/router/v1/node/inference"
 
@@ -47,10 +50,12 @@ class Asked:
     method: str
     url: URL
     headers: Mapping[str, str]
+    caller: Caller = ANONYMOUS  # the scoped key that sent it (its name and class go along)
 
     @classmethod
     def of(cls, request: web.BaseRequest) -> Asked:
-        return cls(request.method, request.rel_url, request.headers)
+        caller = request.get(CALLER) if isinstance(request, web.Request) else None
+        return cls(request.method, request.rel_url, request.headers, caller or ANONYMOUS)
 
     @property
     def path(self) -> str:
@@ -65,6 +70,8 @@ def node_headers(asked: Asked, token: str, selection: Selection, local_id: str) 
     if selection.source == "header":
         out[SELECTOR_HEADER] = local_id
     out["Authorization"] = f"Bearer {token}"
+    if asked.caller.name:  # the node orders and records it as the key's (never the secret)
+        out[CALLER_HEADER] = caller_header(asked.caller)
     return out
 
 

@@ -1,10 +1,10 @@
 """The `router.yaml` schema: typed, frozen `Settings` sections (DESIGN.md section 3,
 docs/configuration.md).
 
-Pure: reading the YAML, the credential files and the rules that span keys (credentials, cluster
-URLs, the secure-profile bind rule) live in `router.config.load`. Each model here checks its
-own values only, so tests elsewhere can build a `Settings` by hand without inventing
-production-grade keys. The `runtime` and `memory` sections are in runtime_sections.py; the field
+Pure: reading the YAML and the credential files live in `router.config.load`, the rules that
+span keys (credentials, cluster URLs, the secure-profile bind rule) in `router.config.policy`.
+Each model here checks its own values only, so tests elsewhere can build a `Settings` by hand
+without inventing production-grade keys. The `runtime` and `memory` sections are in runtime_sections.py; the field
 types in durations.py, sizes.py and addresses.py.
 """
 

@@ -16,6 +16,7 @@ from router.edge.bodies import (
     read_capped_stream,
     read_json,
 )
+from router.edge.caller import CALLER
 from router.edge.errors import ARRIVED, edge_errors
 from router.edge.guards import Handler, Middleware, RouteOf, split_host, surface_of
 from router.edge.headers import (
@@ -33,10 +34,18 @@ from router.edge.params import (
     query_int,
     refuse_addresses,
 )
-from router.edge.request import arrived, match_of, matched_route
+from router.edge.request import (
+    arrived,
+    caller_of,
+    match_of,
+    matched_route,
+    may_use,
+    scoped_key_of,
+)
 from router.edge.sessions import Sessions
 
 __all__ = [
+    "CALLER",
     "SSE_HEADERS",
     "ARRIVED",
     "RAW_BODY",
@@ -51,6 +60,9 @@ __all__ = [
     "is_streaming",
     "mark_streaming",
     "match_of",
+    "may_use",
+    "scoped_key_of",
+    "caller_of",
     "matched_route",
     "node_filter",
     "node_named",

@@ -6,8 +6,9 @@ in docs/security.md; in short: inference routes take inference or admin keys, ad
 admin keys, `/router/v1/node/...` only the cluster token, and the cluster token nothing else.
 
 Keys are kept only as SHA-256 digests. A presented key is hashed once and compared with every
-stored digest through `hmac.compare_digest`, always all of them, so neither the time taken nor
-the code path depends on which key (if any) matched (S18). A plain hash, not a KDF: keys are
+stored digest through `hmac.compare_digest`, always all of them (the router.yaml keys and the
+scoped keys of router/keys both), so neither the time taken nor the code path depends on which
+key (if any) matched (S18). A plain hash, not a KDF: keys are
 long random tokens, and a KDF per request would cost more than the proxying itself (S19).
 """
 
@@ -24,8 +25,10 @@ from aiohttp import web
 from router import errors
 from router.config import Settings
 from router.domain import Role, Surface
+from router.edge.caller import attach
 from router.edge.guards import ORIGIN_FREE_METHODS, Handler, Middleware, RouteOf
 from router.edge.ui_sessions import COOKIE_NAME, CSRF_HEADER, UiSession, UiSessions
+from router.keys import KeyBook
 
 # Refused as credentials (they end up in logs and browser history); named in the 401 message.
 QUERY_CREDENTIAL_PARAMS = frozenset({"key", "api_key", "apikey", "token", "access_token"})
@@ -105,9 +108,10 @@ class KeyRing:
 
     def role_for(self, presented: str | None) -> Role | None:
         """The role of a presented key, or None. Hashes once; compares with every digest."""
-        if not presented:
-            return None
-        probe = digest(presented)
+        return self.role_of_digest(digest(presented)) if presented else None
+
+    def role_of_digest(self, probe: bytes) -> Role | None:
+        """The role of a presented key's digest, or None; compares with every digest."""
         matched = 0
         for stored, bit in self._entries:
             # Multiply instead of `if`: the loop body is the same for matches and misses.
@@ -166,10 +170,16 @@ class Policy:
     """
 
     def __init__(
-        self, keyring: KeyRing, settings: Settings, sessions: UiSessions | None = None
+        self,
+        keyring: KeyRing,
+        settings: Settings,
+        sessions: UiSessions | None = None,
+        scoped: KeyBook | None = None,
     ) -> None:
         self.keyring = keyring
         self.sessions = sessions
+        # Scoped keys (router/keys): inference keys made at run time, loaded from the store.
+        self.scoped = scoped if scoped is not None else KeyBook()
         self.trusted_lan = settings.security.profile == "trusted_lan"
         # secure + loopback bind + no API key configured: a single-user machine, keys off.
         # (settings refuse a non-loopback bind in secure without keys; this is the backstop.)
@@ -220,8 +230,16 @@ class Policy:
                     "cluster routes are disabled: no cluster token is configured"
                 )
         elif self.trusted_lan or self.keyless_local:
+            self._identify(request)  # no key needed; a scoped key sent still names its caller
             return None
         return self._role_of_key(request, required)
+
+    def _identify(self, request: web.Request) -> None:
+        credential = presented_credential(request.headers)
+        if credential is not None and self.scoped.active:
+            key = self.scoped.match(digest(credential))
+            if key is not None:
+                attach(request, key)
 
     def _role_of_key(self, request: web.Request, required: Role) -> Role:
         credential = presented_credential(request.headers)
@@ -232,7 +250,13 @@ class Policy:
                     headers={"WWW-Authenticate": "Bearer"},
                 )
             raise _missing(request)
-        role = self.keyring.role_for(credential)
+        probe = digest(credential)
+        role = self.keyring.role_of_digest(probe)
+        # Always run, whatever the key ring said: the time taken names no key set (S18).
+        key = self.scoped.match(probe)
+        if role is None and key is not None:
+            role = Role.INFERENCE
+            attach(request, key)
         if role is None:
             raise errors.Unauthorized("Invalid API Key", headers={"WWW-Authenticate": "Bearer"})
         if role not in ACCEPTED[required]:

@@ -10,12 +10,12 @@ from aiohttp import web
 
 from router.classify import Match, Route
 from router.domain import ANONYMOUS, Caller
+from router.edge.caller import CALLER, SCOPED_KEY
 from router.edge.errors import ARRIVED
+from router.keys import ScopedKey
 
 MATCH: web.RequestKey[Match] = web.RequestKey("match", Match)
 ROUTE: web.RequestKey[Route] = web.RequestKey("route", Route)
-# Set by auth when a scoped key authenticated the request (router/edge/auth.py).
-CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)
 
 
 def match_of(request: web.Request) -> Match:
@@ -35,3 +35,14 @@ def caller_of(request: web.Request) -> Caller:
     """The caller that auth identified (a scoped key), or ANONYMOUS."""
     caller = request.get(CALLER)
     return caller if caller is not None else ANONYMOUS
+
+
+def scoped_key_of(request: web.Request) -> ScopedKey | None:
+    """The scoped key that authenticated the request, if one did."""
+    return request.get(SCOPED_KEY)
+
+
+def may_use(request: web.Request, model: str) -> bool:
+    """Whether the request's scoped key (if any) may use `model`: what model lists show it."""
+    key = request.get(SCOPED_KEY)
+    return key is None or key.allows(model)

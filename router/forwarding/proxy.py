@@ -1,9 +1,10 @@
 """Stream one request to a backend and its response back (DESIGN.md section 5, steps 7-8).
 
-- One pooled aiohttp client session for every backend.
-- Bodies stream both ways; SSE/NDJSON are forwarded chunk by chunk as they arrive.
-- Only connection *establishment* is retried (R30): a request the backend may have received is
-  never sent twice (R31), and nothing is retried after the first byte reached the client (R32).
+- One pooled aiohttp client session for every backend; the request is opened by
+  router/forwarding/opening.py (connect retries R30, never a resend of a request the backend
+  may have received R31, the head's deadline).
+- Bodies stream both ways; SSE/NDJSON are forwarded chunk by chunk as they arrive; nothing is
+  retried after the first byte reached the client (R32).
 - A backend that fails mid-stream ends the stream with a terminal error event in the stream's
   own format, so no client hangs or mistakes a cut stream for a finished one (R9, R10). One
   that ends the stream with its own error event is recorded as failed too (stream_end.py).
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -33,29 +34,14 @@ from multidict import CIMultiDict
 from router.edge import downstream_response_headers, mark_streaming, read_capped_stream
 from router.edge.announce import ANNOUNCED
 from router.edge.inflight import DRAIN_DEADLINE, InFlight
-from router.errors import BadGateway, GatewayTimeout
-from router.forwarding.drain import AbortDrain, Drains
+from router.errors import BadGateway
+from router.forwarding.drain import Drains
+from router.forwarding.opening import Opener, UpstreamRequest, too_slow, why
 from router.forwarding.reply import MAX_WHOLE_READ, Reply, Translation
 from router.forwarding.stream_end import stream_error
 
 TAIL_BYTES = 4096  # the last bytes of an answer, kept for the usage report
 WRITE_EWMA = 0.1  # weight of the newest whole answer in the running write-cost estimate
-CONNECT_BACKOFF = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
-
-
-def closed_keep_alive(exc: aiohttp.ClientError) -> bool:
-    """The pooled connection was closed by the backend as the request went out (llama-server
-    closes some keep-alive connections after a stream): a clean close before any answer, or
-    the body could not be written. A reset (ECONNRESET) is not this: a live backend that read
-    the body and reset keeps its 502 (R31). Sent once more on another connection, the way an
-    HTTP client retries a request that met a stale keep-alive connection."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    return (
-        isinstance(exc, aiohttp.ClientOSError)
-        and exc.errno is None
-        and ("Can not write request body" in str(exc))
-    )
 
 
 class ClientStalled(Exception):
@@ -81,17 +67,6 @@ class ProxyResult:
     tail: bytes = field(default=b"", repr=False)  # last bytes, for usage sniffing
 
 
-@dataclass(frozen=True)
-class UpstreamRequest:
-    method: str
-    url: str
-    headers: Mapping[str, str]
-    body: bytes | AsyncIterator[bytes] | None
-    replayable: bool
-    # R23b: read the answer to its end if the client leaves (the backend crashes on a cancel).
-    abort_drain: AbortDrain | None = None
-
-
 class Proxy:
     def __init__(
         self,
@@ -102,17 +77,21 @@ class Proxy:
         connect_window: float,
         inflight: InFlight | None = None,
     ) -> None:
-        self._session = session
         # (not `or`: an empty registry is falsy)
         self._inflight = inflight if inflight is not None else InFlight()
         self._idle_timeout = idle_timeout
         self._response_timeout = response_timeout
-        self._connect_window = connect_window
         # What follows the overhead header of a whole answer (serializing and writing it) cannot
         # be in that header; it is measured on each answer and the running mean added instead
         # (docs/decisions.md, "X-Router-Overhead-Ms").
         self._write_ms = 0.0
         self._drains = Drains()
+        self.opener = Opener(
+            session,
+            connect_window=connect_window,
+            response_timeout=response_timeout,
+            drains=self._drains,
+        )
 
     @property
     def draining(self) -> int:
@@ -133,7 +112,7 @@ class Proxy:
     ) -> web.StreamResponse:
         sent_at = time.monotonic()
         deadline = asyncio.get_running_loop().time() + self._response_timeout
-        resp = await self._opened_by(upstream, deadline)
+        resp = await self.opener.head(upstream, deadline)
         kept = False
         try:
             result.upstream_status = resp.status
@@ -161,18 +140,6 @@ class Proxy:
         finally:
             if not kept:
                 resp.release()
-
-    async def _opened_by(
-        self, upstream: UpstreamRequest, deadline: float
-    ) -> aiohttp.ClientResponse:
-        """The backend's response head, by `deadline` (loop time), else the 504."""
-        # No socket read timeout: it would also run while a non-streamed answer is computed.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await self._opened(upstream, timeout)
-        except TimeoutError:
-            raise self._too_slow() from None
 
     async def _stream(
         self,
@@ -210,58 +177,6 @@ class Proxy:
             raise BadGateway(f"the backend answered {resp.status}: {detail}")
         result.status = 200
         await self._pump(request, resp, out, reply, result)
-
-    async def _opened(
-        self, upstream: UpstreamRequest, client_timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        """`_open`; for a drained backend, a client leaving during prefill leaves the request
-        going on, its answer drained (R23b)."""
-        if upstream.abort_drain is None:
-            return await self._open(upstream, client_timeout)
-        opening = asyncio.ensure_future(self._open(upstream, client_timeout))
-        try:
-            return await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            self._drains.start(opening, upstream.abort_drain)
-            raise
-
-    async def _open(
-        self, upstream: UpstreamRequest, client_timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        deadline = time.monotonic() + self._connect_window
-        stale_retry = upstream.replayable
-        for pause in (*CONNECT_BACKOFF, None):
-            try:
-                return await self._session.request(
-                    upstream.method,
-                    upstream.url,
-                    headers=upstream.headers,
-                    data=upstream.body,
-                    timeout=client_timeout,
-                    allow_redirects=False,
-                    auto_decompress=False,
-                )
-            except aiohttp.ClientConnectorError as exc:
-                if pause is None or not upstream.replayable or time.monotonic() + pause > deadline:
-                    raise BadGateway(f"cannot connect to the backend: {_why(exc)}") from exc
-                await asyncio.sleep(pause)
-            except aiohttp.ServerTimeoutError as exc:  # sock_connect: the only socket deadline
-                raise GatewayTimeout(f"cannot connect to the backend: {_why(exc)}") from exc
-            except aiohttp.ClientError as exc:
-                # On the last pass there is no next one: the close stands as the answer.
-                if stale_retry and pause is not None and closed_keep_alive(exc):
-                    stale_retry = False  # aiohttp dropped that connection: the next is another
-                    continue
-                # The backend may have received the request (reset after reading the body):
-                # never resent (R31). A transport error is a 502, not a router bug (500).
-                raise BadGateway(f"the backend failed before answering: {_why(exc)}") from exc
-        raise AssertionError("unreachable")
-
-    def _too_slow(self) -> GatewayTimeout:
-        return GatewayTimeout(
-            f"the backend did not answer within {self._response_timeout:g}s "
-            "(runtime.response_timeout)"
-        )
 
     async def _write(self, request: web.Request, out: web.StreamResponse, data: bytes) -> None:
         """Write, with a deadline whenever the write could wait for the client (cheap when it
@@ -314,7 +229,7 @@ class Proxy:
             aiohttp.ClientOSError,
         ) as exc:
             await self._end_with_error(
-                request, out, reply, result, f"the backend stopped mid-response: {_why(exc)}"
+                request, out, reply, result, f"the backend stopped mid-response: {why(exc)}"
             )
         except TimeoutError:
             result.backend_failed = True
@@ -380,9 +295,9 @@ class Proxy:
             aiohttp.ServerDisconnectedError,
             aiohttp.ClientOSError,
         ) as exc:
-            raise BadGateway(f"the backend stopped mid-response: {_why(exc)}") from exc
+            raise BadGateway(f"the backend stopped mid-response: {why(exc)}") from exc
         except TimeoutError:
-            raise self._too_slow() from None
+            raise too_slow(self._response_timeout) from None
         result.bytes_out = len(body)
         data = reply.body.feed(body) + reply.body.flush()
         result.tail = data[-TAIL_BYTES:]
@@ -451,10 +366,6 @@ def _client_left(exc: BaseException) -> bool:
 
 async def _ready(resp: aiohttp.ClientResponse) -> aiohttp.ClientResponse:
     return resp
-
-
-def _why(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
 
 
 __all__ = ["ClientStalled", "Proxy", "ProxyResult", "UpstreamRequest"]

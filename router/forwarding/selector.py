@@ -80,6 +80,11 @@ class _MultiMapping(Protocol):
 # ---- pure: values ---------------------------------------------------------------------------
 
 
+# Control characters, DEL and lone surrogates: one regex scan, not a Python loop per character
+# (every request's model name passes here).
+_BAD_NAME_CHARS = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+
+
 def check_model(value: Any, where: str) -> str | None:
     """A selector value as found -> a usable name, None when absent, or BadRequest."""
     if value is None:
@@ -90,7 +95,7 @@ def check_model(value: Any, where: str) -> str | None:
         return None
     if len(value.encode("utf-8", "surrogatepass")) > MAX_MODEL_BYTES:
         raise BadRequest(f"{where} is longer than {MAX_MODEL_BYTES} bytes", param="model")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+    if _BAD_NAME_CHARS.search(value):
         raise BadRequest(f"{where} contains control or invalid characters", param="model")
     return value
 

@@ -4,6 +4,8 @@ configuration, place it (here, on another node, through a lending link, or to th
 lease a runtime, forward, record. It serves no route itself (docs/architecture.md).
 """
 
+from router.inference.admission import admit
+from router.inference.context import LENT
 from router.inference.lanes import active_view, choose_config, public_id, resolve_for_lane
 from router.inference.override import OnLease, Override, Pins, Prepare, Serving, Upstream
 from router.inference.pins import IdWatcher, WatchingRewriter, find_response_id
@@ -28,6 +30,7 @@ from router.inference.remote_models import (
 from router.inference.selectorless import local_embeddings
 
 __all__ = [
+    "LENT",
     "TEXT_SIDE",
     "IdWatcher",
     "OnLease",
@@ -38,6 +41,7 @@ __all__ = [
     "Upstream",
     "WatchingRewriter",
     "active_view",
+    "admit",
     "choose_config",
     "find_remote",
     "find_response_id",

@@ -9,11 +9,21 @@ from typing import Protocol
 from aiohttp import web
 
 from router.classify import Route
+from router.cluster import Asked
 from router.config import ModelConfig
 from router.domain import Lane
 from router.forwarding import ProxyResult, Selection
 from router.inference.override import Override
+from router.lending import Lent
 from router.records import RequestInfo
+
+# Set by the node inference route on a request lent to this node: the owner's marks (whether
+# the link allows a load, a restore afterwards, whose work it is). Absent: a client's own.
+LENT: web.RequestKey[Lent] = web.RequestKey("lent", Lent)
+
+
+def lent_of(request: web.Request) -> Lent | None:
+    return request.get(LENT)
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,17 @@ class Context:
     @property
     def selection(self) -> Selection:
         return self.override.selection
+
+    @property
+    def lent(self) -> Lent | None:
+        """The owner's marks when this request was lent to this node (served here, never
+        lent on or relayed); None for a client's own request."""
+        return lent_of(self.http)
+
+    @property
+    def asked(self) -> Asked:
+        """What lending and a relay read of the client's request (method, URL, headers)."""
+        return Asked.of(self.http)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
+from router.appkeys import LENDING
 from router.cluster import Target
 from router.cluster import placement as rule
 from router.inference.context import Chosen, Context, Kind
@@ -24,7 +25,7 @@ from router.inference.guardian import answering
 from router.inference.pins import pinning
 from router.inference.relay import relay, remote_target
 from router.inference.serving import serve
-from router.lending import LENDING, Link
+from router.lending import Answer, Link
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,12 @@ class Local:
     links: tuple[Link, ...] = ()  # the lending links it was offered over and not taken
 
     async def serve(self, ctx: Context) -> web.StreamResponse:
-        request, (config, lane) = ctx.http, (self.chosen.config, self.chosen.lane)
-        lending = request.app[LENDING]
-        if lending.helper.ungated(request, config, lane):
+        lent, (config, lane) = ctx.lent, (self.chosen.config, self.chosen.lane)
+        lending = ctx.http.app[LENDING]
+        if lending.helper.ungated(lent, config, lane):
             return await serve(ctx, self.chosen)
         with lending.owner.finishing(self.links):
-            async with lending.helper.serving(request, config, lane):
+            async with lending.helper.serving(lent, config, lane):
                 return await serve(ctx, self.chosen)
 
 
@@ -51,9 +52,9 @@ class Lend:
         """Offered over the lending links first (docs/lending.md); else served here."""
         held_from = time.monotonic()
         owner = ctx.http.app[LENDING].owner
-        lent = await owner.lend(ctx.http, ctx.selection, self.links, ctx.result)
+        lent = await owner.lend(ctx.asked, ctx.selection, self.links, ctx.result)
         if lent is not None:
-            return lent
+            return rendered(lent)
         # Held time is waiting, not work: the cost fits read duration less queue wait.
         ctx.info.queue_wait_ms += (time.monotonic() - held_from) * 1000.0
         return await Local(self.chosen, self.links).serve(ctx)
@@ -72,8 +73,8 @@ class Guardian:
         # The guardian answers here; its own lending links may still lend it.
         chosen = replace(self.chosen, config=config)
         lending = request.app[LENDING]
-        plain = ctx.override.plain
-        links = lending.owner.lendable(request, selection, config, chosen.lane) if plain else ()
+        plain = ctx.override.plain and ctx.lent is None  # a borrowed one is never lent on
+        links = lending.owner.lendable(ctx.asked, selection, config, chosen.lane) if plain else ()
         here: Kind = Lend(chosen, tuple(links)) if links else Local(chosen)
         return await here.serve(ctx)
 
@@ -94,10 +95,13 @@ class Relay:
         )
         if not self.placed.held:
             return await to_owner()
-        owner = request.app[LENDING].owner
-        return await owner.hold_then_relay(
-            request, selection, self.placed.held, ctx.result, to_owner
-        )
+        owner, held = request.app[LENDING].owner, self.placed.held
+        # Held here while the owner is busy: lent to a helper, else relayed to its owner node.
+        lent = await owner.lend(ctx.asked, selection, held, ctx.result)
+        if lent is not None:
+            return rendered(lent)
+        with owner.relaying(held):
+            return await to_owner()
 
 
 @dataclass(frozen=True)
@@ -110,3 +114,11 @@ class Unleased:
         response = await unleased(self.chosen.config, self.chosen.lane)
         ctx.result.status = response.status
         return response
+
+
+def rendered(answer: Answer) -> web.Response:
+    """A helper's whole answer to a lent request, as the client's response."""
+    out = web.Response(status=answer.status, body=answer.body)
+    if answer.content_type:
+        out.headers["Content-Type"] = answer.content_type
+    return out

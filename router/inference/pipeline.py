@@ -22,7 +22,7 @@ from aiohttp import web
 from router.appkeys import CLUSTER, PROXY, RECORDER, SETTINGS
 from router.classify import Route
 from router.domain import MiB
-from router.edge import arrived, matched_route
+from router.edge import arrived, caller_of, matched_route
 from router.errors import RequestTimeout, RouterError
 from router.forwarding import (
     ModelRewriter,
@@ -33,6 +33,7 @@ from router.forwarding import (
     read_selector,
 )
 from router.inference import outgoing
+from router.inference.admission import admit
 from router.inference.context import Context
 from router.inference.override import Override, Pins, Prepare
 from router.inference.pins import pinned_target
@@ -95,6 +96,7 @@ async def _forward(
     info = _info(request, route)
     async with recorded(request, info) as result:
         parsed = await _parse(request, route, override)
+        admit(request, parsed.selection.model)
         ctx, kind = await placed(Context(request, route, info, result, parsed), facts)
         return await kind.serve(ctx)
 
@@ -162,6 +164,8 @@ async def recorded(request: web.Request, info: RequestInfo) -> AsyncIterator[Pro
         # A request another node answered is recorded there; one that reached none, here.
         if not returned and not (result.relayed and result.upstream_status is not None):
             _record(request, info, result)
+        elif info.key_name:  # recorded there; its tokens count against the key here
+            request.app[RECORDER].relayed(info, result.status or 500, result.aborted, result.tail)
 
 
 def _record(request: web.Request, info: RequestInfo, result: ProxyResult) -> None:
@@ -179,9 +183,12 @@ def _record(request: web.Request, info: RequestInfo, result: ProxyResult) -> Non
 
 
 def _info(request: web.Request, route: Route) -> RequestInfo:
-    return RequestInfo(
+    info = RequestInfo(
         route.template, route.surface.value, _lane_name(route), arrived(request), time.time()
     )
+    # The key's name: a scoped key here, or the master's caller on a relayed request.
+    info.key_name = caller_of(request).name or None
+    return info
 
 
 IDENTITY = Rewrite(ModelRewriter("", ""))

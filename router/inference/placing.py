@@ -10,7 +10,8 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from router.cluster import Target, carries_images, has_vision
+from router.appkeys import LENDING
+from router.cluster import Asked, Target, carries_images, has_vision
 from router.cluster import placement as rule
 from router.cluster.placement import LocalFacts, RelayFacts, place
 from router.config import ModelConfig
@@ -18,13 +19,13 @@ from router.domain import Lane
 from router.edge import matched_route
 from router.forwarding import Selection
 from router.inference.choice import choose
-from router.inference.context import Chosen, Context, Kind
+from router.inference.context import Chosen, Context, Kind, lent_of
 from router.inference.embeddings_relay import embeddings_target
 from router.inference.kinds import Guardian, Lend, Local, Relay, Unleased
 from router.inference.override import Override
 from router.inference.pins import pinned_target
 from router.inference.relay import remote_target
-from router.lending import BORROWED, LENDING, Link
+from router.lending import Link
 
 Facts = RelayFacts[Target, Link]
 
@@ -68,8 +69,8 @@ def _local_facts(ctx: Context, chosen: Chosen) -> LocalFacts[Link]:
     text = (ctx.route.lane or Lane.TEXT) is Lane.TEXT
     owner = ctx.http.app[LENDING].owner
     links: tuple[Link, ...] = ()
-    if ctx.override.plain:
-        links = owner.lendable(ctx.http, ctx.selection, chosen.config, chosen.lane)
+    if ctx.override.plain and ctx.lent is None:  # a borrowed request is never lent on
+        links = owner.lendable(ctx.asked, ctx.selection, chosen.config, chosen.lane)
     return LocalFacts(text and needs_guardian(chosen.config, ctx.selection), links)
 
 
@@ -83,7 +84,7 @@ async def gather(
         and override.selection.model is None
         and lane is Lane.EMBEDDINGS
         and override.relayable
-        and request.get(BORROWED) is None
+        and lent_of(request) is None
     ):
         facts = await _embeddings_facts(request)
     return facts or relay_facts(request, override)
@@ -95,11 +96,12 @@ def relay_facts(request: web.Request, override: Override) -> Facts:
     this node, the master's own included) is served here, never relayed."""
     selection, lane = override.selection, matched_route(request).lane or Lane.TEXT
     pinned = pinned_target(request, override.pins.follow) if override.pins.follow else None
-    relayable = override.relayable and request.get(BORROWED) is None and pinned is None
+    relayable = override.relayable and lent_of(request) is None and pinned is None
     chosen = remote_target(request, selection) if relayable else None
     held: tuple[Link, ...] = ()
     if chosen is not None and override.plain:
-        held = tuple(request.app[LENDING].owner.lendable_remote(request, selection, chosen, lane))
+        owner = request.app[LENDING].owner
+        held = tuple(owner.lendable_remote(Asked.of(request), selection, chosen, lane))
     return RelayFacts(pinned, chosen, relayable, held, override.pins.remember)
 
 

@@ -19,8 +19,8 @@ Vocabulary, the same in code, docs and the WebUI:
 The rule: the owner never loses a request (a refusal, an unreachable helper or a helper error
 puts it back on its owner) and a helper's own clients come first.
 
-One service owns it all: `Lending` (`service.py`, under the one app key `LENDING`, started
-and stopped by the one `cleanup_ctx` entry `lending_context`) holds the links, the settings
+One service owns it all: `Lending` (`service.py`, opened by `open_lending`, kept by the app
+under `LENDING` in router/appkeys.py; nothing here imports aiohttp's server side) holds the links, the settings
 in force (`settings.py`, pure), the decision log (`decisions.py`), the lease book, the gates,
 the restorer (`restore.py`: a helper's lane back to its model after borrowed work), the
 planner (`Planner`), the owner's and the helper's sides, the master's push to its slaves
@@ -31,7 +31,6 @@ headers are in `wire.py`. The contract's route names (`offload`, `routing-links`
 """
 
 from router.lending.decisions import Decision, DecisionLog, decision_row
-from router.lending.keys import BORROWED, BORROWED_OWNER, BORROWED_RESTORE
 from router.lending.links import (
     LANES,
     LendingValues,
@@ -42,8 +41,9 @@ from router.lending.links import (
     parse_links,
     replace_links,
 )
+from router.lending.owner import Answer
 from router.lending.push import LINKS_PATH, SETTINGS_PATH, Pusher
-from router.lending.service import LENDING, Lending, lending_context
+from router.lending.service import Lending, open_lending
 from router.lending.settings import LendingLayers, apply_batch, listing, resolve, usable_saved
 from router.lending.wire import (
     OFFLOAD_RETURNED,
@@ -56,11 +56,8 @@ from router.lending.wire import (
 )
 
 __all__ = [
-    "BORROWED",
-    "BORROWED_OWNER",
-    "BORROWED_RESTORE",
+    "Answer",
     "LANES",
-    "LENDING",
     "LINKS_PATH",
     "OFFLOAD_RETURNED",
     "SETTINGS_PATH",
@@ -78,7 +75,7 @@ __all__ = [
     "apply_batch",
     "decision_row",
     "ineligible_reason",
-    "lending_context",
+    "open_lending",
     "lent_headers",
     "listing",
     "owner_header",

@@ -1,7 +1,7 @@
 """Lending, the helper's side (docs/lending.md), and the admission gate of enrolled models.
 
-The node inference route sets the borrowed mark (only it can: it takes the cluster token and
-nothing else). Every request served on this node passes `serving`:
+The node inference route reads the borrowed marks (only it can: it takes the cluster token and
+nothing else) and the pipeline hands them in as a `Lent`. Every request served on this node passes `serving`:
 
 - A model that is the owner or helper of a link here (or that has been lent work here) is
   *enrolled*: its requests pass its gate (router/lending/gate.py), which lets
@@ -25,14 +25,11 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
-from aiohttp import web
-
 from router.config import ModelConfig
 from router.domain import Lane
 from router.errors import Conflict, ServiceUnavailable
 from router.lending.decisions import Decision
 from router.lending.gate import Gate, GateTimeout, LaneGates, Outcome
-from router.lending.keys import BORROWED, BORROWED_OWNER, BORROWED_RESTORE
 from router.lending.state import LendingState
 from router.lending.wire import OFFLOAD_RETURNED, Lent
 from router.runtime import RuntimeView
@@ -51,12 +48,13 @@ class Helper:
             gates.refresh(links)
         return gates.lanes.get(lane.value)
 
-    def ungated(self, request: web.Request, config: ModelConfig, lane: Lane) -> bool:
+    def ungated(self, lent: Lent | None, config: ModelConfig, lane: Lane) -> bool:
         """True when lending has nothing to do for this request here (most requests): an own
         request with no enrolled model on its lane, or with nothing of lending's on the lane
         that concerns it (no gate of its model, no borrowed work to hand back, no restore to
-        cancel). Then the caller skips `serving`: an identity check and a dict lookup or two."""
-        if request.get(BORROWED) is not None:
+        cancel). Then the caller skips `serving`: an identity check and a dict lookup or two.
+        `lent`: the owner's marks of a borrowed request (wire.parse_lent), None for an own one."""
+        if lent is not None:
             return False
         lane_gates = self._lane_gates(lane)
         return lane_gates is None or (
@@ -67,14 +65,11 @@ class Helper:
 
     @contextlib.asynccontextmanager
     async def serving(
-        self, request: web.Request, config: ModelConfig, lane: Lane
+        self, lent: Lent | None, config: ModelConfig, lane: Lane
     ) -> AsyncIterator[None]:
         """Around a request served here that `ungated` did not wave through: gated when its
         model is enrolled; a borrowed one is refused, handed back or counted as borrowed."""
-        allow_load = request.get(BORROWED)
-        if allow_load is not None:
-            restore = request.get(BORROWED_RESTORE, False)
-            lent = Lent(allow_load, restore, request.get(BORROWED_OWNER))
+        if lent is not None:
             async with self._borrowed(config, lane, lent):
                 yield
             return

@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass
 
-from aiohttp import web
 from multidict import CIMultiDict
 
 from router.cluster import (
@@ -37,7 +37,6 @@ from router.domain import Lane
 from router.errors import BadGateway, GatewayTimeout
 from router.forwarding import ModelRewriter, ProxyResult, Selection
 from router.forwarding.selector import SELECTOR_HEADER
-from router.lending.keys import BORROWED
 from router.lending.leases import Lease, OwnerKey
 from router.lending.links import Link
 from router.lending.planner import STATUS_TTL_S, Planner, record_to
@@ -55,8 +54,16 @@ LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # Paths whose follow-ups must find the node that made them (stored responses, sd-server jobs)
 # are never lent: only the relay pins them.
 _NOT_LENT = ("/v1/responses", "/sdcpp/")
-Answer = tuple[int, str | None, bytes]  # a helper's status, content type and whole body
 _AFTER_S = 0.001  # a hold's own end: looked at just after it, when it has surely passed
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A helper's whole answer to a lent request: the caller renders it to its client."""
+
+    status: int
+    content_type: str | None
+    body: bytes
 
 
 class Owner:
@@ -80,23 +87,25 @@ class Owner:
         )
 
     def lendable(
-        self, request: web.Request, selection: Selection, config: ModelConfig, lane: Lane
+        self, asked: Asked, selection: Selection, config: ModelConfig, lane: Lane
     ) -> tuple[Link, ...]:
-        """The links this request for the master's own `config` may be lent over (empty: none)."""
-        return self._owned(_asked(request), selection, lane, (self.lending.node_id, config.id))
+        """The links this request for the master's own `config` may be lent over (empty: none).
+        The caller asks only for a client's request: a borrowed one is served where it was
+        lent, never lent on."""
+        return self._owned(asked, selection, lane, (self.lending.node_id, config.id))
 
     def lendable_remote(
-        self, request: web.Request, selection: Selection, target: Target, lane: Lane
+        self, asked: Asked, selection: Selection, target: Target, lane: Lane
     ) -> tuple[Link, ...]:
         """The links of the slave model `target` names, when this request may be held for it."""
         replica = target.replica
-        return self._owned(_asked(request), selection, lane, (replica.node_id, replica.local_id))
+        return self._owned(asked, selection, lane, (replica.node_id, replica.local_id))
 
     def _owned(
-        self, asked: Asked | None, selection: Selection, lane: Lane, owner: tuple[str, str]
+        self, asked: Asked, selection: Selection, lane: Lane, owner: tuple[str, str]
     ) -> tuple[Link, ...]:
         table = self.lending.links
-        if not table.links or asked is None or not self._gated(asked, selection, lane):
+        if not table.links or not self._gated(asked, selection, lane):
             return ()
         return table.owned(lane.value, *owner)
 
@@ -116,35 +125,22 @@ class Owner:
                 self.book.wakeups.notify(owner_of(links))
                 self.planner.trigger(owner_of(links), "completed")
 
-    async def hold_then_relay(
-        self,
-        request: web.Request,
-        selection: Selection,
-        links: tuple[Link, ...],
-        result: ProxyResult,
-        relay: Callable[[], Awaitable[web.StreamResponse]],
-    ) -> web.StreamResponse:
-        """A request for a slave's linked model: held here, lent, or relayed to its owner node
-        by `relay` (the forwarder's relay to that node: lending does not reach into the API)."""
-        lent = await self.lend(request, selection, links, result)
-        if lent is not None:
-            return lent
+    @contextlib.contextmanager
+    def relaying(self, links: tuple[Link, ...]) -> Iterator[None]:
+        """Around the relay of a request for a slave's linked model to its owner node, once
+        `lend` gave it back (the caller relays: lending does not reach into the forwarder)."""
         owner, holding = owner_of(links), self.book.holding
         holding.count(holding.relaying, owner, 1)
         try:
-            return await relay()
+            yield
         finally:
             holding.count(holding.relaying, owner, -1)
             self.book.wakeups.notify(owner)
             self.planner.trigger(owner, "completed")
 
     async def lend(
-        self,
-        request: web.Request,
-        selection: Selection,
-        links: tuple[Link, ...],
-        result: ProxyResult,
-    ) -> web.StreamResponse | None:
+        self, asked: Asked, selection: Selection, links: tuple[Link, ...], result: ProxyResult
+    ) -> Answer | None:
         """Hold the request while its owner is busy; the helper's answer when a lease took it,
         None to run it on the owner (it has room, the helper returned it, or it was held long)."""
         owner = owner_of(links)
@@ -175,7 +171,6 @@ class Owner:
                 if lease is not None:
                     holding.unhold(owner, need)
                     held = False
-                    asked = Asked.of(request)
                     return await self._lend_over(asked, selection, lease, links, result)
                 await self.book.wakeups.wait(owner, self._bound(owner, wake_by))
         finally:
@@ -247,7 +242,7 @@ class Owner:
         lease: Lease,
         links: tuple[Link, ...],
         result: ProxyResult,
-    ) -> web.StreamResponse | None:
+    ) -> Answer | None:
         holding = self.book.holding
         link = next(
             (x for x in links if x.helper == (lease.helper_node_id, lease.helper_model_id)), None
@@ -282,7 +277,7 @@ class Owner:
         link: Link,
         lease: Lease,
         result: ProxyResult,
-    ) -> tuple[web.StreamResponse | None, str]:
+    ) -> tuple[Answer | None, str]:
         """The helper's answer, or None and why the request goes back to its owner."""
         service = self.lending.cluster
         itself = link.helper_node_id == self.lending.node_id
@@ -301,7 +296,7 @@ class Owner:
             answer, why = await self._sent(exchange, cut, entry)
         if answer is None:
             return None, why
-        status, content_type, raw = answer
+        status, raw = answer.status, answer.body
         returned = returned_message(raw) if status == 409 else None
         if returned is not None or status >= 500:
             return (
@@ -310,10 +305,7 @@ class Owner:
             )
         result.relayed, result.upstream_status, result.status = True, status, status
         result.bytes_in, result.bytes_out = len(body), len(raw)
-        out = web.Response(status=status, body=rewriter.response_body(raw))
-        if content_type:
-            out.headers["Content-Type"] = content_type
-        return out, ""
+        return Answer(status, answer.content_type, rewriter.response_body(raw)), ""
 
     def _lent_headers(
         self, asked: Asked, selection: Selection, link: Link, lease: Lease
@@ -383,7 +375,7 @@ class Owner:
             raise
         async with upstream:
             raw = b"".join([chunk async for chunk in upstream.chunks()])
-            return upstream.status, upstream.headers.get("Content-Type"), raw
+            return Answer(upstream.status, upstream.headers.get("Content-Type"), raw)
 
 
 def _streams(body: bytes) -> bool:
@@ -394,12 +386,6 @@ def _streams(body: bytes) -> bool:
     except (UnicodeDecodeError, ValueError, RecursionError):
         return False
     return isinstance(doc, dict) and doc.get("stream") is True
-
-
-def _asked(request: web.Request) -> Asked | None:
-    """What lending reads of a client's request; None for a borrowed one (it is served where
-    it was lent, never lent on)."""
-    return None if request.get(BORROWED) is not None else Asked.of(request)
 
 
 def owner_of(links: tuple[Link, ...]) -> OwnerKey:

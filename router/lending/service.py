@@ -4,9 +4,10 @@
 decision log, the lease book, the gates and the restorer, with the runtime manager, the cluster
 service and the store handed in) with what acts on it: the planner, the
 owner's side, the helper's side and, on a master, the push of its settings and links to the
-slaves. One app key (`LENDING`) holds it; one `cleanup_ctx` entry (`lending_context`) builds,
-starts and stops it, after the store, the runtimes and the cluster service exist and before the
-cluster announces this node (a master's push and a slave's status may come at once).
+slaves. `open_lending` builds and starts it; the app keeps it under `LENDING` (router/appkeys.py)
+and router/lifetimes.py opens it after the store, the runtimes and the cluster service exist
+and before the cluster announces this node (a master's push and a slave's status may come at
+once).
 """
 
 from __future__ import annotations
@@ -14,14 +15,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
-from aiohttp import web
-
 from router import __version__
-from router.appkeys import CLUSTER, RUNTIMES, SETTINGS, STORE
+from router.cluster import ClusterService
 from router.config import LendingSettings, Settings
 from router.errors import InternalError
 from router.lending.decisions import Decision, DecisionLog, decision_row
@@ -32,6 +30,7 @@ from router.lending.planner import Planner
 from router.lending.push import LINKS_PATH, SETTINGS_PATH, Pusher
 from router.lending.settings import LendingLayers, apply_batch, resolve, usable_saved
 from router.lending.state import LendingState
+from router.runtime import RuntimeManager
 from router.store import Store
 
 log = logging.getLogger(__name__)
@@ -176,29 +175,23 @@ def sink_for(store: Store, router_version: str) -> DecisionLog:
     return DecisionLog(sink=to_store)
 
 
-LENDING: web.AppKey[Lending] = web.AppKey("lending")
-
-
-async def lending_context(app: web.Application) -> AsyncIterator[None]:
-    """A `cleanup_ctx` entry: load the links, the settings and the decision log (pruned now,
-    then by the store's hourly pass), build the service and start its planner and push."""
-    settings, store = app[SETTINGS], app[STORE]
+async def open_lending(
+    settings: Settings, runtimes: RuntimeManager, cluster: ClusterService, store: Store
+) -> Lending:
+    """The service of this node, built and started: the links, the settings and the decision
+    log loaded (decisions pruned now, then by the store's hourly pass). `close()` stops it."""
     links = LinkTable(Link(**row) for row in await store.links.rows())
     layers = await load_layers(settings, store)
     store.lending.decision_retention = layers.values.offload_decisions_retention
     await store.lending.prune_decisions(layers.values.offload_decisions_retention)
     service = Lending(
         settings,
-        app[RUNTIMES],
-        app[CLUSTER],
+        runtimes,
+        cluster,
         store,
         links=links,
         layers=layers,
         decisions=sink_for(store, __version__),
     )
-    app[LENDING] = service
     await service.start()
-    try:
-        yield
-    finally:
-        await service.close()
+    return service

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from router.openapi import key_shapes as k
 from router.openapi import shapes as s
 from router.openapi.answers import (
     ANY_REQUEST,
@@ -119,6 +120,22 @@ ENTRIES: Mapping[str, Entry] = {
     "control.shutdown": Entry("Stop the router gracefully", _ok(json_of(s.ShuttingDown))),
     "control.events": Entry("Runtime and request events", _ok(EVENTS)),
     "control.status": Entry("Runtimes and queues", _ok(json_of(s.Status))),
+    "keys.list": Entry(
+        "Scoped keys, with today's token use (never a secret)", _ok(json_of(k.KeyList))
+    ),
+    "keys.create": Entry(
+        "Create a scoped key: the answer holds its secret, once",
+        {"201": json_of(k.KeyCreated)},
+        request=json_of(k.KeyRequest),
+    ),
+    "keys.change": Entry(
+        "Change a scoped key's models, class, cap or quota",
+        _ok(json_of(k.Key)),
+        request=json_of(k.KeyChange),
+    ),
+    "keys.revoke": Entry(
+        "Revoke a scoped key: its next request is a 401", _ok(json_of(k.KeyRevoked))
+    ),
     "bench.list": _site(
         "Benchmark runs of one model",
         query=(Query("model_id", "the model", required=True), Query("limit", "most runs")),

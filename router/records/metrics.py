@@ -13,6 +13,8 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from router.domain import Lane
+from router.records.key_metrics import KeyCounters
+from router.records.tokens import TokenCounters
 
 
 class LeaseView(Protocol):
@@ -73,7 +75,7 @@ class RuntimeBytes:
 @dataclass(frozen=True)
 class MemoryFigures:
     """The devices rows of GET /router/v1/status and each runtime's bytes, read at scrape time
-    from the manager's `memory_status()`, the call GET /router/v1/status makes."""
+    from the manager's `memory_now()`, the snapshot GET /router/v1/status answers from."""
 
     devices: Sequence[Mapping[str, Any]] = ()
     runtimes: Sequence[RuntimeBytes] = field(default_factory=tuple)
@@ -112,6 +114,7 @@ class MemoryGauges(Collector):
         yield held
 
 
+_RequestChildren = tuple[Counter, Histogram, Histogram]
 # The runtime-state series, one per state event (`sleeping`: vLLM put to sleep, docs/swaps.md).
 _STATE_EVENTS = ("loading", "ready", "failed", "unloading", "unloaded", "sleeping")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -127,6 +130,12 @@ class Metrics:
         self.requests, self.duration, self.ttfb, self.queue_wait = _request_series(r)
         self.loads, self.kv_cache, self.readahead, self.store_replaced = _event_counters(r)
         self.load_duration, self.runtime_state = _runtime_series(r)
+        # Each series' child per label values, found once: `labels()` validates and locks on
+        # every call, ~3 us each, four per request (bench/profile_proxy.py).
+        self._per_request: dict[tuple[str, str, str], _RequestChildren] = {}
+        self._ttfb_of: dict[str, Histogram] = {}  # (a lane's series appears at its first TTFB)
+        self.tokens = TokenCounters(r)  # per model and lane, counted at scrape time
+        self.keys = KeyCounters(r)  # per scoped key
         self._gauges: RuntimeGauges | None = None
         self._memory = MemoryGauges()
         r.register(self._memory)
@@ -151,11 +160,23 @@ class Metrics:
         ttfb: float | None,
         queue_wait: float,
     ) -> None:
-        self.requests.labels(route, lane, f"{status // 100}xx").inc()
-        self.duration.labels(lane).observe(duration)
+        key = (route, lane, f"{status // 100}xx")
+        children = self._per_request.get(key)
+        if children is None:
+            children = self._per_request[key] = (
+                self.requests.labels(*key),
+                self.duration.labels(lane),
+                self.queue_wait.labels(lane),
+            )
+        requests, duration_of, queue_wait_of = children
+        requests.inc()
+        duration_of.observe(duration)
         if ttfb is not None:
-            self.ttfb.labels(lane).observe(ttfb)
-        self.queue_wait.labels(lane).observe(queue_wait)
+            ttfb_of = self._ttfb_of.get(lane)
+            if ttfb_of is None:
+                ttfb_of = self._ttfb_of[lane] = self.ttfb.labels(lane)
+            ttfb_of.observe(ttfb)
+        queue_wait_of.observe(queue_wait)
 
     def on_event(self, event: dict[str, Any]) -> None:
         """Runtime events from the bus keep the load and state series current."""
@@ -178,6 +199,7 @@ class Metrics:
         """The exposition; `memory`: the figures of this scrape (none: the memory series are
         empty rather than stale)."""
         self._memory.figures = memory or MemoryFigures()
+        self.tokens.fold()
         try:
             return generate_latest(self.registry)
         finally:

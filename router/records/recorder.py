@@ -7,12 +7,13 @@ writer process only to read the backend's own usage report there (store/analytic
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from router.errors import sanitize
 from router.records.metrics import Metrics
-from router.store.rows import Raw
+from router.store.rows import Raw, sniff_usage
 
 
 class EventSink(Protocol):
@@ -30,6 +31,7 @@ class RequestInfo:
     family: str | None = None
     queue_wait_ms: float = 0.0
     answered_by: str | None = None  # the guardian model that answered for `model`
+    key_name: str | None = None  # the scoped key that sent it (never its secret)
 
 
 class Recorder:
@@ -38,6 +40,9 @@ class Recorder:
         self._node_id = node_id
         self._secrets = secrets
         self.sink: EventSink | None = None
+        # Told the tokens each scoped key's request used (key name, tokens, wall time): the
+        # key book counts them against the key's daily quota.
+        self.on_tokens: Callable[[str, int, float], None] | None = None
 
     def record(
         self,
@@ -61,6 +66,10 @@ class Recorder:
             ttfb_ms / 1000.0 if ttfb_ms is not None else None,
             info.queue_wait_ms / 1000.0,
         )
+        if info.model and tail:
+            self._metrics.tokens.note(info.model, info.lane or "none", tail)
+        if info.key_name:
+            self._by_key(info, info.key_name, status, aborted, tail)
         sink = self.sink
         if sink is not None:
             # Handed over as the proxy has the values; rounding and usage parsing happen in the
@@ -85,5 +94,20 @@ class Recorder:
                     aborted,
                     tail,
                     info.answered_by,
+                    info.key_name,
                 )
             )
+
+    def relayed(self, info: RequestInfo, status: int, aborted: bool, tail: bytes) -> None:
+        """A scoped key's request another node answered (and recorded): counted for the key
+        here, where its quota is kept."""
+        if info.key_name:
+            self._by_key(info, info.key_name, status, aborted, tail)
+
+    def _by_key(self, info: RequestInfo, key: str, status: int, aborted: bool, tail: bytes) -> None:
+        """A scoped key's request: its series, and its tokens for the quota. The usage report
+        is read here, not only in the writer, because the quota must see it at once."""
+        tokens = sniff_usage(tail).get("total_tokens", 0)
+        self._metrics.keys.observe(key, status, aborted, tokens, info.queue_wait_ms / 1000.0)
+        if self.on_tokens is not None:
+            self.on_tokens(key, tokens, time.time())

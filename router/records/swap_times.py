@@ -2,7 +2,8 @@
 
 Per configuration id, the median of the last few of each: the swap hooks' work before a stop
 (the KV save), the stop itself (TERM to exit) and the hooks' work after a load (the KV restore,
-the memory measurement). The lifecycle feeds them as it does each part
+the memory measurement), and a vLLM sleep and wake in place of a stop and a load. The
+lifecycle feeds them as it does each part
 (router/runtime/lifecycle.py); `router/runtime/swap_cost.py` counts them. Like
 `RequestTimes`, nothing is seeded from the store: a part this process never saw for a
 configuration is missing, and an ETA that needs it says `null`.
@@ -18,6 +19,8 @@ class SwapTimes:
         self.save = RequestTimes()
         self.stop = RequestTimes()
         self.restore = RequestTimes()
+        self.sleep = RequestTimes()  # the sleep call, to asleep (router/runtime/sleep.py)
+        self.wake = RequestTimes()  # the wake call, to serving again
 
 
 __all__ = ["SwapTimes"]

@@ -17,8 +17,10 @@ from router.records.request_times import RequestTimes
 from router.records.swap_times import SwapTimes
 from router.runtime import eta, eta_inputs
 from router.runtime.activity import ActivityReporter
+from router.runtime.hooks import SwapHooks
 from router.runtime.pump import Pump
 from router.runtime.queues import Ticket, Waiter
+from router.runtime.state import Runtime
 from router.runtime.table import Table
 
 
@@ -31,17 +33,18 @@ class QueueBoard:
         events: EventBus,
         clock: Callable[[], float],
         usual_load: Callable[[str], float | None],
-        swaps: tuple[SwapTimes, bool],
+        swaps: tuple[SwapTimes, SwapHooks],
     ) -> None:
-        """`swaps`: the lifecycle's swap times, and whether any hook works around a swap (its
-        save and restore are counted then)."""
+        """`swaps`: the lifecycle's swap times, and the swap hooks (with any, a KV save and
+        restore are counted; a runtime they would put to sleep is priced a sleep)."""
         self._settings = settings
         self._table = table
         self._pump = pump
         self._clock = clock
         self._usual_load = usual_load  # per config: usual load seconds (LoadTimes)
         self.request_times = RequestTimes()  # per config: seconds a lease is held
-        self._swap_times, self._hooked = swaps
+        self._swap_times, self._hooks = swaps
+        self._hooked = not self._hooks.empty
         # `queue_position`: positions and ETAs, coalesced like `activity` (waiting_s aside,
         # which changes every instant, an event only when they differ).
         self._positions = ActivityReporter(
@@ -89,6 +92,8 @@ class QueueBoard:
             rt.batch_promote_after,
         )
         entries = self._table.queues.entries(lane)
+        if not entries:  # nothing waits: no replay (every lane, 4 times a second, when busy)
+            return []
         queued = [
             eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed, caller=e.caller)
             for e in entries
@@ -106,14 +111,27 @@ class QueueBoard:
         victims (its pending plan's, else what the ledger would name now)."""
         runtimes, now, wall = self._table.runtimes, self._clock(), time.time()
         residents = tuple(
-            eta_inputs.resident(view, runtimes[view.key], now, wall)
+            eta_inputs.resident(
+                view, runtimes[view.key], now, wall, self._sleeps(runtimes[view.key])
+            )
             for view in self._pump.snapshot(lane).residents
         )
         specs = {e.spec.key: e.spec for e in entries}  # one plan per waiting runtime
         victims = {key: self._pump.victims_of(spec) for key, spec in specs.items()}
+        asleep = frozenset(key for key in specs if self._table.asleep(key))  # woken, not loaded
         table = self._table
-        counts = (dict(table.running), dict(table.served))
-        return eta.LaneState(residents, victims, not table.by_memory, *counts)
+        return eta.LaneState(
+            residents,
+            victims,
+            not table.by_memory,
+            asleep,
+            running=dict(table.running),
+            served=dict(table.served),
+        )
+
+    def _sleeps(self, runtime: Runtime) -> bool:
+        """Would a swap put `runtime` to sleep rather than stop it (the ETA prices a sleep)?"""
+        return self._hooked and self._hooks.would_park(runtime)
 
 
 def _positions_only(event: dict[str, Any]) -> Any:

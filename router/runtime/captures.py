@@ -8,6 +8,7 @@ what the read-ahead of its files had done when it began (`readahead`, docs/swaps
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,42 +18,39 @@ from router.store import Store
 ReadAheadFigures = Callable[[str], dict[str, Any] | None]
 
 
+@dataclass(eq=False)
 class CaptureObserver:
-    def __init__(
-        self,
-        store: Store,
-        runtime: Runtime,
-        kind: str = "load",
-        readahead: ReadAheadFigures | None = None,
-    ) -> None:
-        self._store = store
-        self._runtime = runtime
-        self._kind = kind
-        self._readahead = readahead
-        self.attempt_id: str | None = None
+    """One load of `runtime`, captured into the store's load attempts (`kind`: load or
+    restart); `readahead` names what the read-ahead did for it, when it ran."""
+
+    store: Store
+    runtime: Runtime
+    kind: str = "load"
+    readahead: ReadAheadFigures | None = None
+    attempt_id: str | None = field(default=None, init=False)
 
     def launched(self, argv: list[str]) -> None:
-        config = self._runtime.config
-        self.attempt_id = self._store.load_attempts.start(
+        config = self.runtime.config
+        self.attempt_id = self.store.load_attempts.start(
             model=config.id,
-            backend=self._runtime.spec.family.value,
-            kind=self._kind,
-            lane=self._runtime.spec.lane.value,
+            backend=self.runtime.spec.family.value,
+            kind=self.kind,
+            lane=self.runtime.spec.lane.value,
             kcpps=dict(config.raw),
             asset_hashes=dict(config.asset_sha256),
             argv=argv,
             home_dirs=(str(Path.home()),),
             # Called just before the spawn: the loader has frozen the figures at this load's start.
-            readahead=self._readahead(self._runtime.key) if self._readahead else None,
+            readahead=self.readahead(self.runtime.key) if self.readahead else None,
         )
 
     def output(self, stream: str, line: bytes) -> None:
         if self.attempt_id is not None:
-            self._store.load_attempts.output(self.attempt_id, stream, line + b"\n")
+            self.store.load_attempts.output(self.attempt_id, stream, line + b"\n")
 
     def finished(self, status: str, exit_code: int | None, error: str | None) -> None:
         if self.attempt_id is not None:
-            self._store.load_attempts.finish(self.attempt_id, status, exit_code, error)
+            self.store.load_attempts.finish(self.attempt_id, status, exit_code, error)
 
 
 def observer_factory(

@@ -60,21 +60,27 @@ class Resident:
     loading_elapsed: float = 0.0  # seconds its load has taken (phase LOADING)
     running_for: float = 0.0  # seconds the youngest of its running requests has run
     stopping_for: float = 0.0  # seconds its KV save and stop have taken (phase STOPPING)
+    sleeps: bool = False  # a swap puts it to sleep instead of stopping it (vLLM)
+    waking: bool = False  # phase LOADING: woken from a sleep, not launched
 
     def leaving(self) -> Evicted:
         """This runtime as a load's victim: what it still has to do before it is gone."""
-        return Evicted(self.model, self.view.leases, self.running_for, self.stopping_for)
+        return Evicted(
+            self.model, self.view.leases, self.running_for, self.stopping_for, self.sleeps
+        )
 
 
 @dataclass(frozen=True)
 class LaneState:
     """The lane at the snapshot: its runtimes, and for each waiting runtime key the runtimes
     its load must see gone first (its victims); `exclusive`: one runtime per lane, so every
-    load's victims are all the lane's runtimes."""
+    load's victims are all the lane's runtimes; `asleep`: the waiting runtime keys that are
+    asleep (vLLM), which a load wakes instead of launching."""
 
     residents: tuple[Resident, ...] = ()
     victims: Mapping[str, frozenset[str]] = field(default_factory=dict)
     exclusive: bool = False
+    asleep: frozenset[str] = frozenset()
     running: Mapping[str, int] = field(default_factory=dict)  # leases held per caller name
     served: Mapping[str, int] = field(default_factory=dict)  # per caller: its last grant's number
 
@@ -117,6 +123,7 @@ class Step:
     elapsed: float = 0.0  # finish_load: seconds that load has already taken
     evicts: tuple[Evicted, ...] = ()  # load: the runtimes that leave for it first
     running_for: float = 0.0  # drain: seconds the youngest running request has run
+    woken: bool = False  # finish_load: a wake from a sleep, not a launch
     seconds: float = 0.0  # wait: until the clock alone changes it (policy.clock_deadlines)
 
 
@@ -239,7 +246,7 @@ class _Replay:
         gone = [k for k in self.leaving if waited is None or k in waited]
         self.steps.append(Step("load", model, evicts=tuple(self.leaving.pop(k) for k in gone)))
         view = ResidentView(key, Phase.LOADING, 0, False, self.cap)
-        self.residents[key] = Resident(view, model)
+        self.residents[key] = Resident(view, model, waking=key in self.lane.asleep)
         return True
 
     def victims_of(self, key: str) -> frozenset[str]:
@@ -252,9 +259,11 @@ class _Replay:
         running work ending."""
         for key, r in self.residents.items():
             if r.view.phase is Phase.LOADING:
-                self.steps.append(Step("finish_load", r.model, elapsed=r.loading_elapsed))
+                self.steps.append(
+                    Step("finish_load", r.model, elapsed=r.loading_elapsed, woken=r.waking)
+                )
                 self.residents[key] = replace(
-                    r, view=replace(r.view, phase=Phase.READY), loading_elapsed=0.0
+                    r, view=replace(r.view, phase=Phase.READY), loading_elapsed=0.0, waking=False
                 )
                 waiters = self.waiters(counted=False)
                 firsts = loaded_for(waiters, key, self.rules.order, self.running)
@@ -361,7 +370,8 @@ def _after(t: float | None, batch: Sequence[float | None]) -> float | None:
 def step_seconds(step: Step, timings: Timings, running_for: float | None = None) -> float | None:
     """What one replayed step costs (swap_cost): a served request its usual time, a drain the
     rest of the running requests (`running_for`: the youngest one's age, else the step's), a
-    load the eviction of its victims, the end of a load what is left of it and its KV restore."""
+    load the eviction of its victims, the end of a load what is left of it and its KV restore
+    (of a wake: the wake)."""
     model = step.model or ""
     if step.kind == "serve":
         return timings.request.get(model)
@@ -371,7 +381,7 @@ def step_seconds(step: Step, timings: Timings, running_for: float | None = None)
     if step.kind == "load":
         return eviction_seconds(timings, step.evicts)
     if step.kind == "finish_load":
-        return load_seconds(timings, model, step.elapsed)
+        return load_seconds(timings, model, step.elapsed, step.woken)
     return step.seconds
 
 

@@ -19,9 +19,12 @@ def running_for(runtime: Runtime, now: float) -> float:
     return max(0.0, now - max(runtime.lease_starts)) if runtime.lease_starts else 0.0
 
 
-def resident(view: ResidentView, runtime: Runtime, now: float, wall: float) -> Resident:
+def resident(
+    view: ResidentView, runtime: Runtime, now: float, wall: float, sleeps: bool = False
+) -> Resident:
     """`runtime` as the replay sees it (`now`: the manager's clock; `wall`: time.time(), the
-    clock of `Runtime.since`, when its state last changed)."""
+    clock of `Runtime.since`, when its state last changed; `sleeps`: a swap would put it to
+    sleep rather than stop it)."""
     since = max(0.0, wall - runtime.since)
     return Resident(
         view,
@@ -29,6 +32,8 @@ def resident(view: ResidentView, runtime: Runtime, now: float, wall: float) -> R
         since if view.phase is Phase.LOADING else 0.0,
         running_for(runtime, now),
         since if view.phase is Phase.STOPPING else 0.0,
+        sleeps,
+        runtime.waking,
     )
 
 
@@ -39,7 +44,8 @@ def timings(
     swaps: SwapTimes,
     hooked: bool,
 ) -> Timings:
-    """Every figure the replay may need; save and restore cost nothing without swap hooks."""
+    """Every figure the replay may need; save and restore cost nothing without swap hooks
+    (and without them nothing sleeps or wakes)."""
     loads = {m: u for m in models if (u := usual_load(m)) is not None}
     return Timings(
         loads,
@@ -47,6 +53,8 @@ def timings(
         swaps.save.figures() if hooked else None,
         swaps.stop.figures(),
         swaps.restore.figures() if hooked else None,
+        swaps.sleep.figures(),
+        swaps.wake.figures(),
     )
 
 

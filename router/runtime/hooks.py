@@ -49,6 +49,10 @@ class SwapHook(Protocol):
         """Park (vLLM sleep) instead of stopping this drained runtime?"""
         return False
 
+    def would_park(self, runtime: Runtime) -> bool:
+        """`parks` asked ahead of a swap (the queue ETA prices a sleep): cheap and silent."""
+        return False
+
     async def park(self, runtime: Runtime) -> bool:
         """Park it; False when that failed (it is then stopped)."""
         return False
@@ -107,6 +111,9 @@ class SwapHooks:
             return False
         self._parked[runtime.key] = hook
         return True
+
+    def would_park(self, runtime: Runtime) -> bool:
+        return any(h.would_park(runtime) for h in self._hooks)
 
     async def park(self, runtime: Runtime) -> bool:
         hook = self._parked.get(runtime.key)

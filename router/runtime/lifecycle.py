@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from router.config import Settings
@@ -45,27 +46,22 @@ class Owner(Protocol):
         """Its process has exited: it holds nothing any more."""
 
 
+@dataclass(eq=False)
 class Lifecycle:
-    def __init__(
-        self,
-        settings: Settings,
-        loader: Loader,
-        events: EventBus,
-        hooks: SwapHooks,
-        *,
-        on_load_error: LoadErrorSink | None = None,
-        observer: ObserverFactory | None = None,
-    ) -> None:
-        self._settings = settings
-        self._loader = loader
-        self._events = events
-        self._hooks = hooks
-        self._on_load_error = on_load_error
-        self._observer = observer
-        self._owner: Owner | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.spawn_count = 0
-        self.swap_times = SwapTimes()  # per config: hook work around a swap, stops (queue ETAs)
+    """Built by the manager (positional), which then attaches itself as the `Owner`.
+    `_on_load_error` records a failed load; `_observer` watches each load (load captures)."""
+
+    _settings: Settings
+    _loader: Loader
+    _events: EventBus
+    _hooks: SwapHooks
+    _on_load_error: LoadErrorSink | None = None
+    _observer: ObserverFactory | None = None
+    _owner: Owner | None = field(default=None, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    spawn_count: int = field(default=0, init=False)
+    # Per config: hook work around a swap, stops (queue ETAs).
+    swap_times: SwapTimes = field(default_factory=SwapTimes, init=False)
 
     def attach(self, owner: Owner) -> None:
         self._owner = owner
@@ -228,12 +224,14 @@ class Lifecycle:
         return self.begin_stop(runtime)
 
     async def _finish_sleep(self, runtime: Runtime) -> None:
+        started = time.monotonic()
         asleep = await self._hooks.park(runtime)
         if runtime.state is not RuntimeState.SLEEPING:
             return  # unloaded or dead meanwhile: that path owns it now
         if not asleep:  # refused or too slow: stopped as the swap would have
             self.begin_stop(runtime)
             return
+        self.swap_times.sleep.add(runtime.config.id, time.monotonic() - started)
         runtime.asleep = True  # the ledger now counts its weights on the host (holdings.py)
         runtime.drain_requests.clear()  # served again only once woken
         self.owner.parked(runtime)
@@ -242,13 +240,14 @@ class Lifecycle:
         """A sleeping runtime is wanted and its lanes are free: woken instead of loaded."""
         if not self.move(runtime, RuntimeState.LOADING, "loading", woken=True):
             return False
-        runtime.asleep = False
+        runtime.asleep, runtime.waking = False, True
         self.spawn(self._finish_wake(runtime))
         return True
 
     async def _finish_wake(self, runtime: Runtime) -> None:
         started = time.monotonic()
         awake = await self._hooks.unpark(runtime)
+        runtime.waking = False
         if runtime.state is not RuntimeState.LOADING:
             return  # its process died meanwhile (_fail_running vacated it)
         if not awake:  # stopped, not failed: its waiters stay queued for a fresh load
@@ -266,6 +265,7 @@ class Lifecycle:
             self.owner.gone(runtime)
             return
         seconds = time.monotonic() - started
+        self.swap_times.wake.add(runtime.config.id, seconds)
         self.move(runtime, RuntimeState.READY, "ready", load_seconds=seconds, woken=True)
         self.owner.ready(runtime)
 

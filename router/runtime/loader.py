@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -82,22 +82,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class _Start:
+    """One spawned child on its way to ready: what the readiness checks read."""
+
+    adapter: Backend
+    process: SupervisedProcess
+    base_url: str
+    spec: LaunchSpec
+    ready_line: asyncio.Event  # set when the child prints its ready line
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)
 class Loader:
-    def __init__(
-        self,
-        settings: Settings,
-        client: BackendClient,
-        pidfile_dir: Path,
-        env_overlay: Callable[[Family], Mapping[str, str]] | None = None,
-        hooks: LaunchHooks | None = None,
-    ) -> None:
-        self._settings = settings
-        self._client = client
-        self._pidfile_dir = pidfile_dir
-        # Environment decided at run time (vLLM's launch options), read at each spawn.
-        self._env_overlay = env_overlay
-        # Arguments the router adds for its own features (KV persistence's --slot-save-path).
-        self._hooks = hooks
+    """Starts a backend process for a launch spec and waits until it serves (or fails)."""
+
+    settings: Settings
+    client: BackendClient
+    pidfile_dir: Path
+    # Environment decided at run time (vLLM's launch options), read at each spawn.
+    env_overlay: Callable[[Family], Mapping[str, str]] | None = None
+    # Arguments the router adds for its own features (KV persistence's --slot-save-path).
+    hooks: LaunchHooks | None = None
 
     async def launch(
         self,
@@ -112,8 +119,8 @@ class Loader:
         spawn is skipped at the cost of a bind check, and a child that exits early because its
         port was taken under it is retried on a new port.
         """
-        if self._hooks is not None:
-            self._hooks.before_launch(spec)  # a read-ahead stops: the backend's reads take over
+        if self.hooks is not None:
+            self.hooks.before_launch(spec)  # a read-ahead stops: the backend's reads take over
         taken: LoadFailed | None = None
         for attempt in range(1, PORT_ATTEMPTS + 1):
             port = free_port()
@@ -148,17 +155,16 @@ class Loader:
         process, argv = await self._spawn(
             adapter, spec, port, _tee(on_output, adapter, ready_line), on_argv
         )
-        started = time.monotonic()
-        base_url = f"http://127.0.0.1:{port}"
-        await self._await_ready(adapter, process, base_url, spec, ready_line, started)
+        start = _Start(adapter, process, f"http://127.0.0.1:{port}", spec, ready_line)
+        await self._await_ready(start)
         process.detach_output()
         return Launched(
             process,
             port,
-            base_url,
+            start.base_url,
             adapter.local_model_id(spec.config, spec.lane),
             argv,
-            time.monotonic() - started,
+            time.monotonic() - start.started,
         )
 
     async def _spawn(
@@ -172,18 +178,18 @@ class Loader:
         name = spec.key.replace("/", "_").replace("@", "_")
         try:
             workdir = self._write_launch_files(adapter, spec, name)
-            argv = adapter.argv(spec.config, spec.lane, port, self._settings, workdir=workdir)
-            if self._hooks is not None:
-                argv += self._hooks.launch_args(spec)
-            env = child_environ(adapter, spec.config, spec.lane, self._settings, os.environ)
-            if self._env_overlay is not None:
-                env.update(self._env_overlay(spec.family))
+            argv = adapter.argv(spec.config, spec.lane, port, self.settings, workdir=workdir)
+            if self.hooks is not None:
+                argv += self.hooks.launch_args(spec)
+            env = child_environ(adapter, spec.config, spec.lane, self.settings, os.environ)
+            if self.env_overlay is not None:
+                env.update(self.env_overlay(spec.family))
         except BackendError as exc:
             raise LoadFailed(f"cannot launch {spec.config.id}: {exc}") from exc
         if on_argv is not None:
             on_argv(argv)
         process = SupervisedProcess(
-            argv, env=env, cwd=None, name=name, pidfile_dir=self._pidfile_dir, on_output=on_output
+            argv, env=env, cwd=None, name=name, pidfile_dir=self.pidfile_dir, on_output=on_output
         )
         try:
             await process.start()
@@ -193,27 +199,16 @@ class Loader:
             ) from exc
         return process, argv
 
-    async def _await_ready(
-        self,
-        adapter: Backend,
-        process: SupervisedProcess,
-        base_url: str,
-        spec: LaunchSpec,
-        ready_line: asyncio.Event,
-        started: float,
-    ) -> None:
+    async def _await_ready(self, start: _Start) -> None:
         """Ready within `load_timeout`, or the child is stopped and the load fails."""
-        grace = self._settings.runtime.stop_grace
+        grace, process, spec = self.settings.runtime.stop_grace, start.process, start.spec
         try:
-            await asyncio.wait_for(
-                self._until_ready(adapter, process, base_url, spec, ready_line, started),
-                self._settings.runtime.load_timeout,
-            )
+            await asyncio.wait_for(self._until_ready(start), self.settings.runtime.load_timeout)
         except TimeoutError:
             await process.stop(grace)
             raise _failed(
                 LoadFailed,
-                f"{spec.config.id} was not ready after {self._settings.runtime.load_timeout:g}s"
+                f"{spec.config.id} was not ready after {self.settings.runtime.load_timeout:g}s"
                 f" (runtime.load_timeout){_tail(process)}",
                 process,
             ) from None
@@ -223,33 +218,25 @@ class Loader:
 
     def _write_launch_files(self, adapter: Backend, spec: LaunchSpec, name: str) -> Path | None:
         """Files a backend reads at start (KoboldCpp's cleaned .kcpps copy), in its own folder."""
-        files = adapter.launch_files(spec.config, spec.lane, self._settings)
+        files = adapter.launch_files(spec.config, spec.lane, self.settings)
         if not files:
             return None
-        workdir = self._pidfile_dir.parent / "launch" / name
+        workdir = self.pidfile_dir.parent / "launch" / name
         workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for file_name, data in files.items():
             (workdir / file_name).write_bytes(data)
         return workdir
 
-    async def _until_ready(
-        self,
-        adapter: Backend,
-        process: SupervisedProcess,
-        base_url: str,
-        spec: LaunchSpec,
-        ready_line: asyncio.Event,
-        started: float,
-    ) -> None:
-        exited = asyncio.ensure_future(process.wait_exit())
-        delay = 0.005
+    async def _until_ready(self, start: _Start) -> None:
+        exited = asyncio.ensure_future(start.process.wait_exit())
+        ready_line, delay = start.ready_line, 0.005
         try:
             while True:
-                self._still_starting(process, spec, exited, started)
+                self._still_starting(start, exited)
                 # Cleared before the probe, not after: a ready line printed while the probe
                 # was in flight must wake the next wait at once.
                 ready_line.clear()
-                if await self._answers(adapter, base_url, spec, process, exited):
+                if await self._answers(start, exited):
                     if not exited.done():
                         return
                     continue
@@ -259,18 +246,13 @@ class Loader:
                 # Detection lag is the cold-start overhead, and log lines cannot shorten it:
                 # llama.cpp logs from a worker thread, so "listening" reaches the pipe late.
                 # Probe every 5 ms in the first second, 25 ms up to 3 s, 250 ms after.
-                delay = min(delay * 2, _probe_cap(time.monotonic() - started))
+                delay = min(delay * 2, _probe_cap(time.monotonic() - start.started))
         finally:
             exited.cancel()
 
-    def _still_starting(
-        self,
-        process: SupervisedProcess,
-        spec: LaunchSpec,
-        exited: asyncio.Future[int],
-        started: float,
-    ) -> None:
+    def _still_starting(self, start: _Start, exited: asyncio.Future[int]) -> None:
         """Raise when the child exited, or printed nothing for `no_progress_timeout`."""
+        process, spec = start.process, start.spec
         if exited.done():
             raise _failed(
                 BackendExited,
@@ -279,8 +261,8 @@ class Loader:
                 process,
                 exited.result(),
             )
-        no_progress = self._settings.runtime.no_progress_timeout
-        last_sign = max(started, process.last_output_at)
+        no_progress = self.settings.runtime.no_progress_timeout
+        last_sign = max(start.started, process.last_output_at)
         if no_progress and time.monotonic() - last_sign > no_progress:
             raise _failed(
                 LoadFailed,
@@ -289,25 +271,19 @@ class Loader:
                 process,
             )
 
-    async def _answers(
-        self,
-        adapter: Backend,
-        base_url: str,
-        spec: LaunchSpec,
-        process: SupervisedProcess,
-        exited: asyncio.Future[int],
-    ) -> bool:
+    async def _answers(self, start: _Start, exited: asyncio.Future[int]) -> bool:
         """Ready, and the answer came from our child (R5); False while not ready yet."""
+        adapter, base_url, spec = start.adapter, start.base_url, start.spec
         if not await self._probe(adapter, base_url, exited):
             return False
         try:
-            await self._client.verify(adapter, base_url, spec.config, spec.lane)
+            await self.client.verify(adapter, base_url, spec.config, spec.lane)
         except BackendError as exc:  # not our child answering (R5)
-            raise _failed(LoadFailed, f"{spec.config.id}: {exc}", process) from exc
+            raise _failed(LoadFailed, f"{spec.config.id}: {exc}", start.process) from exc
         return True
 
     async def _probe(self, adapter: Backend, base_url: str, exited: asyncio.Future[int]) -> bool:
-        probe = asyncio.ensure_future(self._client.ready(adapter, base_url))
+        probe = asyncio.ensure_future(self.client.ready(adapter, base_url))
         pending: set[asyncio.Future[Any]] = {probe, exited}
         await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         if not probe.done():

@@ -20,26 +20,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from router.config import ModelConfig, Settings
-from router.domain import ANONYMOUS, Caller, Family, Lane, Priority
-from router.errors import RouterError, ServiceUnavailable
+from router.domain import ANONYMOUS, Caller, Family, Lane
+from router.errors import RouterError
 from router.memory.eviction import Plan
 from router.memory.ledger import Ledger
 from router.records import EventBus
-from router.runtime import death, scheduler
+from router.runtime import death
 from router.runtime.board import QueueBoard
 from router.runtime.hooks import SwapHook, SwapHooks
+from router.runtime.leasing import Leasing
 from router.runtime.ledger import LiveLedger, shutting_down
 from router.runtime.lifecycle import Lifecycle, LoadErrorSink
 from router.runtime.loader import Loader
 from router.runtime.measuring import FigureHooks, NoFigureHooks
 from router.runtime.pump import Pump
-from router.runtime.queues import Ticket, Waiter
+from router.runtime.queues import Ticket
 from router.runtime.state import (
     Lease,
     ObserverFactory,
@@ -80,10 +80,17 @@ class RuntimeManager:
         self._table = Table(settings)
         self._queues = self._table.queues
         self.ledger = LiveLedger(settings, self._table, self.figures)
-        self._life = Lifecycle(
-            settings, loader, events, self._hooks, on_load_error=on_load_error, observer=observer
-        )
+        self._life = Lifecycle(settings, loader, events, self._hooks, on_load_error, observer)
         self._life.attach(self)
+        self._leasing = Leasing(
+            settings,
+            self._table,
+            self.ledger,
+            clock,
+            changed=self._poke,
+            run=lambda: self._pump.run(),
+            timed=lambda config_id, held: self.request_times.add(config_id, held),
+        )
         self._pump = Pump(
             settings,
             self._table,
@@ -91,18 +98,16 @@ class RuntimeManager:
             self._life,
             self._hooks,
             clock,
-            self._grant,
+            self._leasing.grant,
             self._poke,
         )
-        self._idle = asyncio.Event()
-        self._idle.set()
-        swaps = (self._life.swap_times, not self._hooks.empty)
+        swaps = (self._life.swap_times, self._hooks)
         self._board = QueueBoard(
             settings, self._table, self._pump, events, clock, usual_load, swaps
         )
         self.request_times = self._board.request_times
         # Told of every lease that ends (lending's held requests wait for their owner's jobs).
-        self.released: list[Callable[[ModelConfig], None]] = []
+        self.released = self._leasing.released
 
     @property
     def spawn_count(self) -> int:
@@ -168,12 +173,13 @@ class RuntimeManager:
             and self._table.has_room(runtime)
             and self._table.under_cap(caller)
         ):
-            lease = self._grant(runtime, arrived, caller)
+            lease = self._leasing.grant(runtime, arrived, caller)
         else:
             await self.ledger.admit(spec)
             timeout = self._settings.runtime.queue_timeout
-            bound = (timeout, "runtime.queue_timeout")
-            lease = await self._enqueue(spec, lane, arrived, bound, ticket, caller)
+            lease = await self._leasing.enqueue(
+                spec, lane, arrived, timeout, "runtime.queue_timeout", ticket, caller
+            )
         if keep_alive is not None:
             # Held by this lease, so no idle timer runs: the next release arms it anew.
             lease.runtime.keep_alive = keep_alive
@@ -201,7 +207,7 @@ class RuntimeManager:
         rt = self._settings.runtime
         bound = rt.max_batch_wait + rt.stop_grace + rt.load_timeout
         setting = "runtime.max_batch_wait + stop_grace + load_timeout"
-        lease = await self._enqueue(spec, lane, self._clock(), (bound, setting))
+        lease = await self._leasing.enqueue(spec, lane, self._clock(), bound, setting)
         try:
             return self._view(lease.runtime)
         finally:
@@ -320,7 +326,7 @@ class RuntimeManager:
         """Refuse new work, fail queued requests, let running work finish, stop every backend."""
         self.refuse_new_work()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), drain_timeout)
+            await asyncio.wait_for(self._leasing.idle.wait(), drain_timeout)
         await self.close()
 
     async def close(self) -> None:
@@ -333,103 +339,12 @@ class RuntimeManager:
             return_exceptions=True,
         )
 
-    # ---- queueing ---------------------------------------------------------------------
+    # ---- a runtime's snapshot (queueing and leases: leasing.py) -------------------------
 
     def _view(self, runtime: Runtime) -> RuntimeView:
         idle_unload = self._settings.runtime.idle_unload
         last_used = self.ledger.holdings.uses.last(runtime.key)
         return runtime.view(self._queues.waiting_for(runtime.key), idle_unload, last_used)
-
-    async def _enqueue(
-        self,
-        spec: RuntimeSpec,
-        lane: Lane,
-        arrived: float,
-        limit: tuple[float, str],
-        ticket: Ticket | None = None,
-        caller: Caller = ANONYMOUS,
-    ) -> Lease:
-        """Queue a request; `limit`: how long it may wait, and the setting that says so."""
-        bound, setting = limit
-        waiting = self._queues.waiting(lane)
-        max_queue = self._settings.runtime.max_queue
-        if waiting >= max_queue:
-            raise ServiceUnavailable(
-                f"the {lane} queue is full ({max_queue} waiting)",
-                retry_after=scheduler.retry_after(waiting, max_queue),
-            )
-        future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(spec, arrived, lane, future, caller=caller)
-        self._queues.add(waiter)
-        if ticket is not None:
-            ticket.waiter = waiter
-        self._pump.run()
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), bound or None)
-        except TimeoutError:
-            self._abandon(waiter)
-            raise ServiceUnavailable(
-                f"timed out after {bound:g}s waiting for {spec.config.id} ({setting})",
-                retry_after=scheduler.retry_after(waiting, max_queue),
-            ) from None
-        except asyncio.CancelledError:  # the client went away while queued (R23)
-            self._abandon(waiter)
-            raise
-
-    def _abandon(self, waiter: Waiter) -> None:
-        """A waiter gave up; a lease granted in the same instant goes straight back."""
-        self._queues.remove(waiter)
-        future = waiter.future
-        if not future.done():
-            future.cancel()
-        elif not future.cancelled() and future.exception() is None:
-            future.result().release()
-        self._pump.run()
-
-    def _grant(self, runtime: Runtime, arrived: float, caller: Caller) -> Lease:
-        runtime.leases += 1
-        self._table.take(caller)
-        self.ledger.holdings.uses.note(runtime.key)
-        granted = self._clock()
-        _note_use(runtime, caller, granted)
-        runtime.lease_starts.append(granted)  # the ETA's drain: the youngest running request
-        self._poke()
-        runtime.cancel_idle_timer()
-        self._idle.clear()
-
-        def release(held: Runtime) -> None:
-            held.lease_starts.remove(granted)
-            now = self._clock()
-            self.request_times.add(held.config.id, now - granted)
-            _note_use(held, caller, now)
-            self._table.let_go(caller)
-            self._release(held)
-
-        return Lease(runtime, (granted - arrived) * 1000.0, release)
-
-    def _release(self, runtime: Runtime) -> None:
-        runtime.leases -= 1
-        self._poke()
-        for listener in self.released:
-            listener(runtime.config)
-        runtime.last_release = self._clock()
-        if runtime.leases == 0:
-            if all(rt.leases == 0 for rt in self._table.runtimes.values()):
-                self._idle.set()
-            keep = runtime.effective_keep_alive(self._settings.runtime.idle_unload)
-            if keep == 0:
-                self._idle_unload(runtime)
-            elif math.isfinite(keep) and runtime.state is RuntimeState.READY:
-                runtime.arm_idle_timer(keep, lambda: self._idle_unload(runtime))
-        if runtime.draining or runtime.unload_requested or self._queues.any():
-            self._pump.run()
-
-    def _idle_unload(self, runtime: Runtime) -> None:
-        wanted = self._queues.wants(runtime.key)
-        if runtime.leases == 0 and runtime.state is RuntimeState.READY and not wanted:
-            log.info("idle unload of %s", runtime.key)
-            runtime.unload_requested = True
-            self._pump.run()
 
     # ---- the memory side (router/runtime/ledger.py) ------------------------------------
 
@@ -446,12 +361,6 @@ class RuntimeManager:
 
     def memory_now(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         return self.ledger.memory_now()
-
-
-def _note_use(runtime: Runtime, caller: Caller, now: float) -> None:
-    """An interactive request holds `runtime` now (its guard against batch loads)."""
-    if caller.priority is Priority.INTERACTIVE:
-        runtime.interactive_at = now
 
 
 __all__ = ["Lease", "RuntimeManager", "RuntimeSpec", "RuntimeView", "primary_lane", "spec_for"]

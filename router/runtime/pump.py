@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from router.config import Settings
 from router.domain import Caller, Lane
@@ -39,29 +40,22 @@ _PHASES = {
 }
 
 
+@dataclass(eq=False)
 class Pump:
-    def __init__(
-        self,
-        settings: Settings,
-        table: Table,
-        ledger: LiveLedger,
-        life: Lifecycle,
-        hooks: SwapHooks,
-        clock: Callable[[], float],
-        grant: Grant,
-        after: Callable[[], None],
-    ) -> None:
-        self._settings = settings
-        self._table = table
-        self._ledger = ledger
-        self._life = life
-        self._hooks = hooks
-        self._clock = clock
-        self._grant = grant
-        self._after = after  # told after every pass (queue lengths may have changed)
-        self._evicting: dict[str, Pending] = {}
-        self._deadline: asyncio.TimerHandle | None = None
-        self._pumping = False
+    """Built by the manager (positional: its parts, then `grant` for a queued waiter's lease
+    and `after`, told after every pass: queue lengths may have changed)."""
+
+    _settings: Settings
+    _table: Table
+    _ledger: LiveLedger
+    _life: Lifecycle
+    _hooks: SwapHooks
+    _clock: Callable[[], float]
+    _grant: Grant
+    _after: Callable[[], None]
+    _evicting: dict[str, Pending] = field(default_factory=dict, init=False)
+    _deadline: asyncio.TimerHandle | None = field(default=None, init=False)
+    _pumping: bool = field(default=False, init=False)
 
     def run(self) -> None:
         if self._pumping:

@@ -59,16 +59,24 @@ class VllmSleep(SwapHook):
         self._client = client
         self._host = host  # the memory package judges host memory, not this module
 
-    def wanted(self, runtime: Runtime) -> bool:
-        """Sleep instead of stop? Stats the model's files and asks for host room (cheap)."""
+    def _fit(self, runtime: Runtime) -> tuple[bool, int, int] | None:
+        """(may it sleep, bytes of its weights, host room), None for a runtime that never
+        sleeps: stats the model's files and asks for host room (cheap)."""
         config = runtime.config
         if not (config.sleep and runtime.spec.family is Family.VLLM and runtime.base_url):
-            return False
+            return None
         model = config.model_file(runtime.spec.lane)
         weights = weights_size(model) if model is not None else 0
         # Asleep, the ledger counts its weights in place of its figure (runtime/holdings.py).
         room = self._host.room(replacing=runtime.key)
-        allowed = may_sleep(True, runtime.spec.family, weights, room)
+        return may_sleep(True, runtime.spec.family, weights, room), weights, room
+
+    def wanted(self, runtime: Runtime) -> bool:
+        """Sleep instead of stop? Says so in the log when host memory is what refuses."""
+        fit = self._fit(runtime)
+        if fit is None:
+            return False
+        allowed, weights, room = fit
         if not allowed:
             log.info(
                 "%s: host memory does not allow a sleep (%d bytes of weights, %d of room)",
@@ -90,6 +98,10 @@ class VllmSleep(SwapHook):
 
     def parks(self, runtime: Runtime) -> bool:
         return self.wanted(runtime)
+
+    def would_park(self, runtime: Runtime) -> bool:
+        fit = self._fit(runtime)
+        return fit is not None and fit[0]
 
     async def park(self, runtime: Runtime) -> bool:
         return await self.sleep(runtime)

@@ -67,6 +67,7 @@ class Runtime:
         self.unload_requested = False
         # SLEEPING and its sleep call succeeded: the weights are in host RAM, the GPU is free.
         self.asleep = False
+        self.waking = False  # LOADING from a sleep: woken, not launched (the ETA prices a wake)
         self.process: SupervisedProcess | None = None
         self.base_url = ""
         self.port = 0

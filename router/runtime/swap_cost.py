@@ -8,6 +8,10 @@ A request that waits for another model waits for the whole swap, not only for th
 2. each of them saves its KV cache (when KV persistence is on) and stops (TERM to exit);
 3. the new runtime launches (the usual load time) and restores its KV cache.
 
+A vLLM runtime the sleep hook would park (`router_sleep`, router/runtime/sleep.py) sleeps
+instead of saving and stopping, and one asleep is woken instead of loaded: those parts cost the
+measured sleep and wake times instead.
+
 Several victims drain, save and stop at once (each its own task), so an eviction lasts as long
 as its slowest victim. What has already happened is subtracted: a stop or a load under way
 counts only what is left. A figure that was never measured makes the cost `None`: a number is
@@ -27,13 +31,16 @@ class Timings:
     """Per configuration id, the usual seconds of each part (medians of recent measurements).
 
     `save` and `restore` None: KV persistence is off, those parts cost nothing. `stop` None:
-    stops are not counted (a caller without stop figures)."""
+    stops are not counted (a caller without stop figures). `sleep` and `wake`: a vLLM sleep
+    and wake, counted only for a victim that sleeps and a load that wakes (missing: None)."""
 
     load: Figure
     request: Figure
     save: Figure | None = None
     stop: Figure | None = None
     restore: Figure | None = None
+    sleep: Figure | None = None
+    wake: Figure | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class Evicted:
     running: int = 0  # requests still running on it (they end before it stops)
     running_for: float = 0.0  # seconds the youngest of them has run
     stopping_for: float = 0.0  # seconds its save and stop have already taken (0: not begun)
+    sleeps: bool = False  # put to sleep instead of stopped (vLLM `router_sleep`)
 
 
 def drain_seconds(timings: Timings, model: str, running: int, running_for: float) -> float | None:
@@ -63,12 +71,25 @@ def _total(*parts: float | None) -> float | None:
     return None if any(p is None for p in parts) else sum(p or 0.0 for p in parts)
 
 
+def _measured(figure: Figure | None, model: str) -> float | None:
+    """A part that happens for sure: None when it was never measured."""
+    return None if figure is None else figure.get(model)
+
+
+def leave_seconds(timings: Timings, victim: Evicted) -> float | None:
+    """A drained victim's way out: its sleep, else its KV save and its stop."""
+    if victim.sleeps:
+        return _measured(timings.sleep, victim.model)
+    return _total(_part(timings.save, victim.model), _part(timings.stop, victim.model))
+
+
 def eviction_seconds(timings: Timings, victims: Sequence[Evicted]) -> float | None:
-    """Until every victim has drained, saved and exited (they do so at once: the slowest)."""
+    """Until every victim has drained, saved and exited, or fallen asleep (they do so at
+    once: the slowest)."""
     costs = []
     for victim in victims:
         drain = drain_seconds(timings, victim.model, victim.running, victim.running_for)
-        leave = _total(_part(timings.save, victim.model), _part(timings.stop, victim.model))
+        leave = leave_seconds(timings, victim)
         left = None if leave is None else max(0.0, leave - victim.stopping_for)
         costs.append(_total(drain, left))
     if any(c is None for c in costs):
@@ -76,17 +97,28 @@ def eviction_seconds(timings: Timings, victims: Sequence[Evicted]) -> float | No
     return max((c for c in costs if c is not None), default=0.0)
 
 
-def load_seconds(timings: Timings, model: str, elapsed: float = 0.0) -> float | None:
-    """Until a load of `model` that has taken `elapsed` seconds so far is ready to serve."""
-    whole = _total(timings.load.get(model), _part(timings.restore, model))
+def load_seconds(
+    timings: Timings, model: str, elapsed: float = 0.0, woken: bool = False
+) -> float | None:
+    """Until a load of `model` that has taken `elapsed` seconds so far is ready to serve;
+    `woken`: a sleeping runtime woken instead (no launch, no KV restore)."""
+    if woken:
+        whole = _measured(timings.wake, model)
+    else:
+        whole = _total(timings.load.get(model), _part(timings.restore, model))
     return None if whole is None else max(0.0, whole - elapsed)
 
 
 def swap_seconds(
-    timings: Timings, victims: Sequence[Evicted], model: str, elapsed: float = 0.0
+    timings: Timings,
+    victims: Sequence[Evicted],
+    model: str,
+    elapsed: float = 0.0,
+    woken: bool = False,
 ) -> float | None:
-    """A whole swap: the victims leave, then `model` loads (and restores its KV cache)."""
-    return _total(eviction_seconds(timings, victims), load_seconds(timings, model, elapsed))
+    """A whole swap: the victims leave, then `model` loads (and restores its KV cache) or
+    wakes."""
+    return _total(eviction_seconds(timings, victims), load_seconds(timings, model, elapsed, woken))
 
 
 __all__ = [
@@ -94,6 +126,7 @@ __all__ = [
     "Timings",
     "drain_seconds",
     "eviction_seconds",
+    "leave_seconds",
     "load_seconds",
     "swap_seconds",
 ]

@@ -25,6 +25,7 @@ COLUMNS = (
     "aborted",
     *TOKEN_COLUMNS,
     "answered_by",
+    "key_name",
 )
 INSERT_EVENT = (
     f"INSERT INTO analytics_events ({', '.join(COLUMNS)}) "
@@ -46,7 +47,8 @@ Row = tuple[Any, ...]
 # wall time, route, surface, lane, model, node_id, backend, status, upstream_status,
 # error_message (already sanitized), queue_wait_ms, ttfb_ms, duration seconds, bytes_in,
 # bytes_out, aborted, tail (the response's last bytes, for the usage report), and optionally
-# answered_by (the guardian model that answered for `model`, docs/guardians.md).
+# answered_by (the guardian model that answered for `model`, docs/guardians.md) and key_name
+# (the scoped key that sent it, never its secret).
 Raw = tuple[Any, ...]
 
 
@@ -56,6 +58,7 @@ def row_from_raw(raw: Raw) -> Row:
     as_recorded, status = raw[:10], raw[7]
     queue_wait_ms, ttfb_ms, duration_s, bytes_in, bytes_out, aborted, tail = raw[10:17]
     answered_by = raw[17] if len(raw) > 17 else None
+    key_name = raw[18] if len(raw) > 18 else None
     usage = sniff_usage(tail)
     return (
         *as_recorded,
@@ -69,6 +72,7 @@ def row_from_raw(raw: Raw) -> Row:
         usage.get("completion_tokens"),
         usage.get("total_tokens"),
         answered_by,
+        key_name,
     )
 
 

@@ -1,6 +1,6 @@
 """`Store`: the node's SQLite file (analytics, load captures, load errors, model state, file
 hashes), and its named parts: `benchmarks`, `costs`, `downloads`, `guardians`, `links`,
-`lending`, `memory` (each a small class handed an `Access`: the writer, the reader and the
+`lending`, `memory`, `scoped_keys` (each a small class handed an `Access`: the writer, the reader and the
 settle-before-read), and `load_attempts`, `load_errors`, `model_states`, `file_hashes` the
 same way: callers use the part (`store.load_errors.record(...)`), never a forwarding method.
 This module composes them: open, the writer, settle, retention, copies, and the analytics.
@@ -45,6 +45,7 @@ from router.store.load_errors import LoadErrors
 from router.store.memory_figures import MemoryFigureRows
 from router.store.model_state import ModelStates
 from router.store.rows import Raw, rows_from_raws
+from router.store.scoped_keys import ScopedKeyRows
 from router.store.summary import summarize
 from router.store.writer import Op, Writer, WriterStats
 
@@ -81,6 +82,7 @@ class Store(FileWatch):
         self.load_errors = LoadErrors(access, node_id)
         self.model_states = ModelStates(access)
         self.file_hashes = FileHashes(access)
+        self.scoped_keys = ScopedKeyRows(access)
         self._events: EventChannel | None = None  # the writer process, when analytics is on
         self._last_retention = time.monotonic()
         self.schema_version = 0

@@ -1,8 +1,9 @@
 """The analytics summary, computed inside SQLite so a month of raw events never sits in memory.
 
-Cells: the whole window, each model, each route template and each time bucket. Each cell has
-requests, errors, aborted, token sums and nearest-rank p50/p95 of duration and queue wait
-(window functions: SQLite sorts, spilling to temp storage for large ranges).
+Cells: the whole window, each model, each route template, each scoped key and each time
+bucket. Each cell has requests, errors, aborted, token sums and nearest-rank p50/p95 of
+duration and queue wait (window functions: SQLite sorts, spilling to temp storage for large
+ranges).
 
 Errors are statuses >= 400 on requests that were not aborted. A client that went away (499,
 or `aborted` set by the proxy) is counted in `aborted` instead: it is not a failure of the
@@ -53,6 +54,7 @@ _GROUPINGS = {
     "totals": "'all'",
     "models": "model",
     "routes": "route",
+    "keys": "key_name",
     "buckets": "CAST((time - :from) / :bucket AS INTEGER)",
 }
 
@@ -126,6 +128,8 @@ async def summarize(
         "totals": groups["totals"].get("all", empty),
         "models": [{"model": k, **v} for k, v in sorted(groups["models"].items(), key=_order)],
         "routes": [{"route": k, **v} for k, v in sorted(groups["routes"].items(), key=_order)],
+        # By scoped key (docs/configuration.md, "Scoped keys"); `key` null: no scoped key.
+        "keys": [{"key": k, **v} for k, v in sorted(groups["keys"].items(), key=_order)],
         "buckets": [
             {"start": from_ts + k * bucket_seconds, **v}
             for k, v in sorted(groups["buckets"].items())

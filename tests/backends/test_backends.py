@@ -938,3 +938,18 @@ async def test_real_llama_server_text_and_embeddings(tmp_path: Path) -> None:
     for lane in (Lane.TEXT, Lane.EMBEDDINGS):
         port = free_port()
         await _run_until_ready(LLAMA.argv(config, lane, port, settings), config, lane, port)
+
+
+def test_route_table_answers_stay_the_same_when_remembered_and_the_memory_is_bounded() -> None:
+    from backends.base import RouteTable
+
+    table = RouteTable([("POST", "/v1/chat/completions"), ("GET", "/v1/models/*")])
+    for _ in range(2):  # the second pass answers from what the first remembered
+        assert table.matches("/v1/chat/completions", "POST")
+        assert table.matches("/v1/chat/completions/", "post")
+        assert not table.matches("/v1/chat/completions", "GET")
+        assert table.matches("/v1/models/x?y=1", "HEAD")
+    for i in range(2000):  # client-chosen paths never grow it past its bound
+        assert not table.matches(f"/junk/{i}", "POST")
+    assert len(table._seen) <= 512
+    assert table.matches("/v1/chat/completions", "POST")

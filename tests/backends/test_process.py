@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import re
@@ -140,6 +141,10 @@ async def test_callback_errors_do_not_stop_reading() -> None:
     assert p.tail(2) == ["a", "b"]
 
 
+def _pipe_max_size() -> int:
+    return int(Path("/proc/sys/fs/pipe-max-size").read_text())
+
+
 async def test_a_serving_backends_output_is_detached_and_read_coalesced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -174,6 +179,11 @@ async def test_a_serving_backends_output_is_detached_and_read_coalesced(
         assert seen == [b"ready"]  # nothing reaches the load's readers any more
         assert p.tail(3) == ["x1", "x2", "x3"]  # the ring still keeps the last words
         assert reads.count(True) == 2, reads  # x1, then x2 and x3 together
+        # A serving backend's pipes are enlarged so its log never waits for the next read.
+        limit = _pipe_max_size()
+        for fh in p._streams.values():
+            size = fcntl.fcntl(fh.fileno(), fcntl.F_GETPIPE_SZ)
+            assert size >= min(limit, proc_mod.SERVING_PIPE_BYTES), size
     finally:
         await p.stop(1.0)
 

@@ -99,7 +99,7 @@ class Reader:
     def __init__(self, plans: dict[str, Plan | None]) -> None:
         self.plans = plans
 
-    async def memory_status(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    def memory_now(self) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
         return {}, [{"device": "host", "budget": 64, "used": 0, "free": 64}]
 
     async def plan(self, config: ModelConfig, lane: Any = None) -> Plan:

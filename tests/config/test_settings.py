@@ -22,7 +22,7 @@ from router.config import (
     resolve_config_path,
 )
 from router.config.addresses import split_bind
-from router.config.load import placeholder_reason
+from router.config.policy import placeholder_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs" / "router.example.yaml"

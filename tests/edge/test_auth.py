@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import types
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from router.domain import Role, Surface
 from router.edge import auth, edge_errors, upstream_request_headers
 from router.edge.auth import KeyRing, Policy, auth_middleware, presented_credential
 from router.edge.headers import CREDENTIAL_HEADERS
+from tests.support.compare_spy import spy_compare_digest
 
 INF, ADM, CLU = "inf-key-0123456789abcdef", "adm-key-0123456789abcdef", "clu-token-0123456789abcd"
 
@@ -119,14 +119,7 @@ def test_from_settings_reads_both_cluster_token_fields() -> None:
 
 def test_s18_every_stored_digest_is_compared_whatever_matches(monkeypatch) -> None:
     ring = KeyRing(("i1", "i2", "i3"), ("a1", "a2"), ("c1",))
-    calls: list[tuple[bytes, bytes]] = []
-    real = hmac.compare_digest
-
-    def counting(a: bytes, b: bytes) -> bool:
-        calls.append((a, b))
-        return real(a, b)
-
-    monkeypatch.setattr(hmac, "compare_digest", counting)
+    calls = spy_compare_digest(monkeypatch)
     for presented, role in [
         ("i1", Role.INFERENCE),
         ("c1", Role.CLUSTER),

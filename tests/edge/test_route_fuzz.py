@@ -70,6 +70,7 @@ PARAM_VALUES: dict[str, tuple[str, ...]] = {
     "cook_id": ("x", "chat-a", "%ff", "a b"),
     "config_id": ("chat-a", "x.kcpps", "%ff", "-x"),
     "sha256": ("0" * 64, "x", "%ff"),
+    "name": ("family", "x", "%ff", "a b"),  # /router/v1/keys/{name}
 }
 
 # ---- strategies -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Seen on the real llama-server in whole-suite runs (S27's bystander after a long stream got a
 502 "Server disconnected" / "Can not write request body" from a live backend). A clean close
 before any answer on a pooled connection is sent once more on another connection
-(router/forwarding/proxy.py `closed_keep_alive`); a reset stays a 502 (R31,
+(router/forwarding/opening.py `closed_keep_alive`); a reset stays a 502 (R31,
 tests/forwarding/test_proxy_stream.py). The fake's `--close-reused-once` closes the first
 request that arrives on a connection that served one before.
 """
@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 
 from router.errors import BadGateway
-from router.forwarding.proxy import CONNECT_BACKOFF, Proxy, UpstreamRequest
+from router.forwarding.opening import CONNECT_BACKOFF, UpstreamRequest
+from router.forwarding.proxy import Proxy
 from tests.support.harness import RouterHarness, chat
 
 CHAT = "/v1/chat/completions"
@@ -58,5 +59,5 @@ async def test_a_close_on_the_last_connect_attempt_is_a_502() -> None:
     proxy = Proxy(session, idle_timeout=5, response_timeout=5, connect_window=60)  # type: ignore[arg-type]
     upstream = UpstreamRequest("POST", "http://127.0.0.1:1/x", {}, b"{}", replayable=True)
     with pytest.raises(BadGateway, match="Server disconnected"):
-        await proxy._open(upstream, aiohttp.ClientTimeout())
+        await proxy.opener.open(upstream, aiohttp.ClientTimeout())
     assert session.calls == len(CONNECT_BACKOFF) + 1

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from router import __version__
-from router.appkeys import STORE
+from router.appkeys import LENDING, STORE
 from router.config import AnalyticsSection
-from router.lending import LENDING
 from router.lending.decisions import Decision, decision_row
 from router.store import Store
 from router.store import store as store_module

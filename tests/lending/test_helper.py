@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from router.lending import LENDING
+from router.appkeys import LENDING
 from tests.support.cluster import AUTH, TOKEN, served_rows
 from tests.support.harness import RouterHarness, chat, free_port, until
 from tests.support.lending import TEXT_LINKS, folder

@@ -15,10 +15,10 @@ import time
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from router.appkeys import CATALOG, RUNTIMES
+from router.appkeys import CATALOG, LENDING, RUNTIMES
 from router.domain import Lane
 from router.forwarding import ProxyResult, Selection
-from router.lending import LENDING, Lending, Link
+from router.lending import Lending, Link
 from router.lending.leases import Lease, Wakeups
 from router.lending.planner import apply_row
 from router.lending.planning import PlanRow

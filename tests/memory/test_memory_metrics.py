@@ -1,5 +1,5 @@
 """/metrics exports the memory GET /router/v1/status shows: each device's budget and use and
-each runtime's bytes, read at scrape time from the same call (the manager's memory_status()).
+each runtime's bytes, read at scrape time from the same snapshot (the manager's memory_now()).
 
 A real router with the fake backend; the .kcpps point at real demo GGUFs (a chat model on the
 text lane, an embedding model on the embeddings lane) so the estimates are real ones."""

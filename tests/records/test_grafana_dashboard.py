@@ -80,5 +80,10 @@ def test_the_dashboard_imports_as_is() -> None:
         for target in panel.get("targets", []):  # every query on the imported data source
             assert target["datasource"]["uid"] == "${DS_PROMETHEUS}", panel["title"]
     titles = " ".join(p["title"] for p in panels(dashboard["panels"]))
-    for topic in ("lane", "Load", "Queue wait", "device", "KV cache"):
+    for topic in ("lane", "Load", "Queue wait", "device", "KV cache", "Tokens per model"):
         assert topic in titles, topic
+    # Issue 36: per-model tokens, each counter on a panel of its own model breakdown.
+    exprs = queries(dashboard)
+    for series in ("prompt", "completion", "cached_prompt"):
+        name = f"tensor_router_{series}_tokens_total"
+        assert any(name in e and "by (model)" in e for e in exprs), name

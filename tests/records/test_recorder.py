@@ -117,6 +117,7 @@ ODD_ROWS: list[Row] = [
         0,
         -1,
         "guardian-ü",
+        "key-ü",
     ),
     (
         2.0,
@@ -136,6 +137,7 @@ ODD_ROWS: list[Row] = [
         None,
         0,
         2**62,
+        None,
         None,
         None,
         None,

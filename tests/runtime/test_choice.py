@@ -16,6 +16,7 @@ from router.domain import BackendMode, Family, Lane
 from router.errors import BadRequest
 from router.runtime import RuntimeState, RuntimeView, choose_config
 from router.runtime.choice import active_view
+from tests.support.views import runtime_view
 
 
 def config(
@@ -38,21 +39,8 @@ def view(
     state: RuntimeState = RuntimeState.READY,
     draining: bool = False,
 ) -> RuntimeView:
-    return RuntimeView(
-        key=f"{cfg.id}@x",
-        config=cfg,
-        lane=min(occupies),
-        occupies=occupies,
-        family=Family.KOBOLD,
-        state=state,
-        draining=draining,
-        leases=0,
-        since=0.0,
-        pid=None,
-        port=None,
-        base_url="",
-        queued=0,
-    )
+    lanes = sorted(occupies)
+    return runtime_view(cfg, *lanes, family=Family.KOBOLD, state=state, draining=draining)
 
 
 LANES = st.frozensets(st.sampled_from(list(Lane)), min_size=1)

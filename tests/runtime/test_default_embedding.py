@@ -4,18 +4,20 @@ takes a selectorless embeddings request when no embedding configuration is loade
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from router.config import ModelConfig
-from router.domain import BackendMode, Lane, family_for
+from router.domain import BackendMode, Lane
 from router.runtime import RuntimeState, RuntimeView
 from router.runtime.default_embedding import (
     may_pass_through,
     no_embedding_model,
     passthrough_views,
 )
+from tests.support.views import runtime_view
 
 EMBED = "/v1/embeddings"
 
@@ -32,29 +34,8 @@ def config(name: str, mode: BackendMode, lanes: frozenset[Lane]) -> ModelConfig:
     )
 
 
-def view(
-    cfg: ModelConfig,
-    lane: Lane = Lane.TEXT,
-    state: RuntimeState = RuntimeState.READY,
-    draining: bool = False,
-) -> RuntimeView:
-    family = family_for(cfg.backend_mode, lane)
-    assert family is not None
-    return RuntimeView(
-        key=f"{cfg.id}@{lane}",
-        config=cfg,
-        lane=lane,
-        occupies=frozenset({lane}),
-        family=family,
-        state=state,
-        draining=draining,
-        leases=0,
-        since=0.0,
-        pid=None,
-        port=None,
-        base_url="",
-        queued=0,
-    )
+def view(cfg: ModelConfig, lane: Lane = Lane.TEXT, **fields: Any) -> RuntimeView:
+    return runtime_view(cfg, lane, **fields)
 
 
 TEXT = frozenset({Lane.TEXT})

@@ -116,3 +116,45 @@ def test_memory_mode_eta_waits_for_the_victims_of_the_replayed_decision() -> Non
     both = LaneState((a, c), {"b@text": frozenset({"a@text", "c@text"})})
     rows = ranked(both, [q("b", 0)], 40.0, GROUPED, {}, {}, FULL)
     assert [r["eta_s"] for _, r in rows] == [None]  # c's save and stop were never measured
+
+
+SLEEPY = Timings(
+    load=FULL.load,
+    request=FULL.request,
+    save=FULL.save,
+    stop=FULL.stop,
+    restore=FULL.restore,
+    sleep={"a": 0.125, "b": 0.25},
+    wake={"a": 0.5, "b": 1.5},
+)
+
+
+def test_a_vllm_sleep_is_priced_instead_of_a_save_and_stop() -> None:
+    assert eviction_seconds(SLEEPY, [Evicted("a", sleeps=True)]) == 0.125  # not 0.5 + 0.25
+    assert eviction_seconds(SLEEPY, [Evicted("a", running=1, sleeps=True)]) == 1.625
+    assert eviction_seconds(SLEEPY, [Evicted("b", stopping_for=0.125, sleeps=True)]) == 0.125
+    assert eviction_seconds(FULL, [Evicted("a", sleeps=True)]) is None  # never measured
+
+
+def test_a_vllm_wake_is_priced_instead_of_a_load_and_restore() -> None:
+    assert load_seconds(SLEEPY, "b", woken=True) == 1.5  # not 6.0 + 0.375
+    assert load_seconds(SLEEPY, "b", 1.0, woken=True) == 0.5
+    assert load_seconds(FULL, "b", woken=True) is None  # no wake measured
+    victims = [Evicted("a", sleeps=True)]
+    assert swap_seconds(SLEEPY, victims, "b", woken=True) == 0.125 + 1.5
+    assert step_seconds(Step("finish_load", "b", woken=True), SLEEPY) == 1.5
+
+
+def test_the_eta_replay_puts_to_sleep_and_wakes() -> None:
+    view = ResidentView("a@text", Phase.READY, 0, False)
+    sleeper = LaneState((Resident(view, "a", sleeps=True),), exclusive=True)
+    rows = ranked(sleeper, [q("b", 0)], 40.0, GROUPED, {}, {}, SLEEPY)
+    assert [r["eta_s"] for _, r in rows] == [6.5]  # a sleeps 0.125, b loads 6.375
+    asleep = LaneState(
+        (Resident(view, "a", sleeps=True),), exclusive=True, asleep=frozenset({"b@text"})
+    )
+    rows = ranked(asleep, [q("b", 0)], 40.0, GROUPED, {}, {}, SLEEPY)
+    assert [r["eta_s"] for _, r in rows] == [1.6]  # a sleeps 0.125, b wakes 1.5
+    waking = Resident(ResidentView("b@text", Phase.LOADING, 0, False), "b", 1.0, waking=True)
+    rows = ranked(LaneState((waking,), exclusive=True), [q("b", 0)], 40.0, GROUPED, {}, {}, SLEEPY)
+    assert [r["eta_s"] for _, r in rows] == [0.5]  # what is left of b's wake

@@ -16,11 +16,12 @@ from router.api.site.store import HANDLERS, parse_time
 from router.app import dispatcher
 from router.appkeys import CLUSTER, STORE
 from router.cluster import AllowList, ClusterService, NodeClient
-from router.config.schema import AnalyticsSection, ClusterSection
+from router.config.schema import ClusterSection
 from router.domain import Surface
 from router.errors import BadRequest, RouterError, render
 from router.store import Store
 from tests.support.harness import raw_record
+from tests.support.store import store_at
 
 SITE = "/router/v1/site"
 ClientFactory = Callable[[web.Application], Awaitable[TestClient]]
@@ -48,10 +49,8 @@ def build_app(store: Store) -> web.Application:
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    settings = AnalyticsSection(flush_interval=3600, load_capture_enabled=True)
-    store = await Store.open(tmp_path / "router.sqlite", node_id="n1", analytics=settings)
-    yield store
-    await store.close()
+    async with store_at(tmp_path, flush_interval=3600, load_capture_enabled=True) as store:
+        yield store
 
 
 @pytest.fixture

@@ -11,19 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from router.config import AnalyticsSection
 from router.store import Store
 from router.store.db import connect
 from router.store.lending import DecisionFilter
+from tests.support.store import store_at
 
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(
-        tmp_path / "router.sqlite", node_id="n1", analytics=AnalyticsSection(flush_interval=0.2)
-    )
-    yield store
-    await store.close()
+    async with store_at(tmp_path) as store:
+        yield store
 
 
 async def test_each_part_writes_and_reads_back(store: Store) -> None:

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from router.domain import Caller, Priority
-from router.edge.request import CALLER
+from router.edge import CALLER
 
 HEADER = "X-Test-Caller"
 

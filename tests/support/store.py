@@ -1,7 +1,9 @@
-"""A store on a real SQLite file for the store's own tests (tests/store/)."""
+"""A store on a real SQLite file, for the tests of the store and of what reads it."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,3 +18,13 @@ async def open_store(folder: Path, **analytics: Any) -> Store:
     return await Store.open(
         folder / "router.sqlite", node_id="n1", analytics=AnalyticsSection(**analytics)
     )
+
+
+@asynccontextmanager
+async def store_at(folder: Path, **analytics: Any) -> AsyncIterator[Store]:
+    """`open_store`, closed (flushed) when the block ends: what a test's `store` fixture yields."""
+    store = await open_store(folder, **analytics)
+    try:
+        yield store
+    finally:
+        await store.close()

@@ -25,6 +25,7 @@ PAGES: dict[str, tuple[str, str, int, str]] = {
     "benchmarks": ("Benchmarks", "model=alpha", 2, "table"),
     "download": ("Download", "q=", 2, "main p, main table"),
     "webuis": ("Web UIs", "", 1, "main table, main .unavailable"),
+    "keys": ("Keys", "", 1, "main table"),
 }
 
 

@@ -27,6 +27,7 @@ from router.webuis import (
     serving,
     what_to_load,
 )
+from tests.support.views import runtime_view
 
 LLAMA, WHISPER, LITE = BY_ID["llama"], BY_ID["whispercpp"], BY_ID["kobold-lite"]
 COMPONENT = {
@@ -47,22 +48,8 @@ def config(model_id: str, mode: BackendMode, *lanes: Lane) -> ModelConfig:
 
 
 def view(cfg: ModelConfig, family: Family, *lanes: Lane, **kw: object) -> RuntimeView:
-    fields: dict[str, object] = {
-        "key": f"{cfg.id}@{lanes[0]}",
-        "config": cfg,
-        "lane": lanes[0],
-        "occupies": frozenset(lanes),
-        "family": family,
-        "state": RuntimeState.READY,
-        "draining": False,
-        "leases": 0,
-        "since": 0.0,
-        "pid": 1,
-        "port": 5000,
-        "base_url": "http://127.0.0.1:5000",
-        "queued": 0,
-    }
-    return RuntimeView(**{**fields, **kw})  # type: ignore[arg-type]
+    where = {"pid": 1, "port": 5000, "base_url": "http://127.0.0.1:5000"}
+    return runtime_view(cfg, *lanes, family=family, **(where | kw))
 
 
 NATIVE, KOBOLD = BackendMode.LLAMA_SDCPP, BackendMode.KOBOLD

@@ -19,10 +19,11 @@ async def health(request: web.Request) -> web.StreamResponse:
 async def metrics(request: web.Request) -> web.StreamResponse:
     registry = request.app[METRICS]
     runtimes = request.app.get(RUNTIMES)
-    # Read at scrape time from the live ledger GET /router/v1/status shows (one source).
+    # Read at scrape time from the snapshot GET /router/v1/status shows (one source, one
+    # moment): a scrape never waits for an estimate being read or a load under way.
     memory = None
     if runtimes is not None:
-        memory = figures(*await runtimes.memory_status())
+        memory = figures(*runtimes.memory_now())
     return web.Response(
         body=registry.render(memory), headers={"Content-Type": registry.content_type}
     )

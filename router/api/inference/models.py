@@ -13,7 +13,7 @@ from router.cluster import resident_of
 from router.config import ModelConfig
 from router.config.availability import MISSING_STATUS
 from router.domain import Lane
-from router.edge import Handler, match_of
+from router.edge import Handler, match_of, may_use
 from router.errors import ModelNotFound
 from router.inference import find_remote, openai_entry, remote_only, router_entry
 
@@ -54,13 +54,17 @@ async def openai_list(request: web.Request) -> web.StreamResponse:
         for c in catalog.configs()
         if c.lanes & _TEXT_SIDE
         for name in (c.id, *c.aliases)  # router_aliases are listed as models of their own
+        if may_use(request, name)  # a scoped key sees only the models it may use
     ]
-    data += [openai_entry(p, OWNER) for p in remote_only(request, _TEXT_SIDE)]
+    remote = remote_only(request, _TEXT_SIDE)
+    data += [openai_entry(p, OWNER) for p in remote if may_use(request, p.public_id)]
     return web.json_response({"object": "list", "data": data})
 
 
 async def openai_get(request: web.Request) -> web.StreamResponse:
     model_id = match_of(request).params.get("model_id") or match_of(request).params.get("id", "")
+    if not may_use(request, model_id):  # not the key's to see: as if it did not exist
+        raise ModelNotFound(model_id)
     config = request.app[CATALOG].resolve(model_id)
     if config is None or model_id not in (config.id, *config.aliases):
         remote = find_remote(request, model_id)

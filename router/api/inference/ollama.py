@@ -26,7 +26,7 @@ from router.appkeys import CATALOG, GGUF_HEADERS, RUNTIMES
 from router.cluster.local import context_length
 from router.config import ModelConfig
 from router.domain import Lane
-from router.edge import Handler, read_json
+from router.edge import Handler, may_use, read_json
 from router.inference import TEXT_SIDE, ollama_tag, remote_only
 from router.inference import loaded as remote_loaded
 from router.ollama import canonical_name
@@ -96,8 +96,9 @@ async def _headers(request: web.Request, configs: list[ModelConfig]) -> list[Hea
 
 
 async def tags(request: web.Request) -> web.StreamResponse:
-    remote = remote_only(request, TEXT_SIDE)
-    configs = _text_configs(request)
+    # A scoped key sees only the models it may use.
+    remote = [p for p in remote_only(request, TEXT_SIDE) if may_use(request, p.public_id)]
+    configs = [c for c in _text_configs(request) if may_use(request, c.id)]
     headers = await _headers(request, configs)
     tags = [_tag(c, h) for c, h in zip(configs, headers, strict=True)]
     return web.json_response({"models": tags + [ollama_tag(p) for p in remote]})
@@ -112,7 +113,8 @@ async def ps(request: web.Request) -> web.StreamResponse:
     configs = [c for c in _text_configs(request) if c.id in loaded]
     # `size` and `size_vram` are what the memory ledger says the runtime holds (all devices,
     # and the GPUs' part), so `ollama ps` shows the real CPU/GPU split (docs/residency.md).
-    memory, _ = await request.app[RUNTIMES].memory_status()
+    # The snapshot GET /router/v1/status answers from: never waits for an estimate's read.
+    memory, _ = request.app[RUNTIMES].memory_now()
     now = time.time()
     models = []
     for config, header in zip(configs, await _headers(request, configs), strict=True):

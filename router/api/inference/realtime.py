@@ -38,7 +38,7 @@ from router.edge import Handler, arrived, matched_route, queue_wait, upstream_re
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
 from router.forwarding.selector import SELECTOR_HEADER as SELECTOR
-from router.inference import relay_target
+from router.inference import admit, relay_target
 from router.records import RequestInfo
 from router.runtime import Lease, choose_config
 
@@ -72,6 +72,7 @@ async def connect(request: web.Request) -> web.StreamResponse:
         raise BadRequest("/v1/realtime is a WebSocket: connect with an Upgrade: websocket request")
     route = matched_route(request)
     selection = await read_selector(request, route, 0)
+    admit(request, selection.model)  # a scoped key's model list and quota (403 / 429)
     target = relay_target(request, selection)
     if target is not None:  # another cluster node serves it; that node records the session
         return await _remote_session(request, target)

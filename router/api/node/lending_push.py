@@ -19,13 +19,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from router.appkeys import SETTINGS
+from router.appkeys import LENDING, SETTINGS
 from router.config import LendingSettings
 from router.edge import Handler, read_json
 from router.errors import BadRequest, ClusterError
 from router.lending import (
     LANES,
-    LENDING,
     LendingLayers,
     Link,
 )

@@ -16,21 +16,24 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from router.api.node import lending_push
-from router.appkeys import CLUSTER, DISPATCH, MATCH, NODE_DISPATCH, ROUTE, RUNTIMES, SETTINGS
+from router.appkeys import (
+    CLUSTER,
+    DISPATCH,
+    LENDING,
+    MATCH,
+    NODE_DISPATCH,
+    ROUTE,
+    RUNTIMES,
+    SETTINGS,
+)
 from router.classify import Match, management_path, match
 from router.cluster import Snapshot
-from router.domain import Lane, Role
-from router.edge import Handler, match_of, read_json, secrets_of
+from router.domain import Caller, Lane, Role
+from router.edge import CALLER, Handler, match_of, read_json, secrets_of
 from router.errors import ClusterError, NotFound, RouterError, render
-from router.lending import (
-    BORROWED,
-    BORROWED_OWNER,
-    BORROWED_RESTORE,
-    LENDING,
-    WIRE_HEADERS,
-    Lent,
-    parse_lent,
-)
+from router.inference import LENT
+from router.keys import CALLER_HEADER, parse_caller
+from router.lending import WIRE_HEADERS, Lent, parse_lent
 
 
 async def models(request: web.Request) -> web.StreamResponse:
@@ -85,10 +88,14 @@ async def inference(request: web.Request) -> web.StreamResponse:
     if found.route.role is not Role.INFERENCE:
         raise NotFound(f"{path} is not an inference route")
     lent = parse_lent(request.headers)  # lent by its owner (lending.md); BadRequest if malformed
-    return await _dispatch_inner(request, path, found, request.app[DISPATCH], lent)
+    # The master's scoped key, by name and class: trusted here, behind the cluster token only.
+    caller = parse_caller(request.headers.get(CALLER_HEADER))
+    return await _dispatch_inner(request, path, found, request.app[DISPATCH], lent, caller)
 
 
-_INNER_DROPPED = frozenset({"authorization", *(h.lower() for h in WIRE_HEADERS)})
+_INNER_DROPPED = frozenset(
+    {"authorization", CALLER_HEADER.lower(), *(h.lower() for h in WIRE_HEADERS)}
+)
 
 
 async def _dispatch_inner(
@@ -97,15 +104,16 @@ async def _dispatch_inner(
     found: Match,
     dispatch: Handler,
     lent: Lent | None = None,
+    caller: Caller | None = None,
 ) -> web.StreamResponse:
     query = request.query_string
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _INNER_DROPPED}
     inner = request.clone(rel_url=path + ("?" + query if query else ""), headers=headers)
     inner[ROUTE], inner[MATCH] = found.route, found
+    if caller is not None:
+        inner[CALLER] = caller
     if lent is not None:
-        inner[BORROWED], inner[BORROWED_RESTORE] = lent.allow_load, lent.restore
-        if lent.owner is not None:
-            inner[BORROWED_OWNER] = lent.owner
+        inner[LENT] = lent
     try:
         return await dispatch(inner)
     except RouterError as err:

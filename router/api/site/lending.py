@@ -8,12 +8,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import CLUSTER, SETTINGS
+from router.appkeys import CLUSTER, LENDING, SETTINGS
 from router.cluster import NodeModel
 from router.edge import Handler, node_named, read_json, refuse_addresses
 from router.errors import BadRequest, NotFound
 from router.lending import (
-    LENDING,
     Link,
     LinkTable,
     Side,

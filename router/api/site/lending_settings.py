@@ -10,10 +10,10 @@ from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import SETTINGS
+from router.appkeys import LENDING, SETTINGS
 from router.edge import Handler, read_json, refuse_addresses
 from router.errors import BadRequest, NotFound
-from router.lending import LENDING, listing
+from router.lending import listing
 
 
 async def _batch(request: web.Request) -> Any:

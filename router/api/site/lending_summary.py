@@ -8,9 +8,8 @@ import time
 
 from aiohttp import web
 
-from router.appkeys import CLUSTER, SETTINGS
+from router.appkeys import CLUSTER, LENDING, SETTINGS
 from router.edge import Handler
-from router.lending import LENDING
 
 
 async def summary(request: web.Request) -> web.StreamResponse:

@@ -153,6 +153,12 @@ export function formatTime(epochSeconds) {
   return new Date(epochSeconds * 1000).toLocaleTimeString();
 }
 
+// A page the nav lists (pages/index.js orders them): its id, the title the nav shows, and
+// `methods`, its async mount(root, ctx) -> unmount?.
+export function navPage(id, title, methods) {
+  return { id, title, nav: true, ...methods };
+}
+
 // A page header with the one h1.
 export function pageHeader(title, ...extra) {
   return h('header', { class: 'page-head' }, h('h1', {}, title), ...extra);

@@ -6,7 +6,7 @@ import { h, replace } from '../lib/dom.js';
 import { timeline, timelinePlan } from '../lib/chart.js';
 import { formatCount, formatDateTime, formatMs } from '../lib/fmt.js';
 import { preserveFocus } from '../lib/focus.js';
-import { actionButton, pageHeader, showError, sortRows, table } from '../lib/ui.js';
+import { actionButton, navPage, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 
 // The ranges the store aggregates (router/store/ranges.py); the server picks the window and
 // the buckets of each, so the page never computes a time.
@@ -121,10 +121,7 @@ function chartView(summary, range) {
   })];
 }
 
-export default {
-  id: 'analytics',
-  title: 'Analytics',
-  nav: true,
+export default navPage('analytics', 'Analytics', {
   async mount(root, ctx) {
     let summary = null;
     const slot = h('div');
@@ -219,4 +216,4 @@ export default {
     renderRanges();
     await load();
   },
-};
+});

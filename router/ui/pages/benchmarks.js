@@ -3,7 +3,7 @@
 // First load: two API calls (the model list, then that model's history).
 import { h, replace } from '../lib/dom.js';
 import { formatDateTime, formatMs } from '../lib/fmt.js';
-import { badge, pageHeader, progressBar, showError, table } from '../lib/ui.js';
+import { badge, navPage, pageHeader, progressBar, showError, table } from '../lib/ui.js';
 
 export const SECTIONS = ['runtime', 'llm', 'embed', 'image', 'voice', 'music'];
 const SECTION_LABELS = {
@@ -135,10 +135,7 @@ function runForm(models, params, onrun, onmodel, onchoice) {
   return form;
 }
 
-export default {
-  id: 'benchmarks',
-  title: 'Benchmarks',
-  nav: true,
+export default navPage('benchmarks', 'Benchmarks', {
   async mount(root, ctx) {
     const formSlot = h('div');
     const runSlot = h('div');
@@ -237,4 +234,4 @@ export default {
     await loadHistory(ctx.params.model);
     return off;
   },
-};
+});

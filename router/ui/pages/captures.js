@@ -5,7 +5,7 @@
 import { h, replace } from '../lib/dom.js';
 import { createConsole } from '../lib/console.js';
 import { formatDateTime, formatMs, fromLocalInput, toLocalInput } from '../lib/fmt.js';
-import { badge, formatBytes, pageHeader, showError, table } from '../lib/ui.js';
+import { badge, formatBytes, navPage, pageHeader, showError, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
 
 const PAGE = 50;
@@ -213,13 +213,10 @@ async function mountDetail(root, ctx, attempt) {
   replace(out, view.element);
 }
 
-export default {
-  id: 'captures',
-  title: 'Load captures',
-  nav: true,
+export default navPage('captures', 'Load captures', {
   async mount(root, ctx) {
     const attempt = ctx.params.attempt;
     if (attempt) await mountDetail(root, ctx, attempt);
     else await mountList(root, ctx);
   },
-};
+});

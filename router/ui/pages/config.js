@@ -5,7 +5,7 @@ import { ApiError } from '../lib/api.js';
 import { changed, lineDiff } from '../lib/diff.js';
 import { h, replace } from '../lib/dom.js';
 import { RESYNC, liveState } from '../lib/sse.js';
-import { badge, confirmDialog, errorBox, pageHeader, showError, table } from '../lib/ui.js';
+import { badge, confirmDialog, errorBox, navPage, pageHeader, showError, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
 
 const NEW_TEMPLATE = { backend_mode: 'llama_sdcpp', model_param: '/path/to/model.gguf', contextsize: 4096 };
@@ -42,10 +42,7 @@ function diffView(diff) {
     diff.map((d) => h('span', { class: d.op }, `${d.op === 'add' ? '+ ' : d.op === 'del' ? '- ' : '  '}${d.line}`)));
 }
 
-export default {
-  id: 'config',
-  title: 'Config',
-  nav: true,
+export default navPage('config', 'Config', {
   async mount(root, ctx) {
     const id = ctx.params.id || '';
     const creating = ctx.params.new === '1' || !!ctx.params.new;
@@ -91,7 +88,7 @@ export default {
     if (id || creating) await mountEditor(editorSlot, ctx, { id, creating });
     return () => live.close();
   },
-};
+});
 
 async function mountEditor(slot, ctx, { id, creating }) {
   let current = creating ? null : await readFile(slot, ctx, id);

@@ -8,7 +8,7 @@ import { h, replace } from '../lib/dom.js';
 import { jobsPanel } from '../lib/download-jobs.js';
 import { formatCount } from '../lib/fmt.js';
 import { planVerdict, remainingBlockers } from '../lib/jobs.js';
-import { actionButton, badge, formatBytes, pageHeader, showError, table } from '../lib/ui.js';
+import { actionButton, badge, formatBytes, navPage, pageHeader, showError, table } from '../lib/ui.js';
 
 function unavailableText(exc) {
   if (exc.status === 501) return 'Downloads are not available on this router: this version does not offer them.';
@@ -184,10 +184,7 @@ async function capability(ctx, intro, slot) {
   }
 }
 
-export default {
-  id: 'download',
-  title: 'Download',
-  nav: true,
+export default navPage('download', 'Download', {
   async mount(root, ctx) {
     const slot = h('div');
     const intro = h('div');
@@ -208,4 +205,4 @@ export default {
     ]);
     return () => jobs.stop();
   },
-};
+});

@@ -1,5 +1,6 @@
 // The ordered list of pages: the nav shows those with nav: true, in this order.
-// A page module: export default {id, title, nav, async mount(root, ctx) -> unmount?}.
+// A page module: export default {id, title, nav, async mount(root, ctx) -> unmount?} (a nav
+// page through lib/ui.js navPage).
 import overview from './overview.js';
 import models from './models.js';
 import config from './config.js';
@@ -12,10 +13,11 @@ import benchmarks from './benchmarks.js';
 import download from './download.js';
 import webuis from './webuis.js';
 import lending from './lending.js';
+import keys from './keys.js';
 
 export const PAGES = [
   overview, models, config, nodes, lending,
-  analytics, captures, loadErrors, benchmarks, download, webuis,
+  analytics, captures, loadErrors, benchmarks, download, webuis, keys,
   login,
 ];
 export const DEFAULT_PAGE = 'overview';

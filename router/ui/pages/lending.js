@@ -8,7 +8,7 @@ import { mountGuardians } from '../lib/lending-guardians.js';
 import { mountLinks } from '../lib/lending-links.js';
 import { mountDecisions, mountLeases } from '../lib/lending-live.js';
 import { mountSettings } from '../lib/lending-settings.js';
-import { pageHeader } from '../lib/ui.js';
+import { navPage, pageHeader } from '../lib/ui.js';
 
 const SECTIONS = [
   ['links', 'Links', mountLinks],
@@ -18,10 +18,7 @@ const SECTIONS = [
   ['settings', 'Settings', mountSettings],
 ];
 
-export default {
-  id: 'lending',
-  title: 'Lending',
-  nav: true,
+export default navPage('lending', 'Lending', {
   async mount(root, ctx) {
     const tabs = h('div', { class: 'segmented', role: 'group', 'aria-label': 'Lending sections' });
     const body = h('section', { class: 'lending-section', 'aria-labelledby': 'section-h' });
@@ -70,4 +67,4 @@ export default {
       if (typeof unmount === 'function') unmount();
     };
   },
-};
+});

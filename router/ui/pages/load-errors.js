@@ -6,7 +6,7 @@ import { h, replace } from '../lib/dom.js';
 import { formatDateTime } from '../lib/fmt.js';
 import { preserveFocus } from '../lib/focus.js';
 import { pageHref } from '../lib/url.js';
-import { badge, confirmDialog, pageHeader, showError, sortRows, table } from '../lib/ui.js';
+import { badge, confirmDialog, navPage, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 
 const LIMIT = 1000; // the route's maximum: one page holds every error a node keeps in practice
 const SORTS = new Set(['time', 'model', 'phase', 'backend', 'exit_code']);
@@ -55,10 +55,7 @@ function sortValue(error, key) {
   return key === 'phase' ? phaseOf(error) : error[key];
 }
 
-export default {
-  id: 'load-errors',
-  title: 'Load errors',
-  nav: true,
+export default navPage('load-errors', 'Load errors', {
   async mount(root, ctx) {
     let errors = [];
     const status = h('p', { role: 'status', class: 'muted' });
@@ -169,4 +166,4 @@ export default {
       clearTimeout(timer);
     };
   },
-};
+});

@@ -4,7 +4,7 @@
 import { h, replace } from '../lib/dom.js';
 import { askedLoad } from '../lib/load-plan.js';
 import { RESYNC, liveState } from '../lib/sse.js';
-import { actionButton, badge, formatTime, pageHeader, showError, sortRows, table } from '../lib/ui.js';
+import { actionButton, badge, formatTime, navPage, pageHeader, showError, sortRows, table } from '../lib/ui.js';
 import { renderDetail } from './model_detail.js';
 import { pageHref } from '../lib/url.js';
 
@@ -134,10 +134,7 @@ function filterBar(params, set) {
   return { el, fill };
 }
 
-export default {
-  id: 'models',
-  title: 'Models',
-  nav: true,
+export default navPage('models', 'Models', {
   async mount(root, ctx) {
     let params = { ...ctx.params };
     const errorSlot = h('div');
@@ -187,4 +184,4 @@ export default {
     showDetail();
     return () => live.close();
   },
-};
+});

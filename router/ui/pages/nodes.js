@@ -3,7 +3,7 @@
 // the event stream, another node's read through the master by node id (?node=<id>).
 import { h, replace } from '../lib/dom.js';
 import { RESYNC, liveState } from '../lib/sse.js';
-import { actionButton, badge, errorBox, formatBytes, formatTime, pageHeader, table } from '../lib/ui.js';
+import { actionButton, badge, errorBox, formatBytes, formatTime, navPage, pageHeader, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
 
 const RUNTIME_EVENTS = new Set(['loading', 'ready', 'failed', 'unloading', 'unloaded', 'state']);
@@ -29,10 +29,7 @@ function identity(session) {
   return h('dl', { class: 'facts', 'aria-label': 'This router' }, facts.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
 }
 
-export default {
-  id: 'nodes',
-  title: 'Nodes',
-  nav: true,
+export default navPage('nodes', 'Nodes', {
   async mount(root, ctx) {
     const nodesSlot = h('div', {}, h('p', { class: 'muted' }, 'Reading the nodes…'));
     const stateSlot = h('div');
@@ -90,7 +87,7 @@ export default {
     });
     return () => live.close();
   },
-};
+});
 
 function renderState(slot, state, ...extra) {
   replace(slot,

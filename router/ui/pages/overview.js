@@ -5,7 +5,7 @@ import { h, replace } from '../lib/dom.js';
 import { memoryBars, memoryPlan } from '../lib/memory.js';
 import { RESYNC, liveState } from '../lib/sse.js';
 import {
-  actionButton, badge, confirmDialog, errorBox, formatSeconds, formatTime, pageHeader,
+  actionButton, badge, confirmDialog, errorBox, formatSeconds, formatTime, navPage, pageHeader,
   progressBar, showError, table,
 } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
@@ -232,10 +232,7 @@ async function onFailed(event, view, refreshErrors) {
   view.rerender();
 }
 
-export default {
-  id: 'overview',
-  title: 'Overview',
-  nav: true,
+export default navPage('overview', 'Overview', {
   async mount(root, ctx) {
     const errorSlot = h('div');
     const announcer = h('p', { class: 'visually-hidden', role: 'status', 'aria-live': 'polite' });
@@ -304,7 +301,7 @@ export default {
       live.close();
     };
   },
-};
+});
 
 // Usual load times from past load captures (a nicety: without them the text says unknown).
 async function readUsualTimes(ctx, view) {

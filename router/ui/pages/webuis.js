@@ -4,7 +4,7 @@
 // redirects to the backend-UI listener's own origin (never this page's). First load: one call.
 import { h, replace } from '../lib/dom.js';
 import { preserveFocus } from '../lib/focus.js';
-import { actionButton, badge, pageHeader, showError, table } from '../lib/ui.js';
+import { actionButton, badge, navPage, pageHeader, showError, table } from '../lib/ui.js';
 
 // A route this router version does not implement answers 501 (app.py's dispatcher): the page
 // then says so in words instead of showing an error.
@@ -29,10 +29,7 @@ function stateOf(entry) {
   return ['unloaded', 'no model loaded'];
 }
 
-export default {
-  id: 'webuis',
-  title: 'Web UIs',
-  nav: true,
+export default navPage('webuis', 'Web UIs', {
   async mount(root, ctx) {
     const slot = h('div');
     const body = h('div');
@@ -116,4 +113,4 @@ export default {
 
     await load();
   },
-};
+});
