@@ -90,7 +90,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Decision:
-    grant: tuple[tuple[int, str], ...] = ()  # (waiter index, runtime key), in queue order
+    grant: tuple[tuple[int, str], ...] = ()  # (waiter index, runtime key), in serve (fair) order
     drain: frozenset[str] = frozenset()
     undrain: frozenset[str] = frozenset()
     stop: frozenset[str] = frozenset()
@@ -99,11 +99,11 @@ class Decision:
 
 def decide(snapshot: Snapshot) -> Decision:
     """The decision on the waiters in fair order (fair.serve_order); its grants are indexes
-    into `snapshot.waiters`."""
+    into `snapshot.waiters`, listed in that order (the ETA's positions follow it)."""
     order = _order(snapshot)
     fair_snapshot = replace(snapshot, waiters=tuple(snapshot.waiters[i] for i in order))
     d = _decide(fair_snapshot)
-    return replace(d, grant=tuple(sorted((order[j], key) for j, key in d.grant)))
+    return replace(d, grant=tuple((order[j], key) for j, key in sorted(d.grant)))
 
 
 def _decide(snapshot: Snapshot) -> Decision:

@@ -330,6 +330,16 @@ def test_interactive_goes_first_on_a_runtime_with_one_free_slot() -> None:
     assert passed(Snapshot((ready,), waiters, 3.0, Policy(5.0)), [2]) == [0, 0, 0]
 
 
+def test_grants_of_one_decision_are_listed_in_serve_order() -> None:
+    ready = ResidentView("a", Phase.READY, leases=0, draining=False, free=2)
+    waiters = [w("a", 0, B1), w("a", 1, I1)]
+    assert decide(Snapshot((ready,), waiters, 3.0, Policy(5.0))).grant == ((1, "a"), (0, "a"))
+    queued = [Queued("a", "a", 0.0, caller=B1), Queued("a", "a", 1.0, caller=I1)]
+    lane = LaneState((Resident(ready, "a"),))
+    rows = estimate(lane, queued, 3.0, EtaPolicy(5.0, max_in_flight=2), {}, {"a": 1.0})
+    assert [(r["key"], r["position"], r["eta_s"]) for r in rows] == [("i1", 1, 0.0), ("b1", 2, 0.0)]
+
+
 GUARDED = ResidentView("a", Phase.READY, 0, False, victim_since=0.0, interactive_at=10.0)
 GUARD = Policy(5.0, interactive_guard=60.0)
 
