@@ -1,10 +1,11 @@
 """A test-only seam that names a request's caller (router.domain.Caller) from a header.
 
 Scoped keys (issue 35, part A) set `request[CALLER]` in auth from the key that authenticated
-the request; until they land, the fair-queue tests name their callers with this innermost
-middleware, installed only by those tests (`RouterHarness.start(middlewares=[set_caller])`),
-after auth, so auth itself is neither changed nor weakened. The keys part replaces it.
-"""
+the request; the fair-queue tests use those (tests/runtime/test_fair_status.py,
+tests/real/test_fair_queue_real.py). The benchmark (bench/fair_queue.py) names its callers
+with this innermost middleware instead, installed only there
+(`RouterHarness.start(middlewares=[set_caller])`), after auth, so auth itself is neither changed
+nor weakened; creating scoped keys through the admin API can replace it."""
 
 from __future__ import annotations
 
