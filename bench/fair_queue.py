@@ -4,8 +4,9 @@ A router in this process (tests/support/harness.py: the real app on a real socke
 started by the real supervisor) in front of a fake llama-server whose answers take a known time
 (`--token-rate`, `max_tokens`), one request at a time (`runtime.max_in_flight: 1`). A batch
 caller sends 40 requests at once; an interactive caller sends 5, one a second, from half a
-second later. Callers are named by the test-only seam of tests/support/callers.py (a header read
-after auth; scoped keys through the admin API would do the same). Three arms, interleaved per repetition:
+second later. Callers are named by the test-only seam of tests/support/callers.py (a header
+read after auth; scoped keys through the admin API would do the same). Three arms, interleaved
+per repetition:
 
 - `arrival`: no caller named (the order before issue 35: every request equal, first come);
 - `fair`: both callers interactive (round robin over callers alone);
