@@ -32,6 +32,7 @@ SCRIPTS = [
     "residency",
     "eta",
     "traces",
+    "fair_queue",
     "keys",
     "pooled",
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench import eta, keys, lending, pooled, profile_proxy, real_backend, traces
+from bench import eta, fair_queue, keys, lending, pooled, profile_proxy, real_backend, traces
 
 RESULTS = c.BENCH / "RESULTS.md"
 CHART = c.BENCH / "results.png"
@@ -151,6 +151,7 @@ def targets(d: dict[str, dict[str, Any]]) -> list[str]:
         *real_backend.target_rows(d.get("real_backend", {})),
         *lending.target_rows(d.get("lending", {})),
         *eta.target_rows(d.get("eta", {})),
+        *fair_queue.target_rows(d.get("fair_queue", {})),
         *keys.target_rows(d.get("keys", {})),
         *pooled.target_rows(d.get("pooled", {})),
     ]

@@ -30,6 +30,12 @@ class RuntimeSection(Section):
     # by max_batch_wait and max_bypass); `fifo` serves strictly in arrival order.
     queue_order: Literal["grouped", "fifo"] = "grouped"
     max_bypass: int = Field(default=8, ge=0)
+    # Issue 35 (docs/residency.md, "Who goes first"): no batch request's load stops a runtime
+    # that an interactive request used less than this long ago; it waits or is served by what
+    # is resident. A batch request that has waited `batch_promote_after` competes as
+    # interactive (its bound against a steady interactive stream; 0: no classes at all).
+    interactive_guard: Duration = 60.0
+    batch_promote_after: Duration = 300.0
     # A streamed OpenAI chat request that has waited this long for its runtime starts its
     # answer with SSE comment lines (position, ETA) while it waits; 0: never (docs/swaps.md).
     announce_wait_after: Duration = 2.0

@@ -22,6 +22,7 @@ from router.appkeys import RUNTIMES, SETTINGS
 from router.config import ModelConfig
 from router.domain import Lane
 from router.edge import announce
+from router.edge.request import caller_of
 from router.forwarding.selector import Selection
 from router.runtime.queues import Ticket
 from router.runtime.state import Lease
@@ -50,11 +51,12 @@ async def ensure(
 ) -> Lease:
     runtimes = request.app[RUNTIMES]
     after = request.app[SETTINGS].runtime.announce_wait_after
+    caller = caller_of(request)  # its class, fairness name and cap in the queue
     if after <= 0 or announce.ANNOUNCED in request or not announces(request, selection):
-        return await runtimes.ensure(config, lane, keep_alive=keep_alive)
+        return await runtimes.ensure(config, lane, keep_alive=keep_alive, caller=caller)
     ticket = Ticket()
     waiting = asyncio.ensure_future(
-        runtimes.ensure(config, lane, keep_alive=keep_alive, ticket=ticket)
+        runtimes.ensure(config, lane, keep_alive=keep_alive, ticket=ticket, caller=caller)
     )
     try:
         await asyncio.wait({waiting}, timeout=after)

@@ -83,12 +83,20 @@ class QueueBoard:
 
     def _ranked(self, lane: Lane) -> list[tuple[Waiter, dict[str, Any]]]:
         rt = self._settings.runtime
-        policy = eta.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass, rt.max_in_flight)
+        policy = eta.Policy(
+            rt.max_batch_wait,
+            rt.queue_order,
+            rt.max_bypass,
+            rt.max_in_flight,
+            rt.interactive_guard,
+            rt.batch_promote_after,
+        )
         entries = self._table.queues.entries(lane)
         if not entries:  # nothing waits: no replay (every lane, 4 times a second, when busy)
             return []
         queued = [
-            eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed) for e in entries
+            eta.Queued(e.spec.key, e.spec.config.id, e.enqueued_at, e.bypassed, caller=e.caller)
+            for e in entries
         ]
         lane_state = self._lane_state(lane, entries)
         models = {q.model for q in queued} | {r.model for r in lane_state.residents}
@@ -111,7 +119,15 @@ class QueueBoard:
         specs = {e.spec.key: e.spec for e in entries}  # one plan per waiting runtime
         victims = {key: self._pump.victims_of(spec) for key, spec in specs.items()}
         asleep = frozenset(key for key in specs if self._table.asleep(key))  # woken, not loaded
-        return eta.LaneState(residents, victims, not self._table.by_memory, asleep)
+        table = self._table
+        return eta.LaneState(
+            residents,
+            victims,
+            not table.by_memory,
+            asleep,
+            running=dict(table.running),
+            served=dict(table.served),
+        )
 
     def _sleeps(self, runtime: Runtime) -> bool:
         """Would a swap put `runtime` to sleep rather than stop it (the ETA prices a sleep)?"""

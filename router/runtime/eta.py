@@ -25,8 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from router.domain import ANONYMOUS, Caller
+from router.runtime import fair
 from router.runtime import policy as one
-from router.runtime.policy import Phase, ResidentView, WaiterView, bypasses, decide, loaded_for
+from router.runtime.policy import Phase, ResidentView, WaiterView, decide, loaded_for
 from router.runtime.scheduler import LaneView
 from router.runtime.swap_cost import (
     Evicted,
@@ -46,6 +48,7 @@ class Queued:
     enqueued_at: float
     bypassed: int = 0
     request: bool = True
+    caller: Caller = ANONYMOUS  # who sent it (its class and cap: fair.py)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class LaneState:
     victims: Mapping[str, frozenset[str]] = field(default_factory=dict)
     exclusive: bool = False
     asleep: frozenset[str] = frozenset()
+    running: Mapping[str, int] = field(default_factory=dict)  # leases held per caller name
+    served: Mapping[str, int] = field(default_factory=dict)  # per caller: its last grant's number
 
 
 def lane_now(
@@ -103,13 +108,15 @@ class Policy:
     order: one.QueueOrder = "grouped"
     max_bypass: int | None = None
     max_in_flight: int | None = None  # per runtime (None or 0: no cap)
+    interactive_guard: float = 0.0
+    batch_promote_after: float | None = None
 
 
 @dataclass(frozen=True)
 class Step:
     """What the lane does next in the replay."""
 
-    kind: str  # "load" (begins), "finish_load", "drain" (running work ends), "serve"
+    kind: str  # "load" (begins), "finish_load", "drain" (running work ends), "serve", "wait"
     model: str | None = None
     count: int = 0  # drain: requests running
     index: int = -1  # serve: the entry's index in the snapshot
@@ -117,6 +124,7 @@ class Step:
     evicts: tuple[Evicted, ...] = ()  # load: the runtimes that leave for it first
     running_for: float = 0.0  # drain: seconds the youngest running request has run
     woken: bool = False  # finish_load: a wake from a sleep, not a launch
+    seconds: float = 0.0  # wait: until the clock alone changes it (policy.clock_deadlines)
 
 
 class _Replay:
@@ -125,8 +133,16 @@ class _Replay:
 
     def __init__(self, lane: LaneState, queued: Sequence[Queued], now: float, policy: Policy):
         self.lane, self.queued, self.now = lane, queued, now
-        self.rules = one.Policy(policy.max_batch_wait, policy.order, policy.max_bypass)
+        self.rules = one.Policy(
+            policy.max_batch_wait,
+            policy.order,
+            policy.max_bypass,
+            policy.interactive_guard,
+            policy.batch_promote_after,
+        )
         self.cap = policy.max_in_flight or None
+        self.running = dict(lane.running)  # the callers' running requests (their caps)
+        self.served = dict(lane.served)  # the callers' last grants (the round robin)
         self.residents = {r.view.key: r for r in lane.residents}
         self.left = list(range(len(queued)))
         self.bypassed = {i: q.bypassed for i, q in enumerate(queued)}
@@ -137,7 +153,10 @@ class _Replay:
     def waiters(self, *, counted: bool = True) -> list[WaiterView]:
         return [
             WaiterView(
-                self.queued[i].key, self.queued[i].enqueued_at, self.bypassed[i] if counted else 0
+                self.queued[i].key,
+                self.queued[i].enqueued_at,
+                self.bypassed[i] if counted else 0,
+                self.queued[i].caller,
             )
             for i in self.left
         ]
@@ -155,14 +174,32 @@ class _Replay:
             for key in victims & since.keys():
                 known = since[key]
                 since[key] = at if known is None else min(known, at)
-        views = tuple(replace(r.view, victim_since=since[k]) for k, r in self.residents.items())
-        return one.Snapshot(views, self.waiters(), self.now, self.rules)
+        urgent = self.urgent_victims()
+        views = tuple(
+            replace(
+                r.view, victim_since=since[k], urgent_victim=r.view.urgent_victim or k in urgent
+            )
+            for k, r in self.residents.items()
+        )
+        snapshot = one.Snapshot(views, self.waiters(), self.now, self.rules)
+        return replace(snapshot, running=self.running, served=self.served)
+
+    def urgent_victims(self) -> set[str]:
+        """The runtimes a load pended in the replay stops for an interactive request."""
+        promote = self.rules.batch_promote_after
+        out: set[str] = set()
+        for key, (victims, _) in self.pending.items():
+            mine = [self.queued[i] for i in self.left if self.queued[i].key == key]
+            if any(fair.urgent(q, self.now, promote) for q in mine):
+                out |= victims
+        return out
 
     def step(self) -> bool:
         """One decision applied; False when nothing more can happen."""
-        d = decide(self.snapshot())
+        snapshot = self.snapshot()
+        d = decide(snapshot)
         if d.grant:
-            self.serve(d.grant)
+            self.serve(d.grant, one.passed(snapshot, [i for i, _ in d.grant]))
             return True
         if d.drain or d.stop or d.undrain:
             self.leave(d)
@@ -171,11 +208,14 @@ class _Replay:
             return True
         return self.time_passes()
 
-    def serve(self, grant: tuple[tuple[int, str], ...]) -> None:
-        indexes = tuple(i for i, _ in grant)
-        for i, passed in zip(self.left, bypasses(len(self.left), indexes), strict=True):
-            self.bypassed[i] += passed
-        served = [self.left[g] for g in indexes]
+    def serve(self, grant: tuple[tuple[int, str], ...], passed: list[int]) -> None:
+        for i, count in zip(self.left, passed, strict=True):
+            self.bypassed[i] += count
+        served = [self.left[g] for g, _ in grant]
+        self.running = {}  # served ones finish before the next decision, the running ones too
+        last = max(self.served.values(), default=0)
+        for n, i in enumerate(served, start=1):
+            self.served[self.queued[i].caller.name] = last + n
         self.steps += [Step("serve", self.queued[i].model, index=i) for i in served]
         self.left = [i for i in self.left if i not in served]
         for key in {k for _, k in grant}:  # served ones finish before the next decision
@@ -225,10 +265,9 @@ class _Replay:
                 self.residents[key] = replace(
                     r, view=replace(r.view, phase=Phase.READY), loading_elapsed=0.0, waking=False
                 )
-                first = [
-                    self.left[g]
-                    for g in loaded_for(self.waiters(counted=False), key, self.rules.order)
-                ]
+                waiters = self.waiters(counted=False)
+                firsts = loaded_for(waiters, key, self.rules.order, self.running)
+                first = [self.left[g] for g in firsts]
                 self.steps += [Step("serve", self.queued[i].model, index=i) for i in first]
                 self.left = [i for i in self.left if i not in first]
                 return True
@@ -241,8 +280,22 @@ class _Replay:
                 self.steps.append(Step("drain", r.model, r.view.leases, running_for=r.running_for))
                 view = replace(r.view, leases=0, free=self.cap)
                 self.residents[key] = replace(r, view=view, running_for=0.0)
+                self.running = {}
                 return True
-        return False
+        return self.clock_passes()
+
+    def clock_passes(self) -> bool:
+        """Nothing runs: the next event is the clock's (an interactive guard lapses, a batch
+        request is promoted), or there is none (a caller's cap holds only work that ended)."""
+        if self.running:
+            self.running = {}
+            return True
+        later = [d for d in one.clock_deadlines(self.snapshot()) if d > self.now]
+        if not later:
+            return False
+        self.steps.append(Step("wait", seconds=min(later) - self.now))
+        self.now = min(later)
+        return True
 
 
 def serve_steps(
@@ -329,12 +382,14 @@ def step_seconds(step: Step, timings: Timings, running_for: float | None = None)
         return eviction_seconds(timings, step.evicts)
     if step.kind == "finish_load":
         return load_seconds(timings, model, step.elapsed, step.woken)
-    return 0.0
+    return step.seconds
 
 
 def _row(entry: Queued, position: int, now: float, eta: float | None) -> dict[str, Any]:
     return {
         "model": entry.model,
+        "key": entry.caller.name,
+        "class": entry.caller.priority.value,
         "position": position,
         "waiting_s": round(max(0.0, now - entry.enqueued_at), 3),
         "eta_s": None if eta is None else round(eta, 1),

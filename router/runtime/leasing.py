@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from router.config import ModelConfig, Settings
-from router.domain import Lane
+from router.domain import ANONYMOUS, Caller, Lane, Priority
 from router.errors import ServiceUnavailable
 from router.runtime import scheduler
 from router.runtime.ledger import LiveLedger
@@ -59,7 +59,9 @@ class Leasing:
         bound: float,
         setting: str,
         ticket: Ticket | None = None,
+        caller: Caller = ANONYMOUS,
     ) -> Lease:
+        """Queue a request; `caller`: its class, fairness name and cap (fair.py)."""
         waiting = self._queues.waiting(lane)
         max_queue = self._settings.runtime.max_queue
         if waiting >= max_queue:
@@ -68,7 +70,7 @@ class Leasing:
                 retry_after=scheduler.retry_after(waiting, max_queue),
             )
         future: asyncio.Future[Lease] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(spec, arrived, lane, future, trace=tracer().capture())
+        waiter = Waiter(spec, arrived, lane, future, trace=tracer().capture(), caller=caller)
         self._queues.add(waiter)
         if ticket is not None:
             ticket.waiter = waiter
@@ -95,10 +97,12 @@ class Leasing:
             future.result().release()
         self._run()
 
-    def grant(self, runtime: Runtime, arrived: float) -> Lease:
+    def grant(self, runtime: Runtime, arrived: float, caller: Caller = ANONYMOUS) -> Lease:
         runtime.leases += 1
+        self._table.take(caller)
         self._ledger.holdings.uses.note(runtime.key)
         granted = self._clock()
+        _note_use(runtime, caller, granted)
         runtime.lease_starts.append(granted)  # the ETA's drain: the youngest running request
         self._changed()
         runtime.cancel_idle_timer()
@@ -106,7 +110,10 @@ class Leasing:
 
         def release(held: Runtime) -> None:
             held.lease_starts.remove(granted)
-            self._timed(held.config.id, self._clock() - granted)
+            now = self._clock()
+            self._timed(held.config.id, now - granted)
+            _note_use(held, caller, now)
+            self._table.let_go(caller)
             self._release(held)
 
         return Lease(runtime, (granted - arrived) * 1000.0, release)
@@ -134,3 +141,9 @@ class Leasing:
             log.info("idle unload of %s", runtime.key)
             runtime.unload_requested = True
             self._run()
+
+
+def _note_use(runtime: Runtime, caller: Caller, now: float) -> None:
+    """An interactive request holds `runtime` now (its guard against batch loads)."""
+    if caller.priority is Priority.INTERACTIVE:
+        runtime.interactive_at = now

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from router.config import ModelConfig, Settings
-from router.domain import Family, Lane
+from router.domain import ANONYMOUS, Caller, Family, Lane
 from router.errors import RouterError
 from router.memory.eviction import Plan
 from router.memory.ledger import Ledger
@@ -155,13 +155,15 @@ class RuntimeManager:
         *,
         keep_alive: float | None = None,
         ticket: Ticket | None = None,
+        caller: Caller = ANONYMOUS,
     ) -> Lease:
         """A lease on the runtime serving `config` on `lane`, loading it when needed.
 
         `keep_alive` (seconds, `math.inf` = until unloaded, 0 = right after this request):
         how long the runtime stays loaded once idle, from now on; None keeps what it has
         (Ollama's rule: a request that names no keep_alive does not change it). `ticket`:
-        filled in with the waiter if the request queues (its position, `position()`)."""
+        filled in with the waiter if the request queues (its position, `position()`).
+        `caller`: who sent it (its class, fairness name and cap: router/runtime/fair.py)."""
         spec = spec_for(config, lane)
         self._check_open()
         arrived = self._clock()
@@ -175,14 +177,15 @@ class RuntimeManager:
             and not runtime.draining
             and calm
             and self._table.has_room(runtime)
+            and self._table.under_cap(caller)
         ):
-            lease = self._leasing.grant(runtime, arrived)
+            lease = self._leasing.grant(runtime, arrived, caller)
         else:
             with queue_span(spec):  # a lease granted at once has none: nothing waited
                 await self.ledger.admit(spec)
                 timeout = self._settings.runtime.queue_timeout
                 lease = await self._leasing.enqueue(
-                    spec, lane, arrived, timeout, "runtime.queue_timeout", ticket
+                    spec, lane, arrived, timeout, "runtime.queue_timeout", ticket, caller
                 )
         if keep_alive is not None:
             # Held by this lease, so no idle timer runs: the next release arms it anew.

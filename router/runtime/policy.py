@@ -17,14 +17,24 @@ memory plan's. So one rule serves both modes:
 - A runtime nobody needs to stop any more is let out of its drain; an unloading one stops when
   drained. Running work is never cancelled.
 - `load`: the oldest request's runtime that is not in the lane (the pump plans it).
+
+"Oldest" and "queue order" above mean the fair order (fair.py): interactive before batch, round
+robin over callers within a class, callers over their cap left out. On top of it, two class
+rules: a victim with an interactive request waiting for another model serves only its own
+interactive requests; and a victim that an interactive request used less than
+`interactive_guard` ago does not leave while only batch requests wait for other models (it
+serves what it has; the pump decides again when the guard lapses).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Literal
+
+from router.domain import ANONYMOUS, Caller
+from router.runtime import fair
 
 QueueOrder = Literal["grouped", "fifo"]
 
@@ -41,6 +51,7 @@ class WaiterView:
     key: str  # the runtime key the waiter needs
     enqueued_at: float
     bypassed: int = 0  # newer requests granted ahead of this one so far
+    caller: Caller = ANONYMOUS  # who sent it: its class, fairness name and cap
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,9 @@ class ResidentView:
     free: int | None = None  # leases it can still take (None: no cap)
     victim_since: float | None = None  # a waiting load stops it; its oldest request's arrival
     unloading: bool = False  # an explicit or idle unload: stops when drained
+    interactive_at: float | None = None  # when an interactive request last used it
+    # A load that stops it waits for an interactive (or promoted) request, in any lane.
+    urgent_victim: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,8 @@ class Policy:
     max_batch_wait: float
     order: QueueOrder = "grouped"
     max_bypass: int | None = None  # None: the window alone bounds the batching
+    interactive_guard: float = 0.0  # batch loads do not stop what interactive used this recently
+    batch_promote_after: float | None = None  # a batch request this old competes as interactive
 
 
 @dataclass(frozen=True)
@@ -67,11 +83,14 @@ class Snapshot:
     waiters: Sequence[WaiterView]
     now: float
     policy: Policy
+    running: Mapping[str, int] = field(default_factory=dict)  # leases held per caller name
+    served: Mapping[str, int] = field(default_factory=dict)  # per caller name: its last grant's
+    # sequence number (the round robin's "least recently served", fair.py)
 
 
 @dataclass(frozen=True)
 class Decision:
-    grant: tuple[tuple[int, str], ...] = ()  # (waiter index, runtime key), in queue order
+    grant: tuple[tuple[int, str], ...] = ()  # (waiter index, runtime key), in serve (fair) order
     drain: frozenset[str] = frozenset()
     undrain: frozenset[str] = frozenset()
     stop: frozenset[str] = frozenset()
@@ -79,6 +98,15 @@ class Decision:
 
 
 def decide(snapshot: Snapshot) -> Decision:
+    """The decision on the waiters in fair order (fair.serve_order); its grants are indexes
+    into `snapshot.waiters`, listed in that order (the ETA's positions follow it)."""
+    order = _order(snapshot)
+    fair_snapshot = replace(snapshot, waiters=tuple(snapshot.waiters[i] for i in order))
+    d = _decide(fair_snapshot)
+    return replace(d, grant=tuple((order[j], key) for j, key in sorted(d.grant)))
+
+
+def _decide(snapshot: Snapshot) -> Decision:
     waiters = snapshot.waiters
     present = {r.key for r in snapshot.residents}
     others = tuple(i for i, w in enumerate(waiters) if w.key not in present)
@@ -93,13 +121,13 @@ def decide(snapshot: Snapshot) -> Decision:
             if r.leases == 0:
                 stop.add(r.key)
             continue
-        mine = _capped([i for i, w in enumerate(waiters) if w.key == r.key], r.free)
-        if r.victim_since is None:
+        own = tuple(i for i, w in enumerate(waiters) if w.key == r.key)
+        if r.victim_since is None or _shielded(r, others, snapshot):
             if r.draining:
                 undrain.add(r.key)
-            grant.extend((i, r.key) for i in mine)
+            grant.extend((i, r.key) for i in _capped(own, r.free))
             continue
-        served, leaves = _victim(r, mine, others, snapshot)
+        served, leaves = _victim(r, own, others, snapshot)
         grant.extend((i, r.key) for i in served)
         if leaves and not r.draining:
             drain.add(r.key)
@@ -111,18 +139,31 @@ def decide(snapshot: Snapshot) -> Decision:
     )
 
 
-def _capped(indexes: list[int], free: int | None) -> tuple[int, ...]:
-    return tuple(indexes if free is None else indexes[: max(0, free)])
+def _shielded(r: ResidentView, others: tuple[int, ...], snapshot: Snapshot) -> bool:
+    """A victim within its interactive guard while only batch requests wait for the loads
+    that stop it (in this lane's queue, or, told by `urgent_victim`, in another lane's)."""
+    policy, now = snapshot.policy, snapshot.now
+    if r.urgent_victim or not fair.guarded(r.interactive_at, now, policy.interactive_guard):
+        return False
+    promote = policy.batch_promote_after
+    return not any(fair.urgent(snapshot.waiters[i], now, promote) for i in others)
+
+
+def _capped(indexes: tuple[int, ...], free: int | None) -> tuple[int, ...]:
+    return indexes if free is None else indexes[: max(0, free)]
 
 
 def _victim(
-    r: ResidentView, mine: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
+    r: ResidentView, own: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
 ) -> tuple[tuple[int, ...], bool]:
-    """(what a victim still serves, whether it leaves: drains, and stops once idle)."""
+    """(what a victim still serves, whether it leaves: drains, and stops once idle). `own`:
+    its waiters in queue order, before its in-flight cap."""
     policy, waiters = snapshot.policy, snapshot.waiters
     assert r.victim_since is not None
     if r.draining:
         return (), True
+    own = _same_class(own, others, snapshot)
+    mine = _capped(own, r.free)
     if policy.order == "fifo":
         head = others[0] if others else len(waiters)
         ahead = tuple(i for i in mine if i < head)
@@ -136,10 +177,24 @@ def _victim(
         return (), True
     if policy.max_bypass is None:
         return mine, False
-    served = _within_bypass(waiters, mine, others, policy.max_bypass)
-    if not served and any(waiters[i].bypassed >= policy.max_bypass for i in others):
+    # Judged before the in-flight cap: a victim at its cap whose next request passes nobody
+    # over budget waits for its slot; leaving then would load another model and reload this
+    # one for that request (found by tests/runtime/test_fair_order.py, max_bypass 0).
+    within = _within_bypass(waiters, own, others, policy.max_bypass)
+    if not within and any(waiters[i].bypassed >= policy.max_bypass for i in others):
         return (), True
-    return served, False  # none: running work goes on, the window may still bring more
+    return _capped(within, r.free), False  # none: running work goes on, the window may bring more
+
+
+def _same_class(
+    mine: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
+) -> tuple[int, ...]:
+    """With an interactive request waiting for another model, a victim serves only its own
+    interactive requests: batching by model does not put batch work ahead of a person."""
+    now, promote = snapshot.now, snapshot.policy.batch_promote_after
+    if not any(fair.urgent(snapshot.waiters[i], now, promote) for i in others):
+        return mine
+    return tuple(i for i in mine if fair.urgent(snapshot.waiters[i], now, promote))
 
 
 def _within_bypass(
@@ -159,14 +214,21 @@ def _within_bypass(
     return tuple(granted)
 
 
-def loaded_for(waiters: Sequence[WaiterView], key: str, order: QueueOrder) -> tuple[int, ...]:
+def loaded_for(
+    waiters: Sequence[WaiterView],
+    key: str,
+    order: QueueOrder,
+    running: Mapping[str, int] | None = None,
+) -> tuple[int, ...]:
     """The waiters a runtime that just became ready serves first: those it was loaded for.
 
     They queued before it was ready, so the batch window of a later waiter for another model
     may have expired meanwhile; decide() would then stop the new runtime unused and load it
     again for the same waiters, forever. Grouped: every waiter for `key`; fifo: only those
-    ahead of the first waiter for another model."""
-    mine = tuple(i for i, w in enumerate(waiters) if w.key == key)
+    ahead of the first waiter for another model. Never a caller's requests over its cap
+    (`running`: leases held per caller name)."""
+    within = fair.eligible(waiters, running or {})
+    mine = tuple(i for i in within if waiters[i].key == key)
     if order == "fifo":
         head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
         return tuple(i for i in mine if i < head)
@@ -176,6 +238,37 @@ def loaded_for(waiters: Sequence[WaiterView], key: str, order: QueueOrder) -> tu
 def bypasses(count: int, granted: Sequence[int]) -> list[int]:
     """How many of the `granted` indexes each of `count` waiters was passed by (queue order)."""
     return [sum(1 for g in granted if g > i) for i in range(count)]
+
+
+def passed(snapshot: Snapshot, granted: Sequence[int]) -> list[int]:
+    """`bypasses` in the fair order the decision read `snapshot` in: how many of `granted`
+    (indexes into its waiters) went ahead of each waiter from behind it."""
+    return fair.passed(_order(snapshot), len(snapshot.waiters), granted)
+
+
+def _order(snapshot: Snapshot) -> list[int]:
+    promote = snapshot.policy.batch_promote_after
+    counts = (snapshot.running, snapshot.served)
+    return fair.serve_order(snapshot.waiters, snapshot.now, promote, counts)
+
+
+def clock_deadlines(snapshot: Snapshot) -> tuple[float, ...]:
+    """When the clock alone changes the decision besides a batch window: a guarded victim's
+    interactive guard lapses, a waiting batch request is promoted (the pump decides again)."""
+    policy, now = snapshot.policy, snapshot.now
+    guard, promote = policy.interactive_guard, policy.batch_promote_after
+    lapses = tuple(
+        r.interactive_at + guard
+        for r in snapshot.residents
+        if r.victim_since is not None
+        and r.interactive_at is not None
+        and fair.guarded(r.interactive_at, now, guard)
+    )
+    if promote is None:
+        return lapses
+    return lapses + tuple(
+        w.enqueued_at + promote for w in snapshot.waiters if not fair.urgent(w, now, promote)
+    )
 
 
 def victim_deadlines(residents: Sequence[ResidentView], max_batch_wait: float) -> tuple[float, ...]:
@@ -196,7 +289,9 @@ __all__ = [
     "Snapshot",
     "WaiterView",
     "bypasses",
+    "clock_deadlines",
     "decide",
     "loaded_for",
+    "passed",
     "victim_deadlines",
 ]

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from router.config import Settings
-from router.domain import Lane
+from router.domain import Caller, Lane
 from router.memory.eviction import MemoryRefusal
-from router.runtime import policy
+from router.runtime import fair, policy
 from router.runtime.holdings import Pending
 from router.runtime.hooks import SwapHooks
 from router.runtime.ledger import LiveLedger
@@ -31,7 +31,7 @@ from router.runtime.state import Lease, Runtime, RuntimeSpec, RuntimeState
 from router.runtime.table import Table
 
 log = logging.getLogger(__name__)
-Grant = Callable[[Runtime, float], Lease]
+Grant = Callable[[Runtime, float, Caller], Lease]  # (runtime, arrival, caller)
 _MAX_PASSES = 64
 
 _PHASES = {
@@ -88,7 +88,8 @@ class Pump:
         for lane in runtime.spec.occupies:
             entries = queues.entries(lane)
             views = queues.scheduler_view(lane)
-            loaded_for = [entries[i] for i in policy.loaded_for(views, runtime.key, order)]
+            firsts = policy.loaded_for(views, runtime.key, order, self._table.running)
+            loaded_for = [entries[i] for i in firsts]
             if loaded_for:
                 self._grant_waiters(runtime, loaded_for)
         self.run()
@@ -114,8 +115,19 @@ class Pump:
         except MemoryRefusal:
             return frozenset()
 
+    def _urgent_victims(self) -> set[str]:
+        """The runtimes a pending load stops for an interactive (or promoted) request."""
+        promote, now = self._settings.runtime.batch_promote_after, self._clock()
+        entries = [e for lane in Lane for e in self._table.queues.entries(lane)]
+        out: set[str] = set()
+        for key, pending in self._evicting.items():
+            if any(e.spec.key == key and fair.urgent(e, now, promote) for e in entries):
+                out |= pending.victims
+        return out
+
     def _residents(self, lane: Lane) -> list[policy.ResidentView]:
         since = self.victim_since()
+        urgent = self._urgent_victims()
         return [
             policy.ResidentView(
                 rt.key,
@@ -125,6 +137,8 @@ class Pump:
                 self._table.free(rt),
                 since.get(rt.key),
                 rt.unload_requested,
+                rt.interactive_at,
+                rt.key in urgent,
             )
             for rt in self._table.in_lane(lane)
         ]
@@ -132,15 +146,28 @@ class Pump:
     def snapshot(self, lane: Lane) -> policy.Snapshot:
         """The decision's input for `lane` now (the ETA replays the same decision on it)."""
         rt = self._settings.runtime
-        rules = policy.Policy(rt.max_batch_wait, rt.queue_order, rt.max_bypass)
-        waiters = self._table.queues.scheduler_view(lane)
-        return policy.Snapshot(tuple(self._residents(lane)), tuple(waiters), self._clock(), rules)
+        rules = policy.Policy(
+            rt.max_batch_wait,
+            rt.queue_order,
+            rt.max_bypass,
+            rt.interactive_guard,
+            rt.batch_promote_after,
+        )
+        waiters = tuple(self._table.queues.scheduler_view(lane))
+        residents = tuple(self._residents(lane))
+        table = self._table
+        now = self._clock()
+        return policy.Snapshot(
+            residents, waiters, now, rules, dict(table.running), dict(table.served)
+        )
 
     def _pump_lane(self, lane: Lane) -> bool:
         entries = self._table.queues.entries(lane)  # the snapshot's waiters, in the same order
-        decision = policy.decide(self.snapshot(lane))
+        snapshot = self.snapshot(lane)
+        decision = policy.decide(snapshot)
         if decision.grant:
-            self._table.queues.note_grants(entries, tuple(i for i, _ in decision.grant))
+            granted = [i for i, _ in decision.grant]
+            self._table.queues.note_grants(entries, policy.passed(snapshot, granted))
         return self._apply(lane, entries, decision)
 
     def _apply(self, lane: Lane, entries: list[Waiter], decision: policy.Decision) -> bool:
@@ -209,7 +236,7 @@ class Pump:
     def _grant_waiters(self, runtime: Runtime, entries: list[Waiter]) -> bool:
         for entry in entries:
             if not entry.future.done():
-                entry.future.set_result(self._grant(runtime, entry.enqueued_at))
+                entry.future.set_result(self._grant(runtime, entry.enqueued_at, entry.caller))
         return bool(entries)
 
     def _start_or_wake(self, spec: RuntimeSpec, asleep: Runtime | None) -> bool:
@@ -244,13 +271,17 @@ class Pump:
             self._deadline = loop.call_later(delay, self.run)
 
     def _deadlines(self) -> list[float]:
+        """Batch windows closing, interactive guards lapsing, batch requests promoted."""
         wait = self._settings.runtime.max_batch_wait
-        return [
+        windows = [
             d
             for lane in Lane
             for d in policy.victim_deadlines(self._residents(lane), wait)
             if any(self._table.queues.wants(r.key) for r in self._table.in_lane(lane))
         ]
+        now = self._clock()
+        clock = [d for lane in Lane for d in policy.clock_deadlines(self.snapshot(lane)) if d > now]
+        return windows + clock
 
 
 __all__ = ["Pump"]

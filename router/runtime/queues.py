@@ -8,9 +8,9 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from router.domain import Lane
+from router.domain import ANONYMOUS, Caller, Lane
 from router.errors import RouterError
-from router.runtime.policy import WaiterView, bypasses
+from router.runtime.policy import WaiterView
 from router.runtime.state import Lease, RuntimeSpec
 
 
@@ -24,6 +24,7 @@ class Waiter:
     future: asyncio.Future[Lease]
     bypassed: int = 0  # newer requests granted ahead of this one (runtime.max_bypass)
     trace: object = None  # its trace context: the parent of a load it starts (load_trace.py)
+    caller: Caller = ANONYMOUS  # its class, fairness name and cap (router/runtime/fair.py)
 
     @property
     def gone(self) -> bool:
@@ -68,13 +69,15 @@ class Queues:
         return any(e.spec.key == key for queue in self._lanes.values() for e in queue)
 
     def scheduler_view(self, lane: Lane) -> list[WaiterView]:
-        return [WaiterView(e.spec.key, e.enqueued_at, e.bypassed) for e in self.entries(lane)]
+        return [
+            WaiterView(e.spec.key, e.enqueued_at, e.bypassed, e.caller) for e in self.entries(lane)
+        ]
 
-    def note_grants(self, entries: list[Waiter], granted: tuple[int, ...]) -> None:
-        """Count, on each entry of `entries` (one lane's, in queue order), the newer ones in
-        `granted` that went ahead of it (the `max_bypass` bound)."""
-        for entry, passed in zip(entries, bypasses(len(entries), granted), strict=True):
-            entry.bypassed += passed
+    def note_grants(self, entries: list[Waiter], passed: list[int]) -> None:
+        """Count, on each entry of `entries` (one lane's, in arrival order), the grants that
+        went ahead of it from behind it in serve order (policy.passed; `max_bypass`)."""
+        for entry, count in zip(entries, passed, strict=True):
+            entry.bypassed += count
 
     def add(self, waiter: Waiter) -> None:
         self._lanes[waiter.lane].append(waiter)

@@ -78,6 +78,9 @@ class Runtime:
         self.since = self.created_at  # when it entered its current state (wall clock)
         self.ready_at: float | None = None
         self.last_release = time.monotonic()
+        # When an interactive request last held a lease on it (the manager's clock): within
+        # `runtime.interactive_guard` of it, no batch request's load stops it.
+        self.interactive_at: float | None = None
         self.gone = asyncio.Event()
         # How long it stays loaded once idle, in seconds (`math.inf`: until unloaded); None
         # follows `runtime.idle_unload`. Set by the requests that say so (Ollama's keep_alive).

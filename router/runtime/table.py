@@ -5,7 +5,7 @@ the lifecycle, the live ledger) are handed this one table; none keeps a copy of 
 from __future__ import annotations
 
 from router.config import Settings
-from router.domain import Lane
+from router.domain import Caller, Lane
 from router.runtime.queues import Queues
 from router.runtime.state import Runtime, RuntimeState
 
@@ -16,6 +16,11 @@ class Table:
         self.runtimes: dict[str, Runtime] = {}
         self.queues = Queues()
         self.closing = False
+        # Per caller name (router/runtime/fair.py): the leases it holds (its `max_concurrent`
+        # cap) and its last grant's sequence number (the round robin's least recently served).
+        self.running: dict[str, int] = {}
+        self.served: dict[str, int] = {}
+        self._grants = 0
 
     @property
     def by_memory(self) -> bool:
@@ -48,6 +53,24 @@ class Table:
     def has_room(self, runtime: Runtime) -> bool:
         free = self.free(runtime)
         return free is None or free > 0
+
+    def under_cap(self, caller: Caller) -> bool:
+        cap = caller.max_concurrent
+        return cap is None or self.running.get(caller.name, 0) < cap
+
+    def take(self, caller: Caller) -> None:
+        """`caller` holds one more lease."""
+        self.running[caller.name] = self.running.get(caller.name, 0) + 1
+        self._grants += 1
+        self.served[caller.name] = self._grants
+
+    def let_go(self, caller: Caller) -> None:
+        """One of `caller`'s leases ended."""
+        left = self.running.get(caller.name, 0) - 1
+        if left > 0:
+            self.running[caller.name] = left
+        else:
+            self.running.pop(caller.name, None)
 
     def drop(self, runtime: Runtime) -> None:
         """Its process is gone: it holds no lane and no memory any more."""

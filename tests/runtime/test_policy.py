@@ -22,6 +22,7 @@ from router.runtime.policy import (
     Snapshot,
     WaiterView,
     decide,
+    passed,
 )
 from router.runtime.queues import Queues, Waiter
 from router.runtime.scheduler import LaneView, resident
@@ -138,9 +139,10 @@ async def test_grants_count_the_bypasses_across_decisions(tmp_path: Path) -> Non
         queues.add(Waiter(spec_a, 1.0 + n, Lane.TEXT, loop.create_future()))
         waiters = queues.scheduler_view(Lane.TEXT)
         a = resident(LaneView(Phase.READY, spec_a.key, 1, False), waiters)
-        d = decide(Snapshot((a,), waiters, 4.0, Policy(WAIT, max_bypass=2)))
+        snapshot = Snapshot((a,), waiters, 4.0, Policy(WAIT, max_bypass=2))
+        d = decide(snapshot)
         entries = queues.entries(Lane.TEXT)
-        queues.note_grants(entries, tuple(i for i, _ in d.grant))
+        queues.note_grants(entries, passed(snapshot, [i for i, _ in d.grant]))
         for i, _ in d.grant:
             entries[i].future.cancel()  # granted: gone from the queue
         granted.append((len(d.grant), bool(d.drain)))

@@ -27,7 +27,7 @@ import shlex
 import socket
 import time
 import wave
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,9 +131,13 @@ class RouterHarness:
             )
         return binary
 
-    async def start(self, settings: Settings | None = None) -> httpx.AsyncClient:
+    async def start(
+        self, settings: Settings | None = None, *, middlewares: Sequence[Any] = ()
+    ) -> httpx.AsyncClient:
+        """`middlewares`: test-only ones, innermost (after auth; tests/support/callers.py)."""
         settings = settings or self.settings()
         self.app = create_app(settings)
+        self.app.middlewares.extend(middlewares)
         self.server = TestServer(
             self.app,
             host="127.0.0.1",
