@@ -59,18 +59,7 @@ class Recorder:
         tail: bytes = b"",
     ) -> None:
         duration = time.monotonic() - info.started
-        self._metrics.observe_request(
-            info.route,
-            info.lane or "none",
-            status,
-            duration,
-            ttfb_ms / 1000.0 if ttfb_ms is not None else None,
-            info.queue_wait_ms / 1000.0,
-        )
-        if info.model and tail:
-            self._metrics.tokens.note(info.model, info.lane or "none", tail)
-        if info.key_name:
-            self._by_key(info, info.key_name, status, aborted, tail)
+        self._observe(info, status, duration, ttfb_ms, aborted, tail)
         sink = self.sink
         if sink is not None:
             # Handed over as the proxy has the values; rounding and usage parsing happen in the
@@ -103,6 +92,25 @@ class Recorder:
     def relayed(self, info: RequestInfo, status: int, aborted: bool, tail: bytes) -> None:
         """A scoped key's request another node answered (and recorded): counted for the key
         here, where its quota is kept."""
+        if info.key_name:
+            self._by_key(info, info.key_name, status, aborted, tail)
+
+    def _observe(
+        self,
+        info: RequestInfo,
+        status: int,
+        duration: float,
+        ttfb_ms: float | None,
+        aborted: bool,
+        tail: bytes,
+    ) -> None:
+        """The request's Prometheus series: per route and lane, per model, per scoped key."""
+        lane = info.lane or "none"
+        ttfb = ttfb_ms / 1000.0 if ttfb_ms is not None else None
+        queue_wait = info.queue_wait_ms / 1000.0
+        self._metrics.observe_request(info.route, lane, status, duration, ttfb, queue_wait)
+        if info.model and tail:
+            self._metrics.tokens.note(info.model, lane, tail)
         if info.key_name:
             self._by_key(info, info.key_name, status, aborted, tail)
 
