@@ -15,19 +15,17 @@ the second served from the cache. A report, never a test.
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from backends.base import built_backends_dir
 from bench import common as c
+from router.cluster.pooled.sent import bytes_sent
 from router.cluster.pooled.split import Share, split_layers
 
 BIG = {"n_layer": 4, "n_embd": 2048, "n_head": 16, "n_ff": 2048}
 DECODE = {"prompt": "Once upon a time", "n_predict": 64, "temperature": 0, "ignore_eos": True}
-_SENT = re.compile(r"bytes_sent:(\d+)")
 
 
 def _rpc_server() -> str | None:
@@ -36,21 +34,6 @@ def _rpc_server() -> str | None:
         if os.access(found, os.X_OK):
             return str(found)
     return shutil.which("ggml-rpc-server")
-
-
-def _bytes_sent(port: int) -> int | None:
-    """Bytes llama-server's connection to the RPC server at `port` has sent."""
-    ss = shutil.which("ss")
-    if ss is None:
-        return None
-    out = subprocess.run(
-        [ss, "-tinH", "state", "established", "dst", f"127.0.0.1:{port}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-    found = _SENT.search(out)
-    return int(found.group(1)) if found else None
 
 
 def _decode_rate(url: str) -> float:
@@ -93,7 +76,7 @@ def _loads(wd: Path, llama: str, rpc: str, model: Path, opts: c.Opts) -> dict[st
         for load in range(2):  # the second load is served from the tensor cache
             with c.Stack() as arm:
                 url = _llama(arm, wd, llama, model, spread_args, f"spread-{load}")
-                sent.append(_bytes_sent(port))
+                sent.append(bytes_sent(f"127.0.0.1:{port}"))
                 for _ in range(opts.reps if load else 1):
                     rates["spread"].append(_decode_rate(url))
         with c.Stack() as arm:

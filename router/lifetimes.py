@@ -25,6 +25,7 @@ from backends.recipes import default_recipes, load_recipes
 from router.appkeys import (
     BACKEND_SETUP,
     BACKENDS,
+    BORROWER,
     CATALOG,
     CLUSTER,
     EVENTS,
@@ -157,6 +158,12 @@ async def figures_context(app: web.Application) -> AsyncIterator[None]:
     await measuring.close()
 
 
+def _pooled_sent(app: web.Application, key: str) -> dict[str, Any] | None:
+    """Bytes a load sent to its lending nodes (the borrower is built after the runtimes)."""
+    borrower = app.get(BORROWER)
+    return borrower.sent(key) if borrower is not None else None
+
+
 async def runtimes_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     pid_dir = state_dir(settings) / "pids"
@@ -184,7 +191,7 @@ async def runtimes_context(app: web.Application) -> AsyncIterator[None]:
         hooks=hooks,
         figures=app[FIGURES],
         on_load_error=store.load_errors.record,
-        observer=observer_factory(store, readahead.at_load),
+        observer=observer_factory(store, readahead.at_load, functools.partial(_pooled_sent, app)),
         usual_load=app[LOAD_TIMES].usual,
     )
     app[RUNTIMES] = manager

@@ -2,7 +2,8 @@
 
 Opt-in per node (`analytics.load_capture_enabled`): the sanitized .kcpps snapshot, asset hashes,
 argv without secrets, the backend's stdout/stderr as ordered chunks (the store caps them), and
-what the read-ahead of its files had done when it began (`readahead`, docs/swaps.md).
+what the read-ahead of its files had done when it began (`readahead`, docs/swaps.md), and for
+a model spread over lending nodes the bytes its load sent to each (`pooled`, docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from router.runtime.state import Runtime
 from router.store import Store
 
 ReadAheadFigures = Callable[[str], dict[str, Any] | None]
+PooledFigures = Callable[[str], dict[str, Any] | None]  # Borrower.sent: bytes per lending node
 
 
 @dataclass(eq=False)
@@ -27,6 +29,7 @@ class CaptureObserver:
     runtime: Runtime
     kind: str = "load"
     readahead: ReadAheadFigures | None = None
+    pooled: PooledFigures | None = None
     attempt_id: str | None = field(default=None, init=False)
     trace_id: str | None = field(default=None, init=False)  # set before it launches
 
@@ -51,19 +54,25 @@ class CaptureObserver:
             self.store.load_attempts.output(self.attempt_id, stream, line + b"\n")
 
     def finished(self, status: str, exit_code: int | None, error: str | None) -> None:
-        if self.attempt_id is not None:
-            self.store.load_attempts.finish(self.attempt_id, status, exit_code, error)
+        if self.attempt_id is None:
+            return
+        # Read at "ok", when llama-server is ready: every weight it sends at load is sent.
+        pooled = self.pooled(self.runtime.key) if self.pooled and status == "ok" else None
+        self.store.load_attempts.finish(self.attempt_id, status, exit_code, error, pooled=pooled)
 
 
 def observer_factory(
-    store: Store, readahead: ReadAheadFigures | None = None
+    store: Store,
+    readahead: ReadAheadFigures | None = None,
+    pooled: PooledFigures | None = None,
 ) -> Callable[[Runtime], CaptureObserver | None]:
     """The runtime's observer factory: a capture per load when the node has captures on;
-    `readahead(key)`: what the read-ahead had done when that load began (ReadAhead.at_load)."""
+    `readahead(key)`: what the read-ahead had done when that load began (ReadAhead.at_load);
+    `pooled(key)`: the bytes that load sent to each lending node (Borrower.sent)."""
 
     def make(runtime: Runtime) -> CaptureObserver | None:
         if not store.load_attempts.enabled:
             return None
-        return CaptureObserver(store, runtime, readahead=readahead)
+        return CaptureObserver(store, runtime, readahead=readahead, pooled=pooled)
 
     return make

@@ -142,6 +142,7 @@ SUMMARY_COLUMNS = (
     "output_truncated",
     "readahead_json",
     "trace_id",
+    "pooled_json",
 )
 DETAIL_COLUMNS = (*SUMMARY_COLUMNS, "kcpps_json", "argv_json")
 
@@ -183,7 +184,7 @@ class CaptureFilter:
 
 def attempt_dict(columns: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
     record = dict(zip(columns, row, strict=True))
-    for name in ("asset_hashes_json", "kcpps_json", "argv_json", "readahead_json"):
+    for name in ("asset_hashes_json", "kcpps_json", "argv_json", "readahead_json", "pooled_json"):
         if name in record:
             raw = record.pop(name)
             record[name.removesuffix("_json")] = None if raw is None else json.loads(raw)

@@ -32,8 +32,8 @@ _INSERT_CHUNK = (
 )
 _FINISH_ATTEMPT = (
     "UPDATE load_attempts SET status = ?, exit_code = ?, error = ?, ended_at = ?,"
-    " duration_ms = (? - started_at) * 1000.0, output_bytes = ?, output_truncated = ?"
-    " WHERE id = ?"
+    " duration_ms = (? - started_at) * 1000.0, output_bytes = ?, output_truncated = ?,"
+    " pooled_json = ? WHERE id = ?"
 )
 _OUTPUT_PAGE = (
     "SELECT sequence, stream, time, data, truncated FROM load_output_chunks"
@@ -120,7 +120,10 @@ class LoadAttempts:
         exit_code: int | None = None,
         error: str | None = None,
         ended_at: float | None = None,
+        pooled: Mapping[str, Any] | None = None,
     ) -> None:
+        """`pooled`: the bytes the load sent to each lending node (docs/cluster.md), when it
+        spans nodes."""
         live = self._live.pop(attempt_id, None)
         if live is None:
             return
@@ -133,6 +136,7 @@ class LoadAttempts:
             ended,
             live.stored,
             int(live.truncated),
+            json.dumps(dict(pooled)) if pooled is not None else None,
             attempt_id,
         )
         self._db.writer.add_op(Op(_FINISH_ATTEMPT, row), urgent=True)

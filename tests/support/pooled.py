@@ -50,10 +50,12 @@ def spread_pair(
     llama: dict[str, Any] | None = None,
     nodes: list[str] | None = None,
     master_cluster: dict[str, Any] | None = None,
+    master_extra: dict[str, Any] | None = None,
 ) -> tuple[RouterProcess, RouterProcess]:
     """Master `m` with `solo` (the file alone) and `spread` (router_rpc_nodes: `nodes`, s1 by
     default), its host budget one and a half layers; slave `s1` lending on loopback in
-    `ports`. `llama`: the master's llama section (the real llama-server), else the fake."""
+    `ports`. `llama`: the master's llama section (the real llama-server), else the fake;
+    `master_extra`: more top-level sections of the master's YAML (analytics)."""
     shape = read_shape(str(model))
     assert shape is not None
     _, size = layer_bytes(shape, CONTEXT)
@@ -75,6 +77,7 @@ def spread_pair(
             **({"llama": llama} if llama else {}),
             "memory": {"host_budget": size * 3 // 2},
             "cluster": common | own | {"public_url": f"http://127.0.0.1:{master_port}"},
+            **(master_extra or {}),
         },
     )
     slave_cluster = {"role": "slave", "node_id": "s1", "public_url": slave_url}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from router.cluster.client import PeerError
+from router.cluster.pooled.sent import bytes_sent
 from router.cluster.pooled.split import (
     LayerSplit,
     NodeRoom,
@@ -288,6 +289,23 @@ class Borrower(SwapHook):
             self._release_later(key)
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def sent(self, key: str) -> dict[str, Any] | None:
+        """What the load of `key` sent to each lending node so far (the load capture's
+        `pooled`, read once llama-server is ready); None when `key` spans no node."""
+        held = self._held.get(key)
+        if held is None or not held.leases:
+            return None
+        nodes = [
+            {
+                "node_id": lease.node_id,
+                "endpoint": lease.endpoint,
+                "bytes_sent": bytes_sent(lease.endpoint),
+            }
+            for lease in held.leases
+        ]
+        known = [n["bytes_sent"] for n in nodes if n["bytes_sent"] is not None]
+        return {"nodes": nodes, "bytes_sent": sum(known) if known else None}
+
     def rows(self) -> list[dict[str, Any]]:
         """The remote devices: one per lending node of each runtime that spans nodes."""
         return [
@@ -297,6 +315,8 @@ class Borrower(SwapHook):
                 "device": f"RPC{index}[{lease.endpoint}]",
                 "endpoint": lease.endpoint,
                 "budget": lease.bytes,
+                # What its layers take of the lease (the lease rounds up to whole layers).
+                "used": held.plan.split.node_layers[index] * held.plan.layer_bytes,
                 "layers": held.plan.split.node_layers[index],
                 "lease_id": lease.lease_id,
             }

@@ -122,6 +122,13 @@ export function readaheadText(ra) {
   return `${ra.result}: ${formatBytes(ra.bytes)}${of} read in ${formatMs(ra.seconds * 1000)}`;
 }
 
+// What a load spread over lending nodes sent to each (docs/cluster.md, "Pooled memory").
+export function pooledText(pooled) {
+  if (!pooled) return undefined;
+  const each = (pooled.nodes || []).map((n) => `${n.node_id} ${formatBytes(n.bytes_sent)}`);
+  return `${formatBytes(pooled.bytes_sent)} sent to lending nodes (${each.join(', ')})`;
+}
+
 function jsonCell(value) {
   return typeof value === 'string' ? value : JSON.stringify(value);
 }
@@ -137,6 +144,7 @@ function detailBody(detail, session) {
       ['Started', formatDateTime(detail.started_at)], ['Ended', formatDateTime(detail.ended_at)],
       ['Duration', formatMs(detail.duration_ms)],
       ['Read-ahead', detail.kind === 'load' ? readaheadText(detail.readahead) : undefined],
+      ['RPC bytes sent', pooledText(detail.pooled)],
       ['Exit code', detail.exit_code],
       ['Error', detail.error], ['Output', formatBytes(detail.output_bytes)],
       ['Trace', traceView(session, detail.trace_id)],
