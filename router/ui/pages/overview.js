@@ -5,8 +5,8 @@ import { h, replace } from '../lib/dom.js';
 import { memoryBars, memoryPlan } from '../lib/memory.js';
 import { RESYNC, liveState } from '../lib/sse.js';
 import {
-  actionButton, badge, confirmDialog, errorBox, formatSeconds, formatTime, navPage, pageHeader,
-  progressBar, showError, table,
+  actionButton, badge, confirmDialog, errorBox, formatBytes, formatSeconds, formatTime, navPage,
+  pageHeader, progressBar, showError, table,
 } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
 
@@ -27,7 +27,29 @@ function exitCodeOf(reason) {
 export function fromStatus(status) {
   const runtimes = new Map();
   for (const rt of status.runtimes || []) runtimes.set(rt.runtime, rt);
-  return { runtimes, queued: status.queued || {}, queue: status.queue || {}, devices: status.devices || [] };
+  return {
+    runtimes, queued: status.queued || {}, queue: status.queue || {}, devices: status.devices || [],
+    remote: status.remote_devices || [],
+  };
+}
+
+// Memory lent by other nodes over llama.cpp's RPC engine (docs/cluster.md, "Pooled memory"):
+// one row per lending node and runtime, with the lease's budget and what its layers use.
+function remoteTable(rows) {
+  if (!rows.length) return null;
+  return table({
+    caption: 'Remote devices (memory lent by other nodes)',
+    rowKey: (d) => `${d.runtime}:${d.node_id}`,
+    rows,
+    columns: [
+      { key: 'device', label: 'Device', rowHeader: true, class: 'wrap', cell: (d) => d.device },
+      { key: 'node', label: 'Lending node', cell: (d) => d.node_id },
+      { key: 'runtime', label: 'Runtime', class: 'wrap', cell: (d) => d.runtime },
+      { key: 'budget', label: 'Budget', class: 'num', cell: (d) => formatBytes(d.budget) },
+      { key: 'used', label: 'Used', class: 'num', cell: (d) => (d.used == null ? '—' : formatBytes(d.used)) },
+      { key: 'layers', label: 'Layers', class: 'num', cell: (d) => d.layers ?? '—' },
+    ],
+  });
 }
 
 function loadingRecord(event) {
@@ -251,7 +273,8 @@ export default navPage('overview', 'Overview', {
     // bytes off at once; a snapshot (after `loading` and `ready`) brings new figures.
     const render = (state) => {
       replace(lanesSlot, lanesTable(state, view));
-      replace(memorySlot, memoryBars(memoryPlan(state.devices, state.runtimes.values())));
+      replace(memorySlot, memoryBars(memoryPlan(state.devices, state.runtimes.values())),
+        remoteTable(state.remote || []));
     };
     const unloadAll = confirmedUnload(ctx, errorSlot, {
       title: 'Unload every model?', label: 'Unload all', target: 'all',
