@@ -284,7 +284,7 @@ async def _pooled(app: web.Application) -> AsyncIterator[None]:
     app[POOLED] = lender = Lender(
         settings.pooled,
         settings.cluster.node_id,
-        app[RUNTIMES].ledger,
+        app[RUNTIMES],  # a lease's end wakes the loads waiting for its bytes
         folder,
         folder / "pids",
     )

@@ -142,6 +142,20 @@ class RuntimeManager:
         self._hooks.gone(runtime)
         self._pump.run()
 
+    # ---- memory lent over RPC (router/cluster/pooled/lender.py's LentMemory) ----------------
+
+    def lend(self, key: str, model: str, device: str, size: int) -> None:
+        self.ledger.lend(key, model, device, size)
+
+    def unlend(self, key: str) -> None:
+        """A lease ended: its bytes are free, so a load waiting for them may start now (the
+        pump runs on runtime events only; nothing else would wake it)."""
+        self.ledger.unlend(key)
+        self._pump.run()
+
+    def free(self, device: str) -> int:
+        return self.ledger.free(device)
+
     @property
     def hooks(self) -> SwapHooks:
         return self._hooks
