@@ -71,6 +71,7 @@ PARAM_VALUES: dict[str, tuple[str, ...]] = {
     "config_id": ("chat-a", "x.kcpps", "%ff", "-x"),
     "sha256": ("0" * 64, "x", "%ff"),
     "name": ("chat-a", "x", "%ff", "a b"),  # /router/v1/keys/{name}: the key the sweep made
+    "lease_id": ("x", "0" * 32, "%ff"),  # /router/v1/node/rpc/leases/{lease_id}
 }
 
 # ---- strategies -------------------------------------------------------------------------------
