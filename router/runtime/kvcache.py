@@ -29,9 +29,9 @@ from router.domain import Family, Lane
 from router.errors import BadRequest
 from router.runtime import kvkeys, kvlibrary
 from router.runtime.hooks import SwapHook
+from router.runtime.kvfiles import commit_slots, committed_slots, saved_tokens, seal
 from router.runtime.kvfiles import intact as _intact
 from router.runtime.kvfiles import remove as _remove
-from router.runtime.kvfiles import seal
 from router.runtime.kvlibrary import Conversations
 from router.runtime.kvprobe import ProbeResults, run_probe
 from router.runtime.loader import Launched, LaunchSpec
@@ -171,23 +171,31 @@ class KvCaches(SwapHook):
         if outcome is not None:
             await self._cap_disk(folder, key)
             return outcome
+        saved, tokens = await self._save_slots(runtime, key, folder)
+        await self._cap_disk(folder, key)
+        return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
+
+    async def _save_slots(self, runtime: Runtime, key: str, folder: Path) -> tuple[int, int]:
+        """Every slot holding tokens, under this save's own names; then the manifest names
+        them as the key's set and the earlier set goes (a save replaces, never adds up)."""
         answer = await self._client.call("GET", runtime.base_url + "/slots")
-        saved = tokens = 0
+        generation = f"{time.time_ns():x}"
+        names: list[str] = []
+        tokens = 0
         for slot in kvkeys.slots_to_save(answer):
-            name = kvkeys.slot_file(key, slot)
-            body = {"filename": name}
+            name = kvkeys.slot_file(key, slot, generation)
             result = await self._client.call(
-                "POST", f"{runtime.base_url}/slots/{slot}?action=save", body
+                "POST", f"{runtime.base_url}/slots/{slot}?action=save", {"filename": name}
             )
             n_saved = result.get("n_saved") if isinstance(result, dict) else None
             if not isinstance(n_saved, int) or n_saved <= 0:
                 _remove(folder, name)
                 continue
             await asyncio.to_thread(seal, folder, name, n_saved)
-            saved += 1
+            names.append(name)
             tokens += n_saved
-        await self._cap_disk(folder, key)
-        return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
+        await asyncio.to_thread(commit_slots, folder, key, names)
+        return len(names), tokens
 
     async def _cap_disk(self, folder: Path, key: str) -> None:
         """The disk cap, off the loop; the library forgets the states it removed."""
@@ -216,29 +224,47 @@ class KvCaches(SwapHook):
         folder = self.folder(runtime.spec)
         key = self._key(runtime)
         restored = tokens = 0
-        for path in sorted(folder.glob(f"{key}-slot*.bin")):
-            parsed = kvkeys.parse_slot_file(path.name)
-            if parsed is None:
-                continue
-            if not await asyncio.to_thread(_intact, folder, path.name):
-                log.warning("%s: KV cache file %s is damaged; removed", runtime.key, path.name)
-                _remove(folder, path.name)
-                raise ValueError(f"KV cache file {path.name} failed its checksum")
-            body = {"filename": path.name}
-            url = f"{runtime.base_url}/slots/{parsed[1]}?action=restore"
-            result = await self._client.call("POST", url, body)
-            n_restored = result.get("n_restored") if isinstance(result, dict) else None
-            if not isinstance(n_restored, int) or n_restored <= 0:
-                _remove(folder, path.name)
-                raise ValueError(f"the backend restored nothing from {path.name}")
-            now = time.time()
-            with contextlib.suppress(OSError):
-                os.utime(path, (now, now))  # least recently used is judged by mtime
-            restored += 1
-            tokens += n_restored
+        names = await asyncio.to_thread(committed_slots, folder, key)
+        contexts = kvkeys.slot_contexts(
+            await self._client.call("GET", runtime.base_url + "/slots") if names else []
+        )
+        try:
+            for name in names:
+                n_restored = await self._restore_slot(runtime, folder, name, contexts)
+                restored, tokens = restored + (n_restored > 0), tokens + n_restored
+        finally:  # a file removed on the way leaves the set
+            kept = [n for n in names if (folder / n).exists()]
+            if kept != names:
+                await asyncio.to_thread(commit_slots, folder, key, kept)
         conversations, more = await self.conversations.restore_newest(runtime, key, folder)
         restored, tokens = restored + conversations, tokens + more
         return ("ok" if restored else "none"), {"slots": restored, "tokens": tokens}
+
+    async def _restore_slot(
+        self, runtime: Runtime, folder: Path, name: str, contexts: dict[int, int | None]
+    ) -> int:
+        """One file of the key's set into its slot, if intact and it fits; tokens restored."""
+        parsed = kvkeys.parse_slot_file(name)
+        if parsed is None or not (folder / name).exists():
+            return 0
+        if not await asyncio.to_thread(_intact, folder, name):
+            log.warning("%s: KV cache file %s is damaged; removed", runtime.key, name)
+            _remove(folder, name)
+            raise ValueError(f"KV cache file {name} failed its checksum")
+        if not kvkeys.fits_slot(parsed[1], saved_tokens(folder, name), contexts):
+            log.warning("%s: KV cache file %s does not fit its slot; removed", runtime.key, name)
+            _remove(folder, name)
+            return 0
+        url = f"{runtime.base_url}/slots/{parsed[1]}?action=restore"
+        result = await self._client.call("POST", url, {"filename": name})
+        n_restored = result.get("n_restored") if isinstance(result, dict) else None
+        if not isinstance(n_restored, int) or n_restored <= 0:
+            _remove(folder, name)
+            raise ValueError(f"the backend restored nothing from {name}")
+        now = time.time()
+        with contextlib.suppress(OSError):
+            os.utime(folder / name, (now, now))  # least recently used is judged by mtime
+        return n_restored
 
     # ---- probe --------------------------------------------------------------------------
 
