@@ -24,7 +24,7 @@ from backends.base import BackendError
 from backends.registry import adapter_for
 from router.backend_client import BackendClient, BackendFault, Outcome
 from router.config import ModelConfig, Settings
-from router.conversations import Library
+from router.conversations import Library, SavedState
 from router.domain import Family, Lane
 from router.errors import BadRequest
 from router.runtime import kvkeys, kvlibrary
@@ -132,12 +132,20 @@ class KvCaches(SwapHook):
         """The stored probe verdict for this runtime's cache key, if any."""
         return self._probes.get(self._key(runtime))
 
-    def status(self, config: ModelConfig) -> dict[str, Any] | None:
+    def saved_conversations(self, config_id: str) -> list[tuple[SavedState, float]]:
+        """The library's saved states of a configuration (memory only: read on the loop)."""
+        return self.conversations.library.saved_of(config_id)
+
+    def status(
+        self, config: ModelConfig, saved: Sequence[tuple[SavedState, float]] = ()
+    ) -> dict[str, Any] | None:
         """What the model's detail page shows (blocking: stats files; call off the loop).
 
         None for a configuration persistence never applies to. `probe` is the stored verdict
         for the key the configuration would launch with now (its argv with any port, so a
         changed model, context or binary shows no verdict until the next load probes it).
+        `conversations` sums `saved` (from `saved_conversations`): count, bytes on disk,
+        tokens and the last use; never a prompt.
         """
         try:
             spec = spec_for(config, Lane.TEXT)
@@ -155,7 +163,12 @@ class KvCaches(SwapHook):
             if argv is not None:
                 probe = self._probes.get(self._key_for(config, argv))
         passed = bool(probe["passed"]) if probe is not None else None
-        return {"mode": mode, "enabled": kvkeys.persist_enabled(mode, passed), "probe": probe}
+        return {
+            "mode": mode,
+            "enabled": kvkeys.persist_enabled(mode, passed),
+            "probe": probe,
+            "conversations": _summary(self.folder(spec), saved),
+        }
 
     async def _bounded(self, action: str, runtime: Runtime, work: _Work, deadline: float) -> None:
         await self._client.bounded(
@@ -313,6 +326,19 @@ def _spanned(span: Span, work: _Work) -> _Work:
         return outcome
 
     return run
+
+
+def _summary(folder: Path, saved: Sequence[tuple[SavedState, float]]) -> dict[str, Any]:
+    size = 0
+    for state, _ in saved:
+        with contextlib.suppress(OSError):
+            size += (folder / state.name).stat().st_size
+    return {
+        "count": len(saved),
+        "bytes": size,
+        "tokens": sum(state.tokens for state, _ in saved),
+        "last_used": max((used for _, used in saved), default=None),
+    }
 
 
 def _identity(path: Path) -> tuple[int, int]:
