@@ -378,7 +378,7 @@ class State:
 
     def record_body(self, path: str, body: Any) -> None:
         if self.o.record_bodies:
-            line = json.dumps({"path": path, "body": summarize(body)})
+            line = json.dumps({"path": path, "pid": os.getpid(), "body": summarize(body)})
             with open(self.o.record_bodies, "a") as fh:
                 fh.write(line + "\n")
 
