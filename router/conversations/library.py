@@ -132,6 +132,15 @@ class Library:
     def files(self, key: str) -> set[str]:
         return {c.saved.name for c in self._by_key.get(key, {}).values() if c.saved}
 
+    def saved_of(self, config: str) -> list[tuple[SavedState, float]]:
+        """A configuration's saved states with when each conversation was last used."""
+        return [
+            (c.saved, c.last_used)
+            for convs in self._by_key.values()
+            for c in convs.values()
+            if c.config == config and c.saved is not None
+        ]
+
     def drop_config(self, config: str) -> list[str]:
         """Erase a configuration's conversations; their files' names, for the caller to delete."""
         names: list[str] = []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from router.appkeys import LENDING
+from router.appkeys import CLUSTER, LENDING
 from router.cluster import Target
 from router.cluster import placement as rule
 from router.inference.context import Chosen, Context, Kind
@@ -90,9 +90,13 @@ class Relay:
         remember = self.placed.remember
         watch = pinning(request, target, remember) if remember else None
         following = functools.partial(remote_target, request, selection)
-        to_owner = functools.partial(
-            relay, request, selection, target, ctx.result, watch, following
-        )
+
+        async def to_owner() -> web.StreamResponse:
+            # Counted against its node until the answer ends, so the next placement sees it
+            # (the conversation affinity's bound, the speech-to-text choice; issue 33).
+            with request.app[CLUSTER].reserved(target.replica.node_id):
+                return await relay(request, selection, target, ctx.result, watch, following)
+
         if not self.placed.held:
             return await to_owner()
         owner, held = request.app[LENDING].owner, self.placed.held

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.appkeys import CLUSTER, RECORDER, SETTINGS
+from router.appkeys import RECORDER, SETTINGS
 from router.classify import Route
 from router.domain import MiB
 from router.edge import arrived, caller_of, matched_route
@@ -69,8 +69,8 @@ async def relayed(
         target = await stt_target(request)
         if target is None:
             return None
-        with request.app[CLUSTER].reserved(target.replica.node_id):
-            return await _forward(request, selection, Facts(chosen=target, relayable=True))
+        # Counted against its node by the relay itself (kinds.Relay), as every relayed request.
+        return await _forward(request, selection, Facts(chosen=target, relayable=True))
     override = Override(selection, pins=Pins(remember=remember))
     facts = relay_facts(request, override)
     return await _forward(request, override, facts) if facts.relays else None

@@ -24,14 +24,14 @@ from backends.base import BackendError
 from backends.registry import adapter_for
 from router.backend_client import BackendClient, BackendFault, Outcome
 from router.config import ModelConfig, Settings
-from router.conversations import Library
+from router.conversations import Library, SavedState
 from router.domain import Family, Lane
 from router.errors import BadRequest
 from router.runtime import kvkeys, kvlibrary
 from router.runtime.hooks import SwapHook
+from router.runtime.kvfiles import commit_slots, committed_slots, saved_tokens, seal
 from router.runtime.kvfiles import intact as _intact
 from router.runtime.kvfiles import remove as _remove
-from router.runtime.kvfiles import seal
 from router.runtime.kvlibrary import Conversations
 from router.runtime.kvprobe import ProbeResults, run_probe
 from router.runtime.loader import Launched, LaunchSpec
@@ -132,12 +132,20 @@ class KvCaches(SwapHook):
         """The stored probe verdict for this runtime's cache key, if any."""
         return self._probes.get(self._key(runtime))
 
-    def status(self, config: ModelConfig) -> dict[str, Any] | None:
+    def saved_conversations(self, config_id: str) -> list[tuple[SavedState, float]]:
+        """The library's saved states of a configuration (memory only: read on the loop)."""
+        return self.conversations.library.saved_of(config_id)
+
+    def status(
+        self, config: ModelConfig, saved: Sequence[tuple[SavedState, float]] = ()
+    ) -> dict[str, Any] | None:
         """What the model's detail page shows (blocking: stats files; call off the loop).
 
         None for a configuration persistence never applies to. `probe` is the stored verdict
         for the key the configuration would launch with now (its argv with any port, so a
         changed model, context or binary shows no verdict until the next load probes it).
+        `conversations` sums `saved` (from `saved_conversations`): count, bytes on disk,
+        tokens and the last use; never a prompt.
         """
         try:
             spec = spec_for(config, Lane.TEXT)
@@ -155,7 +163,12 @@ class KvCaches(SwapHook):
             if argv is not None:
                 probe = self._probes.get(self._key_for(config, argv))
         passed = bool(probe["passed"]) if probe is not None else None
-        return {"mode": mode, "enabled": kvkeys.persist_enabled(mode, passed), "probe": probe}
+        return {
+            "mode": mode,
+            "enabled": kvkeys.persist_enabled(mode, passed),
+            "probe": probe,
+            "conversations": _summary(self.folder(spec), saved),
+        }
 
     async def _bounded(self, action: str, runtime: Runtime, work: _Work, deadline: float) -> None:
         await self._client.bounded(
@@ -171,23 +184,31 @@ class KvCaches(SwapHook):
         if outcome is not None:
             await self._cap_disk(folder, key)
             return outcome
+        saved, tokens = await self._save_slots(runtime, key, folder)
+        await self._cap_disk(folder, key)
+        return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
+
+    async def _save_slots(self, runtime: Runtime, key: str, folder: Path) -> tuple[int, int]:
+        """Every slot holding tokens, under this save's own names; then the manifest names
+        them as the key's set and the earlier set goes (a save replaces, never adds up)."""
         answer = await self._client.call("GET", runtime.base_url + "/slots")
-        saved = tokens = 0
+        generation = f"{time.time_ns():x}"
+        names: list[str] = []
+        tokens = 0
         for slot in kvkeys.slots_to_save(answer):
-            name = kvkeys.slot_file(key, slot)
-            body = {"filename": name}
+            name = kvkeys.slot_file(key, slot, generation)
             result = await self._client.call(
-                "POST", f"{runtime.base_url}/slots/{slot}?action=save", body
+                "POST", f"{runtime.base_url}/slots/{slot}?action=save", {"filename": name}
             )
             n_saved = result.get("n_saved") if isinstance(result, dict) else None
             if not isinstance(n_saved, int) or n_saved <= 0:
                 _remove(folder, name)
                 continue
             await asyncio.to_thread(seal, folder, name, n_saved)
-            saved += 1
+            names.append(name)
             tokens += n_saved
-        await self._cap_disk(folder, key)
-        return ("ok" if saved else "none"), {"slots": saved, "tokens": tokens}
+        await asyncio.to_thread(commit_slots, folder, key, names)
+        return len(names), tokens
 
     async def _cap_disk(self, folder: Path, key: str) -> None:
         """The disk cap, off the loop; the library forgets the states it removed."""
@@ -216,29 +237,47 @@ class KvCaches(SwapHook):
         folder = self.folder(runtime.spec)
         key = self._key(runtime)
         restored = tokens = 0
-        for path in sorted(folder.glob(f"{key}-slot*.bin")):
-            parsed = kvkeys.parse_slot_file(path.name)
-            if parsed is None:
-                continue
-            if not await asyncio.to_thread(_intact, folder, path.name):
-                log.warning("%s: KV cache file %s is damaged; removed", runtime.key, path.name)
-                _remove(folder, path.name)
-                raise ValueError(f"KV cache file {path.name} failed its checksum")
-            body = {"filename": path.name}
-            url = f"{runtime.base_url}/slots/{parsed[1]}?action=restore"
-            result = await self._client.call("POST", url, body)
-            n_restored = result.get("n_restored") if isinstance(result, dict) else None
-            if not isinstance(n_restored, int) or n_restored <= 0:
-                _remove(folder, path.name)
-                raise ValueError(f"the backend restored nothing from {path.name}")
-            now = time.time()
-            with contextlib.suppress(OSError):
-                os.utime(path, (now, now))  # least recently used is judged by mtime
-            restored += 1
-            tokens += n_restored
+        names = await asyncio.to_thread(committed_slots, folder, key)
+        contexts = kvkeys.slot_contexts(
+            await self._client.call("GET", runtime.base_url + "/slots") if names else []
+        )
+        try:
+            for name in names:
+                n_restored = await self._restore_slot(runtime, folder, name, contexts)
+                restored, tokens = restored + (n_restored > 0), tokens + n_restored
+        finally:  # a file removed on the way leaves the set
+            kept = [n for n in names if (folder / n).exists()]
+            if kept != names:
+                await asyncio.to_thread(commit_slots, folder, key, kept)
         conversations, more = await self.conversations.restore_newest(runtime, key, folder)
         restored, tokens = restored + conversations, tokens + more
         return ("ok" if restored else "none"), {"slots": restored, "tokens": tokens}
+
+    async def _restore_slot(
+        self, runtime: Runtime, folder: Path, name: str, contexts: dict[int, int | None]
+    ) -> int:
+        """One file of the key's set into its slot, if intact and it fits; tokens restored."""
+        parsed = kvkeys.parse_slot_file(name)
+        if parsed is None or not (folder / name).exists():
+            return 0
+        if not await asyncio.to_thread(_intact, folder, name):
+            log.warning("%s: KV cache file %s is damaged; removed", runtime.key, name)
+            _remove(folder, name)
+            raise ValueError(f"KV cache file {name} failed its checksum")
+        if not kvkeys.fits_slot(parsed[1], saved_tokens(folder, name), contexts):
+            log.warning("%s: KV cache file %s does not fit its slot; removed", runtime.key, name)
+            _remove(folder, name)
+            return 0
+        url = f"{runtime.base_url}/slots/{parsed[1]}?action=restore"
+        result = await self._client.call("POST", url, {"filename": name})
+        n_restored = result.get("n_restored") if isinstance(result, dict) else None
+        if not isinstance(n_restored, int) or n_restored <= 0:
+            _remove(folder, name)
+            raise ValueError(f"the backend restored nothing from {name}")
+        now = time.time()
+        with contextlib.suppress(OSError):
+            os.utime(folder / name, (now, now))  # least recently used is judged by mtime
+        return n_restored
 
     # ---- probe --------------------------------------------------------------------------
 
@@ -287,6 +326,19 @@ def _spanned(span: Span, work: _Work) -> _Work:
         return outcome
 
     return run
+
+
+def _summary(folder: Path, saved: Sequence[tuple[SavedState, float]]) -> dict[str, Any]:
+    size = 0
+    for state, _ in saved:
+        with contextlib.suppress(OSError):
+            size += (folder / state.name).stat().st_size
+    return {
+        "count": len(saved),
+        "bytes": size,
+        "tokens": sum(state.tokens for state, _ in saved),
+        "last_used": max((used for _, used in saved), default=None),
+    }
 
 
 def _identity(path: Path) -> tuple[int, int]:

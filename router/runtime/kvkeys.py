@@ -18,7 +18,11 @@ from typing import Any, Literal
 KvPersist = Literal["on", "off", "auto"]
 # Arguments whose values change on every launch without changing what a saved cache means.
 _VOLATILE_FLAGS = frozenset({"--port", "--slot-save-path"})
-_FILE_NAME = re.compile(r"^(?P<key>[0-9a-f]{32})-slot(?P<slot>\d{1,4})\.bin$")
+# A slot save's files carry the save's generation (`-g<hex>`), so a save never overwrites the
+# set it replaces: a manifest names the current set (kvfiles.commit_slots, docs/swaps.md).
+_FILE_NAME = re.compile(
+    r"^(?P<key>[0-9a-f]{32})(?:-g(?P<gen>[0-9a-f]{1,16}))?-slot(?P<slot>\d{1,4})\.bin$"
+)
 
 
 def persist_enabled(mode: KvPersist, probe_passed: bool | None) -> bool:
@@ -47,8 +51,8 @@ def cache_key(
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def slot_file(key: str, slot: int) -> str:
-    return f"{key}-slot{slot}.bin"
+def slot_file(key: str, slot: int, generation: str = "") -> str:
+    return f"{key}-g{generation}-slot{slot}.bin" if generation else f"{key}-slot{slot}.bin"
 
 
 def parse_slot_file(name: str) -> tuple[str, int] | None:
@@ -72,6 +76,28 @@ def slots_to_save(slots: Any) -> list[int]:
         if isinstance(tokens, int) and tokens > 0 and not slot.get("is_processing"):
             found.append(slot["id"])
     return sorted(found)
+
+
+def slot_contexts(slots: Any) -> dict[int, int | None]:
+    """Each slot's context (`n_ctx`, None when not told) from a `GET /slots` answer."""
+    rows = slots if isinstance(slots, list) else []
+    found: dict[int, int | None] = {}
+    for row in rows:
+        if isinstance(row, dict) and isinstance(row.get("id"), int):
+            n_ctx = row.get("n_ctx")
+            found[row["id"]] = n_ctx if isinstance(n_ctx, int) else None
+    return found
+
+
+def fits_slot(slot: int, tokens: int | None, contexts: Mapping[int, int | None]) -> bool:
+    """A saved slot state goes back only into a slot the runtime has and whose context holds
+    its tokens (a state larger than the context fails inside llama-server). Not told: tried."""
+    if not contexts:
+        return True
+    if slot not in contexts:
+        return False
+    n_ctx = contexts[slot]
+    return n_ctx is None or tokens is None or tokens <= n_ctx
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from router.backend_client import BackendClient, BackendFault
 from router.config import Settings
 from router.conversations import Conversation, Library, SavedState, choose_to_keep, parse
 from router.runtime import kvkeys
-from router.runtime.kvfiles import intact, remove, seal
+from router.runtime.kvfiles import commit_slots, intact, remove, seal
 from router.runtime.state import Runtime
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,8 @@ def _drop_others(key: str, folder: Path, keep: set[str]) -> list[str]:
             continue
         if kvkeys.parse_slot_file(path.name) is None:
             dropped.append(path.name)
-        remove(folder, path.name)
+            remove(folder, path.name)
+    commit_slots(folder, key, [])  # the slot set goes, with its manifest
     return dropped
 
 

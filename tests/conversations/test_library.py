@@ -105,3 +105,19 @@ def test_the_choice_on_a_worked_example() -> None:
     # 1 byte a token, 500 bytes: new (200) fits, big (900) not, old (100) fits after it.
     assert choose_to_keep(cands, 16, 500, 1.0) == ["new", "old"]
     assert choose_to_keep(cands, 1, 500, 1.0) == ["new"]
+
+
+def test_saved_of_lists_one_configurations_states_and_when_each_was_used(tmp_path: Path) -> None:
+    """What the model page sums (count, tokens, last use): only that configuration's states,
+    only those saved (a conversation noted but never saved has nothing on disk)."""
+    lib = Library(tmp_path / "library.json", 16)
+    for config, contents, name, now in (("a", "x", "x.bin", 1.0), ("a", "y", "y.bin", 2.0)):
+        conv = lib.note(KEY, _prompt(contents), now=now, config=config).conversation
+        lib.saved(conv, SavedState(name, 1, conv.digest, 10))
+    lib.note(KEY, _prompt("z"), now=3.0, config="a")  # not saved
+    lib.note(KEY, _prompt("w"), now=4.0, config="b")
+    assert sorted((s.name, used) for s, used in lib.saved_of("a")) == [
+        ("x.bin", 1.0),
+        ("y.bin", 2.0),
+    ]
+    assert lib.saved_of("b") == []

@@ -96,6 +96,7 @@ _BOOL = {
     "--close-reused-once": "close_reused_once",
     "--cancel-crashes": "cancel_crashes",
     "--slot-actions": "slot_actions",
+    "--apply-template": "apply_template",
     "--enable-sleep-mode": "sleep_mode",
     "--wake-fails": "wake_fails",
 }
@@ -153,6 +154,7 @@ class Opts:
     # llama-server's slot save/restore/erase (opt-in: the router's KV probe would otherwise
     # spend generations on every fake load); files go to --slot-save-path like the real one.
     slot_actions: bool = False
+    apply_template: bool = False  # POST /apply-template: what the conversation library replays
     slot_save_path: str = ""
     slot_delay: float = 0.0  # seconds each slot save and restore takes (a big KV cache)
     sleep_mode: bool = False  # vLLM --enable-sleep-mode: /sleep, /wake_up, /is_sleeping
@@ -376,7 +378,7 @@ class State:
 
     def record_body(self, path: str, body: Any) -> None:
         if self.o.record_bodies:
-            line = json.dumps({"path": path, "body": summarize(body)})
+            line = json.dumps({"path": path, "pid": os.getpid(), "body": summarize(body)})
             with open(self.o.record_bodies, "a") as fh:
                 fh.write(line + "\n")
 
@@ -686,6 +688,13 @@ def llamacpp_routes(st: State) -> web.RouteTableDef:
 
     if o.slot_actions:
         r.post("/slots/{id}")(lambda request: slot_action(request, st))
+
+    if o.apply_template:  # without it, a 404 like a llama-server before the route
+
+        @r.post("/apply-template")
+        async def apply_template(request: web.Request) -> web.Response:
+            messages = (await json_body(request)).get("messages", [])
+            return web.json_response({"prompt": json.dumps(messages)})
 
     @r.get("/metrics")
     async def metrics(_: web.Request) -> web.Response:

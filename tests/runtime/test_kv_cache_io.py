@@ -43,6 +43,7 @@ class FakeSlots:
         self.actions = 0  # slot actions asked for, answered or not
         self.tokens = {0: 0, 1: 9}  # tokens held per slot: the ones holding some are saved
         self.slot_actions = True  # False: a llama-server launched without --slot-save-path
+        self.contexts: dict[int, int] = {}  # n_ctx per slot, when told
 
     async def completion(self, request: web.Request) -> web.Response:
         self.completions += 1
@@ -52,7 +53,11 @@ class FakeSlots:
 
     async def slots(self, request: web.Request) -> web.Response:
         await asyncio.sleep(self.delay)
-        return web.json_response([{"id": i, "n_prompt_tokens": n} for i, n in self.tokens.items()])
+        rows = [{"id": i, "n_prompt_tokens": n} for i, n in self.tokens.items()]
+        for row in rows:
+            if row["id"] in self.contexts:
+                row["n_ctx"] = self.contexts[row["id"]]
+        return web.json_response(rows)
 
     async def action(self, request: web.Request) -> web.Response:
         self.actions += 1
@@ -235,25 +240,72 @@ async def test_a_restore_makes_its_file_recent_for_the_disk_cap(setup: Rig) -> N
     assert not other.exists()
 
 
-async def test_the_disk_cap_keeps_the_current_keys_files_and_removes_older_keys(
+async def test_the_disk_cap_keeps_the_current_keys_set_and_removes_older_keys(
     setup: Rig,
 ) -> None:
     kv, runtime, fake, seen = setup
     fake.tokens = {0: 9, 1: 9}
     await kv.save(runtime)  # both slots, long ago
-    slot0, slot1 = sorted(kv.folder(runtime.spec).glob("*.bin"))
-    for path in (slot0, slot1):
+    for path in kv.folder(runtime.spec).glob("*.bin"):
         _age(path, 3000)
-    other = _other_key_file(kv, runtime, 1000)  # another key's, more recent than slot 0's
-    fake.tokens = {0: 0, 1: 9}
-    await kv.save(runtime)  # slot 1 again: 3000 bytes over a 2500-byte cap, one file goes
-    # Slot 0's file is the oldest, but it is the current key's: the other key's file goes.
+    other = _other_key_file(kv, runtime, 1000)  # another key's, more recent than those
+    await kv.save(runtime)  # both slots again: 3000 bytes over a 2500-byte cap, one file goes
+    # The save replaced the key's set (the earlier files went, not counted against the cap);
+    # of the rest, the other key's file goes, never the set just saved.
+    slot0, slot1 = sorted(kv.folder(runtime.spec).glob("*.bin"))
     assert _bins(kv.folder(runtime.spec).parent) == {
         f"{slot0.parent.name}/{slot0.name}",
         f"{slot1.parent.name}/{slot1.name}",
     }
     assert not other.exists()
     assert _results(seen) == [("save", "ok"), ("save", "ok")]
+
+
+async def test_a_save_replaces_what_was_saved_before_for_the_key(setup: Rig) -> None:
+    """Issue 33: no stale slot files. Slot 0's older state never adds up with slot 1's new."""
+    kv, runtime, fake, seen = setup
+    folder = kv.folder(runtime.spec)
+    fake.tokens = {0: 9, 1: 9}
+    await kv.save(runtime)
+    earlier = set(folder.iterdir())
+    fake.tokens = {0: 0, 1: 9}  # llama-server used the other slot since
+    await kv.save(runtime)
+    (newest,) = folder.glob("*.bin")
+    assert newest.name.endswith("-slot1.bin")
+    assert earlier & set(folder.iterdir()) == set()  # the earlier set and its sidecars went
+    manifest = folder.parent / "slot-sets" / f"{folder.name}-{newest.name[:32]}.json"
+    assert json.loads(manifest.read_text()) == {"files": [newest.name]}
+    await kv.restore(runtime)
+    assert fake.restored == [newest.name]  # only the set just saved
+    fake.tokens = {0: 0, 1: 0}  # an unload right after a cleared turn: the empty set
+    await kv.save(runtime)
+    await kv.restore(runtime)
+    assert list(folder.iterdir()) == [] and fake.restored == [newest.name]
+    assert not manifest.exists()
+
+
+async def test_a_crash_between_the_files_and_the_manifest_keeps_the_old_set(setup: Rig) -> None:
+    kv, runtime, fake, seen = setup
+    folder = kv.folder(runtime.spec)
+    await kv.save(runtime)
+    (old,) = folder.glob("*.bin")
+    stray = folder / old.name.replace("-slot1", "-slot0")  # a new file no manifest named
+    stray.write_bytes(b"half a save")
+    await kv.restore(runtime)
+    assert fake.restored == [old.name]
+    await kv.save(runtime)  # the next commit removes the stray with the old set
+    assert not stray.exists() and not old.exists()
+
+
+async def test_a_restore_skips_a_state_larger_than_its_slots_context(setup: Rig) -> None:
+    kv, runtime, fake, seen = setup
+    fake.tokens = {0: 9, 1: 9}
+    await kv.save(runtime)  # 9 tokens in each slot
+    fake.contexts = {0: 8, 1: 4096}  # slot 0 holds 8 now; slot 1 holds 9
+    await kv.restore(runtime)
+    assert [n[-9:] for n in fake.restored] == ["slot1.bin"]
+    assert [p.name[-9:] for p in kv.folder(runtime.spec).glob("*.bin")] == ["slot1.bin"]
+    assert _results(seen) == [("save", "ok"), ("restore", "ok")]
 
 
 @pytest.mark.parametrize("change", ["size", "mtime"])

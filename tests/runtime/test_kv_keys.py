@@ -57,6 +57,7 @@ def test_probe_verdict() -> None:
 def test_slot_file_names_round_trip_and_reject_others() -> None:
     key = "0123456789abcdef0123456789abcdef"
     assert parse_slot_file(slot_file(key, 3)) == (key, 3)
+    assert parse_slot_file(slot_file(key, 3, "18eea6f2614bf816")) == (key, 3)
     for bad in ("x.bin", f"{key}-slot3.json", f"../{key}-slot3.bin", f"{key}-slot-1.bin"):
         assert parse_slot_file(bad) is None
 

@@ -5,7 +5,9 @@ A router of its own whose fake llama-server answers slot save/restore/erase for 
 supervisor, the verdict is stored in `kv-cache/probes.json`, and the detail page shows it.
 Issue 33: the page also shows the last save and restore of this run, a failed restore as a
 warning (it said "On: the probe passed" while every restore failed), and the prompt cache hit
-rate (the fake reports cached prompt tokens as llama-server does).
+rate (the fake reports cached prompt tokens as llama-server does); and the configuration's saved
+conversations (count, bytes, last use, never a prompt) with the Drop button that erases them
+(`lib-chat`'s fake also renders chat templates, so the library saves each conversation).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def kv_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiRouter]:
     h.model("kv-chat")
     h.model("no-slots")
     h.model("kv-off", router_kv_persist="off")
+    h.model("lib-chat")
     h.faults_for_model["kv-chat"] = "--slot-actions"
+    h.faults_for_model["lib-chat"] = "--slot-actions --apply-template"
     with serving(RouterProcess(h, load_timeout=20, no_progress_timeout=10), h) as router:
         yield router
 
@@ -112,3 +116,35 @@ def test_the_last_save_and_a_failed_restore_and_the_hit_rate_show(kv_ui: Guarded
     expect(rate).to_contain_text(f"{share:.1f} %")
     expect(rate).to_contain_text(f"{prompt - 1} of {2 * prompt}, last 2 requests")
     ui.shot("model-detail-cache")
+
+
+def test_the_saved_conversations_show_and_the_drop_button_erases_them(kv_ui: GuardedPage) -> None:
+    ui = kv_ui
+    ui.router.post("/router/v1/load", {"model": "lib-chat"})  # the probe passes
+    topics = ("the river and the mill", "the lighthouse keeper's logbook")
+    for topic in topics:
+        body = {"model": "lib-chat", "messages": [{"role": "user", "content": topic * 8}]}
+        ui.router.http.post("/v1/chat/completions", json=body).raise_for_status()
+    ui.router.post("/router/v1/unload", {"target": "text"})  # the library saves both
+    kv_root = ui.router.harness.tmp / "data" / "kv-cache"
+    files = list(kv_root.glob("*/*-conv*.bin"))
+    assert len(files) == 2, files
+    size = sum(p.stat().st_size for p in files)
+
+    region = _detail(ui, "lib-chat")
+    saved = region.get_by_label("Saved conversations")
+    expect(saved).to_contain_text("2 conversations")
+    expect(saved).to_contain_text(f"{size} B" if size < 1024 else "KiB")
+    expect(saved).to_contain_text("Last used")
+    expect(region).not_to_contain_text(topics[0])  # counts only, never a prompt
+    ui.shot("model-detail-conversations")
+
+    region.get_by_role("button", name="Drop saved conversations").click()
+    dialog = ui.page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Drop the saved conversations of lib-chat?")
+    dialog.get_by_role("button", name="Drop").click()
+    expect(region.get_by_role("heading", name="Saved conversations")).to_be_visible()
+    expect(region).to_contain_text("None saved.")
+    assert not any(p.exists() for p in files)
+    index = json.loads((kv_root / "library.json").read_text())
+    assert index["conversations"] == []

@@ -97,11 +97,12 @@ def _registered_nodes(request: web.Request) -> list[dict[str, Any]]:
 async def _cache_facts(
     request: web.Request, configs: list[ModelConfig], models: list[dict[str, Any]]
 ) -> None:
-    """Each model record's `kv_persist` (mode, probe verdict, and the last save and restore of
-    this run with a warning when the restore failed) and `prompt_cache` (the share of prompt
+    """Each model record's `kv_persist` (mode, probe verdict, its saved conversations, and the
+    last save and restore of this run with a warning when the restore failed) and `prompt_cache` (the share of prompt
     tokens its recent requests took from the backend's cache; issue 33)."""
     kv = request.app[KV_CACHES]  # stats files and finds the binary: off the event loop
-    kv_status = await asyncio.to_thread(lambda: {c.id: kv.status(c) for c in configs})
+    saved = {c.id: kv.saved_conversations(c.id) for c in configs}  # memory: on the loop
+    kv_status = await asyncio.to_thread(lambda: {c.id: kv.status(c, saved[c.id]) for c in configs})
     history = request.app[KV_HISTORY]
     shares = await request.app[STORE].cache_shares.recent([c.id for c in configs], time.time())
     for record in models:

@@ -1,8 +1,8 @@
 // The Models page's detail view (?model=): the sanitized .kcpps, its components and files with
-// hashes, the KV cache probe's verdict with the last save and restore, and the prompt cache hit
-// rate, from the site inventory and the config-file read (two calls, once per opened model).
+// hashes, the KV cache probe's verdict with the last save and restore, the saved conversations
+// (with a Drop button), and the prompt cache hit rate, from the site inventory and the config-file read (two calls, once per opened model).
 import { h, replace } from '../lib/dom.js';
-import { badge, errorBox, formatBytes, table } from '../lib/ui.js';
+import { actionButton, badge, confirmDialog, errorBox, formatBytes, table } from '../lib/ui.js';
 import { pageHref } from '../lib/url.js';
 import { formatDateTime } from '../lib/fmt.js';
 
@@ -76,6 +76,32 @@ function kvSection(kv) {
   return [head, h('p', {}, state), ...probeFacts(kv.probe), ...kvHistory(kv)];
 }
 
+// The conversation library's saved states of this configuration (counts, never a prompt) and
+// the way to erase them: the unload API's forget_conversations (admin), after the text lane is
+// unloaded so no running model saves them again (docs/swaps.md, "Erasing").
+function librarySection(ctx, id, saved, again) {
+  if (!saved) return [];
+  const head = h('h3', {}, 'Saved conversations');
+  if (!saved.count) return [head, h('p', {}, 'None saved.')];
+  const slot = h('div');
+  const drop = actionButton('Drop saved conversations', async () => {
+    const ok = await confirmDialog({
+      title: `Drop the saved conversations of ${id}?`,
+      message: 'Their KV states are erased from disk. The text models are unloaded first, so none saves them again.',
+      confirmLabel: 'Drop',
+    });
+    if (!ok) return;
+    await ctx.api.post('/unload', { target: 'text', forget_conversations: id });
+    again();
+  }, { slot, cls: 'danger' });
+  const plural = saved.count === 1 ? '' : 's';
+  return [head, h('dl', { class: 'facts', 'aria-label': 'Saved conversations' },
+    h('dt', {}, 'Conversations'), h('dd', {}, `${saved.count} conversation${plural}, ${saved.tokens} tokens`),
+    h('dt', {}, 'On disk'), h('dd', {}, formatBytes(saved.bytes)),
+    h('dt', {}, 'Last used'), h('dd', {}, formatDateTime(saved.last_used))),
+  h('div', { class: 'actions' }, drop), slot];
+}
+
 // The share of prompt tokens the backend took from its cache over recent requests (those whose
 // answer reported a cached count: OpenAI and Anthropic shapes; Ollama's has no field).
 function promptCacheSection(share) {
@@ -117,7 +143,10 @@ export async function renderDetail(slot, ctx, params, current) {
     if (current() !== id) return;
     replace(box, title(), close, facts(record),
       h('h3', {}, 'Components and files'), filesTable(id, record.components),
-      ...kvSection(record.kv_persist), ...promptCacheSection(record.prompt_cache),
+      ...kvSection(record.kv_persist),
+      ...librarySection(ctx, record.id, record.kv_persist && record.kv_persist.conversations,
+        () => renderDetail(slot, ctx, params, current)),
+      ...promptCacheSection(record.prompt_cache),
       h('h3', {}, 'Sanitized .kcpps'),
       h('pre', { 'aria-label': `Sanitized ${record.filename}` }, JSON.stringify(file.sanitized, null, 2)),
       h('p', {}, h('a', { href: pageHref('config', { id: file.id }) }, `Edit ${file.filename}`), ' · ',
