@@ -79,3 +79,29 @@ async def test_status_names_each_waiting_requests_key_and_class(harness: RouterH
     assert [a.status_code for a in answers] == [200] * 4
     waits = [float(a.headers["X-Tensors-Queue-Wait-Ms"]) for a in answers]
     assert waits[2] < waits[3]  # the person, though later, waited less
+
+
+async def test_a_batch_keys_image_job_is_queued_with_its_class(harness: RouterHarness) -> None:
+    """sd-server's job API leases its runtime outside the pipeline: it queues as its key's
+    caller too, and a model outside the key's list is refused before it queues."""
+    harness.model("art", sdmodel="art.safetensors")  # image ID "art-art"
+    harness.faults["sdcpp"] = "--startup-delay 3"  # the job waits for art's load
+    base = harness.settings()
+    settings = base.model_copy(
+        update={
+            "security": base.security.model_copy(update={"profile": "secure"}),
+            "auth": base.auth.model_copy(update={"admin_keys": (ADMIN,)}),
+        }
+    )
+    client = await harness.start(settings)
+    agent = await _key(client, name="nightly", priority="batch")
+    job = {"prompt": "x", "model": "art-art"}
+    task = asyncio.create_task(client.post("/sdcpp/v1/img_gen", json=job, headers=agent))
+    assert await wait_for(lambda: harness.runtimes.queue_length(Lane.IMAGE) == 1, 20)
+    queue = (await client.get("/router/v1/status", headers=bearer(ADMIN))).json()["queue"]
+    assert [(r["key"], r["class"]) for r in queue["image"]] == [("nightly", "batch")]
+    answer = await task
+    assert answer.status_code == 202, answer.text
+    other = await _key(client, name="pixels", models=["pix-*"])
+    refused = await client.post("/sdcpp/v1/img_gen", json=job, headers=other)
+    assert refused.status_code == 403 and "art-art" in refused.text

@@ -45,6 +45,7 @@ def _event(
     duration_ms: float,
     queue_ms: float,
     tokens: tuple[int, int] | None,
+    key: str | None = None,
 ) -> tuple[Any, ...]:
     """One analytics_events row in rows.py's COLUMNS order (a column added later stays NULL)."""
     prompt, completion = tokens or (None, None)
@@ -68,6 +69,7 @@ def _event(
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": None if tokens is None else sum(tokens),
+        "key_name": key,
     }
     return tuple(values.get(column) for column in COLUMNS)
 
@@ -78,11 +80,11 @@ def analytics_rows(now: float) -> list[tuple[Any, ...]]:
     Inserted with rows.py's INSERT_EVENT; a 499 is marked aborted as row_from_raw marks it.
     """
     rows = []
-    for i in range(12):  # the last hour: alpha, ten fine, two failed
+    for i in range(12):  # the last hour: alpha, ten fine, two failed; sent by scoped keys
         status = 500 if i in (3, 7) else 200
-        rows.append(
-            _event(now - 60 * (i + 1), "alpha", "text", status, 100.0 + 10 * i, 5.0 * i, (10, 20))
-        )
+        key = "nightly" if i % 2 else "alice"
+        at, ms = now - 60 * (i + 1), 100.0 + 10 * i
+        rows.append(_event(at, "alpha", "text", status, ms, 5.0 * i, (10, 20), key))
     for i in range(5):  # the last hour: beta, one aborted by its client
         rows.append(
             _event(

@@ -25,7 +25,7 @@ PAGES: dict[str, tuple[str, str, int, str]] = {
     "benchmarks": ("Benchmarks", "model=alpha", 2, "table"),
     "download": ("Download", "q=", 2, "main p, main table"),
     "webuis": ("Web UIs", "", 1, "main table, main .unavailable"),
-    "keys": ("Keys", "", 1, "main table"),
+    "keys": ("Keys", "", 2, "main table"),  # the list and the per-key analytics summary
 }
 
 

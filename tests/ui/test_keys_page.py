@@ -31,7 +31,8 @@ def test_create_show_the_secret_once_change_and_revoke(
     ui.goto("/router/ui/keys")
     expect(page.locator("main h1")).to_have_text("Keys")
     page.wait_for_load_state("networkidle")
-    assert page_calls(ui) == [("GET", "/router/v1/keys")]
+    # The list and the analytics summary (its per-key grouping), nothing else.
+    assert page_calls(ui) == [("GET", "/router/v1/keys"), ("GET", "/router/v1/site/analytics")]
 
     page.get_by_label("Name").fill("ui-agent")
     page.get_by_label("Models").fill("alpha")
@@ -77,3 +78,27 @@ def test_create_show_the_secret_once_change_and_revoke(
     expect(row).to_contain_text("revoked")
     assert router.get("/router/v1/keys")["data"][0]["revoked"]
     ui.shot("keys-revoked")
+
+
+def test_use_per_key_shows_requests_errors_tokens_and_queue_wait(
+    data_ui_router: DataRouter, data_ui: GuardedPage
+) -> None:
+    """Issue 35's analytics per key on the Keys page: the seeded alpha traffic of the last hour
+    was sent by two keys in turn (tests/ui/data_router.py), the rest by no scoped key."""
+    ui, page = data_ui, data_ui.page
+    ui.goto("/router/ui/keys")
+    use = page.get_by_role("region", name="Use per key, last 24 hours")
+    expect(use.locator("tbody tr")).to_have_count(3)
+    cells = use.locator("tbody tr").evaluate_all(
+        "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    shown = {row[0]: row[1:] for row in cells}
+    summary = data_ui_router.get("/router/v1/site/analytics")
+    for row in summary["keys"]:
+        name = row["key"] or "(no scoped key)"
+        assert shown[name][:3] == [f"{row['requests']:,}", f"{row['errors']:,}",
+                                   f"{row['tokens']['total']:,}"], name  # fmt: skip
+    # Requests, errors, tokens: alice sent the even ones, nightly the odd ones (two failed).
+    assert shown["alice"][:3] == ["6", "0", "180"] and shown["nightly"][:3] == ["6", "2", "180"]
+    assert all(cell.endswith(" ms") for cell in shown["nightly"][3:5])  # queue wait p50, p95
+    ui.shot("keys-use")

@@ -25,7 +25,7 @@ from router.appkeys import CATALOG, MAIN_APP, PROXY, RECORDER, RUNTIMES, SETTING
 from router.classify import BodyMode
 from router.config import Settings
 from router.domain import Surface
-from router.edge import arrived, upstream_request_headers
+from router.edge import arrived, caller_of, upstream_request_headers
 from router.errors import BadRequest, Forbidden, NotFound, ServiceUnavailable, Unauthorized
 from router.inference import forward_to
 from router.records import RequestInfo
@@ -215,7 +215,7 @@ async def _forward(request: web.Request, kind: Kind, path: str) -> web.StreamRes
     assert lane is not None  # serving() chose it for this lane
     # No await between the view read above and ensure(): the runtime seen ready and not
     # draining is the one leased (it may queue behind busy work; it never loads another).
-    lease = await manager.ensure(view.config, lane)
+    lease = await manager.ensure(view.config, lane, caller=caller_of(request))
     try:
         runtime = lease.runtime
         request[TARGET] = (kind, runtime.port)

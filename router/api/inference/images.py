@@ -36,6 +36,7 @@ from router.domain import Family, Lane, MiB, family_for
 from router.edge import (
     Handler,
     arrived,
+    caller_of,
     control_cap,
     match_of,
     matched_route,
@@ -57,6 +58,7 @@ from router.inference import (
     OnLease,
     Override,
     active_view,
+    admit,
     choose_config,
     public_id,
     resolve_for_lane,
@@ -306,8 +308,10 @@ async def _submit(request: web.Request, selection: Selection) -> web.StreamRespo
             f"{request.path} is stable-diffusion.cpp's job API and {selection.model!r} does not "
             "run on sd-server; use /sdapi/v1/txt2img or /v1/images/generations"
         )
+    admit(request, selection.model)  # a scoped key's model list and quota (403 / 429)
     info = _info(request, selection.model)
-    lease = await request.app[RUNTIMES].ensure(config, Lane.IMAGE)
+    # Queued as its key's caller: its class, fairness name and cap (policy.decide).
+    lease = await request.app[RUNTIMES].ensure(config, Lane.IMAGE, caller=caller_of(request))
     info.queue_wait_ms = lease.queue_wait_ms
     queue_wait.note(request, lease.queue_wait_ms)  # the submission waited for its runtime
     held = False

@@ -34,7 +34,14 @@ from router.backend_client import BackendFault
 from router.cluster import Target
 from router.config import ModelConfig
 from router.domain import BackendMode, Family, Lane, MiB
-from router.edge import Handler, arrived, matched_route, queue_wait, upstream_request_headers
+from router.edge import (
+    Handler,
+    arrived,
+    caller_of,
+    matched_route,
+    queue_wait,
+    upstream_request_headers,
+)
 from router.errors import BadGateway, BadRequest, ModelNotFound, RouterError
 from router.forwarding import read_selector
 from router.forwarding.selector import SELECTOR_HEADER as SELECTOR
@@ -83,7 +90,8 @@ async def connect(request: web.Request) -> web.StreamResponse:
     info.model, info.family = config.id, Family.VLLM.value
     status, error, traffic = 500, None, [0, 0]
     try:
-        lease = await request.app[RUNTIMES].ensure(config, Lane.VOICE)
+        # Queued as its key's caller: its class, fairness name and cap (policy.decide).
+        lease = await request.app[RUNTIMES].ensure(config, Lane.VOICE, caller=caller_of(request))
         info.queue_wait_ms = lease.queue_wait_ms
         queue_wait.note(request, lease.queue_wait_ms)  # on the 101 answer's headers
         try:

@@ -1,9 +1,11 @@
 // Keys: the scoped keys (docs/configuration.md, "Scoped keys"). Create (the secret is shown
 // once, here, and never again), list with today's token use against the quota, change (the
 // form filled from the row; PATCH of what changed), revoke (confirmed; the key's next request
-// is refused). GET/POST /keys, PATCH/DELETE /keys/{name}. First load: one call.
+// is refused). GET/POST /keys, PATCH/DELETE /keys/{name}. Below the list, each key's use over
+// the last 24 hours (requests, errors, tokens, queue wait) from the analytics summary's per-key
+// grouping (GET /site/analytics). First load: these two calls.
 import { h, replace } from '../lib/dom.js';
-import { formatDateTime } from '../lib/fmt.js';
+import { formatCount, formatDateTime, formatMs } from '../lib/fmt.js';
 import { formOf, keyBody, modelsText, usageText } from '../lib/keys.js';
 import { actionButton, badge, confirmDialog, navPage, pageHeader, progressBar, showError, table } from '../lib/ui.js';
 
@@ -12,6 +14,28 @@ const EMPTY = { name: '', models: '', priority: 'interactive', max_concurrent: '
 function field(id, label, input, hint) {
   return h('div', { class: 'key-field' }, h('label', { for: id }, label), input,
     hint ? h('span', { class: 'muted', id: `${id}-hint` }, hint) : null);
+}
+
+const quantile = (row, q) => (row.queue_wait_ms ? row.queue_wait_ms[q] : null);
+
+// Issue 35's analytics per key; the row with no key name is the traffic no scoped key sent.
+function useTable(rows) {
+  return h('section', { 'aria-labelledby': 'key-use-h' },
+    h('h2', { id: 'key-use-h' }, 'Use per key, last 24 hours'),
+    table({
+      caption: 'Requests, errors, tokens and queue wait per key',
+      columns: [
+        { key: 'key', label: 'Key', rowHeader: true, cell: (r) => r.key ?? '(no scoped key)' },
+        { key: 'requests', label: 'Requests', class: 'num', cell: (r) => formatCount(r.requests) },
+        { key: 'errors', label: 'Errors', class: 'num', cell: (r) => formatCount(r.errors) },
+        { key: 'tokens', label: 'Tokens', class: 'num', cell: (r) => formatCount(r.tokens ? r.tokens.total : null) },
+        { key: 'p50', label: 'Queue wait p50', class: 'num', cell: (r) => formatMs(quantile(r, 'p50')) },
+        { key: 'p95', label: 'Queue wait p95', class: 'num', cell: (r) => formatMs(quantile(r, 'p95')) },
+      ],
+      rows,
+      rowKey: (r) => r.key ?? '',
+      empty: 'No request in the last 24 hours.',
+    }));
 }
 
 function usage(key) {
@@ -26,12 +50,13 @@ export default navPage('keys', 'Keys', {
     const secretSlot = h('div', { 'aria-live': 'polite' });
     const formSlot = h('div');
     const body = h('div');
+    const use = h('div');
     const status = h('p', { role: 'status', class: 'muted' });
     let keys = [];
     replace(root, pageHeader('Keys'),
       h('p', { class: 'muted' }, 'Keys for people and agents: each may use the models it lists, waits in its '
         + 'class, and stops at its daily token quota. The keys in router.yaml keep working as before.'),
-      secretSlot, formSlot, status, slot, body);
+      secretSlot, formSlot, status, slot, body, use);
 
     function showSecret(made) {
       const done = h('button', { type: 'button', onclick: () => replace(secretSlot) }, 'I have copied it');
@@ -119,8 +144,10 @@ export default navPage('keys', 'Keys', {
     async function load() {
       showError(slot, null);
       try {
-        keys = (await ctx.api.get('/keys')).data || [];
+        const [listed, summary] = await Promise.all([ctx.api.get('/keys'), ctx.api.get('/site/analytics')]);
+        keys = listed.data || [];
         render();
+        replace(use, useTable(summary.keys || []));
       } catch (exc) {
         showError(slot, exc, { title: 'The keys could not be read' });
       }
