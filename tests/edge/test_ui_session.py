@@ -68,6 +68,7 @@ async def test_state_before_sign_in_says_login_required(harness: RouterHarness) 
         "profile": "secure",
         "csrf_token": None,
         "expires_at": None,
+        "trace_url": None,  # observability.trace_url: the WebUI links trace ids with it
         "node": {
             "node_id": "local",
             "version": body["node"]["version"],
