@@ -101,10 +101,17 @@ def target_rows(d: dict[str, Any]) -> list[tuple[str, str, Any, float, bool, str
     first, second = sent.get("first_load"), sent.get("second_load")
     share = second / first if first and second is not None else None
     return [
-        ("Decode t/s spread over 2 nodes / 1 node, loopback (issue 34)", ">= 0.65",
-         d.get("ratio"), 0.65, True, "", 2),
+        (
+            "Decode t/s spread over 2 nodes / 1 node, loopback (issue 34)",
+            ">= 0.65",
+            d.get("ratio"),
+            0.65,
+            True,
+            "",
+            2,
+        ),
         ("RPC bytes sent, second load / first (tensor cache)", "< 0.1", share, 0.1, False, "", 3),
-    ]  # fmt: skip
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from router.cluster.pooled.ports import open_ports
 from tests.real.router_fixtures import LLAMA_ARGS
 from tests.support.harness import RouterHarness, until
 from tests.support.pooled import port_range, rpc_servers, s1_available, spread_pair
+from tests.support.router_process import RouterProcess
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
 PROMPT = {"prompt": "Hello there", "max_tokens": 8, "temperature": 0, "logprobs": 3, "seed": 1}
@@ -40,13 +41,21 @@ async def _complete(client: httpx.AsyncClient, model: str) -> dict[str, Any]:
     return answer
 
 
-async def test_a_model_spread_over_a_lending_node_answers_as_on_one_box(
-    tmp_harness: RouterHarness, demo_text: dict[str, Path], llama_server_bin: Path
-) -> None:
-    h, ports = tmp_harness, port_range()
+async def _started_pair(
+    h: RouterHarness, demo_text: dict[str, Path], llama_server_bin: Path
+) -> tuple[RouterProcess, RouterProcess, tuple[int, int]]:
+    """A master and its lending node s1, both started, with the node's RPC port range."""
+    ports = port_range()
     master, slave = spread_pair(h, demo_text["chat-a"], ports, llama=_llama(llama_server_bin))
     await slave.start()
     await master.start()
+    return master, slave, ports
+
+
+async def test_a_model_spread_over_a_lending_node_answers_as_on_one_box(
+    tmp_harness: RouterHarness, demo_text: dict[str, Path], llama_server_bin: Path
+) -> None:
+    master, slave, ports = await _started_pair(tmp_harness, demo_text, llama_server_bin)
     async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
         assert await until(lambda: s1_available(client), True, deadline=30)
         dry = await client.post("/router/v1/load", json={"model": "spread", "dry_run": True})
@@ -87,10 +96,7 @@ async def test_a_model_spread_over_a_lending_node_answers_as_on_one_box(
 async def test_a_lending_node_killed_mid_stream_ends_the_stream_and_the_master_recovers(
     tmp_harness: RouterHarness, demo_text: dict[str, Path], llama_server_bin: Path
 ) -> None:
-    h, ports = tmp_harness, port_range()
-    master, slave = spread_pair(h, demo_text["chat-a"], ports, llama=_llama(llama_server_bin))
-    await slave.start()
-    await master.start()
+    master, slave, ports = await _started_pair(tmp_harness, demo_text, llama_server_bin)
     body = {"model": "spread", "prompt": "Once", "max_tokens": 400, "temperature": 0}
     async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
         assert await until(lambda: s1_available(client), True, deadline=30)

@@ -417,9 +417,15 @@ def test_the_eta_waits_for_the_guard_and_rows_name_the_caller() -> None:
     assert [(s.kind, s.seconds) for s in steps if s.kind == "wait"] == [("wait", 50.0)]
     rows = estimate(lane, queued, 20.0, policy, {"b": 10.0}, {"a": 1.0, "b": 2.0})
     assert rows == [
-        {"model": "b", "key": "b1", "class": "batch", "position": 1, "waiting_s": 20.0,
-         "eta_s": 60.0},
-    ]  # fmt: skip
+        {
+            "model": "b",
+            "key": "b1",
+            "class": "batch",
+            "position": 1,
+            "waiting_s": 20.0,
+            "eta_s": 60.0,
+        },
+    ]
 
 
 def test_a_load_from_another_lane_is_held_back_only_for_batch_work() -> None:

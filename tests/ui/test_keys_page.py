@@ -96,8 +96,11 @@ def test_use_per_key_shows_requests_errors_tokens_and_queue_wait(
     summary = data_ui_router.get("/router/v1/site/analytics")
     for row in summary["keys"]:
         name = row["key"] or "(no scoped key)"
-        assert shown[name][:3] == [f"{row['requests']:,}", f"{row['errors']:,}",
-                                   f"{row['tokens']['total']:,}"], name  # fmt: skip
+        assert shown[name][:3] == [
+            f"{row['requests']:,}",
+            f"{row['errors']:,}",
+            f"{row['tokens']['total']:,}",
+        ], name
     # Requests, errors, tokens: alice sent the even ones, nightly the odd ones (two failed).
     assert shown["alice"][:3] == ["6", "0", "180"] and shown["nightly"][:3] == ["6", "2", "180"]
     assert all(cell.endswith(" ms") for cell in shown["nightly"][3:5])  # queue wait p50, p95
