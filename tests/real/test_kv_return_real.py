@@ -111,6 +111,8 @@ async def test_the_probe_verdict_reaches_the_inventory(
         "mode": "auto",
         "enabled": False,
         "probe": None,
+        # issue 33: the conversation library of this configuration, empty before any request
+        "conversations": {"count": 0, "bytes": 0, "tokens": 0, "last_used": None},
         "save": None,  # issue 33: the last save and restore of this run, none yet
         "restore": None,
         "warning": None,
