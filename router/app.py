@@ -32,6 +32,7 @@ cluster's here (they hold the raw session); the rest in the package whose resour
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -85,6 +86,7 @@ from router.cluster import (
 )
 from router.cluster.pooled.borrower import Borrower
 from router.cluster.pooled.lender import Lender
+from router.cluster.pooled.reclaim import ask_master
 from router.config import Settings
 from router.edge import (
     Handler,
@@ -288,6 +290,7 @@ async def _pooled(app: web.Application) -> AsyncIterator[None]:
         folder,
         folder / "pids",
     )
+    app[RUNTIMES].ledger.reclaim_lent = lender.reclaim  # its own loads ask lent memory back
     yield
     await lender.close()
 
@@ -329,6 +332,7 @@ async def _cluster_service(app: web.Application) -> AsyncIterator[None]:
     app[CLUSTER] = service = ClusterService(
         settings.cluster, client, local_models, fatal, read_memory
     )
+    app[POOLED].ask_master = functools.partial(ask_master, service)
     yield
 
 
@@ -340,7 +344,12 @@ async def _borrower(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     runtimes = app[RUNTIMES]
-    borrower = Borrower(app[CLUSTER], runtimes.ledger.room_for, settings.pooled.lease_ttl)
+    borrower = Borrower(
+        app[CLUSTER],
+        runtimes.ledger.room_for,
+        settings.pooled.lease_ttl,
+        lambda runtime: runtimes.unload(runtime.spec.occupies, model=runtime.config.id),
+    )
     runtimes.hooks.add(borrower)
     app[BORROWER] = borrower
     yield

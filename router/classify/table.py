@@ -231,6 +231,7 @@ TABLE: tuple[Route, ...] = (
     _node("/router/v1/node/rpc/leases", "POST", "node.rpc_lease"),
     _node("/router/v1/node/rpc/leases/{lease_id}/renew", "POST", "node.rpc_renew"),
     _node("/router/v1/node/rpc/leases/{lease_id}/release", "POST", "node.rpc_release"),
+    _node("/router/v1/node/rpc/leases/{lease_id}/reclaim", "POST", "node.rpc_reclaim"),
     # A client request the master relays here: the inner path is classified by this same table.
     _node("/router/v1/node/inference/{path:.+}", _ANY, "node.inference", body=_ST),
     # -- OpenAI and Anthropic text

@@ -47,6 +47,9 @@ class PooledSection(Section):
     cache_budget: Size = 8 << 30
     # A lease ends this long after its last renewal; the master renews at a third of it.
     lease_ttl: PositiveDuration = 30.0
+    # This node's own load needs lent memory: the master is asked to unload the model that
+    # holds it; past this the node ends the lease itself (the master's runtime then fails).
+    reclaim_timeout: PositiveDuration = 30.0
     # The RPC server program; None: `ggml-rpc-server` or `rpc-server` among built backends.
     binary_path: Path | None = None
     threads: int | None = Field(default=None, ge=1, le=512)

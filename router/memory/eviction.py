@@ -20,7 +20,7 @@ device's whole budget is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Literal
@@ -245,11 +245,28 @@ def _reason(r: Resident) -> str:
     return f"idle; reload cost {reload_cost(r):.1f} (load {how} x {r.recent_uses:g} recent uses)"
 
 
+def lent_to_reclaim(
+    ledger: Ledger, lent: Iterable[Resident], fits: Callable[[Ledger], bool]
+) -> frozenset[str]:
+    """Memory lent to another node's model (pinned, never a victim) that a load waits for:
+    the lent residents, largest first, whose leaving lets it fit (`fits` asks `plan` of the
+    ledger without them); empty when even all of them would not do, so no lease is asked back
+    for a load that would wait anyway (docs/cluster.md, "The lending node's own need")."""
+    chosen: list[str] = []
+    for resident in sorted(lent, key=lambda r: (-r.total, r.key)):
+        ledger = ledger.exited(resident.key)
+        chosen.append(resident.key)
+        if fits(ledger):
+            return frozenset(chosen)
+    return frozenset()
+
+
 __all__ = [
     "EXACT_LIMIT",
     "MemoryRefusal",
     "Plan",
     "Victim",
+    "lent_to_reclaim",
     "plan",
     "plan_load",
     "refuse_if_too_large",

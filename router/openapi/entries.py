@@ -277,6 +277,9 @@ ENTRIES: Mapping[str, Entry] = {
     "node.rpc_lease": _site("Lease memory on this node over RPC", request=CONTROL_REQUEST),
     "node.rpc_renew": _site("Renew a pooled-memory lease", request=CONTROL_REQUEST),
     "node.rpc_release": _site("End a pooled-memory lease", request=CONTROL_REQUEST),
+    "node.rpc_reclaim": _site(
+        "A lending node asks the master to unload what holds its lease", request=CONTROL_REQUEST
+    ),
     "node.site": Entry(
         "The same-named site route, on this node (what the master relays)",
         _ok(_NODE_SITE),

@@ -14,7 +14,7 @@ from router.config import ModelConfig, Settings, evicts
 from router.config.availability import missing_files, missing_message
 from router.domain import Lane
 from router.errors import Conflict, RouterError, ServiceUnavailable
-from router.memory.eviction import Plan, refuse_if_too_large
+from router.memory.eviction import Plan, lent_to_reclaim, refuse_if_too_large
 from router.memory.ledger import Ledger, Resident
 from router.runtime.arrival import ArrivalOrder
 from router.runtime.holdings import Holdings
@@ -37,6 +37,8 @@ class LiveLedger:
         # Memory this node lends to another's model over RPC (docs/cluster.md, "Pooled
         # memory"): pinned, never a victim, counted like a runtime until the lease ends.
         self.lent: dict[str, Resident] = {}
+        # Set at wiring (router/app.py): the lender, handed the lent keys a waiting load needs.
+        self.reclaim_lent: Callable[[frozenset[str]], None] | None = None
 
     # ---- the live ledger --------------------------------------------------------------
 
@@ -104,12 +106,29 @@ class LiveLedger:
         return self.plan(spec)
 
     def plan(self, spec: RuntimeSpec) -> Plan:
+        return self.holdings.plan(self._ledger_for(spec), spec, self._forced(spec))
+
+    def _ledger_for(self, spec: RuntimeSpec) -> Ledger:
         ledger = self.ledger()
         own = self._table.runtimes.get(spec.key)
         if own is not None and own.state is RuntimeState.SLEEPING:
             # Waking it brings back all it held: planned as a load, not as resident.
             ledger = ledger.exited(spec.key)
-        return self.holdings.plan(ledger, spec, self._forced(spec))
+        return ledger
+
+    def ask_back(self, spec: RuntimeSpec) -> None:
+        """`spec` cannot start yet: when memory this node lends over RPC holds what it lacks,
+        the lender asks those leases back (docs/cluster.md, "The lending node's own need")."""
+        if not self.lent or self.reclaim_lent is None or not self._table.by_memory:
+            return
+        forced = self._forced(spec)
+
+        def fits(ledger: Ledger) -> bool:
+            return self.holdings.plan(ledger, spec, forced).fits
+
+        keys = lent_to_reclaim(self._ledger_for(spec), self.lent.values(), fits)
+        if keys:
+            self.reclaim_lent(keys)
 
     def victims(self, spec: RuntimeSpec) -> frozenset[str] | None:
         """The runtimes that must be gone before `spec` starts; None: it cannot start yet

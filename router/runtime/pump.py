@@ -211,8 +211,9 @@ class Pump:
         except MemoryRefusal as exc:  # the budget shrank under a waiting request
             table.queues.fail(spec.key, exc)
             return True
-        if victims is None:
-            return False  # pinned or loading runtimes hold the rest: wait for a change
+        if victims is None:  # pinned or loading runtimes hold the rest: wait for a change
+            self._ledger.ask_back(spec)  # ... and ask back what this node lends of it
+            return False
         if victims:
             self._pend(spec, victims)
             return True

@@ -116,7 +116,29 @@ def test_the_lease_machine_grants_renews_expires_and_releases() -> None:
         machine.release(lease, "master-z")
 
 
-_STEPS = st.lists(st.sampled_from(["grant", "renew", "expire", "release", "other"]), max_size=8)
+def test_a_reclaimed_lease_ends_by_its_deadline_whatever_the_master_renews() -> None:
+    lease = machine.grant(_lease(ttl=30.0), now=100.0, port=50100)
+    asked = machine.reclaim(lease, now=101.0, grace=5.0)
+    assert asked.state is LeaseState.RECLAIMING and asked.expires == 106.0 and asked.live(105.9)
+    kept = machine.renew(asked, "master-a", now=104.0)  # answered, but no later end
+    assert kept.state is LeaseState.RECLAIMING and kept.expires == 106.0
+    with pytest.raises(LeaseRefused, match="expired"):
+        machine.renew(kept, "master-a", now=106.0)
+    assert machine.expire(kept, now=106.0).state is LeaseState.EXPIRED
+    assert machine.release(kept, "master-a").state is LeaseState.RELEASED
+    soon = machine.reclaim(lease, now=129.0, grace=5.0)  # it was to expire sooner anyway
+    assert soon.expires == 130.0
+    with pytest.raises(LeaseRefused):
+        machine.reclaim(kept, now=104.0, grace=5.0)  # one reclaim per lease
+    with pytest.raises(LeaseRefused, match="expired"):
+        machine.reclaim(lease, now=130.0, grace=5.0)
+    with pytest.raises(LeaseRefused):
+        machine.reclaim(_lease(), now=100.0, grace=5.0)  # never granted
+
+
+_STEPS = st.lists(
+    st.sampled_from(["grant", "renew", "reclaim", "expire", "release", "other"]), max_size=8
+)
 
 
 @given(_STEPS, st.floats(0.1, 50.0))
@@ -131,6 +153,8 @@ def test_no_sequence_of_steps_leaves_the_machine(steps: list[str], gap: float) -
                 lease = machine.grant(lease, now, 50100)
             elif step == "renew":
                 lease = machine.renew(lease, "master-a", now)
+            elif step == "reclaim":
+                lease = machine.reclaim(lease, now, gap / 2)
             elif step == "expire":
                 lease = machine.expire(lease, now)
             elif step == "release":

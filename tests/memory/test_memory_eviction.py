@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.memory.estimate import Estimate
-from router.memory.eviction import EXACT_LIMIT, MemoryRefusal, plan_load, reload_cost
+from router.memory.eviction import (
+    EXACT_LIMIT,
+    MemoryRefusal,
+    lent_to_reclaim,
+    plan_load,
+    reload_cost,
+)
 from router.memory.ledger import Ledger, Resident, Usage
 
 GIB = 1 << 30
@@ -36,6 +42,24 @@ def test_budget_arithmetic_on_several_devices() -> None:
     assert ledger.used("gpu0") == 6 * GIB and len(ledger.residents) == 2
     usage = Usage.of(ledger.get("a"))  # type: ignore[arg-type]
     assert (usage.device, usage.bytes, usage.source) == ("gpu0", 7 * GIB, "measured")
+
+
+def test_lent_memory_is_asked_back_largest_first_and_only_when_that_lets_the_load_fit() -> None:
+    lent = [
+        resident(f"rpc:{n}", devices={"host": n * GIB}, busy=True, pinned=True) for n in (1, 2, 3)
+    ]
+    ledger = Ledger({"host": 8 * GIB}, (resident("own", devices={"host": GIB}), *lent))
+
+    def fits(need: int):  # type: ignore[no-untyped-def]
+        return lambda rest: plan_load(rest, "b", "b", Estimate({"host": need * GIB})).fits
+
+    assert lent_to_reclaim(ledger, lent, fits(4)) == {"rpc:3"}  # one lease, not 1 + 2
+    assert lent_to_reclaim(ledger, lent, fits(6)) == {"rpc:3", "rpc:2"}
+    # Evicting the idle `own` runtime is the plan's business once the leases are back.
+    assert lent_to_reclaim(ledger, lent, fits(8)) == {"rpc:3", "rpc:2", "rpc:1"}
+    # A pinned runtime of its own holds the rest: no lease is asked back for nothing.
+    pinned = Ledger({"host": 8 * GIB}, (resident("pin", devices={"host": 4 * GIB}, pinned=True),))
+    assert lent_to_reclaim(pinned.hold(lent[0]), lent[:1], fits(5)) == set()
 
 
 def test_a_stopping_runtime_keeps_its_bytes_until_it_exited() -> None:

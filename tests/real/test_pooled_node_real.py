@@ -23,7 +23,13 @@ from router.cluster.pooled.ports import open_ports
 from router.demo_models import generate_text_models
 from tests.support.cluster import AUTH, cluster, start_all
 from tests.support.harness import RouterHarness, until
-from tests.support.pooled import port_range, rpc_servers, s1_available, spread_pair
+from tests.support.pooled import (
+    past_first_event,
+    port_range,
+    rpc_servers,
+    s1_available,
+    spread_pair,
+)
 from tests.support.router_process import RouterProcess
 
 LEASES = "/router/v1/node/rpc/leases"
@@ -215,9 +221,7 @@ async def test_a_partitioned_lending_node_stops_the_runtime_and_ends_its_stream(
         async with client.stream("POST", "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200
             lines = r.aiter_lines()
-            first = await anext(lines)
-            while not first.startswith("data:"):
-                first = await anext(lines)
+            await past_first_event(lines)
             started = time.monotonic()
             os.kill(slave.pid, signal.SIGSTOP)
             try:

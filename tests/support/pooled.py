@@ -5,12 +5,15 @@ look at (the RPC servers a router runs, the ports of a range)."""
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
+import pytest
 
+from backends.base import built_backends_dir
 from router.cluster.pooled.borrower import layer_bytes
 from router.cluster.pooled.lender import RPC_PROGRAMS
 from router.cluster.pooled.ports import open_ports
@@ -51,11 +54,13 @@ def spread_pair(
     nodes: list[str] | None = None,
     master_cluster: dict[str, Any] | None = None,
     master_extra: dict[str, Any] | None = None,
+    slave_extra: dict[str, Any] | None = None,
 ) -> tuple[RouterProcess, RouterProcess]:
     """Master `m` with `solo` (the file alone) and `spread` (router_rpc_nodes: `nodes`, s1 by
     default), its host budget one and a half layers; slave `s1` lending on loopback in
     `ports`. `llama`: the master's llama section (the real llama-server), else the fake;
-    `master_extra`: more top-level sections of the master's YAML (analytics)."""
+    `master_extra`: more top-level sections of the master's YAML (analytics); `slave_extra`:
+    the slave's (its `pooled` keys go over the defaults here)."""
     shape = read_shape(str(model))
     assert shape is not None
     _, size = layer_bytes(shape, CONTEXT)
@@ -87,7 +92,9 @@ def spread_pair(
         port=slave_port,
         kcpps_dir=h.tmp / "kcpps-s1",
         extra={
-            "pooled": {"lend": True, "port_min": ports[0], "port_max": ports[1], "lease_ttl": 6},
+            **(slave_extra or {}),
+            "pooled": {"lend": True, "port_min": ports[0], "port_max": ports[1], "lease_ttl": 6}
+            | (slave_extra or {}).get("pooled", {}),
             "cluster": common
             | slave_cluster
             | {"master_url": f"http://127.0.0.1:{master_port}", "sync_interval": 0.5},
@@ -99,3 +106,15 @@ def spread_pair(
 async def s1_available(client: httpx.AsyncClient) -> bool:
     nodes = (await client.get("/router/v1/site/inventory")).json()["nodes"]
     return any(n.get("node_id") == "s1" and n.get("available") for n in nodes)
+
+
+def require_rpc_server() -> None:
+    if not any((built_backends_dir() / "bin" / name).exists() for name in RPC_PROGRAMS):
+        pytest.fail("llama.cpp's RPC server is not built: run `make llama-server`", pytrace=False)
+
+
+async def past_first_event(lines: AsyncIterator[str]) -> None:
+    """Read a stream's lines up to its first `data:` event (the answer is under way)."""
+    first = await anext(lines)
+    while not first.startswith("data:"):
+        first = await anext(lines)

@@ -7,6 +7,9 @@
 - `POST /router/v1/node/rpc/leases/{lease_id}/release` `{"master_id"}`: the holder ends it;
   the RPC server is stopped before the answer.
 - `GET /router/v1/node/rpc/leases`: the leases in force and what the node could lend now.
+- `POST /router/v1/node/rpc/leases/{lease_id}/reclaim` `{"node_id"}`, on the master: the
+  lending node needs that lease's memory for its own load; the master unloads the runtime
+  holding it (202, naming the runtime), whose end releases the lease.
 
 Refusals are 409 `lease_refused` naming why (router/cluster/pooled/lender.py).
 """
@@ -17,11 +20,11 @@ from typing import Any
 
 from aiohttp import web
 
-from router.appkeys import POOLED
+from router.appkeys import BORROWER, POOLED
 from router.cluster.pooled.lease import RpcLease
 from router.cluster.pooled.lender import LeaseAsk
 from router.edge import Handler, match_of, read_json
-from router.errors import BadRequest
+from router.errors import BadRequest, LeaseRefused
 
 
 def _text(body: dict[str, Any], name: str) -> str:
@@ -83,6 +86,16 @@ async def release(request: web.Request) -> web.StreamResponse:
     return _answer(lease, lender.bind)
 
 
+async def reclaim(request: web.Request) -> web.StreamResponse:
+    body = await read_json(request, required=True)
+    borrower = request.app.get(BORROWER)
+    if borrower is None:
+        raise LeaseRefused("this router is no master: it holds no RPC lease")
+    lease_id = match_of(request).params["lease_id"]
+    runtime = borrower.reclaim(lease_id, _text(body, "node_id"))
+    return web.json_response({"lease_id": lease_id, "runtime": runtime}, status=202)
+
+
 async def leases(request: web.Request) -> web.StreamResponse:
     lender = request.app[POOLED]
     return web.json_response(
@@ -95,4 +108,5 @@ NODE_HANDLERS: dict[str, Handler] = {
     "node.rpc_lease": grant,
     "node.rpc_renew": renew,
     "node.rpc_release": release,
+    "node.rpc_reclaim": reclaim,
 }

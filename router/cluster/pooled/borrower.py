@@ -6,7 +6,8 @@ renewed (the node died, was partitioned or restarted) stops the runtime at once:
 would otherwise block on the lost socket, and its own health check still answers 200.
 
 A swap hook (router/runtime/hooks.py): `prepare_launch` leases, `launch_args` hands the
-endpoints, `after_ready` starts the renewals, `gone` releases.
+endpoints, `after_ready` starts the renewals, `gone` releases. A lending node that needs its
+memory back asks (`reclaim`): the runtime holding the lease is unloaded, and `gone` releases.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import contextlib
 import ipaddress
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from router.cluster.client import PeerError
+from router.cluster.pooled.reclaim import LEASES
 from router.cluster.pooled.sent import bytes_sent
 from router.cluster.pooled.split import (
     LayerSplit,
@@ -33,7 +35,7 @@ from router.cluster.pooled.split import (
 from router.cluster.service import ClusterService
 from router.config import ModelConfig
 from router.domain import BackendMode, Lane
-from router.errors import RouterError
+from router.errors import LeaseRefused, RouterError
 from router.memory.shape import ModelShape, read_shape
 from router.runtime.hooks import SwapHook
 from router.runtime.loader import Launched, LaunchSpec
@@ -41,7 +43,6 @@ from router.runtime.state import Runtime
 
 log = logging.getLogger(__name__)
 
-LEASES = "/router/v1/node/rpc/leases"
 STOP_GRACE = 5.0
 DEFAULT_CONTEXT = 4096
 
@@ -82,6 +83,7 @@ class _Held:
     leases: list[Borrowed] = field(default_factory=list)
     runtime: Runtime | None = None
     renewer: asyncio.Task[None] | None = None
+    reclaimed: bool = False  # a node asked its memory back: unloaded once ready
 
 
 def layer_bytes(shape: ModelShape, context: int) -> tuple[int, int]:
@@ -120,12 +122,14 @@ class Borrower(SwapHook):
         service: ClusterService,
         host_room: Callable[[str], int],
         ttl: float,
+        unload: Callable[[Runtime], Awaitable[object]],
     ) -> None:
         self._service = service
         self._host_room = host_room  # bytes free here without the runtime `key`
         self._ttl = ttl
+        self._unload = unload  # the runtime manager's unload of that one runtime
         self._held: dict[str, _Held] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Future[None]] = set()
 
     # ---- the plan -------------------------------------------------------------------------
 
@@ -233,6 +237,8 @@ class Borrower(SwapHook):
         if held is not None:
             held.runtime = runtime
             held.renewer = asyncio.create_task(self._renew(runtime.key, held))
+            if held.reclaimed:  # asked back while it loaded
+                self._spawn(self._give_back(runtime))
 
     def load_failed(self, runtime: Runtime, error: RouterError) -> bool:
         self._release_later(runtime.key)
@@ -261,11 +267,46 @@ class Borrower(SwapHook):
                     return
 
     async def _lost(self, key: str, held: _Held, lease: Borrowed, why: str) -> None:
-        log.error("lending node %s lost for %s (%s): stopping the runtime", lease.node_id, key, why)
-        self._service.node_failed(lease.node_url, f"its RPC lease was lost: {why}")
+        if held.reclaimed:  # the node took its memory back in time: it is healthy
+            log.error("lending node %s ended its lease for %s: stopping it", lease.node_id, key)
+        else:
+            log.error("lending node %s lost for %s (%s): stopping it", lease.node_id, key, why)
+            self._service.node_failed(lease.node_url, f"its RPC lease was lost: {why}")
         runtime = held.runtime
         if runtime is not None and runtime.process is not None:
             await runtime.process.stop(STOP_GRACE)
+
+    # ---- a lending node's own need ---------------------------------------------------------
+
+    def reclaim(self, lease_id: str, node_id: str) -> str:
+        """Node `node_id` needs the memory of lease `lease_id` for its own load: the runtime
+        holding it is unloaded (its running requests finish first) and its `gone` releases
+        every lease it holds. Answers the runtime's key; refused when no runtime here holds
+        that lease. The node ends the lease itself at its deadline if this takes too long."""
+        found = [
+            (key, held)
+            for key, held in self._held.items()
+            if any(b.lease_id == lease_id and b.node_id == node_id for b in held.leases)
+        ]
+        if not found:
+            raise LeaseRefused(f"no runtime here holds lease {lease_id} of node {node_id}")
+        ((key, held),) = found
+        log.warning("lending node %s needs its memory back: unloading %s", node_id, key)
+        if not held.reclaimed and held.runtime is not None:
+            self._spawn(self._give_back(held.runtime))
+        held.reclaimed = True
+        return key
+
+    async def _give_back(self, runtime: Runtime) -> None:
+        try:
+            await self._unload(runtime)
+        except RouterError as err:  # its renewals still end it by the node's deadline
+            log.error("could not unload %s for its lending node: %s", runtime.key, err.message)
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _release_later(self, key: str) -> None:
         held = self._held.pop(key, None)
@@ -273,9 +314,7 @@ class Borrower(SwapHook):
             return
         if held.renewer is not None and held.renewer is not asyncio.current_task():
             held.renewer.cancel()
-        task = asyncio.get_running_loop().create_task(self._release(held))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._release(held))
 
     async def _release(self, held: _Held) -> None:
         master = self._service.settings.node_id

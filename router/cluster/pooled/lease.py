@@ -5,7 +5,14 @@ LeaseRefused naming why, so a node never acts on a transition the machine does n
 
     requested --grant--> granted --renew--> granted
         |                   |--expire--> expired
+        |                   |--reclaim--> reclaiming --renew--> reclaiming
+        |                   |                 +--expire or release--> expired or released
         +--release-->  released <--release--+
+
+`reclaiming`: the node needs the memory for its own load and has asked the master to unload
+the model; the lease ends at `expires`, brought forward to the reclaim's deadline. A renewal
+answers but moves the end no later, so a master that does not unload in time loses the lease
+to the node's timer (its next renewal fails: the fault path stops its llama-server).
 """
 
 from __future__ import annotations
@@ -19,13 +26,20 @@ from router.errors import LeaseRefused
 class LeaseState(enum.Enum):
     REQUESTED = "requested"
     GRANTED = "granted"
+    RECLAIMING = "reclaiming"
     EXPIRED = "expired"
     RELEASED = "released"
 
 
 _NEXT = {
     LeaseState.REQUESTED: {LeaseState.GRANTED, LeaseState.RELEASED},
-    LeaseState.GRANTED: {LeaseState.GRANTED, LeaseState.EXPIRED, LeaseState.RELEASED},
+    LeaseState.GRANTED: {
+        LeaseState.GRANTED,
+        LeaseState.RECLAIMING,
+        LeaseState.EXPIRED,
+        LeaseState.RELEASED,
+    },
+    LeaseState.RECLAIMING: {LeaseState.RECLAIMING, LeaseState.EXPIRED, LeaseState.RELEASED},
     LeaseState.EXPIRED: set(),
     LeaseState.RELEASED: set(),
 }
@@ -49,7 +63,10 @@ class RpcLease:
     port: int | None = None  # the RPC server's port once granted
 
     def live(self, now: float) -> bool:
-        return self.state is LeaseState.GRANTED and now < self.expires
+        return self.state in _HELD and now < self.expires
+
+
+_HELD = (LeaseState.GRANTED, LeaseState.RECLAIMING)
 
 
 def _move(lease: RpcLease, new: LeaseState, **changes: object) -> RpcLease:
@@ -70,9 +87,21 @@ def renew(lease: RpcLease, master_id: str, now: float) -> RpcLease:
     """Only the holder renews, and only a lease still live: an expired one stays ended (its
     RPC server is stopped; the master asks for a new lease)."""
     _holder(lease, master_id)
-    if lease.state is LeaseState.GRANTED and now >= lease.expires:
+    if lease.state in _HELD and now >= lease.expires:
         raise LeaseRefused(f"lease {lease.lease_id} expired")
+    if lease.state is LeaseState.RECLAIMING:  # the node's deadline stands
+        return _move(lease, LeaseState.RECLAIMING)
     return _move(lease, LeaseState.GRANTED, expires=now + lease.ttl_s)
+
+
+def reclaim(lease: RpcLease, now: float, grace: float) -> RpcLease:
+    """The node wants the memory back: the lease ends within `grace` whatever the master
+    does (sooner when it was to expire sooner). Once: a reclaiming lease keeps its deadline."""
+    if lease.state is not LeaseState.GRANTED:
+        raise LeaseRefused(f"lease {lease.lease_id} is {lease.state.value}, not granted")
+    if now >= lease.expires:
+        raise LeaseRefused(f"lease {lease.lease_id} expired")
+    return _move(lease, LeaseState.RECLAIMING, expires=min(lease.expires, now + grace))
 
 
 def expire(lease: RpcLease, now: float) -> RpcLease:
@@ -92,6 +121,7 @@ __all__ = [
     "check_transition",
     "expire",
     "grant",
+    "reclaim",
     "release",
     "renew",
 ]

@@ -14,7 +14,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,10 +23,10 @@ from backends.base import built_backends_dir
 from backends.process import SupervisedProcess
 from router.cluster.pooled import lease as machine
 from router.cluster.pooled.cache import cache_home, prune
-from router.cluster.pooled.lease import RpcLease
+from router.cluster.pooled.lease import LeaseState, RpcLease
 from router.cluster.pooled.ports import free_port, listening
 from router.config.pooled import PooledSection
-from router.errors import LeaseRefused, ServiceUnavailable
+from router.errors import LeaseRefused, RouterError, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,8 @@ RPC_PROGRAMS = ("ggml-rpc-server", "rpc-server")  # the pinned name, then the ol
 READY_TIMEOUT = 30.0  # the RPC server lists its devices, then listens
 STOP_GRACE = 5.0
 _ROUTER_ENV = "TENSOR_ROUTER_"
+LENT = "rpc:"  # a lease's key in the ledger: rpc:<lease id>
+AskMaster = Callable[[RpcLease], Awaitable[None]]
 
 
 class LentMemory(Protocol):
@@ -91,6 +93,9 @@ class Lender:
         self._servers: dict[str, SupervisedProcess] = {}
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()  # one grant at a time: the port and room checks hold
+        # Set at wiring (router/app.py): asks a lease's master to unload what holds it.
+        self.ask_master: AskMaster | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def bind(self) -> str:
@@ -151,8 +156,8 @@ class Lender:
             lease = machine.grant(asked, self._clock(), port)
             self.leases[lease.lease_id] = lease
             self._servers[lease.lease_id] = server
-            self._memory.lend(f"rpc:{lease.lease_id}", ask.model, self._section.device, ask.bytes)
-            self._timers[lease.lease_id] = asyncio.create_task(self._expire_at_end(lease.lease_id))
+            self._memory.lend(f"{LENT}{lease.lease_id}", ask.model, self._section.device, ask.bytes)
+            self._arm(lease.lease_id)
             log.info(
                 "lent %d bytes to %s for %s on port %d", ask.bytes, ask.master_id, ask.model, port
             )
@@ -167,6 +172,56 @@ class Lender:
         lease = machine.release(self._get(lease_id), master_id)
         await self._end(lease)
         return lease
+
+    # ---- the node's own need: reclaim ------------------------------------------------------
+
+    def reclaim(self, keys: Iterable[str]) -> None:
+        """This node's own load needs the bytes of these lent residents (`rpc:<lease id>`):
+        each granted lease among them turns reclaiming, ending `reclaim_timeout` from now at
+        the latest, and its master is asked to unload the model that holds it (whose unload
+        releases the lease). A lease reclaiming already is not asked twice."""
+        for key in keys:
+            lease = self.leases.get(key.removeprefix(LENT))
+            if lease is None or lease.state is not LeaseState.GRANTED:
+                continue
+            try:
+                lease = machine.reclaim(lease, self._clock(), self._section.reclaim_timeout)
+            except LeaseRefused:
+                continue  # expired meanwhile: its timer ends it
+            self.leases[lease.lease_id] = lease
+            self._arm(lease.lease_id)  # the end came forward: the timer sleeps to the new one
+            log.warning(
+                "this node needs the %d bytes lent to %s for %s: asking it to unload",
+                lease.bytes,
+                lease.master_id,
+                lease.model,
+            )
+            self._spawn(self._ask_back(lease))
+
+    async def _ask_back(self, lease: RpcLease) -> None:
+        if self.ask_master is None:
+            return
+        try:
+            await self.ask_master(lease)
+        except RouterError as err:
+            log.warning(
+                "master %s did not take back lease %s (%s): it ends in %.0f s anyway",
+                lease.master_id,
+                lease.lease_id,
+                err.message,
+                max(0.0, lease.expires - self._clock()),
+            )
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _arm(self, lease_id: str) -> None:
+        old = self._timers.pop(lease_id, None)
+        if old is not None:
+            old.cancel()
+        self._timers[lease_id] = asyncio.create_task(self._expire_at_end(lease_id))
 
     def _get(self, lease_id: str) -> RpcLease:
         lease = self.leases.get(lease_id)
@@ -232,7 +287,8 @@ class Lender:
             if left <= 0:
                 break
             await asyncio.sleep(left)
-        log.warning("RPC lease %s of %s expired: stopping its server", lease_id, lease.master_id)
+        why = "was not given back in time" if lease.state is LeaseState.RECLAIMING else "expired"
+        log.warning("RPC lease %s of %s %s: stopping its server", lease_id, lease.master_id, why)
         await self._end(machine.expire(lease, self._clock()), from_timer=True)
 
     async def _end(self, lease: RpcLease, *, from_timer: bool = False) -> None:
@@ -246,9 +302,12 @@ class Lender:
             if server is not None:
                 await server.stop(STOP_GRACE)
         finally:
-            self._memory.unlend(f"rpc:{lease.lease_id}")
+            self._memory.unlend(f"{LENT}{lease.lease_id}")
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for lease in list(self.leases.values()):
             await self._end(lease)
 
@@ -257,6 +316,7 @@ class Lender:
         return [
             {
                 "lease_id": lease.lease_id,
+                "state": lease.state.value,
                 "master_id": lease.master_id,
                 "model": lease.model,
                 "bytes": lease.bytes,
