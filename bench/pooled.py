@@ -14,6 +14,7 @@ the second served from the cache. A report, never a test.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from pathlib import Path
@@ -76,7 +77,7 @@ def _loads(wd: Path, llama: str, rpc: str, model: Path, opts: c.Opts) -> dict[st
         for load in range(2):  # the second load is served from the tensor cache
             with c.Stack() as arm:
                 url = _llama(arm, wd, llama, model, spread_args, f"spread-{load}")
-                sent.append(bytes_sent(f"127.0.0.1:{port}"))
+                sent.append(asyncio.run(bytes_sent(f"127.0.0.1:{port}")))
                 for _ in range(opts.reps if load else 1):
                     rates["spread"].append(_decode_rate(url))
         with c.Stack() as arm:

@@ -158,10 +158,10 @@ async def figures_context(app: web.Application) -> AsyncIterator[None]:
     await measuring.close()
 
 
-def _pooled_sent(app: web.Application, key: str) -> dict[str, Any] | None:
+async def _pooled_sent(app: web.Application, key: str) -> dict[str, Any] | None:
     """Bytes a load sent to its lending nodes (the borrower is built after the runtimes)."""
     borrower = app.get(BORROWER)
-    return borrower.sent(key) if borrower is not None else None
+    return await borrower.sent(key) if borrower is not None else None
 
 
 async def runtimes_context(app: web.Application) -> AsyncIterator[None]:

@@ -8,7 +8,7 @@ a model spread over lending nodes the bytes its load sent to each (`pooled`, doc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,8 @@ from router.runtime.state import Runtime
 from router.store import Store
 
 ReadAheadFigures = Callable[[str], dict[str, Any] | None]
-PooledFigures = Callable[[str], dict[str, Any] | None]  # Borrower.sent: bytes per lending node
+# Borrower.sent: bytes per lending node, read off the event loop (`ss`, bounded)
+PooledFigures = Callable[[str], Awaitable[dict[str, Any] | None]]
 
 
 @dataclass(eq=False)
@@ -32,6 +33,7 @@ class CaptureObserver:
     pooled: PooledFigures | None = None
     attempt_id: str | None = field(default=None, init=False)
     trace_id: str | None = field(default=None, init=False)  # set before it launches
+    _sent: dict[str, Any] | None = field(default=None, init=False)
 
     def launched(self, argv: list[str]) -> None:
         config = self.runtime.config
@@ -53,11 +55,16 @@ class CaptureObserver:
         if self.attempt_id is not None:
             self.store.load_attempts.output(self.attempt_id, stream, line + b"\n")
 
+    async def ready(self) -> None:
+        """The backend answered ready, just before `finished("ok")`: llama-server has sent
+        every weight it sends at load, so what it sent to its lending nodes is read now."""
+        if self.attempt_id is not None and self.pooled is not None:
+            self._sent = await self.pooled(self.runtime.key)
+
     def finished(self, status: str, exit_code: int | None, error: str | None) -> None:
         if self.attempt_id is None:
             return
-        # Read at "ok", when llama-server is ready: every weight it sends at load is sent.
-        pooled = self.pooled(self.runtime.key) if self.pooled and status == "ok" else None
+        pooled = self._sent if status == "ok" else None
         self.store.load_attempts.finish(self.attempt_id, status, exit_code, error, pooled=pooled)
 
 

@@ -129,6 +129,7 @@ class Lifecycle:
         finally:
             progress.close()  # no progress event after the outcome
         if seen:
+            await seen.ready()
             seen.finished("ok", None, None)
         runtime.attach(launched)
         # KV restore, memory measurement: bounded by their own deadlines; never fail the load.

@@ -328,21 +328,18 @@ class Borrower(SwapHook):
             self._release_later(key)
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def sent(self, key: str) -> dict[str, Any] | None:
+    async def sent(self, key: str) -> dict[str, Any] | None:
         """What the load of `key` sent to each lending node so far (the load capture's
         `pooled`, read once llama-server is ready); None when `key` spans no node."""
         held = self._held.get(key)
         if held is None or not held.leases:
             return None
+        counts = await asyncio.gather(*(bytes_sent(lease.endpoint) for lease in held.leases))
         nodes = [
-            {
-                "node_id": lease.node_id,
-                "endpoint": lease.endpoint,
-                "bytes_sent": bytes_sent(lease.endpoint),
-            }
-            for lease in held.leases
+            {"node_id": lease.node_id, "endpoint": lease.endpoint, "bytes_sent": count}
+            for lease, count in zip(held.leases, counts, strict=True)
         ]
-        known = [n["bytes_sent"] for n in nodes if n["bytes_sent"] is not None]
+        known = [count for count in counts if count is not None]
         return {"nodes": nodes, "bytes_sent": sum(known) if known else None}
 
     def rows(self) -> list[dict[str, Any]]:
