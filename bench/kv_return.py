@@ -67,6 +67,7 @@ def _ttft(url: str, model: str, messages: list[dict[str, str]]) -> dict[str, Any
         "ttft_ms": None if first is None else (first - started) * 1000.0,
         "prompt_n": timings.get("prompt_n"),
         "cache_n": timings.get("cache_n"),
+        "prompt_ms": timings.get("prompt_ms"),
     }
 
 
