@@ -184,8 +184,8 @@ class Conversations:
         url = f"{runtime.base_url}/slots/{_REPLAY_SLOT}?action=save"
         result = await self._client.call("POST", url, {"filename": name})
         n_saved = result.get("n_saved") if isinstance(result, dict) else None
-        if not isinstance(n_saved, int) or n_saved <= 0:
-            remove(folder, name)
+        if not isinstance(n_saved, int) or n_saved <= 0 or self.library.get(key, conv.id) is None:
+            remove(folder, name)  # nothing saved, or its library was erased meanwhile
             return 0
         await asyncio.to_thread(seal, folder, name, n_saved)
         with contextlib.suppress(OSError):
