@@ -57,8 +57,10 @@ async def unload(request: web.Request) -> web.StreamResponse:
     # Erasing a library alone unloads nothing (docs/swaps.md, "Erasing"): a runtime that
     # stays loaded no longer knows those conversations, so its stop saves none of them.
     target = body.get("target", "all" if forget is None else None)
-    # A list or an object is no lane name (and is not hashable: never look it up).
-    if target is not None and (not isinstance(target, str) or target not in TARGETS):
+    # A list or an object is no lane name (and is not hashable: never look it up); null (no
+    # unload) is accepted only with forget_conversations.
+    named = target is not None or forget is None
+    if named and (not isinstance(target, str) or target not in TARGETS):
         raise BadRequest(f"target must be one of {', '.join(TARGETS)}", param="target")
     config = None if forget is None else request.app[CATALOG].require(forget)
     stopped = [] if target is None else await request.app[RUNTIMES].unload(TARGETS[target])
