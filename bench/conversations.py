@@ -12,7 +12,9 @@ shutdown saves) and started again on the same state folder, and the third turn o
 conversation reports its cached share. The returning model is the larger model of the demo
 shape that bench/kv_return.py uses, where the prefill dominates on a small CPU.
 Reported: returning-turn TTFT with the library / without (issue 33's target <= 0.1 each), and
-the cached share after the restart. A report, never a test.
+the cached share after the restart, and llama-server's own prefill time of each returning turn
+(`prompt_ms`), so the router's share of the time to first token shows. One compute thread per
+backend (THREADS). A report, never a test.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from bench import common as c
 from bench.kv_return import _chat, _ttft, on_off_router, skipped
 
 Messages = list[dict[str, str]]
+# One compute thread per llama-server (both arms alike): on a shared 2-core box two threads
+# wait for each other at every op of a graph, which costs a ~30-token tail prefill about as
+# much as it costs a whole prompt's batch, and the ratio then measures the machine's load
+# (docs/swaps.md, "Measured").
+THREADS = 1
 
 
 def _first(tag: str) -> Messages:
@@ -65,6 +72,11 @@ def _after_restart(router: c.Router, run: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def _median(runs: list[dict[str, Any]], tag: str, field: str) -> float | None:
+    """llama-server's own figure for a returning turn (`prompt_ms`: its prefill)."""
+    return c.med([v for r in runs if isinstance(v := r["turns"][tag].get(field), (int, float))])
+
+
 def _shares(runs: list[dict[str, Any]], tag: str) -> float | None:
     return c.med([s for r in runs if (s := _share(r["turns"][tag])) is not None])
 
@@ -80,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = c.Opts.parse(argv, __doc__ or "")
     reps = max(opts.reps, 2)
     runtime = "max_queue: 64, stop_grace: 5s, residency: lane, kv_save_timeout: 120s"
-    with on_off_router("conversations", runtime) as router:
+    with on_off_router("conversations", runtime, {"threads": THREADS}) as router:
         if router is None:
             return skipped(opts, "conversations")
         runs = c.interleave(
@@ -98,9 +110,12 @@ def _summary(runs: dict[str, list[dict[str, Any]]], restart: dict[str, Any]) -> 
     ratios = {t: c.per_rep(runs, "on", "off", f"ttft_{t}", c.ratio) for t in "XYZ"}
     return {
         "model": "6 layers, width 384, F32 (random weights, demo shape)",
+        "threads": THREADS,
         "ttft_on_ms": {t: c.med([r["turns"][t]["ttft_ms"] for r in runs["on"]]) for t in "XYZ"},
         "ttft_off_ms": {t: c.med([r["turns"][t]["ttft_ms"] for r in runs["off"]]) for t in "XYZ"},
         "ttft_on_over_off": ratios,
+        "prompt_ms_on": {t: _median(runs["on"], t, "prompt_ms") for t in "XYZ"},
+        "prompt_ms_off": {t: _median(runs["off"], t, "prompt_ms") for t in "XYZ"},
         "cached_share_on": {t: _shares(runs["on"], t) for t in "XYZ"},
         "cached_share_off": {t: _shares(runs["off"], t) for t in "XYZ"},
         "cached_share_after_restart": {t: _share(turn) for t, turn in restart.items()},

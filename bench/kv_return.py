@@ -69,6 +69,7 @@ def _ttft(url: str, model: str, messages: list[dict[str, str]]) -> dict[str, Any
         "ttft_ms": None if first is None else (first - started) * 1000.0,
         "prompt_n": timings.get("prompt_n"),
         "cache_n": timings.get("cache_n"),
+        "prompt_ms": timings.get("prompt_ms"),
     }
 
 
@@ -105,15 +106,20 @@ def on_off_models(wd: Path) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]
 
 
 @contextlib.contextmanager
-def on_off_router(name: str, runtime: str) -> Iterator[c.Router | None]:
-    """A started router serving `on_off_models` in the work folder `name`, stopped at the end;
-    None without llama-server (then `skipped` is the result)."""
+def on_off_router(
+    name: str, runtime: str, fields: dict[str, Any] | None = None
+) -> Iterator[c.Router | None]:
+    """A started router serving `on_off_models` in the work folder `name`, stopped at the end,
+    with `fields` added to every model's `.kcpps`; None without llama-server (then `skipped`
+    is the result)."""
     llama = c.llama_server_path()
     if not llama:
         yield None
         return
     with c.workdir(name) as wd:
         models, kcpps = on_off_models(wd)
+        for kcpps_fields in kcpps.values():
+            kcpps_fields.update(fields or {})
         router = c.Router(wd / "router", models, Path(llama), extra_kcpps=kcpps, runtime=runtime)
         router.start()
         try:

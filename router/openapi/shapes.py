@@ -180,14 +180,15 @@ class LoadAnswer(RootModel[Loaded | LoadPlan]):
 
 
 class UnloadRequest(Shape):
-    target: Lane | Literal["all"] = "all"
-    # A configuration whose saved conversations (KV states and their digests) are erased
-    # once the unload has stopped its runtimes (docs/swaps.md, "The conversation library").
+    # Default "all", except with `forget_conversations` alone: then nothing is unloaded.
+    target: Lane | Literal["all"] | None = None
+    # A configuration whose saved conversations (KV states and their digests) are erased,
+    # after the unload if one was asked; its loaded runtimes stay (docs/swaps.md, "Erasing").
     forget_conversations: str | None = None
 
 
 class Unloaded(Shape):
-    target: str
+    target: str | None  # None: only a library was erased
     unloaded: list[str]
     forgotten: int | None = None  # saved conversation states erased, when asked
 

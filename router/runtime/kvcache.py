@@ -119,14 +119,18 @@ class KvCaches(SwapHook):
     async def before_stop(self, runtime: Runtime) -> None:
         await self.save(runtime)
 
-    def forget(self, config_id: str) -> int:
-        """Erase a configuration's saved conversations: their files and their digests
-        (blocking: call off the loop). The number of saved states erased."""
+    async def forget(self, config_id: str) -> int:
+        """Erase a configuration's conversations: their digests (on the loop, where requests
+        note theirs) and their files (off it). A runtime of it stays loaded; it no longer
+        knows them, so its next stop saves none of them. The number of saved states erased."""
         names = self.conversations.library.drop_config(config_id)
+        await asyncio.to_thread(self._remove_everywhere, names)
+        return len(names)
+
+    def _remove_everywhere(self, names: Sequence[str]) -> None:
         for name in names:
             for folder in (p for p in self._root.iterdir() if p.is_dir()):
                 _remove(folder, name)
-        return len(names)
 
     def probe_result(self, runtime: Runtime) -> dict[str, Any] | None:
         """The stored probe verdict for this runtime's cache key, if any."""

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,12 @@ class Conversations:
         slot, n_ctx = _idle_slot(await self._client.call("GET", runtime.base_url + "/slots"))
         if n_ctx is not None and state.tokens > n_ctx:
             return "too_long", {"tokens": state.tokens, "n_ctx": n_ctx}
-        # A one-token task on the slot first: llama-server then moves idle slots into its RAM
-        # cache and clears them (unified KV buffer), so the restore finds free cells.
-        await self._complete(runtime, {"prompt": "", "id_slot": slot})
+        if shares_cells(runtime.argv):
+            # A one-token task on the slot first: llama-server then moves idle slots into its
+            # RAM cache and clears them, so the restore finds free cells in the shared buffer.
+            # Slots with cells of their own skip it: a restore empties its slot first, and the
+            # task is a decode on the request path (the bench saw it take up to 1.8 s).
+            await self._complete(runtime, {"prompt": "", "id_slot": slot})
         url = f"{runtime.base_url}/slots/{slot}?action=restore"
         result = await self._client.call("POST", url, {"filename": state.name})
         n_restored = result.get("n_restored") if isinstance(result, dict) else None
@@ -180,8 +184,8 @@ class Conversations:
         url = f"{runtime.base_url}/slots/{_REPLAY_SLOT}?action=save"
         result = await self._client.call("POST", url, {"filename": name})
         n_saved = result.get("n_saved") if isinstance(result, dict) else None
-        if not isinstance(n_saved, int) or n_saved <= 0:
-            remove(folder, name)
+        if not isinstance(n_saved, int) or n_saved <= 0 or self.library.get(key, conv.id) is None:
+            remove(folder, name)  # nothing saved, or its library was erased meanwhile
             return 0
         await asyncio.to_thread(seal, folder, name, n_saved)
         with contextlib.suppress(OSError):
@@ -192,6 +196,17 @@ class Conversations:
     async def _complete(self, runtime: Runtime, body: dict[str, Any]) -> None:
         full = {**body, "n_predict": 0, "cache_prompt": True}
         await self._client.call("POST", runtime.base_url + "/completion", full)
+
+
+def shares_cells(argv: Sequence[str]) -> bool:
+    """Do the runtime's slots share one KV buffer? llama-server's default when it picks the
+    slot count itself (no `-np`), or when asked (`--kv-unified`); the router's own launch
+    names the slots, so each has its own cells (backends/llamacpp.py)."""
+    if "--kv-unified" in argv or "-kvu" in argv:
+        return True
+    if "--no-kv-unified" in argv or "-no-kvu" in argv:
+        return False
+    return "-np" not in argv and "--parallel" not in argv
 
 
 def _drop_others(key: str, folder: Path, keep: set[str]) -> list[str]:

@@ -13,14 +13,16 @@ line with the fake's pid) and each slave's runtime pid (its `/router/v1/status`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 
 from router.cluster.replicas import AFFINITY_SLACK
-from tests.support.cluster import AUTH, cluster, listed_ids, start_all
+from tests.support.cluster import AUTH, Cluster, cluster, listed_ids, start_all
 from tests.support.harness import RouterHarness, until
 
 CHAT = "/v1/chat/completions"
@@ -48,6 +50,22 @@ def _landed(h: RouterHarness, marker: str) -> list[str]:
         if row["path"].endswith("chat/completions") and marker in json.dumps(row["body"]):
             found.append(PIDS.get(row["pid"], "?"))
     return found
+
+
+@contextlib.asynccontextmanager
+async def started(
+    c: Cluster, request_s: float
+) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, httpx.AsyncClient]]]:
+    """The cluster started, `chat` listed by the master: a client of the master (`request_s`
+    per request) and one of each slave, by name."""
+    await start_all(c)
+    async with (
+        httpx.AsyncClient(base_url=c.master.base, timeout=request_s) as client,
+        httpx.AsyncClient(base_url=c.slaves[0].base, timeout=10) as left,
+        httpx.AsyncClient(base_url=c.slaves[1].base, timeout=10) as right,
+    ):
+        assert await until(lambda: listed_ids(client), ["chat"]), await listed_ids(client)
+        yield client, dict(zip(SLAVES, (left, right), strict=True))
 
 
 async def _learn_pids(slaves: dict[str, httpx.AsyncClient]) -> None:
@@ -106,15 +124,9 @@ async def test_returning_turns_land_where_their_prefix_is_until_that_slave_is_bu
         f"--slot-actions --apply-template --token-rate 10 --record-bodies {bodies}"
     )
     c = cluster(h, {}, {}, {}, slave_kcpps=[_kcpps(h, name) for name in SLAVES])
-    await start_all(c)
-    async with (
-        httpx.AsyncClient(base_url=c.master.base, timeout=60) as client,
-        httpx.AsyncClient(base_url=c.slaves[0].base, timeout=10) as left,
-        httpx.AsyncClient(base_url=c.slaves[1].base, timeout=10) as right,
-    ):
-        assert await until(lambda: listed_ids(client), ["chat"]), await listed_ids(client)
+    async with started(c, request_s=60) as (client, slaves):
+        left, right = slaves.values()
         stories = ("the mill", "the lighthouse", "the orchard")
-        slaves = dict(zip(SLAVES, (left, right), strict=True))
         for story in stories:  # first turns: where the rotation puts them
             await _ask(client, _turn(story))
         await _learn_pids(slaves)

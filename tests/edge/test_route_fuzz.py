@@ -533,6 +533,8 @@ async def test_messages_without_a_list_never_reach_a_backend(
     [
         ("/router/v1/unload", {"target": ["image"]}, "target"),
         ("/router/v1/unload", {"target": {"lane": "image"}}, "target"),
+        ("/router/v1/unload", {"target": None}, "target"),
+        ("/router/v1/unload", {"target": ["text"], "forget_conversations": "chat-a"}, "target"),
         ("/router/v1/load", {"model": "chat-a", "lane": ["text"]}, "lane"),
         ("/router/v1/load", {"model": 5}, "model"),
         ("/router/v1/site/models/state", {"local_id": ["chat-a"], "enabled": True}, "local_id"),

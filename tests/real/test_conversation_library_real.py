@@ -198,3 +198,29 @@ async def test_the_unload_api_erases_a_configurations_conversations(
     assert json.loads((folder / "library.json").read_text())["conversations"] == []
     returned = await _chat(h, "chat-a", _follow(FIRSTS["X"], replies["X"]))
     assert _cached(returned) < 10, returned["usage"]  # nothing left to restore
+
+
+async def test_dropping_a_library_leaves_every_runtime_loaded(
+    real_harness: RouterHarness, demo_text: dict[str, Path]
+) -> None:
+    """The model page's Drop (`forget_conversations` with no target) erases chat-a's library
+    and unloads nothing: chat-a and chat-b stay resident, and chat-a's later stop saves none
+    of the conversations it still holds in memory."""
+    h = real_harness
+    _configs(h, demo_text)
+    await h.start(h.settings(residency="memory"))  # room for chat-a and chat-b together
+    replies = await _first_turns(h, FIRSTS)
+    await h.client.post("/router/v1/unload", json={"target": "text"})  # saves the three
+    folder = h.tmp / "data" / "kv-cache"
+    assert len(list(folder.glob("*/*-conv*.bin"))) == 3
+    await _chat(h, "chat-b", [{"role": "user", "content": "hello"}])
+    returned = await _chat(h, "chat-a", _follow(FIRSTS["X"], replies["X"]))  # restored, live
+    assert _cached(returned) >= 0.9 * int(replies["X"]["usage"]["prompt_tokens"])
+    asked = {"forget_conversations": "chat-a"}
+    answer = (await h.client.post("/router/v1/unload", json=asked)).json()
+    assert answer == {"target": None, "unloaded": [], "forgotten": 3}, answer
+    assert [h.runtimes.status_of(m) for m in ("chat-a", "chat-b")] == ["ready", "ready"]
+    assert list(folder.glob("*/*-conv*")) == []
+    assert json.loads((folder / "library.json").read_text())["conversations"] == []
+    await h.client.post("/router/v1/unload", json={"target": "all"})  # chat-a's stop
+    assert list(folder.glob("*/*-conv*")) == []  # the forgotten X is not written again

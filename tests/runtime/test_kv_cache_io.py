@@ -90,16 +90,17 @@ class Rig:
 async def setup(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     model = tmp_path / "a.gguf"
     model.write_bytes(b"GGUF")
-    data = json.dumps(
-        {"model_param": str(model), "router_kv_persist": getattr(request, "param", "on")}
-    ).encode()
+    # The persist mode, or (mode, disk budget) for a test that needs room for whole states.
+    param = getattr(request, "param", "on")
+    mode, budget = (param, 2500) if isinstance(param, str) else param
+    data = json.dumps({"model_param": str(model), "router_kv_persist": mode}).encode()
     config = parse_kcpps(tmp_path / "a.kcpps", data, BackendMode.LLAMA_SDCPP)
     settings = Settings.model_validate(
         {
             "runtime": {
                 "kv_save_timeout": 0.3,
                 "kv_restore_timeout": 0.3,
-                "kv_cache_dir_budget": 2500,
+                "kv_cache_dir_budget": budget,
             }
         }
     )
@@ -345,3 +346,26 @@ async def test_a_failed_probe_is_stored_and_not_rerun_at_the_next_load(setup: Ri
     assert _results(seen) == [("probe", "failed")]
     await kv.save(runtime)  # persistence stays off: nothing is saved either
     assert fake.actions == 1 and list(kv.folder(runtime.spec).glob("*.bin")) == []
+
+
+@pytest.mark.parametrize("setup", [("on", 10**7)], indirect=True)
+@pytest.mark.parametrize(("slots", "clears"), [(["-np", "1"], 0), ([], 1)])
+async def test_a_returning_conversation_is_restored_without_a_task_unless_slots_share_cells(
+    setup: Rig, slots: list[str], clears: int
+) -> None:
+    """The router launches named slots, each with cells of its own: the restore goes straight
+    into the slot. Only llama-server's shared buffer (no `-np`) needs the one-token task that
+    clears idle slots first; on the request path it cost up to 1.8 s (docs/swaps.md)."""
+    kv, runtime, fake, seen = setup
+    runtime.argv = [*runtime.argv, *slots]
+    prompt = "the river and the mill " * 20
+    body = json.dumps({"prompt": prompt}).encode()
+    assert await kv.before_forward(runtime, "/completion", body) is None  # noted
+    await kv.save(runtime)  # replayed into slot 0 and saved
+    assert _results(seen) == [("save", "ok")]
+    before = fake.completions
+    longer = json.dumps({"prompt": prompt + "and then?"}).encode()
+    pinned = await kv.before_forward(runtime, "/completion", longer)
+    assert pinned is not None and json.loads(pinned)["id_slot"] == 0
+    assert len(fake.restored) == 1 and "-conv" in fake.restored[0]
+    assert fake.completions - before == clears

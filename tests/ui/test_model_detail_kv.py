@@ -7,7 +7,8 @@ Issue 33: the page also shows the last save and restore of this run, a failed re
 warning (it said "On: the probe passed" while every restore failed), and the prompt cache hit
 rate (the fake reports cached prompt tokens as llama-server does); and the configuration's saved
 conversations (count, bytes, last use, never a prompt) with the Drop button that erases them
-(`lib-chat`'s fake also renders chat templates, so the library saves each conversation).
+and leaves the model loaded (`lib-chat`'s fake also renders chat templates, so the library
+saves each conversation).
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ def test_the_saved_conversations_show_and_the_drop_button_erases_them(kv_ui: Gua
     files = list(kv_root.glob("*/*-conv*.bin"))
     assert len(files) == 2, files
     size = sum(p.stat().st_size for p in files)
+    ui.router.post("/router/v1/load", {"model": "lib-chat"})  # resident while its library goes
 
     region = _detail(ui, "lib-chat")
     saved = region.get_by_label("Saved conversations")
@@ -148,3 +150,4 @@ def test_the_saved_conversations_show_and_the_drop_button_erases_them(kv_ui: Gua
     assert not any(p.exists() for p in files)
     index = json.loads((kv_root / "library.json").read_text())
     assert index["conversations"] == []
+    assert ui.router.runtime_states() == {"lib-chat": "ready"}  # the drop unloads nothing

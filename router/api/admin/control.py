@@ -53,16 +53,20 @@ def _lane_for(config: Any, lane: Any, model_id: str) -> Lane:
 
 async def unload(request: web.Request) -> web.StreamResponse:
     body = await read_json(request)
-    target = body.get("target", "all")
-    # A list or an object is no lane name (and is not hashable: never look it up).
-    if not isinstance(target, str) or target not in TARGETS:
-        raise BadRequest(f"target must be one of {', '.join(TARGETS)}", param="target")
     forget = body.get("forget_conversations")
+    # Erasing a library alone unloads nothing (docs/swaps.md, "Erasing"): a runtime that
+    # stays loaded no longer knows those conversations, so its stop saves none of them.
+    target = body.get("target", "all" if forget is None else None)
+    # A list or an object is no lane name (and is not hashable: never look it up); null (no
+    # unload) is accepted only with forget_conversations.
+    named = target is not None or forget is None
+    if named and (not isinstance(target, str) or target not in TARGETS):
+        raise BadRequest(f"target must be one of {', '.join(TARGETS)}", param="target")
     config = None if forget is None else request.app[CATALOG].require(forget)
-    stopped = await request.app[RUNTIMES].unload(TARGETS[target])
+    stopped = [] if target is None else await request.app[RUNTIMES].unload(TARGETS[target])
     answer: dict[str, Any] = {"target": target, "unloaded": stopped}
-    if config is not None:  # after the stop, whose save would write them again
-        answer["forgotten"] = await asyncio.to_thread(request.app[KV_CACHES].forget, config.id)
+    if config is not None:  # after any stop, whose save would write them again
+        answer["forgotten"] = await request.app[KV_CACHES].forget(config.id)
     return web.json_response(answer)
 
 

@@ -77,8 +77,9 @@ function kvSection(kv) {
 }
 
 // The conversation library's saved states of this configuration (counts, never a prompt) and
-// the way to erase them: the unload API's forget_conversations (admin), after the text lane is
-// unloaded so no running model saves them again (docs/swaps.md, "Erasing").
+// the way to erase them: the unload API's forget_conversations (admin) with no target, so
+// nothing is unloaded; a loaded model forgets them too and never saves them again
+// (docs/swaps.md, "Erasing").
 function librarySection(ctx, id, saved, again) {
   if (!saved) return [];
   const head = h('h3', {}, 'Saved conversations');
@@ -87,11 +88,11 @@ function librarySection(ctx, id, saved, again) {
   const drop = actionButton('Drop saved conversations', async () => {
     const ok = await confirmDialog({
       title: `Drop the saved conversations of ${id}?`,
-      message: 'Their KV states are erased from disk. The text models are unloaded first, so none saves them again.',
+      message: 'Their KV states are erased from disk. Loaded models stay loaded and will not save them again.',
       confirmLabel: 'Drop',
     });
     if (!ok) return;
-    await ctx.api.post('/unload', { target: 'text', forget_conversations: id });
+    await ctx.api.post('/unload', { forget_conversations: id });
     again();
   }, { slot, cls: 'danger' });
   const plural = saved.count === 1 ? '' : 's';
