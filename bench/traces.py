@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import multiprocessing
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,13 +36,14 @@ ARMS = ("off_direct", "off", "on_direct", "on")
 class _Sink(http.server.BaseHTTPRequestHandler):
     """An OTLP/HTTP receiver that keeps nothing but counts: exports answered at once."""
 
-    received = {"exports": 0, "bytes": 0}
+    counts: Any = None  # shared with the bench: [exports, bytes]
 
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         size = int(self.headers.get("Content-Length", "0"))
         self.rfile.read(size)
-        _Sink.received["exports"] += 1
-        _Sink.received["bytes"] += size
+        with self.counts.get_lock():
+            self.counts[0] += 1
+            self.counts[1] += size
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -50,6 +51,24 @@ class _Sink(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         return None
+
+
+def _serve(counts: Any, ports: Any) -> None:
+    _Sink.counts = counts
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    ports.put(server.server_port)
+    server.serve_forever()
+
+
+def _sink(stack: c.Stack) -> tuple[int, Any]:
+    """The sink in a process of its own: reading the exports in this one would slow the
+    bench's own client in the traced arm only. Its port and its shared counts."""
+    context = multiprocessing.get_context("fork")
+    counts, ports = context.Array("q", 2), context.Queue()
+    child = context.Process(target=_serve, args=(counts, ports), daemon=True)
+    child.start()
+    stack.callback(child.terminate)
+    return int(ports.get(timeout=30)), counts
 
 
 # A llama-server answer's end: the usage the backend span reads from the tail.
@@ -155,11 +174,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = c.Opts.parse(argv, __doc__ or "")
     reps = opts.reps * REPS_FACTOR
     plain = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=sink.serve_forever, daemon=True).start()
-    traced = {**plain, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_port}"}
     with c.workdir("traces") as wd, c.Stack() as stack:
-        stack.callback(sink.shutdown)
+        port, counts = _sink(stack)
+        traced = {**plain, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
         urls: dict[str, str] = {}
         urls["off"], urls["off_direct"] = _router(stack, wd, "off", plain)
         urls["on"], urls["on_direct"] = _router(stack, wd, "on", traced)
@@ -171,6 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         results = c.interleave(ARMS, reps, run)
         own = _own_pairs(urls, reps, 100 if opts.quick else 300)
+        exports = {"exports": counts[0], "bytes": counts[1]}
     cpu_us = span_cpu_us(9000 if opts.quick else 27000)
     summary = {
         "added_p50_ms": {
@@ -180,7 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # The router's own time (X-Router-Overhead-Ms): no upstream or client in it.
         "own_p50_ms": {arm: c.med([r[arm] for r in own]) for arm in ("off", "on")},
         "own_on_minus_off_p50_ms": c.med([r["on"] - r["off"] for r in own]),
-        "exports": dict(_Sink.received),
+        "exports": exports,
         "span_cpu_us": cpu_us,
     }
     data = {"client": c.client_name(), "connections": 1, "summary": summary, "blocks": results}
