@@ -10,14 +10,12 @@ import signal
 
 import httpx
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.lending.test_helper import linked, nodes
 from tests.support.harness import RouterHarness, chat
 from tests.support.router_process import RouterProcess
-from tests.tracing.test_otlp_export import Receiver
+from tests.tracing.test_otlp_export import receiving
 
 CHAT = "/v1/chat/completions"
 N = 8  # concurrent requests for the master's model: more than it runs at once
@@ -35,11 +33,7 @@ async def _stopped(*routers: RouterProcess) -> None:
 async def test_the_helpers_server_span_is_the_child_of_the_masters_lend_span(
     tmp_harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    receiver = Receiver()
-    app = web.Application()
-    app.router.add_post("/v1/traces", receiver.traces)
-    async with TestServer(app, host="127.0.0.1") as sink:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", str(sink.make_url("/")))
+    async with receiving(monkeypatch) as receiver:
         # The master lends two at once to a helper that takes 1.6 s a job (test_helper.py).
         master, slave = nodes(tmp_harness, master_rate=20, fast_rate=5, lent_at_once=2)
         await master.start()
