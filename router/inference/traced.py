@@ -58,8 +58,8 @@ async def routed(request: web.Request, info: RequestInfo) -> AsyncIterator[Span]
         OWN + "surface": info.surface,
     }
     with traces.server(f"{request.method} {info.route}", request.headers, attributes) as span:
-        info.trace_id = span.trace_id
-        trace_header.note(request, span.trace_id)
+        info.trace_id = span.trace_id  # formatted once: the row and the header share it
+        trace_header.note(request, info.trace_id)
         yield span
 
 
