@@ -57,6 +57,9 @@ class ProxyResult:
     bytes_in: int = 0
     bytes_out: int = 0
     ttfb_ms: float | None = None
+    # A streamed answer's first body bytes written to the client, in ms from sending (traces).
+    first_chunk_ms: float | None = None
+    sent_at: float = 0.0  # time.monotonic() when the request went to the backend
     aborted: bool = False
     error_message: str | None = None
     backend_failed: bool = False
@@ -110,7 +113,7 @@ class Proxy:
         result: ProxyResult,
         overhead_ms: Callable[[], float],
     ) -> web.StreamResponse:
-        sent_at = time.monotonic()
+        result.sent_at = sent_at = time.monotonic()
         deadline = asyncio.get_running_loop().time() + self._response_timeout
         resp = await self.opener.head(upstream, deadline)
         kept = False
@@ -248,6 +251,8 @@ class Proxy:
     ) -> None:
         if data:
             await self._write(request, out, data)
+            if result.first_chunk_ms is None:
+                result.first_chunk_ms = (time.monotonic() - result.sent_at) * 1000.0
             result.tail = (result.tail + data)[-TAIL_BYTES:]
 
     async def _end_with_error(

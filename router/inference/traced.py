@@ -10,6 +10,7 @@ the ones the analytics row reads its usage from, and only when traces are on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, MutableMapping
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ from router.edge import trace_header
 from router.forwarding import ProxyResult, Translation, UpstreamRequest
 from router.records import RequestInfo
 from router.store.rows import sniff_usage
-from router.tracing import NO_SPAN, Attributes, Kind, Span, tracer
+from router.tracing import NO_SPAN, Attribute, Attributes, Span, tracer
 
 OWN = "tensor_router."  # the project's attributes: no invented gen_ai.* keys
 
@@ -57,16 +58,18 @@ async def routed(request: web.Request, info: RequestInfo) -> AsyncIterator[Span]
         OWN + "surface": info.surface,
     }
     with traces.server(f"{request.method} {info.route}", request.headers, attributes) as span:
-        info.trace_id = span.trace_id
-        trace_header.note(request, span.trace_id)
+        info.trace_id = span.trace_id  # formatted once: the row and the header share it
+        trace_header.note(request, info.trace_id)
         yield span
 
 
 def answered(span: Span, info: RequestInfo, result: ProxyResult) -> None:
     """The routed request's outcome: a server error (5xx) fails its span, a refusal does not."""
     status = result.status or 500
-    span.set("http.response.status_code", status)
-    span.set(OWN + "model", info.model)
+    found: dict[str, Attribute] = {"http.response.status_code": status}
+    if info.model is not None:
+        found[OWN + "model"] = info.model
+    span.update(found)
     if status >= 500:
         span.fail(str(status), result.error_message)
 
@@ -85,6 +88,15 @@ def backend_call(
     if not traces.enabled:
         yield NO_SPAN
         return
+    name, attributes = _call(url, model, provider)
+    with traces.client(name, headers, attributes) as span:
+        yield span
+
+
+@functools.lru_cache(maxsize=256)
+def _call(url: str, model: str, provider: str | None) -> tuple[str, Attributes]:
+    """A backend call's span name and attributes: the same for every call to one URL, so
+    parsed once (the SDK copies them into each span; the dict is never changed)."""
     parts = urlsplit(url)
     op = operation(parts.path)
     attributes: Attributes = {
@@ -94,9 +106,7 @@ def backend_call(
         "server.address": parts.hostname or "",
         "server.port": parts.port or 80,
     }
-    with traces.span(f"{op} {model}", kind=Kind.CLIENT, attributes=attributes) as span:
-        traces.inject(headers)
-        yield span
+    return f"{op} {model}", attributes
 
 
 async def called(
@@ -148,17 +158,24 @@ def backend_answered(span: Span, result: ProxyResult) -> None:
     """What the backend span learns from the answer: status, usage, time to first chunk."""
     if not tracer().enabled:
         return
-    span.set("http.response.status_code", result.upstream_status)
-    for key, value in usage(result.tail).items():
-        span.set(key, value)
-    if result.stream and result.ttfb_ms is not None:
-        # The answer's head: a backend streams its headers with the first chunk.
-        span.set("gen_ai.response.time_to_first_chunk", result.ttfb_ms / 1000.0)
-    span.set("gen_ai.request.stream", result.stream)
+    found: dict[str, Attribute] = {"gen_ai.request.stream": result.stream}
+    if result.upstream_status is not None:
+        found["http.response.status_code"] = result.upstream_status
+    found.update(usage(result.tail))
+    first = first_chunk_ms(result)
+    if first is not None:
+        found["gen_ai.response.time_to_first_chunk"] = first / 1000.0
+    span.update(found)
     if result.upstream_status is not None and result.upstream_status >= 400:
         span.fail(str(result.upstream_status), None)
     elif result.error_message is not None:
         span.fail("_OTHER", result.error_message)
+
+
+def first_chunk_ms(result: ProxyResult) -> float | None:
+    """A streamed answer's first chunk as the client got it (None when none reached it); a
+    whole answer is one chunk, whose head comes when it is done: its headers' time."""
+    return result.first_chunk_ms if result.stream else result.ttfb_ms
 
 
 @contextlib.contextmanager
@@ -171,8 +188,5 @@ def hop(
     if not traces.enabled:
         yield NO_SPAN
         return
-    with traces.span(
-        name, kind=Kind.CLIENT, attributes={OWN + "node": node, **(attributes or {})}
-    ) as span:
-        traces.inject(headers)
+    with traces.client(name, headers, {OWN + "node": node, **(attributes or {})}) as span:
         yield span

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from router.errors import BadRequest
-from router.tracing import Kind, Span, tracer
+from router.tracing import Span, tracer
 
 OFFLOAD_HEADER = "X-Tensors-Offload"  # "1": a lent request (honoured on node routes only)
 OFFLOAD_LOAD_HEADER = "X-Tensors-Offload-Load"  # "0": the link forbids loading the model
@@ -93,6 +93,5 @@ def lent_span(headers: MutableMapping[str, str], node: str, model: str) -> Itera
     request's headers as the parent of what the helper does for it."""
     traces = tracer()
     attributes = {"tensor_router.node": node, "tensor_router.model": model}
-    with traces.span("lend", kind=Kind.CLIENT, attributes=attributes) as span:
-        traces.inject(headers)
+    with traces.client("lend", headers, attributes) as span:
         yield span

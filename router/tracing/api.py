@@ -40,6 +40,9 @@ class Span(Protocol):
     def set(self, key: str, value: Attribute | None) -> None:
         """One attribute; None leaves it unset."""
 
+    def update(self, attributes: Attributes) -> None:
+        """Several attributes in one call (the SDK takes its lock once, not once each)."""
+
     def event(self, name: str, attributes: Attributes | None = None) -> None: ...
 
     def fail(self, error_type: str, message: str | None = None) -> None:
@@ -65,8 +68,13 @@ class Tracer(Protocol):
         """A SERVER span continuing the trace of the caller's `traceparent` (a malformed or
         missing one starts a new trace)."""
 
-    def inject(self, carrier: MutableMapping[str, str]) -> None:
-        """The current span as the parent of the next hop (`traceparent`, `tracestate`)."""
+    def client(
+        self, name: str, carrier: MutableMapping[str, str], attributes: Attributes | None = None
+    ) -> AbstractContextManager[Span]:
+        """A CLIENT span for a call to another process, child of the current span and injected
+        into `carrier` (`traceparent`, `tracestate`, replacing the caller's) as the parent of
+        what the callee does. Not made current: nothing in this task runs under it, so the
+        context switch a current span costs is spared."""
 
     def capture(self) -> Parent | None:
         """The current span, as the parent of work another task does for it."""
@@ -83,6 +91,9 @@ class _NoSpan:
         return None
 
     def set(self, key: str, value: Attribute | None) -> None:
+        return None
+
+    def update(self, attributes: Attributes) -> None:
         return None
 
     def event(self, name: str, attributes: Attributes | None = None) -> None:
@@ -119,8 +130,8 @@ class NoTracer:
     def server(self, name: str, *_: Any) -> AbstractContextManager[Span]:
         return _NO_BLOCK
 
-    def inject(self, carrier: MutableMapping[str, str]) -> None:
-        return None
+    def client(self, name: str, *_: Any) -> AbstractContextManager[Span]:
+        return _NO_BLOCK
 
     def capture(self) -> Parent | None:
         return None

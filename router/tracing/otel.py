@@ -45,6 +45,9 @@ class OtelSpan:
         if value is not None:
             self._span.set_attribute(key, value)
 
+    def update(self, attributes: Attributes) -> None:
+        self._span.set_attributes(attributes)
+
     def event(self, name: str, attributes: Attributes | None = None) -> None:
         self._span.add_event(name, attributes)
 
@@ -55,20 +58,23 @@ class OtelSpan:
 
 
 class _Block:
-    """A started span, current inside the `with` block and ended when it leaves; an exception
-    fails it unless its owner settles the status itself (a server span). A class rather than
-    a generator: it is entered on every request while traces are on."""
+    """A started span, ended when the `with` block leaves; an exception fails it unless its
+    owner settles the status itself (a server span). A span that is `current` is this task's
+    current span inside the block. A class rather than a generator: it is entered on every
+    request while traces are on."""
 
-    __slots__ = ("_raw", "_span", "_settled", "_token")
+    __slots__ = ("_current", "_raw", "_settled", "_span", "_token")
 
-    def __init__(self, raw: trace.Span, settled: bool) -> None:
+    def __init__(self, raw: trace.Span, *, settled: bool, current: bool) -> None:
         self._raw = raw
         self._span = OtelSpan(raw)
         self._settled = settled
+        self._current = current
         self._token: object = None
 
     def __enter__(self) -> Span:
-        self._token = otel_context.attach(trace.set_span_in_context(self._raw))
+        if self._current:
+            self._token = otel_context.attach(trace.set_span_in_context(self._raw))
         return self._span
 
     def __exit__(
@@ -81,7 +87,8 @@ class _Block:
             if exc is not None and not (self._span.failed or self._settled):
                 self._span.fail(_error_type(exc), None)
         finally:
-            otel_context.detach(self._token)  # type: ignore[arg-type]
+            if self._current:
+                otel_context.detach(self._token)  # type: ignore[arg-type]
             self._raw.end()
 
 
@@ -109,7 +116,7 @@ class OtelTracer:
         raw = self._tracer.start_span(
             name, context=context, kind=_KINDS[kind], attributes=attributes
         )
-        return _Block(raw, settled=False)
+        return _Block(raw, settled=False, current=True)
 
     def server(
         self, name: str, carrier: Mapping[str, str], attributes: Attributes | None = None
@@ -120,13 +127,18 @@ class OtelTracer:
             name, context=context, kind=trace.SpanKind.SERVER, attributes=attributes
         )
         # Its caller settles its status: a refusal (4xx) raised through it is no server error.
-        return _Block(raw, settled=True)
+        return _Block(raw, settled=True, current=True)
 
-    def inject(self, carrier: MutableMapping[str, str]) -> None:
-        for name in _HOP_HEADERS:
-            carrier.pop(name, None)
-            carrier.pop(name.title(), None)
-        propagate.inject(carrier)
+    def client(
+        self, name: str, carrier: MutableMapping[str, str], attributes: Attributes | None = None
+    ) -> contextlib.AbstractContextManager[Span]:
+        raw = self._tracer.start_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes)
+        for header in _HOP_HEADERS:
+            carrier.pop(header, None)
+            carrier.pop(header.title(), None)
+        # Injected from a context naming the span outright: it never becomes current.
+        propagate.inject(carrier, context=trace.set_span_in_context(raw))
+        return _Block(raw, settled=False, current=False)
 
     def capture(self) -> Parent | None:
         return otel_context.get_current()

@@ -34,3 +34,18 @@ def test_with_traces_off_a_hop_adds_nothing() -> None:
     with lent_span(headers, "s1", "fast") as span:
         assert span.trace_id is None
     assert headers.getall("traceparent") == [CALLER]
+
+
+def test_a_hop_span_is_not_current_where_it_is_started(spans: Spans) -> None:
+    """Nothing in this process runs under a hop (the callee does, in its own process): work
+    started beside it stays a child of the server span, and no context switch is paid."""
+    inbound = CIMultiDict({"traceparent": CALLER})
+    with tracing.tracer().server("POST /v1/chat/completions", inbound):
+        with lent_span(CIMultiDict(), "s1", "fast"):
+            with tracing.tracer().span("beside"):
+                pass
+    server, lend, beside = (
+        spans.named(n)[0] for n in ("POST /v1/chat/completions", "lend", "beside")
+    )
+    assert lend.parent is not None and lend.parent.span_id == server.context.span_id
+    assert beside.parent is not None and beside.parent.span_id == server.context.span_id

@@ -108,3 +108,31 @@ async def test_a_refusal_is_no_server_error_and_a_backend_failure_is(
     assert backend.attributes is not None and backend.attributes["error.type"] == "_OTHER"
     assert backend.attributes["gen_ai.request.stream"] is True
     assert backend.attributes["gen_ai.response.time_to_first_chunk"] > 0
+
+
+FIRST_CHUNK_S = 0.5  # the fake backend's wait before its first token (--ttft)
+
+
+async def test_time_to_first_chunk_is_when_the_first_bytes_reach_the_client(
+    harness: RouterHarness, spans: Spans
+) -> None:
+    """The backend sends a streamed answer's headers at once and its first chunk after
+    FIRST_CHUNK_S (a completions stream has no role-only chunk before the tokens): taken at
+    the headers, the attribute would be a few milliseconds. A whole answer is one chunk, sent
+    when it is done: its headers' time."""
+    harness.model("m1")
+    harness.faults["llamacpp"] = f"--ttft {FIRST_CHUNK_S}"
+    client = await harness.start()
+    body = {"model": "m1", "prompt": "hi", "max_tokens": 2}
+    streamed = await client.post("/v1/completions", json={**body, "stream": True})
+    assert streamed.status_code == 200 and "tok0" in streamed.text
+    whole = await client.post("/v1/completions", json=body)
+    assert whole.status_code == 200, whole.text
+    found = await spans.until(lambda f: sum(s.kind is SpanKind.CLIENT for s in f) == 2)
+    calls = {
+        s.attributes["gen_ai.request.stream"]: s.attributes
+        for s in found
+        if s.kind is SpanKind.CLIENT and s.attributes
+    }
+    assert calls[True]["gen_ai.response.time_to_first_chunk"] >= FIRST_CHUNK_S
+    assert calls[False]["gen_ai.response.time_to_first_chunk"] >= FIRST_CHUNK_S

@@ -6,7 +6,9 @@ only because a graceful stop flushes them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -49,14 +51,21 @@ class Receiver:
         return out
 
 
-async def test_a_stopping_router_exports_its_spans_over_otlp_http(
-    tmp_harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.asynccontextmanager
+async def receiving(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Receiver]:
+    """A receiver on loopback, the OTLP endpoint of every router the test starts inside."""
     receiver = Receiver()
     app = web.Application()
     app.router.add_post("/v1/traces", receiver.traces)
     async with TestServer(app, host="127.0.0.1") as sink:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", str(sink.make_url("/")))
+        yield receiver
+
+
+async def test_a_stopping_router_exports_its_spans_over_otlp_http(
+    tmp_harness: RouterHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with receiving(monkeypatch) as receiver:
         monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # only the stop's flush sends
         tmp_harness.model("m1")
