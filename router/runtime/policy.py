@@ -66,6 +66,9 @@ class ResidentView:
     interactive_at: float | None = None  # when an interactive request last used it
     # A load that stops it waits for an interactive (or promoted) request, in any lane.
     urgent_victim: bool = False
+    # When it became ready (the decision's clock): its requests queued before then are those
+    # it was loaded for, and it serves them all, up to its in-flight cap, before it leaves.
+    ready_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,10 +136,30 @@ def _decide(snapshot: Snapshot) -> Decision:
             drain.add(r.key)
         if leaves and r.leases == 0:
             stop.add(r.key)
-    load = waiters[others[0]].key if others else None
+    load = waiters[_next_load(others, snapshot)].key if others else None
     return Decision(
         tuple(sorted(grant)), frozenset(drain), frozenset(undrain), frozenset(stop), load
     )
+
+
+def _next_load(others: tuple[int, ...], snapshot: Snapshot) -> int:
+    """The waiter whose runtime loads next: the first in fair order, but with `grouped` the
+    first of its class that is overdue (its window closed or its bypass budget spent), since
+    it is what made a victim leave. Without it the round robin could put the model that just
+    left back at the head: it would load again while the overdue waiter is passed once more."""
+    waiters, policy, now = snapshot.waiters, snapshot.policy, snapshot.now
+    head = others[0]
+    if policy.order == "fifo":
+        return head
+    promote = policy.batch_promote_after
+    urgent = fair.urgent(waiters[head], now, promote)
+    for i in others:
+        w = waiters[i]
+        spent = policy.max_bypass is not None and w.bypassed >= policy.max_bypass
+        late = now - w.enqueued_at >= policy.max_batch_wait
+        if fair.urgent(w, now, promote) == urgent and (spent or late):
+            return i
+    return head
 
 
 def _shielded(r: ResidentView, others: tuple[int, ...], snapshot: Snapshot) -> bool:
@@ -174,7 +197,7 @@ def _victim(
     if r.leases == 0 and not mine:
         return (), True  # idle, and only others wait: swap now
     if snapshot.now - r.victim_since >= policy.max_batch_wait:
-        return (), True
+        return _leaving(r, own, others, waiters)
     if policy.max_bypass is None:
         return mine, False
     # Judged before the in-flight cap: a victim at its cap whose next request passes nobody
@@ -182,8 +205,22 @@ def _victim(
     # one for that request (found by tests/runtime/test_fair_order.py, max_bypass 0).
     within = _within_bypass(waiters, own, others, policy.max_bypass)
     if not within and any(waiters[i].bypassed >= policy.max_bypass for i in others):
-        return (), True
+        return _leaving(r, own, others, waiters)
     return _capped(within, r.free), False  # none: running work goes on, the window may bring more
+
+
+def _leaving(
+    r: ResidentView, own: tuple[int, ...], others: tuple[int, ...], waiters: Sequence[WaiterView]
+) -> tuple[tuple[int, ...], bool]:
+    """A victim whose window closed or whose bypass budget is spent still serves what it was
+    loaded for (queued before it became ready) ahead of every waiter for another model: those
+    loaded_for() would have granted at once but for the in-flight cap. Then it leaves."""
+    head = others[0] if others else len(waiters)
+    ready_at = r.ready_at
+    loaded = tuple(
+        i for i in own if i < head and ready_at is not None and waiters[i].enqueued_at < ready_at
+    )
+    return _capped(loaded, r.free), not loaded
 
 
 def _same_class(
@@ -219,6 +256,7 @@ def loaded_for(
     key: str,
     order: QueueOrder,
     running: Mapping[str, int] | None = None,
+    free: int | None = None,
 ) -> tuple[int, ...]:
     """The waiters a runtime that just became ready serves first: those it was loaded for.
 
@@ -226,13 +264,14 @@ def loaded_for(
     may have expired meanwhile; decide() would then stop the new runtime unused and load it
     again for the same waiters, forever. Grouped: every waiter for `key`; fifo: only those
     ahead of the first waiter for another model. Never a caller's requests over its cap
-    (`running`: leases held per caller name)."""
+    (`running`: leases held per caller name), nor more than the runtime's `free` leases
+    (`max_in_flight`): decide() serves the rest as leases end (`ResidentView.ready_at`)."""
     within = fair.eligible(waiters, running or {})
     mine = tuple(i for i in within if waiters[i].key == key)
     if order == "fifo":
         head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
-        return tuple(i for i in mine if i < head)
-    return mine
+        mine = tuple(i for i in mine if i < head)
+    return _capped(mine, free)
 
 
 def bypasses(count: int, granted: Sequence[int]) -> list[int]:
