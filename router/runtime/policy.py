@@ -16,7 +16,11 @@ memory plan's. So one rule serves both modes:
   at once; with `fifo` it serves only its requests queued ahead of the first other one.
 - A runtime nobody needs to stop any more is let out of its drain; an unloading one stops when
   drained. Running work is never cancelled.
-- `load`: the oldest request's runtime that is not in the lane (the pump plans it).
+- A new runtime's first grants (`loaded_for`) keep to its in-flight cap; once its window is
+  closed it still serves the rest of what it was loaded for (`ready_at`) that is ahead of
+  every request for another model, then leaves.
+- `load`: the oldest request's runtime that is not in the lane (the pump plans it); with
+  `grouped`, the first overdue one of that class if any (the one a victim left for).
 
 "Oldest" and "queue order" above mean the fair order (fair.py): interactive before batch, round
 robin over callers within a class, callers over their cap left out. On top of it, two class
