@@ -17,8 +17,8 @@ memory plan's. So one rule serves both modes:
 - A runtime nobody needs to stop any more is let out of its drain; an unloading one stops when
   drained. Running work is never cancelled.
 - A new runtime's first grants (`loaded_for`) keep to its in-flight cap; once its window is
-  closed it still serves the rest of what it was loaded for (`ready_at`) that is ahead of
-  every request for another model, then leaves.
+  closed it still serves what fifo would (its requests ahead of every other model's) and
+  what it was loaded for (`ready_at`) that is older than its window's request, then leaves.
 - `load`: the oldest request's runtime that is not in the lane (the pump plans it); with
   `grouped`, the first overdue one of that class if any (the one a victim left for).
 
@@ -201,7 +201,7 @@ def _victim(
     if r.leases == 0 and not mine:
         return (), True  # idle, and only others wait: swap now
     if snapshot.now - r.victim_since >= policy.max_batch_wait:
-        return _leaving(r, own, others, waiters)
+        return _leaving(r, own, others, snapshot)
     if policy.max_bypass is None:
         return mine, False
     # Judged before the in-flight cap: a victim at its cap whose next request passes nobody
@@ -209,22 +209,31 @@ def _victim(
     # one for that request (found by tests/runtime/test_fair_order.py, max_bypass 0).
     within = _within_bypass(waiters, own, others, policy.max_bypass)
     if not within and any(waiters[i].bypassed >= policy.max_bypass for i in others):
-        return _leaving(r, own, others, waiters)
+        return _leaving(r, own, others, snapshot)
     return _capped(within, r.free), False  # none: running work goes on, the window may bring more
 
 
 def _leaving(
-    r: ResidentView, own: tuple[int, ...], others: tuple[int, ...], waiters: Sequence[WaiterView]
+    r: ResidentView, own: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
 ) -> tuple[tuple[int, ...], bool]:
-    """A victim whose window closed or whose bypass budget is spent still serves what it was
-    loaded for (queued before it became ready) ahead of every waiter for another model: those
-    loaded_for() would have granted at once but for the in-flight cap. Then it leaves."""
-    head = others[0] if others else len(waiters)
-    ready_at = r.ready_at
-    loaded = tuple(
-        i for i in own if i < head and ready_at is not None and waiters[i].enqueued_at < ready_at
+    """A victim whose window closed or whose bypass budget is spent still serves, in turn, what
+    fifo would (its requests ahead of every waiter for another model in fair order) and what it
+    was loaded for (queued before it became ready) that is older than the request its window
+    counts from: loaded_for() would have granted those at once but for the in-flight cap. Then
+    it leaves. None of them goes ahead of a person waiting for it."""
+    waiters, head = snapshot.waiters, others[0] if others else len(snapshot.waiters)
+    if not own:
+        return (), True
+    ready_at, since = r.ready_at or 0.0, r.victim_since or 0.0
+    promote, now = snapshot.policy.batch_promote_after, snapshot.now
+    first = fair.urgent(waiters[own[0]], now, promote)
+    due = tuple(
+        i
+        for i in own
+        if (i < head or waiters[i].enqueued_at < min(ready_at, since))
+        and fair.urgent(waiters[i], now, promote) == first
     )
-    return _capped(loaded, r.free), not loaded
+    return _capped(due, r.free), not due
 
 
 def _same_class(
