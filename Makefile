@@ -64,9 +64,10 @@ run: llama-server
 	  echo "serving $$cfg on http://127.0.0.1:8080 (admin WebUI: http://127.0.0.1:8080/router/ui/)" && \
 	  exec $(VENV)/bin/tensor-router start --config "$$cfg"
 
-# Everything but the opt-in vLLM tier (make test-vllm).
+# Everything but the opt-in vLLM tier (make test-vllm); the 30 slowest tests are listed at the
+# end, so a CI log shows where the suite's time goes.
 test: backends browser
-	$(VENV)/bin/pytest -m "not vllm" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not vllm" --durations=30 $(PYTEST_ARGS)
 
 test-fast: venv browser
 	$(VENV)/bin/pytest -m "not real and not vllm" $(PYTEST_ARGS)

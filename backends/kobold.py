@@ -21,9 +21,9 @@ from backends.base import (
     Backend,
     ConfigNotSupported,
     IdentityMismatch,
-    RouteTable,
     get_json,
 )
+from backends.routes import RouteTable
 from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 

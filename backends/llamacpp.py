@@ -21,13 +21,13 @@ from backends.base import (
     Backend,
     ConfigNotSupported,
     IdentityMismatch,
-    RouteTable,
     config_path,
     flag_set,
     get_json,
     model_ids,
     positive_int,
 )
+from backends.routes import RouteTable
 from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 

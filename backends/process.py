@@ -23,13 +23,13 @@ Exit detection never waits on pipes (R2, python/cpython#119710): a pidfd registe
 the event loop fires the moment the child becomes a zombie, and os.waitpid(WNOHANG) reaps
 it. Output keeps being read until EOF, which a grandchild may delay; that never delays
 wait_exit(). When the child exits on its own, whatever it left behind is killed at once:
-a wrapper must not daemonize the real server.
+a wrapper must not daemonize the real server. The pipes themselves are read by
+backends/output.py (ProcessOutput), which this supervisor holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import ctypes
 import enum
 import logging
@@ -37,27 +37,18 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
 
 import psutil
 
 from backends import watchdog as wd
+from backends.output import ProcessOutput
 
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-MAX_LINE = 16384  # longer lines are emitted (and kept) in pieces of this size
-# Once serving (after `detach_output`), a pipe is left alone this long after each read so the
-# child's next writes arrive as one read: llama-server writes each log line in several
-# write()s, ~6 lines per request, and every read woke the router's event loop (~75 us per
-# request in bench/RESULTS.md, issue 17). Before that, lines are read as they come: the
-# readiness line and load progress must not wait. (10 ms was tried: the swap-heavy
-# tests/runtime/test_grouped_queue.py then timed out twice on a loaded box; cause not found.)
-READ_COALESCE_S = 0.004
 _KILL_WAIT = 5.0  # bound on waiting for SIGKILLed processes (D-state can delay death)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -114,7 +105,8 @@ class SupervisedProcess:
 
     `env` is the child's complete environment (None: inherit the router's), plus the tag.
     `on_output(stream, line)` gets each stdout/stderr line as bytes without its line ending;
-    lines longer than MAX_LINE arrive in pieces. Create, start and stop it on one event loop.
+    lines longer than output.MAX_LINE arrive in pieces. Create, start and stop it on one
+    event loop.
     """
 
     def __init__(
@@ -137,14 +129,7 @@ class SupervisedProcess:
         self._env = env  # None: inherit the router's environment; else the full environment
         self._cwd = cwd
         self._pidfile = pidfile_dir / f"{name}.pid" if pidfile_dir is not None else None
-        self._on_output = on_output
-        self._coalesce = False  # set by detach_output: the backend is serving
-        # Raw lines, decoded only when read (tail): a serving llama-server writes ~30 lines
-        # per request, and most are never read (bench/profile_proxy.py).
-        self._ring: collections.deque[bytes] = collections.deque(maxlen=max(1, ring_lines))
-        self._partial: dict[str, bytes] = {}
-        self._streams: dict[str, IO[bytes]] = {}
-        self._eof = asyncio.Event()
+        self._output = ProcessOutput(name, ring_lines, on_output)
         self._tag = f"{_watchdog.router_tag}.{secrets.token_hex(8)}"
         self._state = ProcState.STARTING
         self._popen: subprocess.Popen[bytes] | None = None
@@ -155,7 +140,6 @@ class SupervisedProcess:
         self._cleanup: asyncio.Task[None] | None = None
         self._pidfd: int | None = None
         self.returncode: int | None = None
-        self.last_output_at = 0.0
 
     # ---- public API -------------------------------------------------------------------
 
@@ -172,10 +156,18 @@ class SupervisedProcess:
         """Set the moment the direct child has exited and been reaped."""
         return self._exited
 
+    @property
+    def last_output_at(self) -> float:
+        """When the child last wrote a line (monotonic); the spawn time until the first line."""
+        return self._output.last_output_at
+
     def tail(self, n: int = 50) -> list[str]:
         """The last n output lines of both streams, in arrival order."""
-        lines = list(self._ring)[-n:] if n > 0 else []
-        return [line.decode("utf-8", errors="replace") for line in lines]
+        return self._output.tail(n)
+
+    def detach_output(self) -> None:
+        """The backend serves: stop calling `on_output` and coalesce reads (ProcessOutput)."""
+        self._output.detach()
 
     async def start(self) -> None:
         if self._state is not ProcState.STARTING or self._popen is not None:
@@ -187,9 +179,8 @@ class SupervisedProcess:
         except (OSError, subprocess.SubprocessError):
             self._set_state(ProcState.EXITED)
             raise
-        self.last_output_at = time.monotonic()
         self._record_spawn()
-        self._attach_streams(loop)
+        self._output.attach(loop, {"stdout": self._popen.stdout, "stderr": self._popen.stderr})
         self._watch_exit(loop)
         self._set_state(ProcState.RUNNING)
 
@@ -243,103 +234,6 @@ class SupervisedProcess:
         check_transition(self._state, new)
         self._state = new
 
-    # ---- output -----------------------------------------------------------------------
-
-    def _attach_streams(self, loop: asyncio.AbstractEventLoop) -> None:
-        assert self._popen is not None
-        for name, fh in (("stdout", self._popen.stdout), ("stderr", self._popen.stderr)):
-            assert fh is not None
-            fd = fh.fileno()
-            os.set_blocking(fd, False)
-            self._streams[name] = fh
-            self._partial[name] = b""
-            loop.add_reader(fd, self._on_wake, loop, name, fd)
-
-    def _on_wake(self, loop: asyncio.AbstractEventLoop, name: str, fd: int) -> None:
-        if self._on_readable(name, fd) and self._coalesce and name in self._streams:
-            loop.remove_reader(fd)
-            loop.call_later(READ_COALESCE_S, self._rearm, loop, name, fd)
-
-    def _rearm(self, loop: asyncio.AbstractEventLoop, name: str, fd: int) -> None:
-        fh = self._streams.get(name)
-        if fh is not None and not fh.closed and fh.fileno() == fd:
-            loop.add_reader(fd, self._on_wake, loop, name, fd)
-
-    def _on_readable(self, name: str, fd: int) -> bool:
-        """Read one chunk; False when nothing was available."""
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return False
-        except OSError:
-            data = b""
-        if not data:
-            self._close_stream(name)
-            return False
-        self.last_output_at = time.monotonic()
-        buf = self._partial[name] + data
-        *lines, rest = buf.split(b"\n")
-        while len(rest) > MAX_LINE:  # bound memory for output that never ends a line
-            lines.append(rest[:MAX_LINE])
-            rest = rest[MAX_LINE:]
-        self._partial[name] = rest
-        if self._on_output is None and len(buf) <= MAX_LINE and b"\r" not in buf:
-            self._ring.extend(lines)  # detached, short lines: all the loop below would do
-            return True
-        for line in lines:
-            line = line.rstrip(b"\r")
-            if self._on_output is None and len(line) <= MAX_LINE:
-                self._ring.append(line)  # detached (serving): all _emit would do
-                continue
-            for start in range(0, max(len(line), 1), MAX_LINE):
-                self._emit(name, line[start : start + MAX_LINE])
-        return True
-
-    def _read_buffered(self) -> None:
-        """Take what the child wrote before exiting, so tail() has its last words."""
-        for name, fh in list(self._streams.items()):
-            for _ in range(64):  # bounded: a grandchild may keep writing
-                if not self._on_readable(name, fh.fileno()):
-                    break
-
-    def detach_output(self) -> None:
-        """Stop calling `on_output`: its readers (readiness, load progress, the load capture)
-        are done once the backend is up, and a serving backend logs lines per request, so its
-        reads are coalesced from now on."""
-        self._on_output = None
-        self._coalesce = True
-
-    def _emit(self, name: str, line: bytes) -> None:
-        self._ring.append(line)
-        if self._on_output is not None:
-            try:
-                self._on_output(name, line)
-            except Exception:  # a broken observer must not stop the reader
-                log.exception("on_output callback failed for %s", self.name)
-
-    def _close_stream(self, name: str) -> None:
-        fh = self._streams.pop(name, None)
-        if fh is None:
-            return
-        rest = self._partial.pop(name, b"")
-        if rest:
-            self._emit(name, rest.rstrip(b"\r"))
-        try:
-            asyncio.get_running_loop().remove_reader(fh.fileno())
-        except (RuntimeError, ValueError):
-            pass
-        fh.close()
-        if not self._streams:
-            self._eof.set()
-
-    async def _drain_streams(self, limit: float) -> None:
-        """Wait for EOF briefly; then stop reading whatever a survivor still holds."""
-        try:
-            await asyncio.wait_for(self._eof.wait(), limit)
-        except TimeoutError:
-            for name in list(self._streams):
-                self._close_stream(name)
-
     # ---- exit detection ---------------------------------------------------------------
 
     def _watch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -371,7 +265,7 @@ class SupervisedProcess:
         self.returncode = os.waitstatus_to_exitcode(status)
         assert self._popen is not None
         self._popen.returncode = self.returncode  # keep Popen from reaping again
-        self._read_buffered()
+        self._output.read_buffered()
         self._exited.set()
         if self._state is ProcState.RUNNING:
             self._set_state(ProcState.EXITED)
@@ -450,7 +344,7 @@ class SupervisedProcess:
         for p, ticks in self._seen.items():
             if p != self.pid:
                 wd.reap_if_child(p, ticks)
-        await self._drain_streams(0.5)
+        await self._output.drain(0.5)
         if self._pidfile is not None:
             self._pidfile.unlink(missing_ok=True)
         _watchdog.unregister(self._require_pid())

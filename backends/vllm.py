@@ -24,7 +24,6 @@ from backends.base import (
     Backend,
     ConfigNotSupported,
     IdentityMismatch,
-    RouteTable,
     UnsafeArguments,
     built_backends_dir,
     check_args,
@@ -32,6 +31,7 @@ from backends.base import (
     option_name,
     positive_int,
 )
+from backends.routes import RouteTable
 from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 

@@ -22,11 +22,11 @@ from backends.base import (
     Backend,
     BackendUnavailable,
     ConfigNotSupported,
-    RouteTable,
     config_path,
     option_name,
     positive_int,
 )
+from backends.routes import RouteTable
 from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 

@@ -18,11 +18,10 @@ the cached share after the restart. A report, never a test.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from bench import common as c
-from bench.kv_return import _chat, _ttft, on_off_models
+from bench.kv_return import _chat, _ttft, on_off_router, skipped
 
 Messages = list[dict[str, str]]
 
@@ -79,24 +78,15 @@ def _share(turn: dict[str, Any]) -> float | None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     opts = c.Opts.parse(argv, __doc__ or "")
-    llama = c.llama_server_path()
-    if not llama:
-        data = {"skipped": {"all": c.skip("conversations", "llama-server")}}
-        c.save(opts, "conversations", data)
-        return data
     reps = max(opts.reps, 2)
-    with c.workdir("conversations") as wd:
-        models, kcpps = on_off_models(wd)
-        runtime = "max_queue: 64, stop_grace: 5s, residency: lane, kv_save_timeout: 120s"
-        router = c.Router(wd / "router", models, Path(llama), extra_kcpps=kcpps, runtime=runtime)
-        router.start()
-        try:
-            runs = c.interleave(
-                ["on", "off"], reps, lambda arm, rep: _returning(router, f"a-{arm}", rep)
-            )
-            restart = _after_restart(router, runs["on"][-1])
-        finally:
-            router.stop()
+    runtime = "max_queue: 64, stop_grace: 5s, residency: lane, kv_save_timeout: 120s"
+    with on_off_router("conversations", runtime) as router:
+        if router is None:
+            return skipped(opts, "conversations")
+        runs = c.interleave(
+            ["on", "off"], reps, lambda arm, rep: _returning(router, f"a-{arm}", rep)
+        )
+        restart = _after_restart(router, runs["on"][-1])
     kept = {a: [{k: r[k] for k in ("load_ms", "turns")} for r in rs] for a, rs in runs.items()}
     result = {"summary": _summary(runs, restart), "restart": restart, "runs": kept}
     c.log(f"conversations: {result['summary']}")

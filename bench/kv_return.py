@@ -17,9 +17,11 @@ Reported: TTFT with persistence / without (issue 26's target <= 0.3). A report, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,30 +104,37 @@ def on_off_models(wd: Path) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]
     return models, kcpps
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    opts = c.Opts.parse(argv, __doc__ or "")
+@contextlib.contextmanager
+def on_off_router(name: str, runtime: str) -> Iterator[c.Router | None]:
+    """A started router serving `on_off_models` in the work folder `name`, stopped at the end;
+    None without llama-server (then `skipped` is the result)."""
     llama = c.llama_server_path()
     if not llama:
-        data = {"skipped": {"all": c.skip("kv_return", "llama-server")}}
-        c.save(opts, "kv_return", data)
-        return data
-    reps = max(opts.reps, 3)
-    with c.workdir("kv_return") as wd:
+        yield None
+        return
+    with c.workdir(name) as wd:
         models, kcpps = on_off_models(wd)
-        router = c.Router(
-            wd / "router",
-            models,
-            Path(llama),
-            extra_kcpps=kcpps,
-            runtime="max_queue: 64, stop_grace: 5s",
-        )
+        router = c.Router(wd / "router", models, Path(llama), extra_kcpps=kcpps, runtime=runtime)
         router.start()
         try:
-            runs = c.interleave(
-                ["on", "off"], reps, lambda arm, _rep: _returning(router, f"a-{arm}")
-            )
+            yield router
         finally:
             router.stop()
+
+
+def skipped(opts: c.Opts, name: str) -> dict[str, Any]:
+    data = {"skipped": {"all": c.skip(name, "llama-server")}}
+    c.save(opts, name, data)
+    return data
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    opts = c.Opts.parse(argv, __doc__ or "")
+    reps = max(opts.reps, 3)
+    with on_off_router("kv_return", "max_queue: 64, stop_grace: 5s") as router:
+        if router is None:
+            return skipped(opts, "kv_return")
+        runs = c.interleave(["on", "off"], reps, lambda arm, _rep: _returning(router, f"a-{arm}"))
     summary = {
         "model": "6 layers, width 384, F32 (random weights, demo shape)",
         "history_tokens": c.med([r["history_tokens"] for r in runs["on"]]),

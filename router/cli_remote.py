@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -65,11 +65,26 @@ def _call(config: str | None, url: str | None, method: str, path: str, body: Any
 
 url_option = click.option("--url", help="router base URL (default: from the config's server.bind)")
 config_option = click.option("--config", "-c", help="router.yaml (default: $TENSOR_ROUTER_CONFIG)")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def remote(fn: _F) -> _F:
+    """--config and --url: how each command here finds the router."""
+    return config_option(url_option(fn))
+
+
+def on_node(record: str) -> Callable[[_F], _F]:
+    """--node and --json, for a job that runs on a node and ends in a record."""
+
+    def options(fn: _F) -> _F:
+        fn = click.option("--json", "as_json", is_flag=True, help=f"print the {record} as JSON")(fn)
+        return click.option("--node", help="node id (default: the router's own)")(fn)
+
+    return options
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 def status(config: str | None, url: str | None) -> None:
     """Runtimes, their states, in-flight requests and queues of a running router."""
     payload = _call(config, url, "GET", "/router/v1/status")
@@ -87,8 +102,7 @@ def status(config: str | None, url: str | None) -> None:
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 @click.argument("model")
 @click.option(
     "--dry-run",
@@ -102,8 +116,7 @@ def load(config: str | None, url: str | None, model: str, dry_run: bool) -> None
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 @click.argument("target", default="all")
 def unload(config: str | None, url: str | None, target: str) -> None:
     """Unload TARGET: text, image, embeddings, voice, music or all (the default)."""
@@ -111,8 +124,7 @@ def unload(config: str | None, url: str | None, target: str) -> None:
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 @click.option("--since", default="24h", show_default=True, help="window: 30m, 24h, 7d ...")
 @click.option("--model", help="only this model")
 def analytics(config: str | None, url: str | None, since: str, model: str | None) -> None:
@@ -134,8 +146,7 @@ def analytics(config: str | None, url: str | None, since: str, model: str | None
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 def nodes(config: str | None, url: str | None) -> None:
     """The cluster's nodes as this router sees them: role, URL, health, models, last contact."""
     payload = _call(config, url, "GET", "/router/v1/site/inventory")
@@ -157,8 +168,7 @@ def _ms(value: float | None) -> str:
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 @click.option("--clear", is_flag=True, help="delete every recorded load error")
 def errors(config: str | None, url: str | None, clear: bool) -> None:
     """Recorded load errors of a running router (why a model did not start)."""
@@ -178,8 +188,7 @@ def errors(config: str | None, url: str | None, clear: bool) -> None:
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 @click.argument("model")
 @click.option("--sections", help="comma list: runtime,llm,embed,image,voice,music or all")
 @click.option(
@@ -190,8 +199,7 @@ def errors(config: str | None, url: str | None, clear: bool) -> None:
 )
 @click.option("--iterations", type=click.IntRange(1, 20), default=1, show_default=True)
 @click.option("--timeout", help="the run's time limit: 90s, 30m, 2h (default 30m)")
-@click.option("--node", help="node id (default: the router's own)")
-@click.option("--json", "as_json", is_flag=True, help="print the run record as JSON")
+@on_node("run record")
 def benchmark(
     config: str | None,
     url: str | None,
@@ -240,15 +248,13 @@ def _value(value: float | None) -> str:
 
 
 @commands.command()
-@config_option
-@url_option
+@remote
 @click.argument("repository")
 @click.argument("files", nargs=-1)
 @click.option("--revision", help="branch, tag or commit (default: main)")
 @click.option("--replace", is_flag=True, help="replace files already in the library")
 @click.option("--unsafe-ok", is_flag=True, help="download files the hub's scan flags")
-@click.option("--node", help="node id (default: the router's own)")
-@click.option("--json", "as_json", is_flag=True, help="print the finished job as JSON")
+@on_node("finished job")
 def download(
     config: str | None,
     url: str | None,

@@ -26,6 +26,7 @@ from router.app import create_app, create_backend_ui_app
 from router.appkeys import INFLIGHT, RUNTIMES, SESSIONS, SHUTDOWN, WEBUIS
 from router.config import Settings
 from router.edge import listener
+from router.edge.connection_caps import ConnectionGuard
 from router.webuis import Listener
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ async def serve(
     ui_runner: web.AppRunner | None = None
     try:
         # One guard for every listener: the connection cap covers the whole router.
-        guard = listener.ConnectionGuard(settings)
+        guard = ConnectionGuard(settings)
         guard.cluster_peers = await _master_addresses(settings)
         sites = await _listen(runner, settings, extra_binds, guard)
         names = [site.name for site in sites]
@@ -146,7 +147,7 @@ async def _listen(
     runner: web.AppRunner,
     settings: Settings,
     extra_binds: Sequence[tuple[str, int]],
-    guard: listener.ConnectionGuard,
+    guard: ConnectionGuard,
 ) -> list[listener.GuardedTCPSite]:
     """The `server.bind` listener and the `--ollama` ones, bound (ListenError otherwise)."""
     sites = [listener.capped_site(runner, settings, guard=guard)]
@@ -199,7 +200,7 @@ def _backend_ui_runner(app: web.Application, settings: Settings) -> web.AppRunne
 
 
 async def _start_backend_ui(
-    app: web.Application, runner: web.AppRunner, settings: Settings, guard: listener.ConnectionGuard
+    app: web.Application, runner: web.AppRunner, settings: Settings, guard: ConnectionGuard
 ) -> listener.GuardedTCPSite:
     """The backend-UI listener (docs/webuis.md). Under `auto` a taken port + 1 is not fatal:
     browsers reach the listener only through the redirect, which names whatever port it got."""

@@ -119,7 +119,7 @@ class ServerSection(Section):
 
     @model_validator(mode="after")
     def _check_reserve(self) -> ServerSection:
-        # The default reserve shrinks to fit a small cap (listener.py); a chosen one must fit.
+        # The default reserve shrinks to fit a small cap (edge/connection_caps.py); a chosen one must fit.
         chosen = "reserved_connections" in self.model_fields_set
         if chosen and self.reserved_connections >= self.max_connections:
             raise ValueError(

@@ -1,5 +1,6 @@
 """Hugging Face downloads (docs/downloads.md): pure decisions (`names`, `ssrf`, `plan`,
-`queries`), the hub client (`hub`), the byte transfer (`transfer`), jobs and the service."""
+`queries`), the hub client (`hub`), the byte transfer (`transfer`), jobs, the library's listing
+and scan (`library`) and the service."""
 
 from router.downloads.hub import Hub
 from router.downloads.jobs import Job, State

@@ -21,6 +21,7 @@ from typing import Any
 from router.config import DownloadsSection
 from router.downloads.hub import REGISTRY, Hub, resolve
 from router.downloads.jobs import RESUMABLE, TERMINAL, Job, State
+from router.downloads.library import STAGING, listing, scan
 from router.downloads.plan import Plan, Present, RepoFile, Repository, choose, make_plan
 from router.downloads.ssrf import Policy, origin_of
 from router.downloads.transfer import (
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 GiB = 1024**3
 PROGRESS_INTERVAL = 0.5
 SHUTDOWN_WAIT = 10.0
-STAGING = ".staging"
 
 
 class Downloads:
@@ -348,20 +348,13 @@ class Downloads:
 
     async def library(self) -> dict[str, Any]:
         rows = await self.store.downloads.library_entries()
-        return {
-            "dir": self.dir.name,
-            "artifacts": [
-                {**r, "origin": f"hf://{r['repository']}@{r['commit_sha']}/{r['repo_path']}"}
-                for r in rows
-            ],
-            "jobs": [j.to_json() for j in sorted(self.jobs.values(), key=lambda j: -j.created_at)],
-        }
+        return listing(rows, self.dir, self.jobs.values())
 
     async def rescan(self) -> dict[str, Any]:
         """Drop library rows whose file is gone; report files that changed size and files in
-        downloads.dir the library does not know (never hashed here: that is the inventory's)."""
+        downloads.dir the library does not know (router/downloads/library.py)."""
         rows = await self.store.downloads.library_entries()
-        missing, changed, untracked = await asyncio.to_thread(self._check, rows)
+        missing, changed, untracked = await asyncio.to_thread(scan, self.dir, rows)
         for path in missing:
             await self.store.downloads.delete_library_entry(path)
         return {
@@ -370,24 +363,6 @@ class Downloads:
             "changed": changed,
             "untracked": untracked,
         }
-
-    def _check(self, rows: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
-        missing, changed = [], []
-        for row in rows:
-            path = self.dir / row["path"]
-            if not path.is_file():
-                missing.append(row["path"])
-            elif path.stat().st_size != row["size"]:
-                changed.append(row["path"])
-        return missing, changed, self._untracked({row["path"] for row in rows})
-
-    def _untracked(self, known: set[str]) -> list[str]:
-        found = []
-        for path in sorted(self.dir.rglob("*")):
-            rel = path.relative_to(self.dir).as_posix()
-            if path.is_file() and not rel.startswith(STAGING + "/") and rel not in known:
-                found.append(rel)
-        return found[:1000]
 
 
 @contextlib.asynccontextmanager

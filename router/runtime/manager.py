@@ -52,6 +52,7 @@ from router.runtime.state import (
     spec_for,
 )
 from router.runtime.table import Table
+from router.runtime.unloads import Unloads
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class RuntimeManager:
             self._leasing.grant,
             self._poke,
         )
+        self._unloads = Unloads(self._table, self._life, self._pump.run)
         swaps = (self._life.swap_times, self._hooks)
         self._board = QueueBoard(
             settings, self._table, self._pump, events, clock, usual_load, swaps
@@ -238,47 +240,15 @@ class RuntimeManager:
         self, lanes: frozenset[Lane], *, model: str | None = None, family: Family | None = None
     ) -> list[str]:
         """Stop the runtimes in `lanes` (only those serving config `model`, or of `family`,
-        when given) once their running work is done; returns their keys. Chosen and marked in
-        one step, so a swap cannot slip in between choosing a runtime and marking it."""
-        targets = {
-            rt
-            for rt in self._table.runtimes.values()
-            if rt.spec.occupies & lanes
-            and rt.state is not RuntimeState.SLEEPING
-            and model in (None, rt.config.id)
-            and family in (None, rt.spec.family)
-        }
-        sleepers = {  # asleep, so in no lane's slot (router/runtime/sleep.py)
-            rt
-            for rt in self._table.runtimes.values()
-            if rt.state is RuntimeState.SLEEPING
-            and rt.spec.occupies & lanes
-            and model in (None, rt.config.id)
-            and family in (None, rt.spec.family)
-        }
-        for runtime in targets:
-            runtime.unload_requested = True
-        for runtime in sleepers:
-            self._life.begin_stop(runtime)
-        targets |= sleepers
-        self._pump.run()
-        await asyncio.gather(*(rt.gone.wait() for rt in targets))
-        return sorted(rt.key for rt in targets)
+        when given) once their running work is done; returns their keys (router/runtime/
+        unloads.py)."""
+        return await self._unloads.unload(lanes, model, family)
 
     async def expire(self, config: ModelConfig, lane: Lane) -> bool:
         """Ollama's unload (`keep_alive: 0` with nothing to generate): stop the runtime that
         serves `config` on `lane` once its running work is done. Never loads anything; True
         when there was one to stop."""
-        runtime = self._table.runtimes.get(spec_for(config, lane).key)
-        if runtime is None:
-            return False
-        runtime.keep_alive = 0.0
-        runtime.unload_requested = True
-        if runtime.state is RuntimeState.SLEEPING:  # in no slot: the pump would not see it
-            self._life.begin_stop(runtime)
-        self._pump.run()
-        await runtime.gone.wait()
-        return True
+        return await self._unloads.expire(config, lane)
 
     def report_failure(self, runtime: Runtime, reason: str) -> None:
         """The proxy saw a backend that no longer serves (R9): kill it; the next request relaunches."""

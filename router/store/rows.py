@@ -106,11 +106,36 @@ _USAGE_NAME = {
 }
 
 
-def sniff_usage(tail: bytes) -> dict[str, int]:
-    """Token counts from the last usage report in the response's final bytes."""
+# The final report starts at the last of these: OpenAI's and Anthropic's `usage`, llama-server's
+# `timings`, Ollama's counts. A streamed tail is mostly chunks with a quote every few bytes, where
+# the regex tries every spelling at each quote (~30 us for 4 KiB, on the event loop for a scoped
+# key); from the report's start it reads a few hundred bytes (~3 us; bench/usage_sniff.py).
+_REPORT_STARTS = (b'"usage"', b'"timings"', b'"prompt_eval_count"', b'"eval_count"')
+_REPORT_WINDOW = 1024  # every dialect's final report fits; earlier counts are earlier reports
+
+
+def _report_start(tail: bytes) -> int:
+    """Where the tail's final usage report starts (the window's start when none is found)."""
+    floor = max(0, len(tail) - _REPORT_WINDOW)
+    starts = [at for at in (tail.rfind(name, floor) for name in _REPORT_STARTS) if at >= 0]
+    return min(starts, default=floor)
+
+
+def _read_usage(tail: bytes, start: int) -> dict[str, int]:
     found: dict[str, int] = {}
-    for name, value in _USAGE.findall(tail):
+    for name, value in _USAGE.findall(tail, start):
         found[_USAGE_NAME[name]] = int(value)
+    return found
+
+
+def sniff_usage(tail: bytes) -> dict[str, int]:
+    """Token counts from the last usage report in the response's final bytes (the last value
+    of each spelling wins)."""
+    start = _report_start(tail)
+    found = _read_usage(tail, start)
+    if start and "completion_tokens" in found and "prompt_tokens" not in found:
+        # Anthropic's stream gives the prompt's count in message_start, long before the end.
+        found = _read_usage(tail, 0)
     # Anthropic's `input_tokens` leaves out what was read from or written to the cache; the
     # prompt is all three (so cached / prompt is a share on every surface).
     read, write = found.pop("anthropic_cache_read", None), found.pop("anthropic_cache_write", 0)

@@ -944,7 +944,7 @@ async def test_real_llama_server_text_and_embeddings(tmp_path: Path) -> None:
 
 
 def test_route_table_answers_stay_the_same_when_remembered_and_the_memory_is_bounded() -> None:
-    from backends.base import RouteTable
+    from backends.routes import RouteTable
 
     table = RouteTable([("POST", "/v1/chat/completions"), ("GET", "/v1/models/*")])
     for _ in range(2):  # the second pass answers from what the first remembered

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from backends import output as output_mod
 from backends import process as proc_mod
 from backends import watchdog as wd
 from backends.process import ProcState, ProcStateError, SupervisedProcess, reap_stale
@@ -125,7 +126,8 @@ async def test_ring_is_bounded_and_long_lines_are_split() -> None:
     tail = p.tail(1000)
     assert len(tail) == 50
     assert tail[-4] == "line 999"
-    assert [len(x) for x in tail[-3:]] == [proc_mod.MAX_LINE] * 2 + [40000 - 2 * proc_mod.MAX_LINE]
+    piece = output_mod.MAX_LINE
+    assert [len(x) for x in tail[-3:]] == [piece] * 2 + [40000 - 2 * piece]
     assert p.tail(0) == []
 
 
@@ -144,7 +146,7 @@ async def test_a_serving_backends_output_is_detached_and_read_coalesced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Long enough that x2 and x3 (written 0.1 s and 0.2 s after x1) come in one read.
-    monkeypatch.setattr(proc_mod, "READ_COALESCE_S", 0.6)
+    monkeypatch.setattr(output_mod, "READ_COALESCE_S", 0.6)
     seen: list[bytes] = []
     code = """
         import sys, time
@@ -161,14 +163,14 @@ async def test_a_serving_backends_output_is_detached_and_read_coalesced(
     assert seen == [b"ready"]  # read at once while loading: no coalescing before detach
     p.detach_output()
     reads: list[bool] = []
-    read_one = p._on_readable
+    read_one = p._output._on_readable
 
     def counted(name: str, fd: int) -> bool:
         got = read_one(name, fd)
         reads.append(got)
         return got
 
-    monkeypatch.setattr(p, "_on_readable", counted)
+    monkeypatch.setattr(p._output, "_on_readable", counted)
     try:
         await wait_for_line(p, "^x3$")
         assert seen == [b"ready"]  # nothing reaches the load's readers any more

@@ -239,7 +239,7 @@ def test_a_poll_that_changes_identity_marks_the_node_unhealthy() -> None:
 def test_the_master_is_not_held_to_the_per_peer_cap() -> None:
     """A slave's master relays every client's work: its connections are not capped per peer."""
     from router.config import Settings
-    from router.edge.listener import ConnectionGuard
+    from router.edge.connection_caps import ConnectionGuard
 
     guard = ConnectionGuard(Settings.model_validate({"server": {"max_connections_per_peer": 2}}))
     guard.cluster_peers = frozenset({"10.0.0.1"})

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from router.config import KcppsError, ModelConfig, parse_kcpps
+from router.config.kcpps_router_keys import KNOWN_KEYS
 from router.domain import BackendMode, Lane
 
 BASE = Path("/srv/kcpps")
@@ -246,6 +247,13 @@ def test_every_known_router_key_is_accepted() -> None:
         }
     )
     assert config.raw["router_vision"] is True and config.raw["routerish"] == 1
+
+
+def test_docs_table_lists_exactly_the_known_router_keys() -> None:
+    text = (EXAMPLES.parents[1] / "docs" / "kcpps.md").read_text(encoding="utf-8")
+    table = text.split("## Router-owned keys", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `router_")}
+    assert rows == KNOWN_KEYS  # a key the router reads is documented; a documented one is read
 
 
 @pytest.mark.parametrize("arg", ["--host", "--port=9", "--trust-remote-code", "--api-key"])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,43 @@ def test_reference_documents_every_field() -> None:
     assert not missing, f"docs/configuration.md lacks {missing}"
     for variable in ("INFERENCE_KEY", "ADMIN_KEY", "CLUSTER_TOKEN", "CONFIG"):
         assert f"TENSOR_ROUTER_{variable}" in text
+    # Each field has a table row whose Default cell, read by the schema, is the default.
+    rows, defaults = reference_rows(text), Settings()
+    for dotted in field_paths(Settings):
+        assert dotted in rows, f"docs/configuration.md has no table row for {dotted}"
+        section, key = dotted.split(".")
+        default = getattr(getattr(defaults, section), key)
+        if dotted == "analytics.database_path":  # None: resolved at load, as the row says
+            assert rows[dotted] == "`<config folder>/data/router.sqlite`"
+            continue
+        assert documented_default(dotted, rows[dotted], default) == default, dotted
+
+
+_CELL = re.compile(r"(?<!\\)\|")  # a column border (`\|` inside a cell is text)
+_CODE = re.compile(r"`([^`]*)`")
+
+
+def reference_rows(text: str) -> dict[str, str]:
+    """Every key named in a table's first column -> that row's Default cell (third column)."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in _CELL.split(line)[1:-1]]
+        if len(cells) >= 3 and cells[0].startswith("`"):
+            rows.update(dict.fromkeys(_CODE.findall(cells[0]), cells[2]))
+    return rows
+
+
+def documented_default(dotted: str, cell: str, default: Any) -> Any:
+    """The Default cell's value as the schema reads it: its first `code` (YAML), or for a list
+    written as items (`127.0.0.1/32`, `::1/128`) all of them."""
+    spans = _CODE.findall(cell)
+    assert spans, f"{dotted}: the Default cell {cell!r} shows no value"
+    if isinstance(default, tuple) and not spans[0].startswith("["):
+        raw: Any = [yaml.safe_load(span) for span in spans]
+    else:
+        raw = yaml.safe_load(spans[0])
+    section, key = dotted.split(".")
+    return getattr(getattr(Settings.model_validate({section: {key: raw}}), section), key)
 
 
 # --- loading and paths ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from router.config import Settings
 from router.config.schema import LimitsSection, SecuritySection, ServerSection
 from router.domain import Role, Surface
 from router.edge import edge_errors, read_body
+from router.edge.connection_caps import ConnectionGuard
 from router.edge.guards import (
     HostAllowlist,
     body_cap_for,
@@ -30,7 +31,7 @@ from router.edge.guards import (
     same_origin,
     split_host,
 )
-from router.edge.listener import MAX_URL_BYTES, ConnectionGuard, capped_site, runner_kwargs
+from router.edge.listener import MAX_URL_BYTES, capped_site, runner_kwargs
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ lists filtered by key, per-key analytics and metrics, and no secret on disk or i
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from router.appkeys import STORE
 from router.config import Settings
-from tests.support.harness import RouterHarness, chat
+from tests.support.harness import RouterHarness, chat, read_sse
 
 ADMIN = "adm-scoped-keys-test-51c0e2"
 
@@ -135,6 +136,23 @@ async def test_over_the_daily_quota_is_429_with_retry_after(
     assert changed.status_code == 200 and changed.json()["daily_tokens"] == 100000
     again = await client.post("/v1/chat/completions", json=chat("chat-a"), headers=bearer(secret))
     assert again.status_code == 200
+
+
+async def test_a_long_streams_usage_counts_for_the_quota_at_once(
+    client: httpx.AsyncClient,
+) -> None:
+    # 300 chunks: the usage report is the last of many in the kept tail (router/store/rows.py
+    # reads it from the final report's start, not the whole tail).
+    secret = (await create(client, name="streamer", daily_tokens=10**6))["secret"]
+    body = chat("chat-a", stream=True, max_tokens=300, stream_options={"include_usage": True})
+    url = "/v1/chat/completions"
+    async with client.stream("POST", url, json=body, headers=bearer(secret)) as r:
+        events = await read_sse(r)
+    assert r.status_code == 200 and events[-1].data == "[DONE]"
+    usage = json.loads(events[-2].data)["usage"]
+    assert usage["completion_tokens"] == 300
+    listed = (await client.get("/router/v1/keys", headers=bearer(ADMIN))).json()["data"]
+    assert listed[0]["tokens_today"] == usage["total_tokens"]
 
 
 async def test_per_key_analytics_and_metrics(client: httpx.AsyncClient) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -12,7 +13,15 @@ from prometheus_client import CollectorRegistry
 
 from router.records import Metrics, Recorder, RequestInfo
 from router.store.db import connect, migrate
-from router.store.rows import COLUMNS, INSERT_EVENT, Raw, Row, row_from_raw, sniff_usage
+from router.store.rows import (
+    COLUMNS,
+    INSERT_EVENT,
+    Raw,
+    Row,
+    _report_start,
+    row_from_raw,
+    sniff_usage,
+)
 from router.store.writer import Writer
 
 SECRET = "sk-do-not-store-1234567890"
@@ -238,3 +247,36 @@ def test_sniff_usage_reads_the_last_report_of_each_dialect(
     tail: bytes, expected: dict[str, int]
 ) -> None:
     assert sniff_usage(tail) == expected
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+CHUNK = _sse({"choices": [{"delta": {"content": "w"}, "finish_reason": None}], "usage": None})
+
+
+def test_the_usage_is_read_from_the_final_report_not_the_whole_tail() -> None:
+    # A streamed tail is mostly chunks; reading all of it cost ~30 us a request on the loop.
+    final = _sse({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 300}})
+    final += _sse({"timings": {"cache_n": 4}}) + b"data: [DONE]\n\n"
+    tail = (CHUNK * 100 + final)[-4096:]
+    assert _report_start(tail) == tail.index(b'"usage":{')
+    assert sniff_usage(tail) == {
+        "prompt_tokens": 5,
+        "completion_tokens": 300,
+        "total_tokens": 305,
+        "cached_tokens": 4,
+    }
+    bare = (CHUNK.replace(b',"usage":null', b"") * 100)[-4096:]
+    assert _report_start(bare) == len(bare) - 1024  # no report: only the last KiB is read
+    assert sniff_usage(bare) == {}
+
+
+def test_a_short_anthropic_stream_keeps_the_prompt_count_of_message_start() -> None:
+    start = _sse({"type": "message_start", "message": {"usage": {"input_tokens": 7}}})
+    delta = _sse({"type": "content_block_delta", "delta": {"text": "w"}})
+    end = _sse({"type": "message_delta", "usage": {"output_tokens": 20}})
+    tail = start + delta * 20 + end
+    assert _report_start(tail) > len(start)
+    assert sniff_usage(tail) == {"prompt_tokens": 7, "completion_tokens": 20, "total_tokens": 27}

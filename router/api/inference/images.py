@@ -11,18 +11,14 @@
   answer's `info` is A1111's JSON string with that seed and the public model ID.
 - Generation selects by `model` / `sd_model_checkpoint` / `override_settings...`, else the
   lane's active runtime, else the remembered model, else the only image configuration.
-- sd-server's asynchronous jobs keep their runtime: the submission's lease is held until the
-  job ends (so no swap or idle unload loses it) and polls go to that runtime; a job whose
-  runtime is gone is a 404 in sd-server's own shape.
+- sd-server's asynchronous jobs keep their runtime (router/api/inference/sdcpp_jobs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import secrets
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,47 +26,31 @@ from aiohttp import web
 
 from backends.registry import adapter_for
 from router import inference as pipeline
+from router.api.inference.sdcpp_jobs import JOB_PATH, JOB_PIN, poll, submit
 from router.appkeys import BACKENDS, CATALOG, IMAGES, RUNTIMES, SETTINGS
 from router.backend_client import BackendFault
-from router.domain import Family, Lane, MiB, family_for
-from router.edge import (
-    Handler,
-    arrived,
-    caller_of,
-    control_cap,
-    match_of,
-    matched_route,
-    queue_wait,
-    read_body,
-    read_json,
-)
-from router.errors import BadRequest, JobNotFound, ServiceUnavailable
+from router.domain import Lane, MiB
+from router.edge import Handler, match_of, matched_route, read_json
+from router.errors import BadRequest, ServiceUnavailable
 from router.forwarding import (
     ModelRewriter,
     Reply,
     Rewrite,
     Selection,
     Translation,
-    body_stream,
     read_selector,
 )
 from router.inference import (
     OnLease,
     Override,
     active_view,
-    admit,
     choose_config,
     public_id,
     resolve_for_lane,
 )
 from router.media import ImageLane, a1111
-from router.records import RequestInfo
-from router.runtime import Lease, Runtime, RuntimeView
+from router.runtime import Lease, RuntimeView
 
-JOB_POLL_S = 1.0
-JOB_HOLD_MAX_S = 3600.0  # a job sd-server never finishes must not pin the lane forever
-_TERMINAL = frozenset({"completed", "failed", "cancelled"})
-_JOB_PATH = re.compile(r"jobs/([A-Za-z0-9_-]+)(/cancel)?")
 _SUBMIT = frozenset({"img_gen", "vid_gen"})
 _HASH_SUFFIX = re.compile(r"^(.*\S) \[[0-9A-Fa-f]+\]$")  # A1111 titles: "name [hash]"
 _LIST_ROUTES = frozenset(
@@ -165,7 +145,7 @@ async def refresh(request: web.Request) -> web.StreamResponse:
 def _kind(request: web.Request) -> tuple[str, re.Match[str] | None]:
     tail = match_of(request).params.get("tail", "")
     sdcpp = request.path.startswith("/sdcpp/")
-    if sdcpp and (job := _JOB_PATH.fullmatch(tail.rstrip("/"))):
+    if sdcpp and (job := JOB_PATH.fullmatch(tail.rstrip("/"))):
         return "job", job
     if sdcpp and request.method == "POST" and tail in _SUBMIT:
         return "submit", None
@@ -178,7 +158,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
     kind, job = _kind(request)
     if kind == "job":
         assert job is not None
-        return await _poll(request, job.group(1))
+        return await poll(request, job.group(1))
     if kind == "discovery":
         return await _discovery(request)
     selection = await _selection(request)
@@ -188,7 +168,7 @@ async def forward(request: web.Request) -> web.StreamResponse:
     if (relayed := await pipeline.relayed(request, selection, remember=remember)) is not None:
         return relayed
     if kind == "submit":
-        return await _submit(request, selection)
+        return await submit(request, selection)
     state = lane_state(request.app)
     token = state.generation_started()
     try:
@@ -295,122 +275,6 @@ def _activity(app: web.Application, active: RuntimeView | None) -> a1111.LaneAct
     started = lane_state(app).oldest_generation()
     model = public_id(active.config, Lane.IMAGE)
     return a1111.LaneActivity(active.leases, waiting, started, model)
-
-
-# ---- sd-server asynchronous jobs -------------------------------------------------------------
-
-
-async def _submit(request: web.Request, selection: Selection) -> web.StreamResponse:
-    assert selection.model is not None
-    config = resolve_for_lane(request.app, selection.model, Lane.IMAGE)
-    if family_for(config.backend_mode, Lane.IMAGE) is not Family.SDCPP:
-        raise BadRequest(
-            f"{request.path} is stable-diffusion.cpp's job API and {selection.model!r} does not "
-            "run on sd-server; use /sdapi/v1/txt2img or /v1/images/generations"
-        )
-    admit(request, selection.model)  # a scoped key's model list and quota (403 / 429)
-    info = _info(request, selection.model)
-    # Queued as its key's caller: its class, fairness name and cap (policy.decide).
-    lease = await request.app[RUNTIMES].ensure(config, Lane.IMAGE, caller=caller_of(request))
-    info.queue_wait_ms = lease.queue_wait_ms
-    queue_wait.note(request, lease.queue_wait_ms)  # the submission waited for its runtime
-    held = False
-    try:
-        body = _job_body(request, selection)
-        response = await _direct(request, lease.runtime, body, info)
-        job_id = _receipt_id(response)
-        if job_id is not None:
-            state = lane_state(request.app)
-            state.remember_job(job_id, lease.runtime)
-            _watch(request.app, state, job_id, lease)
-            held = True
-        return response
-    finally:
-        if not held:
-            lease.release()
-
-
-def _job_body(request: web.Request, selection: Selection) -> bytes | Any:
-    if selection.complete:
-        return selection.prefix
-    return body_stream(selection, request)
-
-
-def _receipt_id(response: web.StreamResponse) -> str | None:
-    # A job receipt is a few hundred bytes with a length, so the proxy answers it in one piece.
-    body = response.body if isinstance(response, web.Response) else None
-    if response.status != 202 or not isinstance(body, bytes | bytearray):
-        return None
-    try:
-        receipt = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    job_id = receipt.get("id") if isinstance(receipt, dict) else None
-    return job_id if isinstance(job_id, str) and _JOB_PATH.fullmatch(f"jobs/{job_id}") else None
-
-
-def _watch(app: web.Application, state: ImageLane, job_id: str, lease: Lease) -> None:
-    task = asyncio.get_running_loop().create_task(_hold_until_done(app, job_id, lease))
-    state.watchers.add(task)
-    task.add_done_callback(state.watchers.discard)
-
-
-async def _hold_until_done(app: web.Application, job_id: str, lease: Lease) -> None:
-    """Keep the runtime leased while sd-server works on the job: swaps and idle unloads wait."""
-    deadline = time.monotonic() + JOB_HOLD_MAX_S
-    url = f"{lease.base_url}/sdcpp/v1/jobs/{job_id}"
-    pause = 0.05  # fast at first: most jobs on a warm model end within seconds
-    try:
-        while time.monotonic() < deadline and app[RUNTIMES].is_serving(lease.runtime):
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, JOB_POLL_S)
-            reply = await app[BACKENDS].fetch("GET", url, deadline=10)
-            job = reply.json() if reply.status == 200 else None
-            if not isinstance(job, dict) or job.get("status") in _TERMINAL:
-                return
-    except (BackendFault, RuntimeError):
-        return  # the runtime went away (or the router is closing): nothing left to hold
-    finally:
-        lease.release()
-
-
-JOB_PIN = "sdcpp-job:"
-
-
-async def _poll_remote(request: web.Request, job_id: str) -> web.StreamResponse | None:
-    async def body() -> Selection:
-        sent = await read_body(request, control_cap(request)) if request.body_exists else b""
-        return Selection(None, sent, True)
-
-    return await pipeline.followed(request, JOB_PIN + job_id, "job", body)
-
-
-async def _poll(request: web.Request, job_id: str) -> web.StreamResponse:
-    remote = await _poll_remote(request, job_id)
-    if remote is not None:
-        return remote
-    runtime = lane_state(request.app).jobs.get(job_id)
-    # A draining runtime still serves the job it is finishing; a stopped one never saw it.
-    if runtime is None or not request.app[RUNTIMES].is_serving(runtime):
-        raise JobNotFound()
-    info = _info(request, public_id(runtime.config, Lane.IMAGE))
-    body = await read_body(request, control_cap(request)) if request.body_exists else None
-    return await _direct(request, runtime, body, info)
-
-
-async def _direct(
-    request: web.Request, runtime: Runtime, body: Any, info: RequestInfo
-) -> web.StreamResponse:
-    """Forward to one known runtime (job polls must not be re-routed by model selection)."""
-    return await pipeline.forward_to(request, runtime, request.rel_url.raw_path_qs, body, info)
-
-
-def _info(request: web.Request, model: str) -> RequestInfo:
-    route = matched_route(request)
-    started = arrived(request)
-    info = RequestInfo(route.template, route.surface.value, Lane.IMAGE.value, started, time.time())
-    info.model = model
-    return info
 
 
 HANDLERS: dict[str, Handler] = {

@@ -140,22 +140,7 @@ async def _session(request: web.Request, lease: Lease, traffic: list[int]) -> we
     """Open the backend socket, accept the client, relay until either side ends."""
     cap = int(request.app[SETTINGS].limits.max_control_body_mb * MiB)
     backend = await _open_backend(request, lease, cap)
-    try:
-        client = web.WebSocketResponse(
-            protocols=(backend.protocol,) if backend.protocol else (),
-            max_msg_size=cap,
-            heartbeat=HEARTBEAT_S,
-            autoclose=False,
-        )
-        with request.app[SESSIONS].opened() as stop:
-            await client.prepare(request)
-            await relay(client, backend, traffic, stop)
-        return client
-    finally:
-        # Reached without a close from relay() when the client's connection dropped (aiohttp
-        # cancels the handler), e.g. after refusing its oversized frame: "going away".
-        with contextlib.suppress(Exception):
-            await backend.close(code=1001)
+    return await _relayed(request, backend, cap, traffic)
 
 
 async def _remote_session(request: web.Request, target: Target) -> web.WebSocketResponse:
@@ -183,20 +168,29 @@ async def _remote_session(request: web.Request, target: Target) -> web.WebSocket
     except (aiohttp.ClientError, OSError) as exc:
         service.node_failed(target.node_url, f"realtime: {exc}")
         raise BadGateway(f"cannot reach node {target.replica.node_id!r}: {exc}") from exc
+    return await _relayed(request, node, cap, [0, 0])
+
+
+async def _relayed(
+    request: web.Request, upstream: aiohttp.ClientWebSocketResponse, cap: int, traffic: list[int]
+) -> web.WebSocketResponse:
+    """Accept the client with the subprotocol `upstream` chose, relay until either side ends."""
     try:
         client = web.WebSocketResponse(
-            protocols=(node.protocol,) if node.protocol else (),
+            protocols=(upstream.protocol,) if upstream.protocol else (),
             max_msg_size=cap,
             heartbeat=HEARTBEAT_S,
             autoclose=False,
         )
         with request.app[SESSIONS].opened() as stop:
             await client.prepare(request)
-            await relay(client, node, [0, 0], stop)
+            await relay(client, upstream, traffic, stop)
         return client
     finally:
+        # Reached without a close from relay() when the client's connection dropped (aiohttp
+        # cancels the handler), e.g. after refusing its oversized frame: "going away".
         with contextlib.suppress(Exception):
-            await node.close(code=1001)
+            await upstream.close(code=1001)
 
 
 async def _open_backend(
