@@ -262,11 +262,10 @@ class _Replay:
                 self.steps.append(
                     Step("finish_load", r.model, elapsed=r.loading_elapsed, woken=r.waking)
                 )
-                self.residents[key] = replace(
-                    r, view=replace(r.view, phase=Phase.READY), loading_elapsed=0.0, waking=False
-                )
+                view = replace(r.view, phase=Phase.READY, ready_at=self.now)
+                self.residents[key] = replace(r, view=view, loading_elapsed=0.0, waking=False)
                 waiters = self.waiters(counted=False)
-                firsts = loaded_for(waiters, key, self.rules.order, self.running)
+                firsts = loaded_for(waiters, key, self.rules.order, self.running, self.cap)
                 first = [self.left[g] for g in firsts]
                 self.steps += [Step("serve", self.queued[i].model, index=i) for i in first]
                 self.left = [i for i in self.left if i not in first]

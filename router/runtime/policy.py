@@ -16,7 +16,11 @@ memory plan's. So one rule serves both modes:
   at once; with `fifo` it serves only its requests queued ahead of the first other one.
 - A runtime nobody needs to stop any more is let out of its drain; an unloading one stops when
   drained. Running work is never cancelled.
-- `load`: the oldest request's runtime that is not in the lane (the pump plans it).
+- A new runtime's first grants (`loaded_for`) keep to its in-flight cap; once its window is
+  closed it still serves what fifo would (its requests ahead of every other model's) and
+  what it was loaded for (`ready_at`) that is older than its window's request, then leaves.
+- `load`: the oldest request's runtime that is not in the lane (the pump plans it); with
+  `grouped`, the first overdue one of that class if any (the one a victim left for).
 
 "Oldest" and "queue order" above mean the fair order (fair.py): interactive before batch, round
 robin over callers within a class, callers over their cap left out. On top of it, two class
@@ -66,6 +70,9 @@ class ResidentView:
     interactive_at: float | None = None  # when an interactive request last used it
     # A load that stops it waits for an interactive (or promoted) request, in any lane.
     urgent_victim: bool = False
+    # When it became ready (the decision's clock): its requests queued before then are those
+    # it was loaded for, and it serves them all, up to its in-flight cap, before it leaves.
+    ready_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,10 +140,30 @@ def _decide(snapshot: Snapshot) -> Decision:
             drain.add(r.key)
         if leaves and r.leases == 0:
             stop.add(r.key)
-    load = waiters[others[0]].key if others else None
+    load = waiters[_next_load(others, snapshot)].key if others else None
     return Decision(
         tuple(sorted(grant)), frozenset(drain), frozenset(undrain), frozenset(stop), load
     )
+
+
+def _next_load(others: tuple[int, ...], snapshot: Snapshot) -> int:
+    """The waiter whose runtime loads next: the first in fair order, but with `grouped` the
+    first of its class that is overdue (its window closed or its bypass budget spent), since
+    it is what made a victim leave. Without it the round robin could put the model that just
+    left back at the head: it would load again while the overdue waiter is passed once more."""
+    waiters, policy, now = snapshot.waiters, snapshot.policy, snapshot.now
+    head = others[0]
+    if policy.order == "fifo":
+        return head
+    promote = policy.batch_promote_after
+    urgent = fair.urgent(waiters[head], now, promote)
+    for i in others:
+        w = waiters[i]
+        spent = policy.max_bypass is not None and w.bypassed >= policy.max_bypass
+        late = now - w.enqueued_at >= policy.max_batch_wait
+        if fair.urgent(w, now, promote) == urgent and (spent or late):
+            return i
+    return head
 
 
 def _shielded(r: ResidentView, others: tuple[int, ...], snapshot: Snapshot) -> bool:
@@ -174,7 +201,7 @@ def _victim(
     if r.leases == 0 and not mine:
         return (), True  # idle, and only others wait: swap now
     if snapshot.now - r.victim_since >= policy.max_batch_wait:
-        return (), True
+        return _leaving(r, own, others, snapshot)
     if policy.max_bypass is None:
         return mine, False
     # Judged before the in-flight cap: a victim at its cap whose next request passes nobody
@@ -182,8 +209,31 @@ def _victim(
     # one for that request (found by tests/runtime/test_fair_order.py, max_bypass 0).
     within = _within_bypass(waiters, own, others, policy.max_bypass)
     if not within and any(waiters[i].bypassed >= policy.max_bypass for i in others):
-        return (), True
+        return _leaving(r, own, others, snapshot)
     return _capped(within, r.free), False  # none: running work goes on, the window may bring more
+
+
+def _leaving(
+    r: ResidentView, own: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
+) -> tuple[tuple[int, ...], bool]:
+    """A victim whose window closed or whose bypass budget is spent still serves, in turn, what
+    fifo would (its requests ahead of every waiter for another model in fair order) and what it
+    was loaded for (queued before it became ready) that is older than the request its window
+    counts from: loaded_for() would have granted those at once but for the in-flight cap. Then
+    it leaves. None of them goes ahead of a person waiting for it."""
+    waiters, head = snapshot.waiters, others[0] if others else len(snapshot.waiters)
+    if not own:
+        return (), True
+    ready_at, since = r.ready_at or 0.0, r.victim_since or 0.0
+    promote, now = snapshot.policy.batch_promote_after, snapshot.now
+    first = fair.urgent(waiters[own[0]], now, promote)
+    due = tuple(
+        i
+        for i in own
+        if (i < head or waiters[i].enqueued_at < min(ready_at, since))
+        and fair.urgent(waiters[i], now, promote) == first
+    )
+    return _capped(due, r.free), not due
 
 
 def _same_class(
@@ -219,6 +269,7 @@ def loaded_for(
     key: str,
     order: QueueOrder,
     running: Mapping[str, int] | None = None,
+    free: int | None = None,
 ) -> tuple[int, ...]:
     """The waiters a runtime that just became ready serves first: those it was loaded for.
 
@@ -226,13 +277,14 @@ def loaded_for(
     may have expired meanwhile; decide() would then stop the new runtime unused and load it
     again for the same waiters, forever. Grouped: every waiter for `key`; fifo: only those
     ahead of the first waiter for another model. Never a caller's requests over its cap
-    (`running`: leases held per caller name)."""
+    (`running`: leases held per caller name), nor more than the runtime's `free` leases
+    (`max_in_flight`): decide() serves the rest as leases end (`ResidentView.ready_at`)."""
     within = fair.eligible(waiters, running or {})
     mine = tuple(i for i in within if waiters[i].key == key)
     if order == "fifo":
         head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
-        return tuple(i for i in mine if i < head)
-    return mine
+        mine = tuple(i for i in mine if i < head)
+    return _capped(mine, free)
 
 
 def bypasses(count: int, granted: Sequence[int]) -> list[int]:

@@ -85,10 +85,12 @@ class Pump:
         this, a livelock found by R18), then pump."""
         order = self._settings.runtime.queue_order
         queues = self._table.queues
+        runtime.ready_clock = self._clock()  # decide() serves the rest of its firsts by it
         for lane in runtime.spec.occupies:
             entries = queues.entries(lane)
             views = queues.scheduler_view(lane)
-            firsts = policy.loaded_for(views, runtime.key, order, self._table.running)
+            free = self._table.free(runtime)
+            firsts = policy.loaded_for(views, runtime.key, order, self._table.running, free)
             loaded_for = [entries[i] for i in firsts]
             if loaded_for:
                 self._grant_waiters(runtime, loaded_for)
@@ -139,6 +141,7 @@ class Pump:
                 rt.unload_requested,
                 rt.interactive_at,
                 rt.key in urgent,
+                rt.ready_clock,
             )
             for rt in self._table.in_lane(lane)
         ]

@@ -81,6 +81,9 @@ class Runtime:
         # When an interactive request last held a lease on it (the manager's clock): within
         # `runtime.interactive_guard` of it, no batch request's load stops it.
         self.interactive_at: float | None = None
+        # When it last became ready (the manager's clock): the requests queued before it are
+        # those it was loaded for (policy.ResidentView.ready_at).
+        self.ready_clock: float | None = None
         self.gone = asyncio.Event()
         # How long it stays loaded once idle, in seconds (`math.inf`: until unloaded); None
         # follows `runtime.idle_unload`. Set by the requests that say so (Ollama's keep_alive).
