@@ -3,7 +3,8 @@ memory"): the master's admission and eviction count only the part of a spread mo
 keeps, so a model larger than the host budget that the lending node covers is admitted, the
 dry run naming the node; the same file without `router_rpc_nodes` is still refused as too
 large, and a spread model the nodes cannot cover is refused naming the shortfall. The master
-runs the fake llama-server (it takes any flags), the slave llama.cpp's real RPC server."""
+runs the fake llama-server (it takes any flags) or the real one, the slave llama.cpp's real
+RPC server."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 
 from router.demo_models import generate_text_models
+from tests.real.router_fixtures import LLAMA_ARGS
 from tests.support.harness import RouterHarness, until
 from tests.support.pooled import (
     port_range,
@@ -79,3 +81,23 @@ async def test_a_spread_model_the_nodes_cannot_cover_is_refused(
             error = reply.json()["error"]
             assert error["code"] == "no_pooled_room" and "bytes free" in error["message"]
     assert rpc_servers(slave) == []
+
+
+async def test_the_real_engine_spread_under_memory_residency_answers_and_stays_in_budget(
+    tmp_harness: RouterHarness, demo_text: dict[str, Path], llama_server_bin: Path
+) -> None:
+    require_rpc_server()
+    llama = {"binary_path": str(llama_server_bin), "extra_args": LLAMA_ARGS}
+    master, slave = spread_pair(
+        tmp_harness, demo_text["chat-a"], port_range(), llama=llama, master_runtime=MEMORY
+    )
+    await slave.start()
+    await master.start()
+    async with httpx.AsyncClient(base_url=master.base, timeout=120) as client:
+        assert await until(lambda: s1_available(client), True, deadline=30)
+        reply = await client.post("/v1/chat/completions", json={**CHAT, "model": "spread"})
+        assert reply.status_code == 200, reply.text
+        status = (await client.get("/router/v1/status")).json()
+        (runtime,) = status["runtimes"]
+        assert runtime["state"] == "ready" and runtime["memory"]["device"] == "host"
+        assert [d["node_id"] for d in status["remote_devices"]] == ["s1"]
