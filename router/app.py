@@ -84,7 +84,7 @@ from router.cluster import (
     node_models,
     read_node_memory,
 )
-from router.cluster.pooled.borrower import Borrower
+from router.cluster.pooled.borrower import Borrower, spans
 from router.cluster.pooled.lender import Lender
 from router.cluster.pooled.reclaim import ask_master
 from router.config import Settings
@@ -351,6 +351,9 @@ async def _borrower(app: web.Application) -> AsyncIterator[None]:
         lambda runtime: runtimes.unload(runtime.spec.occupies, model=runtime.config.id),
     )
     runtimes.hooks.add(borrower)
+    # Its memory decision counts only the host's share of a spread model (docs/cluster.md).
+    runtimes.ledger.holdings.spreads = lambda spec: spans(spec.config, spec.lane)
+    runtimes.ledger.holdings.remote = borrower.remote
     app[BORROWER] = borrower
     yield
     await borrower.close()

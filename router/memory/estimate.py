@@ -85,6 +85,15 @@ class Estimate:
         return sum(self.devices.values())
 
 
+def local_share(need: Estimate, room: int) -> Estimate:
+    """The master's part of a model spread over lending nodes (docs/cluster.md, "Pooled
+    memory"): its host CPU keeps what fits the host's free room and the nodes hold the rest
+    (the borrower splits by that same room), so the memory decision counts only that part,
+    never refusing or evicting here for bytes the nodes hold. `detail["spread"]`: the whole."""
+    whole = sum(b for b in need.devices.values() if b > 0)
+    return Estimate({"host": min(whole, max(0, room))}, need.source, {"spread": whole})
+
+
 def kv_cells(shape: ModelShape, opts: LlamaOptions) -> tuple[int, int]:
     """(cells per stream, streams). `-c` is the total over all slots; without it each slot
     gets the training context, and a non-unified cache (explicit `-np`) one stream per slot
@@ -197,6 +206,7 @@ __all__ = [
     "kv_bytes",
     "kv_cells",
     "llama_footprint",
+    "local_share",
     "split_llama",
     "vllm_estimate",
 ]

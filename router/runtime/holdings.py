@@ -17,7 +17,7 @@ import asyncio
 import functools
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ from router.config import Settings
 from router.config.schema import PROGRAM_SECTIONS, ProgramSection
 from router.memory import eviction
 from router.memory.devices import Device, budgets
-from router.memory.estimate import Estimate
+from router.memory.estimate import Estimate, local_share
 from router.memory.eviction import Plan
 from router.memory.figures import Figures, NoFigures
 from router.memory.fingerprint import launch_fingerprint
@@ -84,6 +84,13 @@ class Uses:
         return times[-1] if times else 0.0
 
 
+def held_here(need: Estimate, remote: int) -> Estimate:
+    """A loaded spread model's estimate on this host: the whole less what the nodes hold."""
+    if remote <= 0:
+        return need
+    return Estimate({"host": max(0, need.total - remote)}, need.source, {"spread": need.total})
+
+
 class Holdings:
     def __init__(
         self,
@@ -101,6 +108,10 @@ class Holdings:
         self._fingerprints: dict[tuple[Any, ...], str] = {}
         self._weights_cache: dict[tuple[str, str, str], int] = {}
         self._refreshing: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        # Set at wiring on a master (router/app.py): does this runtime span lending nodes, and
+        # how many of its bytes do they hold now (the borrower's leases; 0 before leasing)?
+        self.spreads: Callable[[RuntimeSpec], bool] | None = None
+        self.remote: Callable[[str], int] | None = None
 
     @property
     def acts(self) -> bool:
@@ -179,6 +190,8 @@ class Holdings:
         if state is None:
             return None
         need, load_seconds = self.need(runtime.spec)
+        if self.remote is not None and need.source == "estimate":
+            need = held_here(need, self.remote(runtime.key))
         if runtime.asleep:  # a vLLM sleeper (or one being stopped): its weights in host RAM
             need = Estimate({"host": self._weights(runtime.spec)}, "estimate")
         elif runtime.state is RuntimeState.SLEEPING:  # its sleep call is under way: leaving
@@ -209,8 +222,19 @@ class Holdings:
 
     # ---- the decision and the status --------------------------------------------------
 
-    def plan(self, ledger: Ledger, spec: RuntimeSpec, forced: Mapping[str, str]) -> Plan:
+    def load_need(self, ledger: Ledger, spec: RuntimeSpec, leaving: Iterable[str] = ()) -> Estimate:
+        """What a load of `spec` needs here: its whole need, or, for a model spread over
+        lending nodes, only the part the host keeps (the free room once it and `leaving` have
+        exited, as the borrower's split takes it at launch)."""
         need, _ = self.need(spec)
+        if self.spreads is None or not self.spreads(spec):
+            return need
+        for key in (spec.key, *leaving):
+            ledger = ledger.exited(key)
+        return local_share(need, ledger.free("host"))
+
+    def plan(self, ledger: Ledger, spec: RuntimeSpec, forced: Mapping[str, str]) -> Plan:
+        need = self.load_need(ledger, spec, forced)
         return eviction.plan(
             ledger, spec.config.id, spec.key, need, forced, act_on_memory=self.acts
         )

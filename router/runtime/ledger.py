@@ -183,7 +183,7 @@ class LiveLedger:
             await self.holdings.prepare([spec])
             await turn.wait()
             if spec.key not in self._table.runtimes:
-                need, _ = self.holdings.need(spec)
+                need = self.holdings.load_need(self.ledger(), spec)
                 refuse_if_too_large(
                     self.holdings.budgets, spec.config.id, need.devices, need.source
                 )

@@ -55,12 +55,14 @@ def spread_pair(
     master_cluster: dict[str, Any] | None = None,
     master_extra: dict[str, Any] | None = None,
     slave_extra: dict[str, Any] | None = None,
+    master_runtime: dict[str, Any] | None = None,
 ) -> tuple[RouterProcess, RouterProcess]:
     """Master `m` with `solo` (the file alone) and `spread` (router_rpc_nodes: `nodes`, s1 by
     default), its host budget one and a half layers; slave `s1` lending on loopback in
     `ports`. `llama`: the master's llama section (the real llama-server), else the fake;
     `master_extra`: more top-level sections of the master's YAML (analytics); `slave_extra`:
-    the slave's (its `pooled` keys go over the defaults here)."""
+    the slave's (its `pooled` keys go over the defaults here); `master_runtime`: the master's
+    `runtime` keys (`residency: memory`)."""
     shape = read_shape(str(model))
     assert shape is not None
     _, size = layer_bytes(shape, CONTEXT)
@@ -84,6 +86,7 @@ def spread_pair(
             "cluster": common | own | {"public_url": f"http://127.0.0.1:{master_port}"},
             **(master_extra or {}),
         },
+        **(master_runtime or {}),
     )
     slave_cluster = {"role": "slave", "node_id": "s1", "public_url": slave_url}
     slave = new_router(

@@ -95,6 +95,17 @@ def layer_bytes(shape: ModelShape, context: int) -> tuple[int, int]:
     return layers, math.ceil(shape.tensor_bytes / layers) + kv
 
 
+def spans(config: ModelConfig, lane: Lane = Lane.TEXT) -> bool:
+    """Does a load of `config` on `lane` lease from lending nodes? llama.cpp's engine only:
+    KoboldCpp and vLLM configs run on one box as before."""
+    return (
+        lane is Lane.TEXT
+        and config.rpc_nodes is not None
+        and config.model_file(Lane.TEXT) is not None
+        and config.backend_mode is BackendMode.LLAMA_SDCPP
+    )
+
+
 def checked_endpoint(text: Any) -> str:
     """A node's answer goes into llama-server's argv: an IP literal and a port, nothing else."""
     if not isinstance(text, str) or ":" not in text:
@@ -136,8 +147,7 @@ class Borrower(SwapHook):
     async def plan(self, config: ModelConfig, key: str) -> PooledPlan | None:
         choice = config.rpc_nodes
         model = config.model_file(Lane.TEXT)
-        # llama.cpp's engine only: KoboldCpp and vLLM configs run on one box as before.
-        if choice is None or model is None or config.backend_mode is not BackendMode.LLAMA_SDCPP:
+        if choice is None or model is None or not spans(config):
             return None
         shape = await asyncio.to_thread(read_shape, str(model))
         if shape is None:
@@ -342,6 +352,13 @@ class Borrower(SwapHook):
         known = [count for count in counts if count is not None]
         return {"nodes": nodes, "bytes_sent": sum(known) if known else None}
 
+    def remote(self, key: str) -> int:
+        """The bytes of runtime `key`'s layers the lending nodes hold (0: it leases none)."""
+        held = self._held.get(key)
+        if held is None or not held.leases:
+            return 0
+        return sum(held.plan.split.node_layers) * held.plan.layer_bytes
+
     def rows(self) -> list[dict[str, Any]]:
         """The remote devices: one per lending node of each runtime that spans nodes."""
         return [
@@ -361,4 +378,4 @@ class Borrower(SwapHook):
         ]
 
 
-__all__ = ["Borrowed", "Borrower", "PooledPlan", "checked_endpoint", "layer_bytes"]
+__all__ = ["Borrowed", "Borrower", "PooledPlan", "checked_endpoint", "layer_bytes", "spans"]
