@@ -18,7 +18,8 @@ memory plan's. So one rule serves both modes:
   drained. Running work is never cancelled.
 - A new runtime's first grants (`loaded_for`) keep to its in-flight cap; once its window is
   closed it still serves what fifo would (its requests ahead of every other model's) and
-  what it was loaded for (`ready_at`) that is older than its window's request, then leaves.
+  what it was loaded for (`ready_at`) that is older than its window's request, then one more
+  of what it was loaded for if that passes nobody passed before (`_grace`), then leaves.
 - `load`: the oldest request's runtime that is not in the lane (the pump plans it); with
   `grouped`, the first overdue one of that class if any (the one a victim left for).
 
@@ -219,21 +220,31 @@ def _leaving(
     """A victim whose window closed or whose bypass budget is spent still serves, in turn, what
     fifo would (its requests ahead of every waiter for another model in fair order) and what it
     was loaded for (queued before it became ready) that is older than the request its window
-    counts from: loaded_for() would have granted those at once but for the in-flight cap. Then
-    it leaves. None of them goes ahead of a person waiting for it."""
+    counts from: loaded_for() would have granted those at once but for the in-flight cap; then
+    one more of what it was loaded for (`_grace`). Then it leaves. None of them goes ahead of
+    a person waiting for it."""
     waiters, head = snapshot.waiters, others[0] if others else len(snapshot.waiters)
     if not own:
         return (), True
     ready_at, since = r.ready_at or 0.0, r.victim_since or 0.0
     promote, now = snapshot.policy.batch_promote_after, snapshot.now
     first = fair.urgent(waiters[own[0]], now, promote)
-    due = tuple(
-        i
-        for i in own
-        if (i < head or waiters[i].enqueued_at < min(ready_at, since))
-        and fair.urgent(waiters[i], now, promote) == first
-    )
+    kin = tuple(i for i in own if fair.urgent(waiters[i], now, promote) == first)
+    due = tuple(i for i in kin if i < head or waiters[i].enqueued_at < min(ready_at, since))
+    if not due:  # one grace grant for what it was loaded for: see _grace
+        due = _grace(tuple(i for i in kin if waiters[i].enqueued_at < ready_at), others, snapshot)
     return _capped(due, r.free), not due
+
+
+def _grace(kin: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot) -> tuple[int, ...]:
+    """A leaving victim's next request of those it was loaded for (`kin`), if it passes no
+    waiter for another model that was ever passed (at most `max_bypass`). Once every window has
+    closed, the round robin can alternate callers whose requests alternate models, one load
+    each (tests/runtime/test_fair_order.py, SWAPPING); a runtime loaded for several of them
+    serves one more before it leaves. That grant passes the head: at most one per head."""
+    cap = snapshot.policy.max_bypass
+    grace = 1 if cap is None else min(1, cap)
+    return _within_bypass(snapshot.waiters, kin[:1], others, grace)
 
 
 def _same_class(

@@ -341,23 +341,26 @@ LEFT_SHORT = [*(Req(0.0, "A", I1) for _ in range(6)), Req(1.0, "A", I1), Req(1.0
 MIXED = listed((1.0, "A", I1), (1.0, "B", B1), (3.0, "A", I1), (4.0, "B", B1), (1.0, "A", I1))
 
 
-# Several callers of one class: derandomized. Hypothesis still finds rare runs (about one in
-# a thousand) where, once every waiter is past its window, the round robin alternates callers
-# whose requests alternate models and grouped loads once more than fifo (open: SWAPPING, and
-# docs/decisions.md). With one caller the bound holds, randomized (below).
+# Found by hypothesis (about one run in a thousand, several callers of one class): once every
+# waiter was past its window, B, loaded for i2's and i1's requests, served i2's and left for
+# i3's request for A; A, loaded for i3's and i2's, served i3's and left for i1's B: the round
+# robin alternated callers whose requests alternated models, one load each (5 against fifo's
+# 4). A runtime that leaves now serves one more of what it was loaded for, if that passes no
+# waiter for another model that was ever passed (policy._grace).
 SWAPPING = [
     *(Req(0.0, "A", c) for c in (I1, I1, I1, I3, I3, I3)),
     *listed((0.0, "B", I2), (0.0, "A", I2), (0.0, "B", I1)),
 ]
 
 
-@settings(deadline=None, max_examples=150, derandomize=True)
+@settings(deadline=None, max_examples=150)
 @given(one_class, st.one_of(st.none(), st.integers(0, 10)))
 @example(OVER_CAP, None)
 @example(REORDERED, 1)
 @example(LATE_CALLER, None)
 @example(LEFT_OLDEST, None)
 @example(LEFT_SHORT, None)
+@example(SWAPPING, None)
 def test_grouped_loads_are_never_above_fifos_with_callers(
     reqs: list[Req], max_bypass: int | None
 ) -> None:
@@ -385,10 +388,12 @@ def test_grouped_loads_are_never_above_fifos_with_one_caller(
     assert_grouped_loads_within_fifos(reqs, max_bypass)
 
 
-def test_once_all_wait_past_their_window_the_round_robin_can_cost_grouped_a_load() -> None:
+def test_a_leaving_runtime_serves_one_more_of_what_it_was_loaded_for() -> None:
     grouped = simulate(SWAPPING, Lane(max_bypass=None))
-    assert (grouped.loads, simulate(SWAPPING, Lane(order="fifo")).loads) == (5, 4)
-    assert [SWAPPING[rid].model for rid in grouped.granted[-4:]] == ["B", "A", "B", "A"]
+    assert (grouped.loads, simulate(SWAPPING, Lane(order="fifo")).loads) == (3, 4)
+    # B serves i1's request it was loaded for (passing i3's for A once), then A the rest.
+    assert [SWAPPING[rid].model for rid in grouped.granted[-4:]] == ["B", "B", "A", "A"]
+    assert grouped.granted[-3:] == [8, 5, 7]
 
 
 # Both classes, found by hypothesis after the fixes above: grouped served the person's second
