@@ -56,8 +56,10 @@ def _landed(h: RouterHarness, marker: str) -> list[str]:
 async def started(
     c: Cluster, request_s: float
 ) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, httpx.AsyncClient]]]:
-    """The cluster started, `chat` listed by the master: a client of the master (`request_s`
-    per request) and one of each slave, by name."""
+    """The cluster started, `chat` listed by the master and both slaves heard from (the list
+    shows `chat` once one slave answered; a busy machine can start the other seconds later,
+    and the rotation would then put every first turn on one slave): a client of the master
+    (`request_s` per request) and one of each slave, by name."""
     await start_all(c)
     async with (
         httpx.AsyncClient(base_url=c.master.base, timeout=request_s) as client,
@@ -65,6 +67,7 @@ async def started(
         httpx.AsyncClient(base_url=c.slaves[1].base, timeout=10) as right,
     ):
         assert await until(lambda: listed_ids(client), ["chat"]), await listed_ids(client)
+        await _next_contact(client, 0.0)
         yield client, dict(zip(SLAVES, (left, right), strict=True))
 
 
