@@ -123,6 +123,7 @@ def parse_kcpps(
         pinned=router_keys.pinned(raw.get("router_pin")),
         sleep=router_keys.sleep(raw.get("router_sleep")),
         rpc_nodes=router_keys.rpc_nodes(raw.get("router_rpc_nodes")),
+        vllm_nodes=router_keys.vllm_nodes(raw.get("router_vllm_nodes"), mode),
         config_sha256=hashlib.sha256(data).hexdigest(),
         ignored_keys=ignored,
         warnings=warnings,

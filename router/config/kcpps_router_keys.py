@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from router.config.model_config import KcppsError, short
 from router.config.unload_policy import PolicyError, parse_triggers
+from router.domain import BackendMode
 
 ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 MAX_ALIASES = 32
@@ -27,6 +28,7 @@ KNOWN_KEYS = frozenset(
         "router_sleep",
         "router_unload_policy",
         "router_vision",
+        "router_vllm_nodes",
     }
 )
 
@@ -116,18 +118,31 @@ def rpc_nodes(value: Any) -> tuple[str, ...] | Literal["auto"] | None:
         return None
     if value == "auto":
         return "auto"
+    return _node_ids("router_rpc_nodes", value, "auto or ")
+
+
+def vllm_nodes(value: Any, mode: BackendMode) -> tuple[str, ...] | None:
+    """`router_vllm_nodes` (docs/cluster.md, "vLLM multi-node"): the node IDs whose headless
+    vLLM followers join this model's head, in rank order (rank 1 first). A list only: the
+    gang's size is vLLM's `--nnodes`, which the file's author chooses with its parallelism."""
+    if value is None or value == []:
+        return None
+    if mode is not BackendMode.VLLM:
+        raise KcppsError("router_vllm_nodes needs backend_mode vllm (llama.cpp: router_rpc_nodes)")
+    return _node_ids("router_vllm_nodes", value, "")
+
+
+def _node_ids(key: str, value: Any, other: str) -> tuple[str, ...]:
     if not isinstance(value, list) or len(value) > MAX_RPC_NODES:
-        raise KcppsError(
-            f"router_rpc_nodes must be auto or a list of at most {MAX_RPC_NODES} node IDs"
-        )
+        raise KcppsError(f"{key} must be {other}a list of at most {MAX_RPC_NODES} node IDs")
     for node in value:
         if not isinstance(node, str) or not NODE_ID.match(node):
             raise KcppsError(
-                f"router_rpc_nodes entry {short(str(node))!r} is no node ID (1-64 letters, "
+                f"{key} entry {short(str(node))!r} is no node ID (1-64 letters, "
                 "digits, '.', '_' or '-'; an address is never accepted)"
             )
     if len(set(value)) != len(value):
-        raise KcppsError("router_rpc_nodes names a node twice")
+        raise KcppsError(f"{key} names a node twice")
     return tuple(value)
 
 
@@ -154,4 +169,5 @@ __all__ = [
     "rpc_nodes",
     "sleep",
     "unload_triggers",
+    "vllm_nodes",
 ]

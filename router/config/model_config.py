@@ -42,6 +42,8 @@ class ModelConfig:
     sleep: bool = False  # `router_sleep`: vLLM sleeps instead of stopping (docs/swaps.md)
     # `router_rpc_nodes`: lending nodes this model spans (docs/cluster.md, "Pooled memory").
     rpc_nodes: tuple[str, ...] | Literal["auto"] | None = None
+    # `router_vllm_nodes`: the nodes whose headless vLLM followers join this model's head.
+    vllm_nodes: tuple[str, ...] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
