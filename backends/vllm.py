@@ -36,6 +36,8 @@ from router.config import ModelConfig, Settings
 from router.domain import Family, Lane
 
 TRUST_REMOTE_CODE = "--trust-remote-code"
+API_SERVER = "vllm.entrypoints.openai.api_server"
+CLI_MAIN = "vllm.entrypoints.cli.main"  # what the `vllm` console script runs
 ONE_OR_MORE = -1
 
 # serve_args allowlist: flag -> number of values (0 = switch, ONE_OR_MORE = nargs '+').
@@ -147,10 +149,10 @@ class VllmBackend(Backend):
         """The router's own interpreter when it has vLLM, then the virtual environment an
         init job installed (backends/installs.py), then `vllm` on PATH."""
         if importlib.util.find_spec("vllm") is not None:
-            return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+            return [sys.executable, "-m", API_SERVER]
         installed = built_backends_dir() / "vllm" / "current" / "bin" / "python"
         if installed.exists():
-            return [str(installed), "-m", "vllm.entrypoints.openai.api_server"]
+            return [str(installed), "-m", API_SERVER]
         found = shutil.which("vllm")
         return [found, "serve"] if found else None
 
@@ -198,17 +200,41 @@ class VllmBackend(Backend):
         settings: Settings,
         workdir: Path | None,
     ) -> list[str]:
+        model, rest = self._model_args(config, lane, settings)
+        args = [*model, "--host", LOOPBACK, "--port", str(port), "--served-model-name", config.id]
+        return args + rest
+
+    def _model_args(
+        self, config: ModelConfig, lane: Lane, settings: Settings
+    ) -> tuple[list[str], list[str]]:
+        """(`--model <file>`, the rest: the context, sleep mode and the checked serve_args)."""
         serve_args = list(config.serve_args)
         check_serve_args(serve_args, config, settings)
-        args = ["--model", str(self.model_path(config, lane)), "--host", LOOPBACK]
-        args += ["--port", str(port), "--served-model-name", config.id]
+        rest: list[str] = []
         context = positive_int(config, "contextsize")
         names = {option_name(t) for t in serve_args}
         if context and "--max-model-len" not in names:
-            args += ["--max-model-len", str(context)]
+            rest += ["--max-model-len", str(context)]
         if config.sleep:  # `router_sleep`: put to sleep instead of stopped (docs/swaps.md)
-            args.append("--enable-sleep-mode")
-        return args + serve_args
+            rest.append("--enable-sleep-mode")
+        return ["--model", str(self.model_path(config, lane))], rest + serve_args
+
+    def follower_argv(self, config: ModelConfig, settings: Settings, gang: list[str]) -> list[str]:
+        """A headless follower of a multi-node gang (docs/cluster.md, "vLLM multi-node"): this
+        node's model file and serve_args (the same checks as a launch), the gang's flags, and
+        no listener of its own (no `--host/--port`: `--headless` runs no API server)."""
+        extra = list(settings.vllm.extra_args)
+        self.check_extra_args(extra, settings)
+        model, rest = self._model_args(config, Lane.TEXT, settings)
+        return [*self.serve_program(settings), *model, *gang, *rest, *extra]
+
+    def serve_program(self, settings: Settings) -> list[str]:
+        """The program as `vllm serve`: `--headless` is a mode of that command, which the
+        API-server module (the default when the router's interpreter has vLLM) does not read."""
+        program = self.program(settings)
+        if program[-2:] == ["-m", API_SERVER]:
+            return [*program[:-1], CLI_MAIN, "serve"]
+        return program
 
     async def verify(
         self, session: aiohttp.ClientSession, base_url: str, config: ModelConfig, lane: Lane

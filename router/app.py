@@ -84,7 +84,8 @@ from router.cluster import (
     node_models,
     read_node_memory,
 )
-from router.cluster.pooled.borrower import Borrower, spans
+from router.cluster.pooled.borrower import Borrower, GangHome, spans
+from router.cluster.pooled.follower import VllmFollowers
 from router.cluster.pooled.lender import Lender
 from router.cluster.pooled.reclaim import ask_master
 from router.config import Settings
@@ -107,6 +108,8 @@ from router.keys import KeyBook
 from router.records import EventBus, Metrics, Recorder
 from router.records.kv_history import KvHistory
 from router.records.load_times import LoadTimes
+from router.runtime.loader import LaunchSpec
+from router.runtime.state import spec_for
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +294,9 @@ async def _pooled(app: web.Application) -> AsyncIterator[None]:
         folder / "pids",
     )
     app[RUNTIMES].ledger.reclaim_lent = lender.reclaim  # its own loads ask lent memory back
+    # vLLM leases run this node's own config of the model (docs/cluster.md, "vLLM multi-node").
+    followers = VllmFollowers(settings, app[CATALOG].own_file, folder / "pids")
+    lender.start_follower = followers.start
     yield
     await lender.close()
 
@@ -344,11 +350,17 @@ async def _borrower(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     runtimes = app[RUNTIMES]
+    holdings = runtimes.ledger.holdings
+
+    def need(spec: LaunchSpec) -> int:  # a vLLM gang's whole estimate (followers' parts)
+        return holdings.need(spec_for(spec.config, spec.lane))[0].total
+
     borrower = Borrower(
         app[CLUSTER],
         runtimes.ledger.room_for,
         settings.pooled.lease_ttl,
         lambda runtime: runtimes.unload(runtime.spec.occupies, model=runtime.config.id),
+        GangHome(settings.pooled, need),
     )
     runtimes.hooks.add(borrower)
     # Its memory decision counts only the host's share of a spread model (docs/cluster.md).

@@ -272,6 +272,12 @@ class Catalog:
             return None
         return self._lookup(model_id)
 
+    def own_file(self, model_id: str) -> ModelConfig | None:
+        """The config of `model_id` even when disabled here: a vLLM follower runs this node's
+        file of a gang's model, which the node may keep out of its own list (docs/cluster.md,
+        "vLLM multi-node")."""
+        return self._lookup(model_id)
+
     def require(self, model_id: object) -> ModelConfig:
         """The config a request's `model` names: 400 when it is no name, 404 when unknown."""
         if not isinstance(model_id, str) or not model_id:

@@ -82,6 +82,11 @@ _VALUE = {  # flag -> option name; exact matches only (argparse would read -mm a
     "--parallel": "parallel",
     "--slot-save-path": "slot_save_path",
     "--slot-delay": "slot_delay",
+    # vLLM's multi-node flags (a gang without Ray): recorded, and `--headless` serves no HTTP
+    "--nnodes": "nnodes",
+    "--node-rank": "node_rank",
+    "--master-addr": "master_addr",
+    "--master-port": "master_port",
 }
 _BOOL = {
     "--native-model-path": "native_model_path",
@@ -99,6 +104,7 @@ _BOOL = {
     "--apply-template": "apply_template",
     "--enable-sleep-mode": "sleep_mode",
     "--wake-fails": "wake_fails",
+    "--headless": "headless",
 }
 _MODEL_EXT = (".gguf", ".bin", ".safetensors", ".kcpps", ".kcppt", ".ggml")
 
@@ -159,6 +165,12 @@ class Opts:
     slot_delay: float = 0.0  # seconds each slot save and restore takes (a big KV cache)
     sleep_mode: bool = False  # vLLM --enable-sleep-mode: /sleep, /wake_up, /is_sleeping
     wake_fails: bool = False  # vLLM: /wake_up answers 500 (the router must load afresh)
+    # vLLM multi-node: a follower (`--headless`) only stays up until SIGTERM
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = ""
+    master_port: int = 0
+    headless: bool = False
     positional: list[str] = field(default_factory=list)
 
 
@@ -205,6 +217,9 @@ def _set(o: Opts, name: str, value: str) -> None:
         "ctx",
         "tokens",
         "parallel",
+        "nnodes",
+        "node_rank",
+        "master_port",
     ):
         setattr(o, name, int(value))
     elif isinstance(current, float):
@@ -1582,6 +1597,19 @@ async def serve(o: Opts) -> None:
     await asyncio.Event().wait()
 
 
+async def follow(o: Opts) -> None:
+    """vLLM's `--headless` follower: no API server (nothing listens), it joins the head at
+    `--master-addr/--master-port` and runs until stopped. The fake only says where it would
+    connect and waits for its signal; a test reads its argv from the process."""
+    st = State(o)
+    install_signals(st, asyncio.get_running_loop())
+    log(
+        f"fake vllm follower: rank {o.node_rank} of {o.nnodes}, "
+        f"head at {o.master_addr}:{o.master_port}, model {o.model!r}"
+    )
+    await asyncio.Event().wait()
+
+
 def exec_wrapper(o: Opts, argv: list[str]) -> None:
     """--fork-wrapper: become a bash wrapper whose background child is the server."""
     env = {**os.environ, _INNER: "1"}
@@ -1611,7 +1639,7 @@ def main() -> int:
     log(f"fake backend {o.family} pid {os.getpid()} model {o.model or o.config!r}")
     global DYING_FOR
     DYING_FOR = o.dying_for
-    asyncio.run(serve(o))
+    asyncio.run(follow(o) if o.headless else serve(o))
     return 0
 
 

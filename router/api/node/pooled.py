@@ -2,7 +2,9 @@
 
 - `POST /router/v1/node/rpc/leases` `{"master_id", "node_id", "model", "bytes", "ttl_s"?,
   "port"?}`: the master asks this node to lend `bytes` for `model`; the answer names the
-  lease and the RPC endpoint (`host:port`) that llama-server's `--rpc` takes.
+  lease and the RPC endpoint (`host:port`) that llama-server's `--rpc` takes. With
+  `"kind": "vllm"` and `nnodes`, `node_rank`, `master_addr`, `master_port` (no `port`) the
+  node runs a headless vLLM follower of its own config of `model` instead (endpoint null).
 - `POST /router/v1/node/rpc/leases/{lease_id}/renew` `{"master_id"}`: the holder keeps it.
 - `POST /router/v1/node/rpc/leases/{lease_id}/release` `{"master_id"}`: the holder ends it;
   the RPC server is stopped before the answer.
@@ -21,7 +23,8 @@ from typing import Any
 from aiohttp import web
 
 from router.appkeys import BORROWER, POOLED
-from router.cluster.pooled.lease import RpcLease
+from router.cluster.pooled.gang import GangFlags, follower_flags
+from router.cluster.pooled.lease import LeaseKind, RpcLease
 from router.cluster.pooled.lender import LeaseAsk
 from router.edge import Handler, match_of, read_json
 from router.errors import BadRequest, LeaseRefused
@@ -51,14 +54,31 @@ def _answer(lease: RpcLease, bind: str) -> web.StreamResponse:
             "node_id": lease.node_id,
             "model": lease.model,
             "bytes": lease.bytes,
-            "endpoint": f"{bind}:{lease.port}",
+            "endpoint": None if lease.port is None else f"{bind}:{lease.port}",
             "ttl_s": lease.ttl_s,
+            "kind": lease.kind.value,
         }
+    )
+
+
+def _kind(value: Any) -> LeaseKind:
+    if value is None:
+        return LeaseKind.RPC
+    try:
+        return LeaseKind(value)
+    except ValueError:
+        raise BadRequest("kind must be rpc or vllm", param="kind") from None
+
+
+def _gang(body: dict[str, Any]) -> GangFlags:
+    return follower_flags(
+        body.get("nnodes"), body.get("node_rank"), body.get("master_addr"), body.get("master_port")
     )
 
 
 async def grant(request: web.Request) -> web.StreamResponse:
     body = await read_json(request, required=True)
+    kind = _kind(body.get("kind"))
     ask = LeaseAsk(
         master_id=_text(body, "master_id"),
         node_id=_text(body, "node_id"),
@@ -66,6 +86,8 @@ async def grant(request: web.Request) -> web.StreamResponse:
         bytes=_number(body, "bytes", required=True) or 0,
         ttl_s=_number(body, "ttl_s", required=False),
         port=_number(body, "port", required=False),
+        kind=kind,
+        gang=_gang(body) if kind is LeaseKind.VLLM else None,
     )
     lender = request.app[POOLED]
     return _answer(await lender.grant(ask), lender.bind)

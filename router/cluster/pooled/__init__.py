@@ -2,7 +2,7 @@
 spread over this node and lending nodes. `split` chooses nodes and layers from the ledgers,
 `lease` is the lease's state machine; both pure."""
 
-from router.cluster.pooled.lease import LeaseState, RpcLease
+from router.cluster.pooled.lease import LeaseKind, LeaseState, RpcLease
 from router.cluster.pooled.split import (
     AUTO,
     LayerSplit,
@@ -17,6 +17,7 @@ from router.cluster.pooled.split import (
 __all__ = [
     "AUTO",
     "LayerSplit",
+    "LeaseKind",
     "LeaseState",
     "NoRoom",
     "NodeChoice",

@@ -5,23 +5,38 @@ are renewed while it runs and released once its process is gone. A lease that ca
 renewed (the node died, was partitioned or restarted) stops the runtime at once: llama-server
 would otherwise block on the lost socket, and its own health check still answers 200.
 
+A vLLM model whose `.kcpps` sets `router_vllm_nodes` leases one headless follower per node
+the same way (router/cluster/pooled/gang.py): the followers run before its head starts, with
+`--nnodes`/`--node-rank` and this node's `--master-addr/--master-port`.
+
 A swap hook (router/runtime/hooks.py): `prepare_launch` leases, `launch_args` hands the
-endpoints, `after_ready` starts the renewals, `gone` releases. A lending node that needs its
-memory back asks (`reclaim`): the runtime holding the lease is unloaded, and `gone` releases.
+endpoints (or the head's gang flags), `after_ready` starts the renewals, `gone` releases. A
+lending node that needs its memory back asks (`reclaim`): the runtime holding the lease is
+unloaded, and `gone` releases. The plans and their argv parts are in plans.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from router.cluster.client import PeerError
+from router.cluster.pooled.gang import GangPlan, shares
+from router.cluster.pooled.plans import (
+    Borrowed,
+    GangHome,
+    PooledPlan,
+    checked_endpoint,
+    gang,
+    granted_ttl,
+    layer_bytes,
+    spans,
+)
+from router.cluster.pooled.ports import free_port
 from router.cluster.pooled.reclaim import LEASES
 from router.cluster.pooled.sent import bytes_sent
 from router.cluster.pooled.split import (
@@ -34,9 +49,9 @@ from router.cluster.pooled.split import (
 )
 from router.cluster.service import ClusterService
 from router.config import ModelConfig
-from router.domain import BackendMode, Lane
+from router.domain import Lane
 from router.errors import LeaseRefused, RouterError
-from router.memory.shape import ModelShape, read_shape
+from router.memory.shape import read_shape
 from router.runtime.hooks import SwapHook
 from router.runtime.loader import Launched, LaunchSpec
 from router.runtime.state import Runtime
@@ -47,84 +62,13 @@ STOP_GRACE = 5.0
 DEFAULT_CONTEXT = 4096
 
 
-@dataclass(frozen=True)
-class Borrowed:
-    node_id: str
-    node_url: str
-    lease_id: str
-    endpoint: str
-    bytes: int
-    ttl_s: float  # what the node granted (its pooled.lease_ttl may be shorter than asked)
-
-
-@dataclass(frozen=True)
-class PooledPlan:
-    layers: int
-    layer_bytes: int
-    host_room: int
-    shares: tuple[Share, ...]
-    split: LayerSplit
-
-    def answer(self) -> dict[str, Any]:
-        """The dry run's `pooled` part: the nodes and bytes a load would lease."""
-        return {
-            "layers": self.layers,
-            "host_layers": self.split.host_layers,
-            "nodes": [
-                {"node_id": s.node_id, "bytes": s.bytes, "layers": n}
-                for s, n in zip(self.shares, self.split.node_layers, strict=True)
-            ],
-        }
-
-
 @dataclass
 class _Held:
-    plan: PooledPlan
+    plan: PooledPlan | GangPlan
     leases: list[Borrowed] = field(default_factory=list)
     runtime: Runtime | None = None
     renewer: asyncio.Task[None] | None = None
     reclaimed: bool = False  # a node asked its memory back: unloaded once ready
-
-
-def layer_bytes(shape: ModelShape, context: int) -> tuple[int, int]:
-    """(layers, bytes per layer): the weights spread over the blocks and the output layer,
-    plus one block's f16 KV cache for `context` tokens."""
-    layers = shape.n_layer + 1
-    heads = max(shape.n_head_kv, default=1)
-    kv = context * heads * (shape.key_length + shape.value_length) * 2
-    return layers, math.ceil(shape.tensor_bytes / layers) + kv
-
-
-def spans(config: ModelConfig, lane: Lane = Lane.TEXT) -> bool:
-    """Does a load of `config` on `lane` lease from lending nodes? llama.cpp's engine only:
-    KoboldCpp and vLLM configs run on one box as before."""
-    return (
-        lane is Lane.TEXT
-        and config.rpc_nodes is not None
-        and config.model_file(Lane.TEXT) is not None
-        and config.backend_mode is BackendMode.LLAMA_SDCPP
-    )
-
-
-def checked_endpoint(text: Any) -> str:
-    """A node's answer goes into llama-server's argv: an IP literal and a port, nothing else."""
-    if not isinstance(text, str) or ":" not in text:
-        raise RouterError(f"a lending node answered no endpoint: {str(text)[:64]!r}")
-    host, _, port = text.rpartition(":")
-    try:
-        address = ipaddress.ip_address(host)
-        number = int(port)
-    except ValueError:
-        raise RouterError(f"a lending node answered a bad endpoint: {text[:64]!r}") from None
-    if address.version != 4 or address.is_unspecified or not 0 < number < 65536:
-        raise RouterError(f"a lending node answered a bad endpoint: {text[:64]!r}")
-    return f"{address}:{number}"
-
-
-def _granted_ttl(value: Any, asked: float) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= asked:
-        return float(value)
-    return asked
 
 
 class Borrower(SwapHook):
@@ -134,11 +78,13 @@ class Borrower(SwapHook):
         host_room: Callable[[str], int],
         ttl: float,
         unload: Callable[[Runtime], Awaitable[object]],
+        home: GangHome | None = None,
     ) -> None:
         self._service = service
         self._host_room = host_room  # bytes free here without the runtime `key`
         self._ttl = ttl
         self._unload = unload  # the runtime manager's unload of that one runtime
+        self._home = home
         self._held: dict[str, _Held] = {}
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -170,7 +116,7 @@ class Borrower(SwapHook):
         if choice != "auto":
             unknown = [n for n in choice if n == own or registry.node(n) is None]
             if unknown:
-                raise NoRoom(f"router_rpc_nodes names nodes not in the cluster: {unknown}")
+                raise NoRoom(f"the model names nodes not in the cluster: {unknown}")
         entries = [e for e in registry.nodes() if e.healthy and e.node_id != own]
         if choice != "auto":
             entries = [e for e in entries if e.node_id in choice]
@@ -195,21 +141,40 @@ class Borrower(SwapHook):
 
     # ---- the swap hook --------------------------------------------------------------------
 
+    async def gang_plan(self, spec: LaunchSpec) -> GangPlan:
+        """The followers' shares (each node's room asked now) and the head's port."""
+        nodes = spec.config.vllm_nodes or ()
+        home = self._home
+        if home is None:
+            raise NoRoom("this router cannot start a vLLM gang (it is no master)")
+        rooms = await self._rooms(nodes)
+        wanted = shares(await asyncio.to_thread(home.need, spec), nodes, rooms)
+        taken = {h.plan.master_port for h in self._held.values() if isinstance(h.plan, GangPlan)}
+        section = home.section
+        port = free_port(section.port_min, section.port_max, taken)
+        if port is None:
+            raise NoRoom(f"no free port in {section.port_min}-{section.port_max} for the head")
+        return GangPlan(wanted, section.bind, port)
+
     async def prepare_launch(self, spec: LaunchSpec) -> None:
         if spec.lane is not Lane.TEXT:
             return
-        plan = await self.plan(spec.config, spec.key)
+        plan: PooledPlan | GangPlan | None
+        if gang(spec.config, spec.lane):
+            plan = await self.gang_plan(spec)
+        else:
+            plan = await self.plan(spec.config, spec.key)
         if plan is None or not plan.shares:
             return
         held = self._held[spec.key] = _Held(plan)
-        try:
-            for share in plan.shares:
-                held.leases.append(await self._lease(spec.config.id, share))
+        try:  # a gang's followers in rank order, all before the head starts
+            for rank, share in enumerate(plan.shares, start=1):
+                held.leases.append(await self._lease(spec.config.id, share, plan.lease_body(rank)))
         except BaseException:
             self._release_later(spec.key)
             raise
 
-    async def _lease(self, model: str, share: Share) -> Borrowed:
+    async def _lease(self, model: str, share: Share, extra: dict[str, Any]) -> Borrowed:
         entry = self._service.registry.node(share.node_id)
         if entry is None:
             raise NoRoom(f"lending node {share.node_id} left the cluster")
@@ -219,6 +184,7 @@ class Borrower(SwapHook):
             "model": model,
             "bytes": share.bytes,
             "ttl_s": self._ttl,
+            **extra,
         }
         try:
             reply = await self._service.client.call("POST", entry.node_url, LEASES, body)
@@ -230,17 +196,16 @@ class Borrower(SwapHook):
             share.node_id,
             entry.node_url,
             str(reply.get("lease_id")),
-            checked_endpoint(reply.get("endpoint")),
+            "" if extra else checked_endpoint(reply.get("endpoint")),  # a follower has none
             share.bytes,
-            _granted_ttl(reply.get("ttl_s"), self._ttl),
+            granted_ttl(reply.get("ttl_s"), self._ttl),
         )
 
     def launch_args(self, spec: LaunchSpec) -> list[str]:
         held = self._held.get(spec.key)
         if held is None or not held.leases:
             return []
-        endpoints = ",".join(lease.endpoint for lease in held.leases)
-        return ["--rpc", endpoints, *held.plan.split.argv()]
+        return held.plan.launch_args(held.leases)
 
     async def after_ready(self, runtime: Runtime, launched: Launched, report: Any) -> None:
         held = self._held.get(runtime.key)
@@ -342,7 +307,7 @@ class Borrower(SwapHook):
         """What the load of `key` sent to each lending node so far (the load capture's
         `pooled`, read once llama-server is ready); None when `key` spans no node."""
         held = self._held.get(key)
-        if held is None or not held.leases:
+        if held is None or not held.leases or not isinstance(held.plan, PooledPlan):
             return None
         counts = await asyncio.gather(*(bytes_sent(lease.endpoint) for lease in held.leases))
         nodes = [
@@ -357,7 +322,7 @@ class Borrower(SwapHook):
         held = self._held.get(key)
         if held is None or not held.leases:
             return 0
-        return sum(held.plan.split.node_layers) * held.plan.layer_bytes
+        return held.plan.remote()
 
     def rows(self) -> list[dict[str, Any]]:
         """The remote devices: one per lending node of each runtime that spans nodes."""
@@ -365,17 +330,22 @@ class Borrower(SwapHook):
             {
                 "runtime": key,
                 "node_id": lease.node_id,
-                "device": f"RPC{index}[{lease.endpoint}]",
-                "endpoint": lease.endpoint,
                 "budget": lease.bytes,
-                # What its layers take of the lease (the lease rounds up to whole layers).
-                "used": held.plan.split.node_layers[index] * held.plan.layer_bytes,
-                "layers": held.plan.split.node_layers[index],
                 "lease_id": lease.lease_id,
+                **held.plan.row(index, lease),
             }
             for key, held in self._held.items()
             for index, lease in enumerate(held.leases)
         ]
 
 
-__all__ = ["Borrowed", "Borrower", "PooledPlan", "checked_endpoint", "layer_bytes", "spans"]
+__all__ = [
+    "Borrowed",
+    "Borrower",
+    "GangHome",
+    "PooledPlan",
+    "checked_endpoint",
+    "gang",
+    "layer_bytes",
+    "spans",
+]

@@ -1,5 +1,7 @@
 """A pooled-memory lease (docs/cluster.md, "Pooled memory"): one master's permission to use
-one node's RPC server for one model, for a number of bytes, until it expires or is released.
+one node's memory for one model, for a number of bytes, until it expires or is released. Its
+kind says what the node runs under it: an RPC server (`rpc`, llama.cpp) or a headless vLLM
+follower (`vllm`, one rank of a multi-node gang); both follow the one state machine below.
 Pure: the caller passes `now` (monotonic seconds); each step returns a new lease or raises
 LeaseRefused naming why, so a node never acts on a transition the machine does not allow.
 
@@ -21,6 +23,11 @@ import enum
 from dataclasses import dataclass, replace
 
 from router.errors import LeaseRefused
+
+
+class LeaseKind(enum.Enum):
+    RPC = "rpc"
+    VLLM = "vllm"
 
 
 class LeaseState(enum.Enum):
@@ -60,7 +67,8 @@ class RpcLease:
     ttl_s: float
     state: LeaseState = LeaseState.REQUESTED
     expires: float = 0.0  # monotonic; meaningful once granted
-    port: int | None = None  # the RPC server's port once granted
+    port: int | None = None  # the RPC server's port once granted (none for a vLLM follower)
+    kind: LeaseKind = LeaseKind.RPC
 
     def live(self, now: float) -> bool:
         return self.state in _HELD and now < self.expires
@@ -79,7 +87,7 @@ def _holder(lease: RpcLease, master_id: str) -> None:
         raise LeaseRefused(f"lease {lease.lease_id} is held by another master")
 
 
-def grant(lease: RpcLease, now: float, port: int) -> RpcLease:
+def grant(lease: RpcLease, now: float, port: int | None) -> RpcLease:
     return _move(lease, LeaseState.GRANTED, expires=now + lease.ttl_s, port=port)
 
 
@@ -116,6 +124,7 @@ def release(lease: RpcLease, master_id: str) -> RpcLease:
 
 
 __all__ = [
+    "LeaseKind",
     "LeaseState",
     "RpcLease",
     "check_transition",

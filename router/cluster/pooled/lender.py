@@ -1,7 +1,8 @@
 """The lending node's side of pooled memory (docs/cluster.md, "Pooled memory"): a master's
-RPC lease checked against this node's ledger, an RPC server started for it through the
-supervisor, bound only to the cluster address on a free port of the configured range, and
-stopped when the lease is released or expires. No lease, no RPC server: every server this
+lease checked against this node's ledger, its process started through the supervisor (an RPC
+server bound only to the cluster address on a free port of the configured range, or, for a
+`vllm` lease, a headless vLLM follower: router/cluster/pooled/follower.py), and stopped when
+the lease is released or expires. No lease, no process: every RPC server or follower this
 node runs belongs to a live lease, and a lease's end stops it before anything else.
 """
 
@@ -23,7 +24,8 @@ from backends.base import built_backends_dir
 from backends.process import SupervisedProcess
 from router.cluster.pooled import lease as machine
 from router.cluster.pooled.cache import cache_home, prune
-from router.cluster.pooled.lease import LeaseState, RpcLease
+from router.cluster.pooled.gang import GangFlags
+from router.cluster.pooled.lease import LeaseKind, LeaseState, RpcLease
 from router.cluster.pooled.ports import free_port, listening
 from router.config.pooled import PooledSection
 from router.errors import LeaseRefused, RouterError, ServiceUnavailable
@@ -36,6 +38,8 @@ STOP_GRACE = 5.0
 _ROUTER_ENV = "TENSOR_ROUTER_"
 LENT = "rpc:"  # a lease's key in the ledger: rpc:<lease id>
 AskMaster = Callable[[RpcLease], Awaitable[None]]
+# Starts a headless vLLM follower for (lease id, model, its place in the gang).
+StartFollower = Callable[[str, str, GangFlags], Awaitable[SupervisedProcess]]
 
 
 class LentMemory(Protocol):
@@ -55,6 +59,8 @@ class LeaseAsk:
     bytes: int
     ttl_s: float | None = None
     port: int | None = None
+    kind: LeaseKind = LeaseKind.RPC
+    gang: GangFlags | None = None  # a `vllm` lease: the follower's rank and the head
 
 
 def find_rpc_server(configured: Path | None) -> str | None:
@@ -95,6 +101,7 @@ class Lender:
         self._lock = asyncio.Lock()  # one grant at a time: the port and room checks hold
         # Set at wiring (router/app.py): asks a lease's master to unload what holds it.
         self.ask_master: AskMaster | None = None
+        self.start_follower: StartFollower | None = None  # vLLM followers, set at wiring
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -126,6 +133,8 @@ class Lender:
             raise LeaseRefused("this node does not lend memory (pooled.lend is off)")
         if ask.node_id != self._node_id:
             raise LeaseRefused(f"the lease names node {ask.node_id}; this is {self._node_id}")
+        if ask.kind is LeaseKind.VLLM and (ask.gang is None or ask.port is not None):
+            raise LeaseRefused("a vllm lease names its place in the gang and no port")
         holders = {lease.master_id for lease in self._live()} - {ask.master_id}
         if holders:
             raise LeaseRefused(f"this node lends to master {sorted(holders)[0]} already")
@@ -145,23 +154,37 @@ class Lender:
     async def grant(self, ask: LeaseAsk) -> RpcLease:
         async with self._lock:
             self._check(ask)
-            port = self._port(ask.port)
             ttl = min(ask.ttl_s or self._section.lease_ttl, self._section.lease_ttl)
+            lease_id = secrets.token_hex(8)
             asked = RpcLease(
-                secrets.token_hex(8), ask.master_id, ask.node_id, ask.model, ask.bytes, ttl
+                lease_id, ask.master_id, ask.node_id, ask.model, ask.bytes, ttl, kind=ask.kind
             )
-            if not self._servers:  # no server reads the cache now: prune it to its budget
-                await asyncio.to_thread(prune, self._cache, self._section.cache_budget)
-            server = await self._start(asked.lease_id, port)
+            port, server = await self._run(asked, ask)
             lease = machine.grant(asked, self._clock(), port)
             self.leases[lease.lease_id] = lease
             self._servers[lease.lease_id] = server
             self._memory.lend(f"{LENT}{lease.lease_id}", ask.model, self._section.device, ask.bytes)
             self._arm(lease.lease_id)
             log.info(
-                "lent %d bytes to %s for %s on port %d", ask.bytes, ask.master_id, ask.model, port
+                "lent %d bytes to %s for %s (%s, port %s)",
+                ask.bytes,
+                ask.master_id,
+                ask.model,
+                ask.kind.value,
+                port,
             )
             return lease
+
+    async def _run(self, lease: RpcLease, ask: LeaseAsk) -> tuple[int | None, SupervisedProcess]:
+        """The lease's process: a vLLM follower, or an RPC server on a free port."""
+        if ask.gang is not None:
+            if self.start_follower is None:
+                raise ServiceUnavailable("this node runs no vLLM followers")
+            return None, await self.start_follower(lease.lease_id, ask.model, ask.gang)
+        port = self._port(ask.port)
+        if not self._servers:  # no server reads the cache now: prune it to its budget
+            await asyncio.to_thread(prune, self._cache, self._section.cache_budget)
+        return port, await self._start(lease.lease_id, port)
 
     def renew(self, lease_id: str, master_id: str) -> RpcLease:
         lease = self._get(lease_id)
@@ -288,7 +311,13 @@ class Lender:
                 break
             await asyncio.sleep(left)
         why = "was not given back in time" if lease.state is LeaseState.RECLAIMING else "expired"
-        log.warning("RPC lease %s of %s %s: stopping its server", lease_id, lease.master_id, why)
+        log.warning(
+            "%s lease %s of %s %s: stopping its process",
+            lease.kind.value,
+            lease_id,
+            lease.master_id,
+            why,
+        )
         await self._end(machine.expire(lease, self._clock()), from_timer=True)
 
     async def _end(self, lease: RpcLease, *, from_timer: bool = False) -> None:
@@ -320,8 +349,9 @@ class Lender:
                 "master_id": lease.master_id,
                 "model": lease.model,
                 "bytes": lease.bytes,
+                "kind": lease.kind.value,
                 "device": self._section.device,
-                "endpoint": f"{self._section.bind}:{lease.port}",
+                "endpoint": None if lease.port is None else f"{self._section.bind}:{lease.port}",
                 "ttl_ms": int(max(0.0, lease.expires - now) * 1000),
                 "pid": self._servers[lease.lease_id].pid
                 if lease.lease_id in self._servers
