@@ -17,7 +17,7 @@ from tests.support.cluster import AUTH
 from tests.support.harness import RouterHarness, until
 from tests.support.pooled import s1_available
 from tests.support.router_process import RouterProcess, gone
-from tests.support.vllm_gang import MODEL, flag, followers, gang_pair, heads
+from tests.support.vllm_gang import MODEL, flag, followers, gang_pair, heads, listeners
 
 LEASES = "/router/v1/node/rpc/leases"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -56,8 +56,10 @@ async def test_a_vllm_model_with_one_follower_node_loads_answers_and_unloads(
         ]
         assert flag(follower, "--master-port") == port
         assert flag(follower, "--model") == flag(head, "--model")
-        # The follower serves no API: no listener of its own.
+        # The follower serves no API: no listener of its own; nothing listens on 0.0.0.0.
         assert "--host" not in follower and "--port" not in follower
+        assert listeners(slave) == {"follower": []}
+        assert listeners(master) == {"head": ["127.0.0.1"]}
 
         (lease,) = (await node.get(LEASES)).json()["leases"]
         assert lease["kind"] == "vllm" and lease["model"] == MODEL

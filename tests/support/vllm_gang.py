@@ -84,5 +84,15 @@ def heads(node: RouterProcess) -> list[list[str]]:
     return [p.cmdline() for p in _running(node) if "--headless" not in p.cmdline()]
 
 
+def listeners(node: RouterProcess) -> dict[str, list[str]]:
+    """Per vLLM process the router runs (`head` or `follower`), the addresses it listens on."""
+    found: dict[str, list[str]] = {}
+    for process in _running(node):
+        role = "follower" if "--headless" in process.cmdline() else "head"
+        sockets = process.net_connections(kind="tcp")
+        found[role] = [c.laddr.ip for c in sockets if c.status == psutil.CONN_LISTEN]
+    return found
+
+
 def flag(argv: list[str], name: str) -> str:
     return argv[argv.index(name) + 1]
