@@ -171,7 +171,7 @@ class LoadPlan(Shape):
     devices: list[PlanDevice]
     evict: list[PlanVictim]
     wait: Literal["none", "drain"]
-    # A model with router_rpc_nodes on a master: the nodes and bytes it would lease.
+    # A model with router_rpc_nodes or router_vllm_nodes on a master: what it would lease.
     pooled: dict[str, Any] | None = None
 
 

@@ -34,7 +34,12 @@ async def test_a_vllm_model_with_one_follower_node_loads_answers_and_unloads(
         httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node,
     ):
         assert await until(lambda: s1_available(client), True, deadline=30)
-        assert followers(slave) == []  # nothing runs before a lease
+        dry = await client.post("/router/v1/load", json={"model": MODEL, "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        planned = dry.json()["pooled"]
+        assert planned["engine"] == "vllm" and planned["nnodes"] == 2
+        assert [(n["node_id"], n["node_rank"]) for n in planned["nodes"]] == [("s1", 1)]
+        assert followers(slave) == []  # nothing runs before a lease (a dry run leases none)
 
         answer = await client.post("/v1/chat/completions", json=CHAT)
         assert answer.status_code == 200, answer.text

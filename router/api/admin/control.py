@@ -9,6 +9,7 @@ from aiohttp import web
 
 from router.api.admin import event_stream
 from router.appkeys import BORROWER, CATALOG, KV_CACHES, RUNTIMES, SHUTDOWN
+from router.cluster.pooled.plans import gang
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
@@ -30,7 +31,10 @@ async def load(request: web.Request) -> web.StreamResponse:
         plan = await request.app[RUNTIMES].plan(config, lane)
         answer = plan.answer() | {"model": body["model"]}
         borrower = request.app.get(BORROWER)
-        if borrower is not None and config.rpc_nodes is not None:
+        if borrower is not None and gang(config, lane):
+            # Its followers' nodes, ranks and shares (docs/cluster.md, "vLLM multi-node").
+            answer["pooled"] = (await borrower.gang_plan(spec_for(config, lane))).answer()
+        elif borrower is not None and config.rpc_nodes is not None:
             # The nodes and bytes it would lease (docs/cluster.md, "Pooled memory").
             pooled = await borrower.plan(config, spec_for(config, lane).key)
             answer["pooled"] = pooled.answer() if pooled is not None else None
