@@ -114,6 +114,22 @@ async def test_the_node_refuses_a_vllm_lease_it_must_not_run_and_starts_nothing(
     assert followers(slave) == []
 
 
+async def test_a_follower_that_exits_at_once_fails_its_lease_and_holds_nothing(
+    tmp_harness: RouterHarness,
+) -> None:
+    tmp_harness.faults["vllm"] = "--exit-at-start 3"
+    _, slave = gang_pair(tmp_harness)
+    await slave.start()
+    async with httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=60) as node:
+        before = (await node.get(LEASES)).json()["room"]
+        failed = await node.post(LEASES, json=_ask())
+        assert failed.status_code == 503, failed.text
+        assert "the vLLM follower exited at once" in failed.json()["error"]["message"]
+        after = (await node.get(LEASES)).json()
+        assert after["leases"] == [] and after["room"] == before
+    assert followers(slave) == []
+
+
 async def test_a_vllm_lease_nobody_renews_stops_its_follower(tmp_harness: RouterHarness) -> None:
     _, slave = gang_pair(tmp_harness, lease_ttl=2)
     await slave.start()

@@ -1603,6 +1603,9 @@ async def follow(o: Opts) -> None:
     connect and waits for its signal; a test reads its argv from the process."""
     st = State(o)
     install_signals(st, asyncio.get_running_loop())
+    if o.exit_at_start is not None:  # one that cannot join (bad flags, missing files)
+        log(FATAL_LINES[o.family])
+        os._exit(o.exit_at_start)
     log(
         f"fake vllm follower: rank {o.node_rank} of {o.nnodes}, "
         f"head at {o.master_addr}:{o.master_port}, model {o.model!r}"
