@@ -246,7 +246,7 @@ class Borrower(SwapHook):
             log.error("lending node %s ended its lease for %s: stopping it", lease.node_id, key)
         else:
             log.error("lending node %s lost for %s (%s): stopping it", lease.node_id, key, why)
-            self._service.node_failed(lease.node_url, f"its RPC lease was lost: {why}")
+            self._service.node_failed(lease.node_url, f"its lease was lost: {why}")
         runtime = held.runtime
         if runtime is not None and runtime.process is not None:
             await runtime.process.stop(STOP_GRACE)
