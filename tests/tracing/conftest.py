@@ -71,6 +71,19 @@ def parent_of(span: ReadableSpan, found: Found) -> ReadableSpan | None:
     return next((s for s in found if s.context.span_id == span.parent.span_id), None)
 
 
+def rooted(span: ReadableSpan, found: Found) -> bool:
+    """Whether every span from `span` up to its trace's root has finished (is in `found`). A
+    server span ends after its client has the answer, so a test that reads a whole chain waits
+    for this, not only for the spans it names."""
+    current = span
+    while current.parent is not None:
+        parent = parent_of(current, found)
+        if parent is None:
+            return False
+        current = parent
+    return True
+
+
 def chain(span: ReadableSpan, found: Found) -> list[str]:
     """Names from `span` up to its root."""
     names: list[str] = []
