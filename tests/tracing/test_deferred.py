@@ -64,6 +64,19 @@ def test_no_sdk_span_is_made_in_front_of_the_backend_call(started: Started) -> N
     assert headers["traceparent"] == f"00-{CALLER_TRACE}-{id_of(backend)}-01"
 
 
+def test_a_span_made_after_a_deferred_one_draws_ids_of_its_own(spans: Spans) -> None:
+    """The ids a deferred span chose are the SDK's for that span only (a child takes no trace
+    id from the generator, so an unused chosen one must not pass to the next root)."""
+    with tracing.tracer().server(ROUTE, {"traceparent": CALLER}):
+        pass
+    with tracing.tracer().span("model load", parent=None):
+        pass
+    server, load = spans.named(ROUTE)[0], spans.named("model load")[0]
+    assert trace_of(server) == CALLER_TRACE
+    assert trace_of(load) != CALLER_TRACE
+    assert load.context.span_id != server.context.span_id
+
+
 def _sdk_traceparent(span: trace.Span) -> dict[str, str]:
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier, trace.set_span_in_context(span))
