@@ -45,8 +45,9 @@ _KINDS = {
 }
 # The inbound trace headers are replaced by the router's own on every hop, never copied.
 _HOP_HEADERS = ("traceparent", "tracestate")
-# The propagators whose headers the router can write itself (the default: W3C trace context
-# and baggage; a deferred span carries no baggage, so only trace context is written).
+# The propagators whose headers the router reads and writes itself: W3C trace context, with
+# or without baggage (the default; a deferred span carries no baggage, so only trace context
+# is written). Others (`OTEL_PROPAGATORS`, `none` too) go through the propagator API.
 _W3C_FIELDS = frozenset(("traceparent", "tracestate", "baggage"))
 _SAMPLED = TraceFlags.SAMPLED
 # The W3C level 2 flag the SDK sets on a trace id it drew at random (older APIs lack it).
@@ -228,7 +229,8 @@ class OtelTracer:
         self._ids = ids
         # The default sampler follows the parent and samples a root: decided without a call.
         self._sampler = None if provider.sampler is sampling.DEFAULT_ON else provider.sampler
-        self._w3c = propagate.get_global_textmap().fields <= _W3C_FIELDS
+        fields = propagate.get_global_textmap().fields
+        self._w3c = "traceparent" in fields and fields <= _W3C_FIELDS
 
     def span(
         self,

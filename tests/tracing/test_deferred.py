@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 from multidict import CIMultiDict
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -163,3 +164,16 @@ def test_a_configured_sampler_decides_the_injected_flags(
                 pass
     assert headers["traceparent"].endswith("-00")  # the caller sampled it; this sampler not
     assert processor.finished() == ()
+
+
+def test_other_propagators_are_asked_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`OTEL_PROPAGATORS=none`: no header is read or written, as the propagator API does."""
+    monkeypatch.setattr(propagate, "get_global_textmap", lambda: CompositePropagator([]))
+    headers: CIMultiDict[str] = CIMultiDict()
+    with installed(Spans()) as processor:
+        with tracing.tracer().server(ROUTE, {"traceparent": CALLER}) as server:
+            with tracing.tracer().client("chat fast", headers):
+                pass
+    assert server.trace_id != CALLER_TRACE  # the caller's header was not read
+    assert "traceparent" not in headers
+    assert [s.name for s in processor.finished()] == ["chat fast", ROUTE]
