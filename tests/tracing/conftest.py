@@ -5,10 +5,12 @@ lease release run while it reads)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import format_span_id, format_trace_id
@@ -46,14 +48,23 @@ class Spans(SimpleSpanProcessor):
         return [s for s in self.finished() if s.name == name]
 
 
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    processor = Spans()
+P = TypeVar("P", bound=SpanProcessor)
+
+
+@contextlib.contextmanager
+def installed(processor: P) -> Iterator[P]:
+    """Traces on for the block, every span going to `processor`."""
     old = tracing.install(otel.tracer_for(processor))
     try:
         yield processor
     finally:
         tracing.install(old).close()
+
+
+@pytest.fixture
+def spans() -> Iterator[Spans]:
+    with installed(Spans()) as processor:
+        yield processor
 
 
 def trace_of(span: ReadableSpan) -> str:
