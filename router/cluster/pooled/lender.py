@@ -331,6 +331,16 @@ class Lender:
         for lease in list(self.leases.values()):
             await self._end(lease)
 
+    def named(self, keys: Iterable[str]) -> list[dict[str, Any]]:
+        """The leases behind lent residents (`rpc:<lease id>`), in their order: what a dry
+        run of this node's own load says it would ask back."""
+        leases = (self.leases.get(key.removeprefix(LENT)) for key in keys)
+        return [
+            {"lease_id": x.lease_id, "master_id": x.master_id, "model": x.model, "bytes": x.bytes}
+            for x in leases
+            if x is not None
+        ]
+
     def rows(self) -> list[dict[str, Any]]:
         now = self._clock()
         return [
