@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import BORROWER, CATALOG, KV_CACHES, RUNTIMES, SHUTDOWN
+from router.appkeys import BORROWER, CATALOG, KV_CACHES, POOLED, RUNTIMES, SHUTDOWN
 from router.domain import Lane
 from router.edge import Handler, read_json
 from router.errors import BadRequest
@@ -29,6 +29,8 @@ async def load(request: web.Request) -> web.StreamResponse:
     if dry_run:  # what a load would evict, and whether it fits: loads nothing
         plan = await request.app[RUNTIMES].plan(config, lane)
         answer = plan.answer() | {"model": body["model"]}
+        # The leases this node lends that the load would ask back (docs/cluster.md).
+        answer["reclaim"] = request.app[POOLED].named(plan.reclaim)
         borrower = request.app.get(BORROWER)
         if borrower is not None and config.rpc_nodes is not None:
             # The nodes and bytes it would lease (docs/cluster.md, "Pooled memory").
