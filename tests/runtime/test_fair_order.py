@@ -418,7 +418,8 @@ def test_grouped_loads_are_never_above_fifos_but_for_the_class_rule(
     """Callers of both classes: fifo here is the same fair order (interactive first, the
     same promotion, round robin), so only the grouping by model differs. Grouped may load once
     more for each stop that left batch work of its own for a person's other model (the class
-    rule: no batch grant while a person waits; docs/decisions.md), and for nothing else."""
+    rule: no batch grant while a person waits; docs/decisions.md), and for nothing else. No
+    rule that groups avoids that load: test_fair_class_cost.py."""
     grouped = simulate(reqs, Lane(order="grouped", max_bypass=max_bypass, promote=promote))
     fifo = simulate(reqs, Lane(order="fifo", promote=promote))
     assert grouped.loads <= fifo.loads + grouped.held_back
