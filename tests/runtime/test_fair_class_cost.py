@@ -4,7 +4,7 @@
 loads and every schedule that keeps the issue's rules and groups by model makes five. So the
 exception of test_fair_order.py's both-classes property (grouped <= fifo + the class-rule
 stops) is a property of the rules, not a choice of policy.py (docs/decisions.md, "Grouped
-loads against fifo's with both classes: the class rule's load, shown"). One lane, one slot,
+against fifo with both classes: the class rule's load is the requirements'"). One lane, one slot,
 service 1 s, load 0.5 s, `max_batch_wait` 5 s, as test_fair_order.py's `Lane()`. The rules:
 
 - Class order: no batch request is granted while an interactive one waits, except that a new
@@ -160,6 +160,7 @@ def test_the_decision_loads_once_more_than_fifo_for_the_class_rule() -> None:
 def test_every_schedule_that_groups_and_keeps_the_class_order_loads_more_than_fifo() -> None:
     loads = outcomes(CLASS_COST)
     assert min(loads) == 5 > fifo_loads(CLASS_COST), loads
+    assert loads == Counter({5: 1})  # no choice is left: the decision's run is the one
 
 
 def test_without_either_rule_a_schedule_matches_fifo() -> None:
