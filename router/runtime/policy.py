@@ -15,7 +15,8 @@ memory plan's. So one rule serves both modes:
   drains, and stops once its last lease is released. An idle victim nobody else asks for stops
   at once; with `fifo` it serves only its requests queued ahead of the first other one.
 - A runtime nobody needs to stop any more is let out of its drain; an unloading one stops when
-  drained. Running work is never cancelled.
+  drained. Running work is never cancelled. A victim that drains while only batch requests
+  wait for other models is let out of it for a person's request for it (`_newcomers`).
 - A new runtime's first grants (`loaded_for`) keep to its in-flight cap; once its window is
   closed it still serves what fifo would (its requests ahead of every other model's) and
   what it was loaded for (`ready_at`) that is older than its window's request, then one more
@@ -137,6 +138,8 @@ def _decide(snapshot: Snapshot) -> Decision:
             continue
         served, leaves = _victim(r, own, others, snapshot)
         grant.extend((i, r.key) for i in served)
+        if served and r.draining:
+            undrain.add(r.key)
         if leaves and not r.draining:
             drain.add(r.key)
         if leaves and r.leases == 0:
@@ -189,7 +192,7 @@ def _victim(
     policy, waiters = snapshot.policy, snapshot.waiters
     assert r.victim_since is not None
     if r.draining:
-        return (), True
+        return _newcomers(r, own, others, snapshot)
     own = _same_class(own, others, snapshot)
     mine = _capped(own, r.free)
     if policy.order == "fifo":
@@ -212,6 +215,22 @@ def _victim(
     if not within and any(waiters[i].bypassed >= policy.max_bypass for i in others):
         return _leaving(r, own, others, snapshot)
     return _capped(within, r.free), False  # none: running work goes on, the window may bring more
+
+
+def _newcomers(
+    r: ResidentView, own: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
+) -> tuple[tuple[int, ...], bool]:
+    """A draining victim that only batch requests wait for other models for is let out of its
+    drain for a person's request for it (or a promoted one's): the class order serves that
+    request first anyway, and stopping would load the victim again for it (found by
+    tests/runtime/test_fair_order.py, NEWCOMER). Within one class the drain holds, so the
+    request it left for keeps its bounds; with no waiter in this lane (a load from another
+    lane stops it) it stops."""
+    now, promote = snapshot.now, snapshot.policy.batch_promote_after
+    if not others or any(fair.urgent(snapshot.waiters[i], now, promote) for i in others):
+        return (), True
+    people = tuple(i for i in own if fair.urgent(snapshot.waiters[i], now, promote))
+    return _capped(people, r.free), not people
 
 
 def _leaving(
