@@ -109,7 +109,7 @@ class Decision:
 def decide(snapshot: Snapshot) -> Decision:
     """The decision on the waiters in fair order (fair.serve_order); its grants are indexes
     into `snapshot.waiters`, listed in that order (the ETA's positions follow it)."""
-    order = _order(snapshot)
+    order = serve_order(snapshot)
     fair_snapshot = replace(snapshot, waiters=tuple(snapshot.waiters[i] for i in order))
     d = _decide(fair_snapshot)
     return replace(d, grant=tuple((order[j], key) for j, key in sorted(d.grant)))
@@ -300,6 +300,7 @@ def loaded_for(
     order: QueueOrder,
     running: Mapping[str, int] | None = None,
     free: int | None = None,
+    serve: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """The waiters a runtime that just became ready serves first: those it was loaded for.
 
@@ -308,12 +309,20 @@ def loaded_for(
     again for the same waiters, forever. Grouped: every waiter for `key`; fifo: only those
     ahead of the first waiter for another model. Never a caller's requests over its cap
     (`running`: leases held per caller name), nor more than the runtime's `free` leases
-    (`max_in_flight`): decide() serves the rest as leases end (`ResidentView.ready_at`)."""
-    within = fair.eligible(waiters, running or {})
-    mine = tuple(i for i in within if waiters[i].key == key)
-    if order == "fifo":
+    (`max_in_flight`): decide() serves the rest as leases end (`ResidentView.ready_at`).
+
+    `serve`: the waiters' fair order (fair.serve_order, as decide() reads them); the firsts
+    are taken in it, so a person who queued during the load goes before the batch request
+    the load was for. Without it: arrival order (one caller, one class)."""
+    if serve is None:
+        within = fair.eligible(waiters, running or {})
         head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
-        mine = tuple(i for i in mine if i < head)
+        ahead = [i for i in within if i < head]
+    else:
+        within = list(serve)
+        first_other = (p for p, i in enumerate(within) if waiters[i].key != key)
+        ahead = within[: next(first_other, len(within))]
+    mine = tuple(i for i in (ahead if order == "fifo" else within) if waiters[i].key == key)
     return _capped(mine, free)
 
 
@@ -325,10 +334,11 @@ def bypasses(count: int, granted: Sequence[int]) -> list[int]:
 def passed(snapshot: Snapshot, granted: Sequence[int]) -> list[int]:
     """`bypasses` in the fair order the decision read `snapshot` in: how many of `granted`
     (indexes into its waiters) went ahead of each waiter from behind it."""
-    return fair.passed(_order(snapshot), len(snapshot.waiters), granted)
+    return fair.passed(serve_order(snapshot), len(snapshot.waiters), granted)
 
 
-def _order(snapshot: Snapshot) -> list[int]:
+def serve_order(snapshot: Snapshot) -> list[int]:
+    """The snapshot's eligible waiters in fair order (fair.serve_order), as decide() reads them."""
     promote = snapshot.policy.batch_promote_after
     counts = (snapshot.running, snapshot.served)
     return fair.serve_order(snapshot.waiters, snapshot.now, promote, counts)
@@ -375,5 +385,6 @@ __all__ = [
     "decide",
     "loaded_for",
     "passed",
+    "serve_order",
     "victim_deadlines",
 ]

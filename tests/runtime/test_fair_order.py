@@ -31,6 +31,7 @@ from router.runtime.policy import (
     decide,
     loaded_for,
     passed,
+    serve_order,
 )
 from router.runtime.scheduler import LaneView, resident
 
@@ -128,7 +129,8 @@ def _step(s: _State, reqs: list[Req], lane: Lane, run: Run) -> bool:
     if ready and s.fresh:  # the pump's first grants after a load
         s.fresh = False
         free = snap.residents[0].free
-        firsts = loaded_for(snap.waiters, str(s.active), lane.order, snap.running, free)
+        key, order = str(s.active), serve_order(snap)
+        firsts = loaded_for(snap.waiters, key, lane.order, snap.running, free, order)
         _grant(s, reqs, lane, run, firsts, decided=False)
         return True
     d = decide(snap)
@@ -608,6 +610,19 @@ def test_a_new_runtime_serves_what_it_was_loaded_for_after_its_window_closed() -
     later = replace(snap, waiters=[w("b", 2.0), w("a", 9.5)])  # queued after it was ready
     assert decide(later) == Decision(drain=frozenset({"a"}), load="b")
     assert loaded_for(waiters, "a", "grouped", free=1) == (0,)
+
+
+def test_a_person_who_came_during_the_load_goes_before_the_batch_request_it_was_for() -> None:
+    """One slot: a batch request for A starts A's load, a person asks for A during it; the
+    new runtime's first grant is the person's (class order), not the batch request's."""
+    reqs = [Req(0.0, "A", B1), Req(0.2, "A", I1)]
+    for order in ("grouped", "fifo"):
+        run = simulate(reqs, Lane(order=order))
+        assert (run.granted, run.at[1], run.loads) == ([1, 0], 0.5, 1), order
+    waiters = [w("a", 0.0, B1), w("a", 0.2, I1)]
+    snap = Snapshot((), waiters, 0.5, Policy(5.0))
+    assert loaded_for(waiters, "a", "grouped", free=1, serve=serve_order(snap)) == (1,)
+    assert loaded_for(waiters, "a", "grouped", free=1) == (0,)  # arrival order without it
 
 
 def test_the_load_is_the_overdue_waiters_not_the_round_robins_head() -> None:
