@@ -3,11 +3,14 @@
 loopback, with the real llama-server and RPC server they run.
 
 The master's kcpps folder holds the same model twice: `one` (on the master alone) and
-`spread` (`router_rpc_nodes: ["s1"]`); its host budget holds all but two of the model's
-layers, so the master leases the rest from node s1. Reported: decode tokens/s of each
-(`timings.predicted_per_second` of llama-server's `/completion`, through the master) and the
-bytes the first and second load of `spread` sent to the node, read from the master's load
-capture (`pooled.bytes_sent`): the figure a user sees, not the bench's own `ss` reading.
+`spread` (`router_rpc_nodes: ["s1"]`), under the default `residency: memory` in two
+configurations of the master: first a host budget that holds all but two of the model's
+layers, so the master leases the rest from node s1; then, restarted, the machine's memory as
+the budget, for `one` (the first budget refuses the whole model as `model_too_large`).
+Reported: decode tokens/s of each (`timings.predicted_per_second` of llama-server's
+`/completion`, through the master) and the bytes the first and second load of `spread` sent
+to the node, read from the master's load capture (`pooled.bytes_sent`): the figure a user
+sees, not the bench's own `ss` reading.
 """
 
 from __future__ import annotations
@@ -55,9 +58,6 @@ def _start(stack: c.Stack, wd: Path, llama: str, model: Path) -> c.Router:
         analytics=True,
         analytics_keys="load_capture_enabled: true",
         extra_kcpps={"one": kcpps, "spread": kcpps | {"router_rpc_nodes": ["s1"]}},
-        # One runtime per lane: the master's budget is what it keeps of `spread`, not a cap
-        # on `one` (under `residency: memory` admission checks the whole model's estimate).
-        runtime="max_queue: 1024, residency: lane",
     )
     cluster = {"role": "master", "node_id": "m", "slave_urls": [node_url], "token": TOKEN}
     # All but two layers fit the master: the rest goes to s1 (half a layer to spare).
@@ -68,6 +68,16 @@ def _start(stack: c.Stack, wd: Path, llama: str, model: Path) -> c.Router:
         router.start()
     _until_available(master.url)
     return master
+
+
+def _whole_model_fits(master: c.Router) -> None:
+    """Restart the master without its spreading budget (the machine's memory is the budget
+    then), so `one`, the whole model on one box, passes `residency: memory` admission."""
+    master.stop()
+    master.extra_yaml = "".join(
+        line + "\n" for line in master.extra_yaml.splitlines() if not line.startswith("memory:")
+    )
+    master.start()
 
 
 def _until_available(url: str, bound: float = 60.0) -> None:
@@ -109,10 +119,11 @@ def through_routers(wd: Path, llama: str, model: Path, opts: c.Opts) -> dict[str
             for _ in range(opts.reps if load else 1):
                 rates["spread"].append(_decode_rate(master.url, "spread"))
             master.unload()
+        sent = _captured_bytes(master.url)
+        _whole_model_fits(master)
         master.load("one", timeout=600)
         for _ in range(opts.reps):
             rates["one"].append(_decode_rate(master.url, "one"))
-        sent = _captured_bytes(master.url)
     one, spread = c.med(rates["one"]), c.med(rates["spread"])
     first, second = (sent[0], sent[-1]) if len(sent) >= 2 else (None, None)
     return {

@@ -3,6 +3,7 @@ translated), model-ID rewriting, SSE framing, the model selector, jinja profiles
 
 from __future__ import annotations
 
+from router.forwarding.body_selector import body_kind, boundary_of, select_from_body
 from router.forwarding.drain import AbortDrain
 from router.forwarding.jinja import merge_chat_template_kwargs
 from router.forwarding.proxy import Proxy, ProxyResult, UpstreamRequest
@@ -17,11 +18,8 @@ from router.forwarding.reply import (
 from router.forwarding.rewrite import ModelRewriter, StreamRewriter
 from router.forwarding.selector import (
     Selection,
-    body_kind,
     body_stream,
-    boundary_of,
     read_selector,
-    select_from_body,
     select_from_request_parts,
 )
 from router.forwarding.sse import Event, SSEParser, encode_event

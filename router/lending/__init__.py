@@ -31,6 +31,7 @@ headers are in `wire.py`. The contract's route names (`offload`, `routing-links`
 """
 
 from router.lending.decisions import Decision, DecisionLog, decision_row
+from router.lending.helper_call import Answer
 from router.lending.links import (
     LANES,
     LendingValues,
@@ -41,7 +42,6 @@ from router.lending.links import (
     parse_links,
     replace_links,
 )
-from router.lending.owner import Answer
 from router.lending.push import LINKS_PATH, SETTINGS_PATH, Pusher
 from router.lending.service import Lending, open_lending
 from router.lending.settings import LendingLayers, apply_batch, listing, resolve, usable_saved

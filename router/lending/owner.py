@@ -10,60 +10,33 @@ master relayed there). Held, it is lent only over a live lease with a free slot
 a grant, a freed slot or a finished owner job: no timer of its own. A refusal (409 `offload_returned`), an unreachable helper or a helper
 error puts the request back on its owner: the client never sees any of it.
 
-The helper's side is router/lending/helper.py.
+The call that sends a lent request to its helper is router/lending/helper_call.py; the
+helper's side is router/lending/helper.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
-from multidict import CIMultiDict
-
-from router.cluster import (
-    Asked,
-    NodeEntry,
-    PeerUnreachable,
-    Target,
-    node_headers,
-    node_path_qs,
-)
+from router.cluster import Asked, Target
 from router.config import ModelConfig
 from router.domain import Lane
-from router.errors import BadGateway, GatewayTimeout
-from router.forwarding import ModelRewriter, ProxyResult, Selection
-from router.forwarding.selector import SELECTOR_HEADER
+from router.forwarding import ProxyResult, Selection
+from router.lending.helper_call import Answer, HelperCall
 from router.lending.leases import Lease, OwnerKey
 from router.lending.links import Link
 from router.lending.planner import STATUS_TTL_S, Planner, record_to
-from router.lending.planning import (
-    context_fits,
-    cut_after,
-    helper_done,
-    hold_for_helper,
-    needed_tokens,
-)
+from router.lending.planning import context_fits, helper_done, hold_for_helper, needed_tokens
 from router.lending.state import LendingState
-from router.lending.wire import OFFLOAD_RETURNED, lent_headers, lent_span, returned_message
 
 LENDING_LANES = frozenset({Lane.TEXT, Lane.IMAGE})
 # Paths whose follow-ups must find the node that made them (stored responses, sd-server jobs)
 # are never lent: only the relay pins them.
 _NOT_LENT = ("/v1/responses", "/sdcpp/")
 _AFTER_S = 0.001  # a hold's own end: looked at just after it, when it has surely passed
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A helper's whole answer to a lent request: the caller renders it to its client."""
-
-    status: int
-    content_type: str | None
-    body: bytes
 
 
 class Owner:
@@ -73,6 +46,7 @@ class Owner:
         self.lending = lending
         self.planner = planner
         self.book = lending.book
+        self.helper_call = HelperCall(lending, planner)
 
     def _gated(self, asked: Asked, selection: Selection, lane: Lane) -> bool:
         """Whether this request may be held and lent at all. The caller passes only requests
@@ -255,7 +229,7 @@ class Owner:
             answer, why = (
                 (None, "link_removed")
                 if link is None
-                else await self._lend_once(asked, selection, link, lease, result)
+                else await self.helper_call.send(asked, selection, link, lease, result)
             )
         finally:
             self.book.table.release(lease.key)
@@ -269,117 +243,6 @@ class Owner:
             record_to(self.lending.decisions, "dispatch", "returned", lease, detail={"reason": why})
         self.planner.trigger(lease.owner, "borrowed_completed")
         return answer
-
-    async def _lend_once(
-        self,
-        asked: Asked,
-        selection: Selection,
-        link: Link,
-        lease: Lease,
-        result: ProxyResult,
-    ) -> tuple[Answer | None, str]:
-        """The helper's answer, or None and why the request goes back to its owner."""
-        service = self.lending.cluster
-        itself = link.helper_node_id == self.lending.node_id
-        entry = None if itself else service.registry.node(link.helper_node_id)
-        if entry is None and not itself:
-            return None, "helper_not_registered"
-        rewriter = ModelRewriter(selection.model or link.owner_model_id, link.helper_model_id)
-        body = rewriter.request_body(selection.prefix) if selection.prefix else b""
-        target = (self._helper_base(entry), node_path_qs(asked, selection, link.helper_model_id))
-        headers = self._lent_headers(asked, selection, link, lease)
-        owner_fit, helper_fit = self.planner.fits_of(lease)
-        cut = cut_after(lease.load_helper_model, helper_fit, owner_fit)
-        # The master's own node is no relay target: nothing to reserve there.
-        with (
-            contextlib.nullcontext() if itself else service.reserved(link.helper_node_id),
-            lent_span(headers, link.helper_node_id, link.helper_model_id) as span,
-        ):
-            exchange = self._exchange(asked.method, target, body, headers, cut)
-            answer, why = await self._sent(exchange, cut, entry)
-            span.set("tensor_router.returned", why or None)
-        if answer is None:
-            return None, why
-        status, raw = answer.status, answer.body
-        returned = returned_message(raw) if status == 409 else None
-        if returned is not None or status >= 500:
-            return (
-                None,
-                f"{OFFLOAD_RETURNED}: {returned}" if returned is not None else f"status {status}",
-            )
-        result.relayed, result.upstream_status, result.status = True, status, status
-        result.bytes_in, result.bytes_out = len(body), len(raw)
-        return Answer(status, answer.content_type, rewriter.response_body(raw)), ""
-
-    def _lent_headers(
-        self, asked: Asked, selection: Selection, link: Link, lease: Lease
-    ) -> CIMultiDict[str]:
-        """The node headers of a lent request: the helper's model named, the lending marks."""
-        token = self.lending.settings.cluster.token or ""
-        headers = node_headers(asked, token, selection, link.helper_model_id)
-        headers.popall("Accept-Encoding", None)  # the answer's model IDs are rewritten here
-        # Named outright: the request may have had no selector (the lane's model was used here).
-        headers[SELECTOR_HEADER] = link.helper_model_id
-        headers.update(
-            lent_headers(
-                link.owner, allow_load=link.load_if_unloaded, restore=lease.restore_helper_model
-            )
-        )
-        return headers
-
-    async def _sent(
-        self, exchange: Awaitable[Answer], cut: float | None, entry: NodeEntry | None
-    ) -> tuple[Answer | None, str]:
-        """The `exchange`'s answer, or None and why the helper gave none (a helper found down
-        is marked failed: `entry` None is the master's own node)."""
-        try:
-            return await exchange, ""
-        except _NotStarted:
-            return None, f"helper_not_started within {cut or 0:g}s"
-        except (PeerUnreachable, GatewayTimeout) as err:
-            # A connection refused or lost, or silent past the connect or idle deadline
-            # (aiohttp's socket timeouts are connection errors): the helper is down.
-            if entry is not None:
-                self.lending.cluster.node_failed(entry.node_url, f"a lent request failed: {err}")
-            return None, "helper_unreachable"
-        except (BadGateway, TimeoutError):
-            return None, "forward_failed"  # a malformed or cut-short answer
-
-    def _helper_base(self, entry: NodeEntry | None) -> str:
-        """The helper node's base URL; `entry` None: the master's own model is the helper,
-        reached by one loopback hop to its own node inference route (the node client allows
-        its own listener), so the lent request takes the helper's path (mark, gate, hand
-        back, records) as on any slave."""
-        return self.lending.loopback_url() if entry is None else entry.node_url
-
-    async def _exchange(
-        self,
-        method: str,
-        target: tuple[str, str],
-        body: bytes,
-        headers: CIMultiDict[str],
-        cut: float | None,
-    ) -> Answer:
-        """Send a lent request through the node client's streamed mode and read the answer
-        whole; its status, content type and body. The answer's head must come within `cut`
-        seconds (when priced); the connection within 5 s; then the body under the idle
-        timeout."""
-        client, (base, path_qs) = self.lending.cluster.client, target
-        idle = self.lending.settings.runtime.stream_idle_timeout
-        deadline = asyncio.timeout(cut)
-        try:
-            async with deadline:
-                upstream = await client.stream(
-                    method, base, path_qs, data=body or None, headers=headers, connect=5, idle=idle
-                )
-        except TimeoutError:
-            # Only `cut` ends here: the client's own deadlines (connect, idle) are GatewayTimeout.
-            if deadline.expired():
-                raise _NotStarted from None
-            raise
-        async with upstream:
-            raw = b"".join([chunk async for chunk in upstream.chunks()])
-            return Answer(upstream.status, upstream.headers.get("Content-Type"), raw)
 
 
 def _streams(body: bytes) -> bool:
@@ -395,7 +258,3 @@ def _streams(body: bytes) -> bool:
 def owner_of(links: tuple[Link, ...]) -> OwnerKey:
     first = links[0]
     return (first.lane, first.owner_node_id, first.owner_model_id)
-
-
-class _NotStarted(Exception):
-    """The helper did not start answering in time: the owner takes the request back."""

@@ -62,6 +62,9 @@ class Plan:
     devices: tuple[dict[str, Any], ...]
     evict: tuple[Victim, ...]
     wait: Literal["none", "drain"]
+    # The memory this node lends over RPC that the load would ask back (`rpc:<lease id>`,
+    # largest first; `lent_to_reclaim`): set by the live ledger, empty when the load fits.
+    reclaim: tuple[str, ...] = ()
 
     def answer(self) -> dict[str, Any]:
         """The body of `POST /router/v1/load {"dry_run": true}` (issue 25)."""

@@ -163,6 +163,15 @@ class PlanVictim(Shape):
     reason: str
 
 
+class PlanLease(Shape):
+    """A lease this node lends over RPC that the load would ask back from its master."""
+
+    lease_id: str
+    master_id: str
+    model: str
+    bytes: int
+
+
 class LoadPlan(Shape):
     """The dry run (`"dry_run": true`): what a load would do; nothing is loaded."""
 
@@ -171,6 +180,7 @@ class LoadPlan(Shape):
     devices: list[PlanDevice]
     evict: list[PlanVictim]
     wait: Literal["none", "drain"]
+    reclaim: list[PlanLease] = []
     # A model with router_rpc_nodes or router_vllm_nodes on a master: what it would lease.
     pooled: dict[str, Any] | None = None
 

@@ -265,7 +265,9 @@ class _Replay:
                 view = replace(r.view, phase=Phase.READY, ready_at=self.now)
                 self.residents[key] = replace(r, view=view, loading_elapsed=0.0, waking=False)
                 waiters = self.waiters(counted=False)
-                firsts = loaded_for(waiters, key, self.rules.order, self.running, self.cap)
+                promote, counts = self.rules.batch_promote_after, (self.running, self.served)
+                serve = fair.serve_order(waiters, self.now, promote, counts)
+                firsts = loaded_for(waiters, key, self.rules.order, self.running, self.cap, serve)
                 first = [self.left[g] for g in firsts]
                 self.steps += [Step("serve", self.queued[i].model, index=i) for i in first]
                 self.left = [i for i in self.left if i not in first]

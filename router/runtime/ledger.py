@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from router.config import ModelConfig, Settings, evicts
@@ -103,7 +104,10 @@ class LiveLedger:
         spec = spec_for(config, lane or primary_lane(config))
         refuse_missing(spec)
         await self.holdings.prepare([spec, *(rt.spec for rt in self._table.runtimes.values())])
-        return self.plan(spec)
+        plan = self.plan(spec)
+        # A load that cannot start yet asks back what this node lends (`ask_back`): the
+        # dry run names those leases, by the same choice.
+        return plan if plan.fits else replace(plan, reclaim=self.lent_needed(spec))
 
     def plan(self, spec: RuntimeSpec) -> Plan:
         return self.holdings.plan(self._ledger_for(spec), spec, self._forced(spec))
@@ -119,16 +123,25 @@ class LiveLedger:
     def ask_back(self, spec: RuntimeSpec) -> None:
         """`spec` cannot start yet: when memory this node lends over RPC holds what it lacks,
         the lender asks those leases back (docs/cluster.md, "The lending node's own need")."""
-        if not self.lent or self.reclaim_lent is None or not self._table.by_memory:
+        if self.reclaim_lent is None:
             return
+        keys = self.lent_needed(spec)
+        if keys:
+            self.reclaim_lent(frozenset(keys))
+
+    def lent_needed(self, spec: RuntimeSpec) -> tuple[str, ...]:
+        """The lent residents (`rpc:<lease id>`, largest first) whose leaving lets a load of
+        `spec` that cannot start yet fit; none with one runtime per lane (memory decides
+        nothing there). The real load and its dry run both ask this."""
+        if not self.lent or not self._table.by_memory:
+            return ()
         forced = self._forced(spec)
 
         def fits(ledger: Ledger) -> bool:
             return self.holdings.plan(ledger, spec, forced).fits
 
         keys = lent_to_reclaim(self._ledger_for(spec), self.lent.values(), fits)
-        if keys:
-            self.reclaim_lent(keys)
+        return tuple(sorted(keys, key=lambda key: (-self.lent[key].total, key)))
 
     def victims(self, spec: RuntimeSpec) -> frozenset[str] | None:
         """The runtimes that must be gone before `spec` starts; None: it cannot start yet

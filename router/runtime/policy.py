@@ -15,7 +15,8 @@ memory plan's. So one rule serves both modes:
   drains, and stops once its last lease is released. An idle victim nobody else asks for stops
   at once; with `fifo` it serves only its requests queued ahead of the first other one.
 - A runtime nobody needs to stop any more is let out of its drain; an unloading one stops when
-  drained. Running work is never cancelled.
+  drained. Running work is never cancelled. A victim that drains while only batch requests
+  wait for other models is let out of it for a person's request for it (`_newcomers`).
 - A new runtime's first grants (`loaded_for`) keep to its in-flight cap; once its window is
   closed it still serves what fifo would (its requests ahead of every other model's) and
   what it was loaded for (`ready_at`) that is older than its window's request, then one more
@@ -108,7 +109,7 @@ class Decision:
 def decide(snapshot: Snapshot) -> Decision:
     """The decision on the waiters in fair order (fair.serve_order); its grants are indexes
     into `snapshot.waiters`, listed in that order (the ETA's positions follow it)."""
-    order = _order(snapshot)
+    order = serve_order(snapshot)
     fair_snapshot = replace(snapshot, waiters=tuple(snapshot.waiters[i] for i in order))
     d = _decide(fair_snapshot)
     return replace(d, grant=tuple((order[j], key) for j, key in sorted(d.grant)))
@@ -137,6 +138,8 @@ def _decide(snapshot: Snapshot) -> Decision:
             continue
         served, leaves = _victim(r, own, others, snapshot)
         grant.extend((i, r.key) for i in served)
+        if served and r.draining:
+            undrain.add(r.key)
         if leaves and not r.draining:
             drain.add(r.key)
         if leaves and r.leases == 0:
@@ -189,7 +192,7 @@ def _victim(
     policy, waiters = snapshot.policy, snapshot.waiters
     assert r.victim_since is not None
     if r.draining:
-        return (), True
+        return _newcomers(r, own, others, snapshot)
     own = _same_class(own, others, snapshot)
     mine = _capped(own, r.free)
     if policy.order == "fifo":
@@ -212,6 +215,22 @@ def _victim(
     if not within and any(waiters[i].bypassed >= policy.max_bypass for i in others):
         return _leaving(r, own, others, snapshot)
     return _capped(within, r.free), False  # none: running work goes on, the window may bring more
+
+
+def _newcomers(
+    r: ResidentView, own: tuple[int, ...], others: tuple[int, ...], snapshot: Snapshot
+) -> tuple[tuple[int, ...], bool]:
+    """A draining victim that only batch requests wait for other models for is let out of its
+    drain for a person's request for it (or a promoted one's): the class order serves that
+    request first anyway, and stopping would load the victim again for it (found by
+    tests/runtime/test_fair_order.py, NEWCOMER). Within one class the drain holds, so the
+    request it left for keeps its bounds; with no waiter in this lane (a load from another
+    lane stops it) it stops."""
+    now, promote = snapshot.now, snapshot.policy.batch_promote_after
+    if not others or any(fair.urgent(snapshot.waiters[i], now, promote) for i in others):
+        return (), True
+    people = tuple(i for i in own if fair.urgent(snapshot.waiters[i], now, promote))
+    return _capped(people, r.free), not people
 
 
 def _leaving(
@@ -281,6 +300,7 @@ def loaded_for(
     order: QueueOrder,
     running: Mapping[str, int] | None = None,
     free: int | None = None,
+    serve: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """The waiters a runtime that just became ready serves first: those it was loaded for.
 
@@ -289,12 +309,20 @@ def loaded_for(
     again for the same waiters, forever. Grouped: every waiter for `key`; fifo: only those
     ahead of the first waiter for another model. Never a caller's requests over its cap
     (`running`: leases held per caller name), nor more than the runtime's `free` leases
-    (`max_in_flight`): decide() serves the rest as leases end (`ResidentView.ready_at`)."""
-    within = fair.eligible(waiters, running or {})
-    mine = tuple(i for i in within if waiters[i].key == key)
-    if order == "fifo":
+    (`max_in_flight`): decide() serves the rest as leases end (`ResidentView.ready_at`).
+
+    `serve`: the waiters' fair order (fair.serve_order, as decide() reads them); the firsts
+    are taken in it, so a person who queued during the load goes before the batch request
+    the load was for. Without it: arrival order (one caller, one class)."""
+    if serve is None:
+        within = fair.eligible(waiters, running or {})
         head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
-        mine = tuple(i for i in mine if i < head)
+        ahead = [i for i in within if i < head]
+    else:
+        within = list(serve)
+        first_other = (p for p, i in enumerate(within) if waiters[i].key != key)
+        ahead = within[: next(first_other, len(within))]
+    mine = tuple(i for i in (ahead if order == "fifo" else within) if waiters[i].key == key)
     return _capped(mine, free)
 
 
@@ -306,10 +334,11 @@ def bypasses(count: int, granted: Sequence[int]) -> list[int]:
 def passed(snapshot: Snapshot, granted: Sequence[int]) -> list[int]:
     """`bypasses` in the fair order the decision read `snapshot` in: how many of `granted`
     (indexes into its waiters) went ahead of each waiter from behind it."""
-    return fair.passed(_order(snapshot), len(snapshot.waiters), granted)
+    return fair.passed(serve_order(snapshot), len(snapshot.waiters), granted)
 
 
-def _order(snapshot: Snapshot) -> list[int]:
+def serve_order(snapshot: Snapshot) -> list[int]:
+    """The snapshot's eligible waiters in fair order (fair.serve_order), as decide() reads them."""
     promote = snapshot.policy.batch_promote_after
     counts = (snapshot.running, snapshot.served)
     return fair.serve_order(snapshot.waiters, snapshot.now, promote, counts)
@@ -356,5 +385,6 @@ __all__ = [
     "decide",
     "loaded_for",
     "passed",
+    "serve_order",
     "victim_deadlines",
 ]

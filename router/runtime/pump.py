@@ -83,14 +83,17 @@ class Pump:
     def serve_loaded_for(self, runtime: Runtime) -> None:
         """First serve the requests `runtime` was loaded for (scheduler.loaded_for: without
         this, a livelock found by R18), then pump."""
-        order = self._settings.runtime.queue_order
-        queues = self._table.queues
-        runtime.ready_clock = self._clock()  # decide() serves the rest of its firsts by it
+        rt, table = self._settings.runtime, self._table
+        runtime.ready_clock = now = self._clock()  # decide() serves the rest of its firsts by it
         for lane in runtime.spec.occupies:
-            entries = queues.entries(lane)
-            views = queues.scheduler_view(lane)
-            free = self._table.free(runtime)
-            firsts = policy.loaded_for(views, runtime.key, order, self._table.running, free)
+            entries = table.queues.entries(lane)
+            views = table.queues.scheduler_view(lane)
+            free = table.free(runtime)
+            counts = (table.running, table.served)
+            serve = fair.serve_order(views, now, rt.batch_promote_after, counts)
+            firsts = policy.loaded_for(
+                views, runtime.key, rt.queue_order, table.running, free, serve
+            )
             loaded_for = [entries[i] for i in firsts]
             if loaded_for:
                 self._grant_waiters(runtime, loaded_for)

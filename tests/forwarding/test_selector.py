@@ -22,7 +22,7 @@ from router.forwarding import (
     select_from_body,
     select_from_request_parts,
 )
-from router.forwarding.selector import (
+from router.forwarding.body_selector import (
     MAX_MODEL_BYTES,
     scan_json_prefix,
     select_from_json,

@@ -46,6 +46,8 @@ async def test_a_spread_model_larger_than_the_host_budget_is_admitted(
         (host,) = plan["devices"]
         assert host["device"] == "host" and 0 < host["estimate"] <= host["budget"]
         assert [n["node_id"] for n in plan["pooled"]["nodes"]] == ["s1"]
+        # A lease takes only the node's free room: it evicts nothing there, and says so.
+        assert [n["evicts"] for n in plan["pooled"]["nodes"]] == [[]]
 
         # The same file on this box alone is larger than its budget: still refused.
         solo = await client.post("/router/v1/load", json={"model": "solo", "dry_run": True})

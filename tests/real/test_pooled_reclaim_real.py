@@ -3,9 +3,10 @@ node's own need for the memory"): a master with `spread` over slave s1 (the fake
 on the master, llama.cpp's real RPC server on the node), and on s1 a model of its own whose
 load fits s1's budget only without the lease. The node's own request asks the master to
 unload `spread`: it loads within a bound far below the node's reclaim deadline, the master
-shows no remote device, and no RPC server or port of the range is left. A master that cannot
-unload in time (a stream still running) loses the lease at the deadline: its stream ends with
-an error event, never `[DONE]`, and the node's own load goes ahead."""
+shows no remote device, and no RPC server or port of the range is left (the node's dry run
+of that load names the lease beforehand). A master that cannot unload in time (a stream
+still running) loses the lease at the deadline: its stream ends with an error event, never
+`[DONE]`, and the node's own load goes ahead."""
 
 from __future__ import annotations
 
@@ -94,6 +95,15 @@ async def test_the_node_own_load_asks_the_master_to_unload_and_loads(
         httpx.AsyncClient(base_url=slave.base, headers=AUTH, timeout=120) as node,
     ):
         await _spread_loaded(client, slave)
+        # The node's dry run of its own load names the lease it would ask back.
+        (lease,) = (await node.get("/router/v1/node/rpc/leases")).json()["leases"]
+        dry = await node.post("/router/v1/load", json={"model": "own", "dry_run": True})
+        assert dry.status_code == 200, dry.text
+        assert dry.json()["fits"] is False and dry.json()["reclaim"] == [
+            {"lease_id": lease["lease_id"], "master_id": "m", "model": "spread"}
+            | {"bytes": lease["bytes"]}
+        ]
+        assert len(rpc_servers(slave)) == 1  # a dry run asks nothing back
         started = time.monotonic()
         own = await asyncio.wait_for(
             node.post("/v1/chat/completions", json={**CHAT, "model": "own"}), OWN_BOUND

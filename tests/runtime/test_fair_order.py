@@ -31,6 +31,7 @@ from router.runtime.policy import (
     decide,
     loaded_for,
     passed,
+    serve_order,
 )
 from router.runtime.scheduler import LaneView, resident
 
@@ -128,14 +129,16 @@ def _step(s: _State, reqs: list[Req], lane: Lane, run: Run) -> bool:
     if ready and s.fresh:  # the pump's first grants after a load
         s.fresh = False
         free = snap.residents[0].free
-        firsts = loaded_for(snap.waiters, str(s.active), lane.order, snap.running, free)
+        key, order = str(s.active), serve_order(snap)
+        firsts = loaded_for(snap.waiters, key, lane.order, snap.running, free, order)
         _grant(s, reqs, lane, run, firsts, decided=False)
         return True
     d = decide(snap)
     counts = passed(snap, [i for i, _ in d.grant])
     bumped = zip(s.queue, counts, strict=True)
     s.queue = [(rid, replace(v, bypassed=v.bypassed + n)) for (rid, v), n in bumped]
-    if d.grant:
+    if d.grant:  # the pump lets a runtime out of its drain before it grants
+        s.draining = s.draining and not d.undrain
         _grant(s, reqs, lane, run, tuple(i for i, _ in d.grant), decided=True)
         return True
     if d.undrain and s.draining:
@@ -418,10 +421,35 @@ def test_grouped_loads_are_never_above_fifos_but_for_the_class_rule(
     """Callers of both classes: fifo here is the same fair order (interactive first, the
     same promotion, round robin), so only the grouping by model differs. Grouped may load once
     more for each stop that left batch work of its own for a person's other model (the class
-    rule: no batch grant while a person waits; docs/decisions.md), and for nothing else."""
+    rule: no batch grant while a person waits; docs/decisions.md), and for nothing else. No
+    rule that groups avoids that load: test_fair_class_cost.py."""
     grouped = simulate(reqs, Lane(order="grouped", max_bypass=max_bypass, promote=promote))
     fifo = simulate(reqs, Lane(order="fifo", promote=promote))
     assert grouped.loads <= fifo.loads + grouped.held_back
+
+
+# Found by hypothesis (both classes, max_bypass 1): B, draining since 4.0 for the batch request
+# for A whose budget was spent, stopped at 5.0 though a person's request for B had come at 4.93,
+# ahead of that batch request in fair order; the next load was that person's: B again (5 loads
+# against fifo's 4). A draining victim is now let out of its drain for such a request.
+NEWCOMER = [
+    *listed((0.0, "B", B1), (11.26, "B", I1), (0.0, "A", I2), (0.0, "B", I2), (4.93, "B", I1)),
+    *listed((0.0, "A", B2), (0.0, "B", B1)),
+]
+
+
+def test_a_draining_runtime_serves_a_person_who_came_for_it() -> None:
+    grouped = simulate(NEWCOMER, Lane(max_bypass=1))
+    assert grouped.at[4] == 5.0  # on B as it was, without B's stop and reload
+    assert (grouped.loads, simulate(NEWCOMER, Lane(order="fifo")).loads) == (4, 4)
+
+
+def test_a_draining_victim_of_another_lanes_load_still_stops() -> None:
+    """Nothing waits in its lane for another model: its own requests are no newcomers ahead
+    of anyone, and it stops as before (the load is in another lane's queue)."""
+    draining = ResidentView("a", Phase.READY, 0, True, victim_since=0.0)
+    d = decide(Snapshot((draining,), [w("a", 1.0, I1)], 2.0, Policy(5.0)))
+    assert d == Decision(stop=frozenset({"a"}))
 
 
 def test_the_class_rule_can_cost_grouped_a_load() -> None:
@@ -452,8 +480,10 @@ def test_what_a_runtime_was_loaded_for_keeps_the_round_robin_in_its_window() -> 
 def test_with_both_classes_grouping_costs_no_load_and_keeps_the_class_rule() -> None:
     grouped = simulate(MIXED, Lane(max_bypass=None))
     fifo = simulate(MIXED, Lane(order="fifo"))
-    assert (grouped.loads, fifo.loads) == (2, 3)
-    assert grouped.at[1] == 5.0 and fifo.at[1] == 5.5  # b1's first, after the person's three
+    # Fifo stopped A at 3.5 and loaded it again for the person's request from 3.0 until a
+    # draining runtime was let out of its drain for a person (NEWCOMER): now both load twice.
+    assert (grouped.loads, fifo.loads) == (2, 2)
+    assert grouped.at[1] == 5.0 and fifo.at[1] == 5.0  # b1's first, after the person's three
 
 
 @settings(deadline=None, max_examples=100)
@@ -580,6 +610,19 @@ def test_a_new_runtime_serves_what_it_was_loaded_for_after_its_window_closed() -
     later = replace(snap, waiters=[w("b", 2.0), w("a", 9.5)])  # queued after it was ready
     assert decide(later) == Decision(drain=frozenset({"a"}), load="b")
     assert loaded_for(waiters, "a", "grouped", free=1) == (0,)
+
+
+def test_a_person_who_came_during_the_load_goes_before_the_batch_request_it_was_for() -> None:
+    """One slot: a batch request for A starts A's load, a person asks for A during it; the
+    new runtime's first grant is the person's (class order), not the batch request's."""
+    reqs = [Req(0.0, "A", B1), Req(0.2, "A", I1)]
+    for order in ("grouped", "fifo"):
+        run = simulate(reqs, Lane(order=order))
+        assert (run.granted, run.at[1], run.loads) == ([1, 0], 0.5, 1), order
+    waiters = [w("a", 0.0, B1), w("a", 0.2, I1)]
+    snap = Snapshot((), waiters, 0.5, Policy(5.0))
+    assert loaded_for(waiters, "a", "grouped", free=1, serve=serve_order(snap)) == (1,)
+    assert loaded_for(waiters, "a", "grouped", free=1) == (0,)  # arrival order without it
 
 
 def test_the_load_is_the_overdue_waiters_not_the_round_robins_head() -> None:

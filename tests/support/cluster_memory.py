@@ -31,6 +31,12 @@ async def row(client: httpx.AsyncClient, model_id: str) -> dict[str, Any] | None
     return next((m for m in data if m["id"] == model_id), None)
 
 
+async def chat_replicas(client: httpx.AsyncClient) -> list[str]:
+    """The nodes the master lists a `chat` replica on (one per slave whose snapshot it holds)."""
+    found = await row(client, "chat")
+    return sorted(r["node_id"] for r in (found or {}).get("replicas", []))
+
+
 @dataclass
 class FillerCluster:
     cluster: Cluster
@@ -42,8 +48,13 @@ class FillerCluster:
 async def filler_on_s1(
     h: RouterHarness, slave_sections: dict[str, Any]
 ) -> AsyncIterator[FillerCluster]:
-    """The cluster started (`slave_sections` over each slave's settings), the filler loaded on
-    s1 over its node route; the processes are the harness's to stop."""
+    """The cluster started (`slave_sections` over each slave's settings), the master holding
+    both slaves' snapshots (`chat` with a replica on each), the filler loaded on s1 over its
+    node route; the processes are the harness's to stop.
+
+    The filler's measured memory comes in s1's snapshot alone, and a busy machine can leave
+    the master without s2's first snapshot for seconds after that; the tests read s2's replica
+    and devices and count on a choice between both slaves."""
     chat, filler = gguf(h.tmp, 1), gguf(h.tmp, 2)
     c = cluster(
         h, {}, {"chat": chat, "filler": filler}, {"chat": chat}, slave_sections=slave_sections
@@ -53,6 +64,7 @@ async def filler_on_s1(
         httpx.AsyncClient(timeout=30) as http,
         httpx.AsyncClient(base_url=c.master.base, timeout=30) as client,
     ):
+        assert await until(lambda: chat_replicas(client), ["s1", "s2"]), await row(client, "chat")
         r = await http.post(
             c.slaves[0].base + "/router/v1/node/load", json={"model": "filler"}, headers=AUTH
         )

@@ -5,10 +5,12 @@ lease release run while it reads)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import format_span_id, format_trace_id
@@ -46,14 +48,23 @@ class Spans(SimpleSpanProcessor):
         return [s for s in self.finished() if s.name == name]
 
 
-@pytest.fixture
-def spans() -> Iterator[Spans]:
-    processor = Spans()
+P = TypeVar("P", bound=SpanProcessor)
+
+
+@contextlib.contextmanager
+def installed(processor: P) -> Iterator[P]:
+    """Traces on for the block, every span going to `processor`."""
     old = tracing.install(otel.tracer_for(processor))
     try:
         yield processor
     finally:
         tracing.install(old).close()
+
+
+@pytest.fixture
+def spans() -> Iterator[Spans]:
+    with installed(Spans()) as processor:
+        yield processor
 
 
 def trace_of(span: ReadableSpan) -> str:
@@ -69,6 +80,19 @@ def parent_of(span: ReadableSpan, found: Found) -> ReadableSpan | None:
     if span.parent is None:
         return None
     return next((s for s in found if s.context.span_id == span.parent.span_id), None)
+
+
+def rooted(span: ReadableSpan, found: Found) -> bool:
+    """Whether every span from `span` up to its trace's root has finished (is in `found`). A
+    server span ends after its client has the answer, so a test that reads a whole chain waits
+    for this, not only for the spans it names."""
+    current = span
+    while current.parent is not None:
+        parent = parent_of(current, found)
+        if parent is None:
+            return False
+        current = parent
+    return True
 
 
 def chain(span: ReadableSpan, found: Found) -> list[str]:

@@ -8,7 +8,7 @@ from opentelemetry.trace import SpanKind
 
 from tests.support.cluster import master_here, slave_here
 from tests.support.harness import RouterHarness, chat, free_port, until
-from tests.tracing.conftest import Spans, chain, trace_of
+from tests.tracing.conftest import Found, Spans, chain, rooted, trace_of
 
 CHAT = "/v1/chat/completions"
 
@@ -31,8 +31,14 @@ async def test_master_relay_slave_and_backend_form_one_tree(
         assert answer.status_code == 200, answer.text
         trace_id = answer.headers["X-Trace-Id"]
 
-        def complete(found: object) -> bool:
-            return len(spans.named("chat b")) == 1 and len(spans.named("relay")) == 1
+        def complete(found: Found) -> bool:
+            # The chains read below, each up to the master's server span, all finished.
+            backend, load = spans.named("chat b"), spans.named("model load")
+            return (
+                len(backend) == 1
+                and len(spans.named("relay")) == 1
+                and all(rooted(s, found) for s in (*backend, *load))
+            )
 
         found = [s for s in await spans.until(complete) if trace_of(s) == trace_id]
     backend = spans.named("chat b")[0]

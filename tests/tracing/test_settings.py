@@ -26,3 +26,24 @@ def test_traces_are_wanted_only_with_an_endpoint_and_the_sdk_not_disabled() -> N
     off = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"}
     assert not tracing.wanted(off)
     assert not tracing.enable_from_environment({}) and not tracing.tracer().enabled
+
+
+def test_the_resource_is_hashed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OTLP encoder hashes the resource for every span; the SDK's hash dumps its
+    attributes as JSON each time. The router's resource does that once, with the same hash."""
+    from opentelemetry.sdk import resources
+
+    from router.tracing import otel
+
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    found = otel.resource()
+    plain = resources.Resource(found.attributes, found.schema_url)
+    assert hash(found) == hash(plain) and found == plain
+    assert found.attributes["service.name"] == "tensor-router"
+
+    def dumped(*_: object, **__: object) -> str:
+        raise AssertionError("the resource was hashed again")
+
+    monkeypatch.setattr(resources, "dumps", dumped)
+    assert hash(found) == hash(found)

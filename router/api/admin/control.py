@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from router.api.admin import event_stream
-from router.appkeys import BORROWER, CATALOG, KV_CACHES, RUNTIMES, SHUTDOWN
+from router.appkeys import BORROWER, CATALOG, KV_CACHES, POOLED, RUNTIMES, SHUTDOWN
 from router.cluster.pooled.plans import gang
 from router.domain import Lane
 from router.edge import Handler, read_json
@@ -30,6 +30,8 @@ async def load(request: web.Request) -> web.StreamResponse:
     if dry_run:  # what a load would evict, and whether it fits: loads nothing
         plan = await request.app[RUNTIMES].plan(config, lane)
         answer = plan.answer() | {"model": body["model"]}
+        # The leases this node lends that the load would ask back (docs/cluster.md).
+        answer["reclaim"] = request.app[POOLED].named(plan.reclaim)
         borrower = request.app.get(BORROWER)
         if borrower is not None and gang(config, lane):
             # Its followers' nodes, ranks and shares (docs/cluster.md, "vLLM multi-node").

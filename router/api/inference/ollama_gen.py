@@ -25,7 +25,8 @@ from router.domain import Family, Lane, MiB, family_for
 from router.edge import Handler, read_json, upstream_request_headers
 from router.errors import BadRequest
 from router.forwarding import Selection
-from router.forwarding.selector import check_model, select_from_header, select_from_query
+from router.forwarding.body_selector import check_model
+from router.forwarding.selector import select_from_header, select_from_query
 from router.inference import OnLease, Override, Serving, Upstream, local_embeddings
 from router.runtime import Lease
 

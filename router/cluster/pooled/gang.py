@@ -121,7 +121,7 @@ class GangPlan:
             "engine": "vllm",
             "nnodes": self.nnodes,
             "nodes": [
-                {"node_id": s.node_id, "bytes": s.bytes, "node_rank": rank}
+                {"node_id": s.node_id, "bytes": s.bytes, "node_rank": rank, "evicts": []}
                 for rank, s in enumerate(self.shares, start=1)
             ],
         }

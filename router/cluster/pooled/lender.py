@@ -17,11 +17,13 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Protocol
 
 from backends.base import built_backends_dir
 from backends.process import SupervisedProcess
+from router.cluster.client import PeerError
 from router.cluster.pooled import lease as machine
 from router.cluster.pooled.cache import cache_home, prune
 from router.cluster.pooled.gang import GangFlags
@@ -227,6 +229,18 @@ class Lender:
         try:
             await self.ask_master(lease)
         except RouterError as err:
+            if isinstance(err, PeerError) and err.status == HTTPStatus.CONFLICT:
+                # The master holds no runtime on this lease (its load failed, or it unloaded
+                # and the release is still on its way): nothing uses the RPC server, and
+                # waiting for the reclaim deadline would only hold this node's load back.
+                log.warning(
+                    "master %s holds nothing on lease %s (%s): ending it now",
+                    lease.master_id,
+                    lease.lease_id,
+                    err.message,
+                )
+                await self._disowned(lease.lease_id)
+                return
             log.warning(
                 "master %s did not take back lease %s (%s): it ends in %.0f s anyway",
                 lease.master_id,
@@ -234,6 +248,12 @@ class Lender:
                 err.message,
                 max(0.0, lease.expires - self._clock()),
             )
+
+    async def _disowned(self, lease_id: str) -> None:
+        """End a lease its master says it does not use, unless it ended meanwhile."""
+        lease = self.leases.get(lease_id)
+        if lease is not None:
+            await self._end(machine.release(lease, lease.master_id))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -339,6 +359,16 @@ class Lender:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for lease in list(self.leases.values()):
             await self._end(lease)
+
+    def named(self, keys: Iterable[str]) -> list[dict[str, Any]]:
+        """The leases behind lent residents (`rpc:<lease id>`), in their order: what a dry
+        run of this node's own load says it would ask back."""
+        leases = (self.leases.get(key.removeprefix(LENT)) for key in keys)
+        return [
+            {"lease_id": x.lease_id, "master_id": x.master_id, "model": x.model, "bytes": x.bytes}
+            for x in leases
+            if x is not None
+        ]
 
     def rows(self) -> list[dict[str, Any]]:
         now = self._clock()

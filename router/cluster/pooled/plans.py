@@ -57,12 +57,14 @@ class PooledPlan:
         }
 
     def answer(self) -> dict[str, Any]:
-        """The dry run's `pooled` part: the nodes and bytes a load would lease."""
+        """The dry run's `pooled` part: the nodes and bytes a load would lease, and what each
+        node would evict for it: nothing, since a node lends only its free room (the lender
+        refuses more than `room`; docs/cluster.md, "What a lease evicts")."""
         return {
             "layers": self.layers,
             "host_layers": self.split.host_layers,
             "nodes": [
-                {"node_id": s.node_id, "bytes": s.bytes, "layers": n}
+                {"node_id": s.node_id, "bytes": s.bytes, "layers": n, "evicts": []}
                 for s, n in zip(self.shares, self.split.node_layers, strict=True)
             ],
         }

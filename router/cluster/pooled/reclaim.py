@@ -2,7 +2,8 @@
 the memory"): a node whose own load needs bytes an RPC lease holds posts the lease to its
 master over the cluster token; the master unloads the runtime holding it (`Borrower.reclaim`),
 whose end releases the lease. The node does not wait on the answer: the lease's reclaim
-deadline ends it either way (router/cluster/pooled/lease.py)."""
+deadline ends it either way (router/cluster/pooled/lease.py), and a 409 (the master holds
+no runtime on the lease) ends it at once (the lender's `_ask_back`)."""
 
 from __future__ import annotations
 
