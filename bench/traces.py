@@ -165,8 +165,9 @@ def _router(stack: c.Stack, wd: Any, name: str, env: dict[str, str]) -> tuple[st
 
 
 # Repetitions per `--reps`: the paired differences are medians over many short pairs, which
-# hold under a load that moves every single arm by milliseconds.
-REPS_FACTOR = 3
+# hold under a load that moves every single arm by milliseconds. Even on a quiet box single pairs
+# spread over about 0.7 ms, and 9 pairs gave medians of +0.02 and +0.35 ms; 24 settle it.
+REPS_FACTOR = 8
 TARGET_MS = 0.1
 
 
