@@ -87,6 +87,7 @@ from router.cluster import (
 from router.cluster.pooled.borrower import Borrower, GangHome, spans
 from router.cluster.pooled.follower import VllmFollowers
 from router.cluster.pooled.lender import Lender
+from router.cluster.pooled.plans import gang_size
 from router.cluster.pooled.reclaim import ask_master
 from router.config import Settings
 from router.edge import (
@@ -365,6 +366,7 @@ async def _borrower(app: web.Application) -> AsyncIterator[None]:
     runtimes.hooks.add(borrower)
     # Its memory decision counts only the host's share of a spread model (docs/cluster.md).
     runtimes.ledger.holdings.spreads = lambda spec: spans(spec.config, spec.lane)
+    runtimes.ledger.holdings.ranks = lambda spec: gang_size(spec.config, spec.lane)
     runtimes.ledger.holdings.remote = borrower.remote
     app[BORROWER] = borrower
     yield

@@ -94,6 +94,20 @@ def local_share(need: Estimate, room: int) -> Estimate:
     return Estimate({"host": min(whole, max(0, room))}, need.source, {"spread": whole})
 
 
+def gang_share(need: Estimate, ranks: int) -> Estimate:
+    """The head's part of a vLLM gang of `ranks` processes (docs/cluster.md, "vLLM
+    multi-node"): vLLM splits the weights evenly over its ranks, so the host keeps its part of
+    the weights (rounded up) beside its own KV space and process; a GPU's claim is
+    `gpu_memory_utilization` of that GPU whatever the gang, so it stays. An estimate that does
+    not name its weights (a measured figure) is the head's own already."""
+    weights = need.detail.get("weights", 0)
+    if ranks <= 1 or weights <= 0 or "host" not in need.devices:
+        return need
+    part = -(-weights // ranks)
+    devices = {**need.devices, "host": need.devices["host"] - (weights - part)}
+    return Estimate(devices, need.source, {**need.detail, "weights": part, "spread": weights})
+
+
 def kv_cells(shape: ModelShape, opts: LlamaOptions) -> tuple[int, int]:
     """(cells per stream, streams). `-c` is the total over all slots; without it each slot
     gets the training context, and a non-unified cache (explicit `-np`) one stream per slot
@@ -206,6 +220,7 @@ __all__ = [
     "kv_bytes",
     "kv_cells",
     "llama_footprint",
+    "gang_share",
     "local_share",
     "split_llama",
     "vllm_estimate",

@@ -25,7 +25,7 @@ from router.config import Settings
 from router.config.schema import PROGRAM_SECTIONS, ProgramSection
 from router.memory import eviction
 from router.memory.devices import Device, budgets
-from router.memory.estimate import Estimate, local_share
+from router.memory.estimate import Estimate, gang_share, local_share
 from router.memory.eviction import Plan
 from router.memory.figures import Figures, NoFigures
 from router.memory.fingerprint import launch_fingerprint
@@ -111,6 +111,8 @@ class Holdings:
         # Set at wiring on a master (router/app.py): does this runtime span lending nodes, and
         # how many of its bytes do they hold now (the borrower's leases; 0 before leasing)?
         self.spreads: Callable[[RuntimeSpec], bool] | None = None
+        # How many processes of a vLLM gang share this runtime's model (1: none).
+        self.ranks: Callable[[RuntimeSpec], int] | None = None
         self.remote: Callable[[str], int] | None = None
 
     @property
@@ -227,6 +229,9 @@ class Holdings:
         lending nodes, only the part the host keeps (the free room once it and `leaving` have
         exited, as the borrower's split takes it at launch)."""
         need, _ = self.need(spec)
+        ranks = self.ranks(spec) if self.ranks is not None else 1
+        if ranks > 1:  # a vLLM gang's head: its even part, as each follower's lease
+            return gang_share(need, ranks)
         if self.spreads is None or not self.spreads(spec):
             return need
         for key in (spec.key, *leaving):

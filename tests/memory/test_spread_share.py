@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.memory.estimate import Estimate, local_share
+from router.memory.estimate import GIB, Estimate, gang_share, local_share, vllm_estimate
 from router.memory.eviction import MemoryRefusal, plan, refuse_if_too_large
 from router.memory.ledger import Ledger, Resident
 from router.runtime.holdings import held_here
@@ -41,3 +41,25 @@ def test_a_loaded_spread_model_holds_the_whole_less_what_the_nodes_hold() -> Non
     whole = Estimate({"host": 300 * MIB})
     assert dict(held_here(whole, 240 * MIB).devices) == {"host": 60 * MIB}
     assert held_here(whole, 0) is whole  # no lease (yet): counted whole
+
+
+@given(sizes, sizes, st.integers(min_value=1, max_value=17))
+def test_a_gang_head_keeps_its_part_of_the_weights(weights: int, gpu: int, ranks: int) -> None:
+    whole = vllm_estimate(None, {}, weights)
+    share = gang_share(whole, ranks)
+    part = share.detail["weights"]
+    assert part * ranks >= weights > (part - 1) * ranks or weights == part == 0
+    assert share.devices["host"] == whole.devices["host"] - weights + part
+    claimed = vllm_estimate(0.9, {"gpu0": gpu}, weights)  # a GPU's claim is the GPU's
+    assert gang_share(claimed, ranks) == claimed
+
+
+def test_a_gang_larger_than_the_budget_is_admitted_by_the_heads_part() -> None:
+    whole = vllm_estimate(None, {}, 180 * GIB)  # 180 GiB of weights, 4 GiB of KV, 2 of process
+    budgets = {"host": 100 * GIB}
+    with pytest.raises(MemoryRefusal):
+        refuse_if_too_large(budgets, "gang", whole.devices)
+    head = gang_share(whole, 2)
+    assert head.devices["host"] == (90 + 4 + 2) * GIB
+    refuse_if_too_large(budgets, "gang", head.devices)
+    assert gang_share(whole, 1) is whole

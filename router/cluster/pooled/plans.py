@@ -99,6 +99,12 @@ def gang(config: ModelConfig, lane: Lane = Lane.TEXT) -> bool:
     )
 
 
+def gang_size(config: ModelConfig, lane: Lane = Lane.TEXT) -> int:
+    """The processes a load of `config` on `lane` runs: its head and one follower per named
+    node for a vLLM gang, else 1."""
+    return len(config.vllm_nodes or ()) + 1 if gang(config, lane) else 1
+
+
 @dataclass(frozen=True)
 class GangHome:
     """The master's side of a vLLM gang: its cluster address and port range (`pooled.bind`,
