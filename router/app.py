@@ -106,6 +106,7 @@ from router.edge.ui_sessions import LoginLimiter, UiSessions
 from router.errors import NotImplementedRoute, RouteNotFound
 from router.forwarding import Proxy
 from router.keys import KeyBook
+from router.memory.estimate import gang_share
 from router.records import EventBus, Metrics, Recorder
 from router.records.kv_history import KvHistory
 from router.records.load_times import LoadTimes
@@ -353,8 +354,9 @@ async def _borrower(app: web.Application) -> AsyncIterator[None]:
     runtimes = app[RUNTIMES]
     holdings = runtimes.ledger.holdings
 
-    def need(spec: LaunchSpec) -> int:  # a vLLM gang's whole estimate (followers' parts)
-        return holdings.need(spec_for(spec.config, spec.lane))[0].total
+    def need(spec: LaunchSpec) -> int:  # one rank's part of a vLLM gang: each follower's share
+        whole = holdings.need(spec_for(spec.config, spec.lane))[0]
+        return gang_share(whole, gang_size(spec.config, spec.lane)).total
 
     borrower = Borrower(
         app[CLUSTER],

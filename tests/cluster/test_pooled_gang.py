@@ -81,12 +81,12 @@ def test_the_node_refuses_a_lease_request_that_would_misplace_its_follower(
     assert word in info.value.message
 
 
-def test_each_follower_holds_its_part_of_the_whole_or_the_load_is_refused() -> None:
+def test_each_follower_holds_one_ranks_part_or_the_load_is_refused() -> None:
     rooms = [NodeRoom("s1", 5 * GIB), NodeRoom("s2", 4 * GIB)]
-    assert shares(9 * GIB, ("s1", "s2"), rooms) == (Share("s1", 3 * GIB), Share("s2", 3 * GIB))
-    assert shares(10, ("s1",), rooms) == (Share("s1", 5),)  # rounded up
+    assert shares(3 * GIB, ("s1", "s2"), rooms) == (Share("s1", 3 * GIB), Share("s2", 3 * GIB))
+    assert shares(5 * GIB, ("s1",), rooms) == (Share("s1", 5 * GIB),)
     with pytest.raises(NoRoom) as info:
-        shares(15 * GIB, ("s1", "s2"), rooms)
+        shares(5 * GIB, ("s1", "s2"), rooms)
     assert "s2" in info.value.message and "s1" not in info.value.message
     with pytest.raises(NoRoom, match="s3 \\(0 free\\)"):
         shares(GIB, ("s3",), rooms)  # a node that did not answer has no room

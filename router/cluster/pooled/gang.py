@@ -8,7 +8,6 @@ their checks and each node's share of the bytes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,12 +65,12 @@ def follower_flags(nnodes: Any, rank: Any, master_addr: Any, master_port: Any) -
     return GangFlags(nnodes, rank, address, master_port)
 
 
-def shares(total: int, nodes: Sequence[str], rooms: Sequence[NodeRoom]) -> tuple[Share, ...]:
-    """Each follower's bytes: vLLM divides the weights and its KV space evenly over the
-    gang's ranks (tensor or pipeline parallel), so each node holds the whole over the gang's
-    size, rounded up (the head keeps the same part). Every named node must have the room
-    for its part: a gang has no smaller shape (503 naming the nodes short of room)."""
-    part = math.ceil(max(0, total) / (len(nodes) + 1))
+def shares(part: int, nodes: Sequence[str], rooms: Sequence[NodeRoom]) -> tuple[Share, ...]:
+    """Each follower's bytes: one rank's `part` (memory/estimate.gang_share: its part of the
+    weights, which vLLM divides evenly over the ranks, beside its own KV space and process;
+    the head is admitted by the same part). Every named node must have the room for it: a
+    gang has no smaller shape (503 naming the nodes short of room)."""
+    part = max(0, part)
     free = {room.node_id: room.free for room in rooms}
     short = [f"{node} ({free.get(node, 0)} free)" for node in nodes if free.get(node, 0) < part]
     if short:

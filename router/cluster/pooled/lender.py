@@ -179,7 +179,7 @@ class Lender:
 
     async def _run(self, lease: RpcLease, ask: LeaseAsk) -> tuple[int | None, SupervisedProcess]:
         """The lease's process: a vLLM follower, or an RPC server on a free port."""
-        if ask.gang is not None:
+        if ask.kind is LeaseKind.VLLM and ask.gang is not None:  # _check: always both
             if self.start_follower is None:
                 raise ServiceUnavailable("this node runs no vLLM followers")
             return None, await self.start_follower(lease.lease_id, ask.model, ask.gang)

@@ -108,8 +108,8 @@ def gang_size(config: ModelConfig, lane: Lane = Lane.TEXT) -> int:
 @dataclass(frozen=True)
 class GangHome:
     """The master's side of a vLLM gang: its cluster address and port range (`pooled.bind`,
-    `port_min`-`port_max`: the head's rendezvous port comes from there) and a load's whole
-    estimate in bytes (the followers' shares are parts of it)."""
+    `port_min`-`port_max`: the head's rendezvous port comes from there) and one rank's part
+    of a load's estimate in bytes (each follower's share, as the head's admission counts it)."""
 
     section: PooledSection
     need: Callable[[LaunchSpec], int]
