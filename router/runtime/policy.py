@@ -313,17 +313,12 @@ def loaded_for(
 
     `serve`: the waiters' fair order (fair.serve_order, as decide() reads them); the firsts
     are taken in it, so a person who queued during the load goes before the batch request
-    the load was for. Without it: arrival order (one caller, one class)."""
-    if serve is None:
-        within = fair.eligible(waiters, running or {})
-        head = next((i for i, w in enumerate(waiters) if w.key != key), len(waiters))
-        ahead = [i for i in within if i < head]
-    else:
-        within = list(serve)
-        first_other = (p for p, i in enumerate(within) if waiters[i].key != key)
-        ahead = within[: next(first_other, len(within))]
-    mine = tuple(i for i in (ahead if order == "fifo" else within) if waiters[i].key == key)
-    return _capped(mine, free)
+    the load was for. Without it: the arrival order of those within their cap."""
+    within = list(serve) if serve is not None else fair.eligible(waiters, running or {})
+    if order == "fifo":
+        head = next((p for p, i in enumerate(within) if waiters[i].key != key), len(within))
+        within = within[:head]
+    return _capped(tuple(i for i in within if waiters[i].key == key), free)
 
 
 def bypasses(count: int, granted: Sequence[int]) -> list[int]:
