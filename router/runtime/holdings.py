@@ -91,6 +91,12 @@ def held_here(need: Estimate, remote: int) -> Estimate:
     return Estimate({"host": max(0, need.total - remote)}, need.source, {"spread": need.total})
 
 
+def loaded_here(need: Estimate, ranks: int, remote: int) -> Estimate:
+    """What a loaded runtime holds on this host: a vLLM gang's head its rank's part (as at its
+    admission), a model spread over RPC nodes the whole less the nodes' layers."""
+    return gang_share(need, ranks) if ranks > 1 else held_here(need, remote)
+
+
 class Holdings:
     def __init__(
         self,
@@ -192,8 +198,10 @@ class Holdings:
         if state is None:
             return None
         need, load_seconds = self.need(runtime.spec)
-        if self.remote is not None and need.source == "estimate":
-            need = held_here(need, self.remote(runtime.key))
+        ranks = self.ranks(runtime.spec) if self.ranks is not None else 1
+        if ranks > 1 or (self.remote is not None and need.source == "estimate"):
+            remote = self.remote(runtime.key) if self.remote is not None else 0
+            need = loaded_here(need, ranks, remote)
         if runtime.asleep:  # a vLLM sleeper (or one being stopped): its weights in host RAM
             need = Estimate({"host": self._weights(runtime.spec)}, "estimate")
         elif runtime.state is RuntimeState.SLEEPING:  # its sleep call is under way: leaving

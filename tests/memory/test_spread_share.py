@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from router.memory.estimate import GIB, Estimate, gang_share, local_share, vllm_estimate
 from router.memory.eviction import MemoryRefusal, plan, refuse_if_too_large
 from router.memory.ledger import Ledger, Resident
-from router.runtime.holdings import held_here
+from router.runtime.holdings import held_here, loaded_here
 
 MIB = 1 << 20
 sizes = st.integers(min_value=0, max_value=1 << 40)
@@ -63,3 +63,11 @@ def test_a_gang_larger_than_the_budget_is_admitted_by_the_heads_part() -> None:
     assert head.devices["host"] == (90 + 4 + 2) * GIB
     refuse_if_too_large(budgets, "gang", head.devices)
     assert gang_share(whole, 1) is whole
+
+
+def test_a_loaded_gang_head_holds_its_ranks_part_and_a_spread_model_the_rest() -> None:
+    gang = vllm_estimate(None, {}, 180 * GIB)
+    assert loaded_here(gang, 2, 0) == gang_share(gang, 2)
+    assert loaded_here(gang, 2, 99 * GIB) == gang_share(gang, 2)  # followers' leases aside
+    spread = Estimate({"host": 300 * MIB})
+    assert loaded_here(spread, 1, 240 * MIB) == held_here(spread, 240 * MIB)

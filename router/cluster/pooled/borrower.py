@@ -318,9 +318,10 @@ class Borrower(SwapHook):
         return {"nodes": nodes, "bytes_sent": sum(known) if known else None}
 
     def remote(self, key: str) -> int:
-        """The bytes of runtime `key`'s layers the lending nodes hold (0: it leases none)."""
+        """The bytes of runtime `key`'s layers the lending nodes hold (0: it leases none; a vLLM
+        gang's head is counted by its rank's part instead, router/runtime/holdings.py)."""
         held = self._held.get(key)
-        if held is None or not held.leases:
+        if held is None or not held.leases or not isinstance(held.plan, PooledPlan):
             return 0
         return held.plan.remote()
 

@@ -111,10 +111,6 @@ class GangPlan:
             "node_rank": rank,
         }
 
-    def remote(self) -> int:
-        """The bytes the followers hold: what the head does not."""
-        return sum(share.bytes for share in self.shares)
-
     def answer(self) -> dict[str, Any]:
         return {
             "engine": "vllm",
